@@ -1,0 +1,166 @@
+"""GGUF -> a converted model directory: one shared weight file, a model card, and ONNX graphs built per shape.
+
+Owns the on-disk layout of a converted model (``weights.bin`` + ``card.json`` + ``graphs/*.onnx``) and the decision
+of which weights stay quantized. Never runs a model and never changes a weight's value.
+"""
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+from . import quant
+from .gguf import GGUFModel, sha256_file
+
+CARD = "card.json"
+WEIGHTS = "weights.bin"
+FORMAT = 1
+ALIGN = 64
+
+
+class WeightWriter:
+    """Appends aligned arrays to weights.bin and records where each one lives."""
+
+    def __init__(self, path: Path):
+        self.file = open(path, "wb")
+        self.index: dict[str, dict] = {}
+
+    def add(self, name: str, array: np.ndarray) -> str:
+        array = np.ascontiguousarray(array)
+        pad = (-self.file.tell()) % ALIGN
+        self.file.write(b"\0" * pad)
+        self.index[name] = {"dtype": array.dtype.name, "shape": list(array.shape), "offset": self.file.tell(),
+                            "nbytes": int(array.nbytes)}
+        self.file.write(array.tobytes())
+        return name
+
+    def close(self) -> None:
+        self.file.close()
+
+
+def _linear(model: GGUFModel, w: WeightWriter, out: str, sources: list[str], bias: list[str] | None) -> dict:
+    """One matmul over the concatenated outputs of `sources` (fused QKV, fused gate/up)."""
+    types = {model.tensor_type(s) for s in sources}
+    shapes = [model.tensor_shape(s) for s in sources]
+    k_in, n_out = shapes[0][1], sum(s[0] for s in shapes)
+    spec: dict = {"K": k_in, "N": n_out, "splits": [s[0] for s in shapes]}
+    if len(types) == 1 and (qtype := types.pop()) in quant.NBITS_TYPES:
+        packed = quant.concat([quant.pack(model.tensor(s), qtype, *model.tensor_shape(s)) for s in sources])
+        spec.update(kind="nbits", bits=packed.bits, B=w.add(f"{out}.B", packed.packed),
+                    scales=w.add(f"{out}.scales", packed.scales),
+                    offsets=None if packed.offsets is None else w.add(f"{out}.offsets", packed.offsets))
+    else:
+        dense = np.concatenate([quant.dequantize(model.tensor(s), model.tensor_type(s), model.tensor_shape(s))
+                                for s in sources])
+        spec.update(kind="dense", W=w.add(f"{out}.W", dense.T))
+    if bias:
+        spec["bias"] = w.add(f"{out}.bias", np.concatenate(
+            [np.asarray(model.tensor(b), np.float32).reshape(-1) for b in bias]))
+    return spec
+
+
+def convert(gguf_path: str | os.PathLike, out_dir: str | os.PathLike, progress: bool = True) -> Path:
+    """Convert a llama-family GGUF into `out_dir`; returns the card path. Idempotent for the same source."""
+    from .tokenizer import Tokenizer
+
+    out = Path(out_dir)
+    model = GGUFModel(gguf_path)
+    cfg = model.config
+    out.mkdir(parents=True, exist_ok=True)
+    tmp_weights = out / (WEIGHTS + ".part")
+    w = WeightWriter(tmp_weights)
+    steps = cfg.n_layers + 2
+    bar = _progress(steps, f"converting {Path(gguf_path).name}", progress)
+    t0 = time.perf_counter()
+
+    emb_type = model.tensor_type("token_embd.weight")
+    card_linears: dict[str, dict] = {}
+    if emb_type == "Q8_0":
+        # The embedding table is the head's Q8_0 blocks when tied: gather rows of the same uint8 codes.
+        card_linears["embed_head"] = _linear(model, w, "embed_head", ["token_embd.weight"], None)
+        embed = {"kind": "q8", "linear": "embed_head"}
+    else:
+        rows, _ = quant.embedding_rows(model.tensor("token_embd.weight"), emb_type, cfg.vocab_size, cfg.d_model)
+        embed = {"kind": "dense", "W": w.add("embed.W", rows)}
+    bar.update(1)
+
+    layers = []
+    for i in range(cfg.n_layers):
+        b = f"blk.{i}"
+        qkv_bias = [f"{b}.attn_{x}.bias" for x in "qkv"] if cfg.qkv_bias else None
+        layers.append({
+            "attn_norm": w.add(f"{b}.attn_norm", np.asarray(model.tensor(f"{b}.attn_norm.weight"), np.float32)),
+            "ffn_norm": w.add(f"{b}.ffn_norm", np.asarray(model.tensor(f"{b}.ffn_norm.weight"), np.float32)),
+            "qkv": _linear(model, w, f"{b}.qkv", [f"{b}.attn_{x}.weight" for x in "qkv"], qkv_bias),
+            "o": _linear(model, w, f"{b}.o", [f"{b}.attn_output.weight"], None),
+            "gate_up": _linear(model, w, f"{b}.gate_up", [f"{b}.ffn_gate.weight", f"{b}.ffn_up.weight"], None),
+            "down": _linear(model, w, f"{b}.down", [f"{b}.ffn_down.weight"], None),
+        })
+        bar.update(1)
+
+    head_src = "token_embd.weight" if cfg.tied_embeddings else "output.weight"
+    if cfg.tied_embeddings and emb_type == "Q8_0":
+        head = "embed_head"
+    else:
+        card_linears["head"] = _linear(model, w, "head", [head_src], None)
+        head = "head"
+    output_norm = w.add("output_norm", np.asarray(model.tensor("output_norm.weight"), np.float32))
+    w.close()
+    bar.update(1)
+    bar.close()
+
+    tok = Tokenizer.from_gguf(model.reader)
+    os.replace(tmp_weights, out / WEIGHTS)
+    card = {
+        "format": FORMAT,
+        "config": dataclasses.asdict(cfg),
+        "source": {"path": str(Path(gguf_path).resolve()), "sha256": sha256_file(Path(gguf_path)),
+                   "name": model.field("general.name"), "tensor_types": _type_counts(model)},
+        "tokenizer": {"model": model.field("tokenizer.ggml.model"), "pre": model.field("tokenizer.ggml.pre"),
+                      "vocab_size": tok.vocab_size, "eos_id": tok.eos_id, "bos_id": tok.bos_id,
+                      "stop_ids": [int(x) for x in tok.stop_ids]},
+        "chat_template": model.field("tokenizer.chat_template"),
+        "embed": embed, "head": head, "output_norm": output_norm, "layers": layers, "linears": card_linears,
+        "tensors": w.index,
+        "outputs": {WEIGHTS: sha256_file(out / WEIGHTS)},
+        "graph_inputs": "input_ids[T] int64; cos,sin,cos_sink,sin_sink[T,D/2] f32; mask[T,S+R+T] f32; "
+                        "per layer sink_k/sink_v[KVH,S,D], ring_k/ring_v[KVH,R,D] f32",
+        "graph_outputs": "logits[T or 1,V] f32; new_k/new_v[L,KVH,T,D] f32",
+        "seconds": round(time.perf_counter() - t0, 2),
+    }
+    (out / CARD).write_text(json.dumps(card, indent=1))
+    return out / CARD
+
+
+def _type_counts(model: GGUFModel) -> dict[str, int]:
+    counts: dict[str, int] = {}
+    for t in model.reader.tensors:
+        counts[t.tensor_type.name] = counts.get(t.tensor_type.name, 0) + 1
+    return counts
+
+
+def load_card(model_dir: str | os.PathLike) -> dict:
+    path = Path(model_dir) / CARD
+    if not path.exists():
+        raise FileNotFoundError(f"{model_dir}: no {CARD}; convert a GGUF there first (python run.py convert)")
+    card = json.loads(path.read_text())
+    if card.get("format") != FORMAT:
+        raise ValueError(f"{path}: card format {card.get('format')} != {FORMAT}; re-convert")
+    return card
+
+
+class _Silent:
+    def update(self, n): ...
+    def close(self): ...
+
+
+def _progress(total: int, desc: str, enabled: bool):
+    if not enabled:
+        return _Silent()
+    from tqdm import tqdm
+    return tqdm(total=total, desc=desc, unit="layer", file=sys.stderr, leave=False)

@@ -1,0 +1,191 @@
+"""ONNX graph of one forward pass over T new rows against fixed-capacity sink and ring KV pools (static shapes).
+
+Owns the computation: embedding, RMSNorm, fused QKV, RoPE from host-made cos/sin tables, masked attention over
+[S sink slots | R ring slots | T new rows], SwiGLU, head. Never decides which slot holds what: the host passes the
+per-row mask and the rotation tables, and receives the new rows' K/V as outputs to write where it chooses.
+
+Sinks stay rotated at their own positions; each row scores them with a second query rotated at min(u, S+W-1)
+(`cos_sink`/`sin_sink`), so they sit at StreamingLLM's positions within the cache. Window keys are rotated at their
+absolute positions, so only position differences matter (DESIGN.md, "Positions and RoPE").
+"""
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import numpy as np
+import onnx
+from onnx import TensorProto, helper
+
+MS = "com.microsoft"
+_END = np.iinfo(np.int64).max
+_NP2ONNX = {"float32": TensorProto.FLOAT, "uint8": TensorProto.UINT8, "int8": TensorProto.INT8,
+            "int64": TensorProto.INT64}
+
+
+class _Builder:
+    def __init__(self, card: dict, weights_file: str):
+        self.card, self.weights_file = card, weights_file
+        self.nodes: list = []
+        self.inits: dict[str, TensorProto] = {}
+        self.n = 0
+
+    def op(self, op_type: str, inputs: list[str], n_out: int = 1, domain: str = "", **attrs):
+        self.n += 1
+        outs = [f"{op_type.lower()}_{self.n}_{i}" for i in range(n_out)]
+        self.nodes.append(helper.make_node(op_type, inputs, outs, domain=domain, **attrs))
+        return outs[0] if n_out == 1 else outs
+
+    def weight(self, name: str) -> str:
+        """An initializer stored in the shared weights file (external data: nothing is copied into the graph)."""
+        if name not in self.inits:
+            meta = self.card["tensors"][name]
+            t = TensorProto(name=name, data_type=_NP2ONNX[meta["dtype"]], dims=meta["shape"])
+            t.data_location = TensorProto.EXTERNAL
+            for key, value in (("location", self.weights_file), ("offset", meta["offset"]),
+                               ("length", meta["nbytes"])):
+                t.external_data.add(key=key, value=str(value))
+            self.inits[name] = t
+        return name
+
+    def const(self, value, dtype=np.int64) -> str:
+        name = f"const_{len(self.inits)}"
+        self.inits[name] = onnx.numpy_helper.from_array(np.asarray(value, dtype=dtype), name)
+        return name
+
+    def linear(self, x: str, spec: dict, accuracy_level: int) -> str:
+        if spec["kind"] == "nbits":
+            y = self.op("MatMulNBits", [x, self.weight(spec["B"]), self.weight(spec["scales"])], domain=MS,
+                        K=spec["K"], N=spec["N"], bits=spec["bits"], block_size=32, accuracy_level=accuracy_level)
+            if spec.get("offsets"):
+                # Q4_1's per-block offset: sum x over each 32-wide block, times (8d + m) (models/quant.py).
+                blocks = self.op("Reshape", [x, self.const([-1, spec["K"] // 32, 32])])
+                sums = self.op("ReduceSum", [blocks, self.const([-1])], keepdims=0)
+                y = self.op("Add", [y, self.op("MatMul", [sums, self.weight(spec["offsets"])])])
+        else:
+            y = self.op("MatMul", [x, self.weight(spec["W"])])
+        if spec.get("bias"):
+            y = self.op("Add", [y, self.weight(spec["bias"])])
+        return y
+
+    def rope(self, x: str, cos: str, sin: str, heads: int, interleaved: bool) -> str:
+        return self.op("RotaryEmbedding", [x, "position_ids", cos, sin], domain=MS,
+                       interleaved=int(interleaved), num_heads=heads)
+
+
+def build_graph(card: dict, T: int | None, sink: int, ring: int, accuracy_level: int = 4,
+                weights_file: str = "weights.bin") -> onnx.ModelProto:
+    """One pass over T rows (None: a symbolic row count) against `sink` + `ring` pool slots.
+
+    `logit_rows` (int64 [M]) picks the rows whose logits are computed: all of them to verify a block, only the last
+    to prefill a chunk (the head is the largest matmul of a small model).
+    """
+    cfg = card["config"]
+    L, H, KVH, D = cfg["n_layers"], cfg["n_heads"], cfg["n_kv_heads"], cfg["head_dim"]
+    G, d, V = H // KVH, cfg["d_model"], cfg["vocab_size"]
+    S, R = sink, ring
+    rows = T if T is not None else "T"
+    cols = S + R + T if T is not None else "N"
+    interleaved = cfg["rope_pairing"] == "interleaved"
+    b = _Builder(card, weights_file)
+    f32 = TensorProto.FLOAT
+    inputs = [helper.make_tensor_value_info("input_ids", TensorProto.INT64, [rows])]
+    inputs += [helper.make_tensor_value_info(n, f32, [rows, D // 2]) for n in ("cos", "sin", "cos_sink", "sin_sink")]
+    inputs += [helper.make_tensor_value_info("mask", f32, [rows, cols]),
+               helper.make_tensor_value_info("logit_rows", TensorProto.INT64, ["M"])]
+    b.inits["position_ids"] = onnx.numpy_helper.from_array(np.zeros(1, np.int64), "position_ids")  # row r -> cos[r]
+
+    h = _embed(b, card, d)
+    mask_shape = b.op("Shape", ["mask"])                                  # [T, N], symbolic or not
+    shape4 = b.op("Concat", [b.const([KVH, G]), mask_shape], axis=0)
+    shape3 = b.op("Concat", [b.const([KVH, -1]), b.op("Slice", [mask_shape, b.const([1]), b.const([2])])], axis=0)
+    scale = 1.0 / math.sqrt(D)
+    new_k, new_v = [], []
+    for i, layer in enumerate(card["layers"]):
+        names = {k: f"{k}.{i}" for k in ("sink_k", "sink_v", "ring_k", "ring_v")}
+        inputs += [helper.make_tensor_value_info(names[k], f32, [KVH, S if k.startswith("sink") else R, D])
+                   for k in names if S > 0 or k.startswith("ring")]
+        x = b.op("SimplifiedLayerNormalization", [h, b.weight(layer["attn_norm"])], axis=-1,
+                 epsilon=cfg["rms_eps"], stash_type=1)
+        qkv = b.linear(x, layer["qkv"], accuracy_level)
+        q, k, v = b.op("Split", [qkv, b.const([H * D, KVH * D, KVH * D])], n_out=3, axis=-1)
+        q3, k3 = (b.op("Unsqueeze", [t, b.const([0])]) for t in (q, k))
+
+        def heads_first(t, n_heads):  # [.., T, n*D] -> [KVH, (n/KVH)*T, D]: a kv head's query rows side by side
+            t = b.op("Reshape", [t, b.const([-1, KVH, n_heads // KVH, D])])
+            t = b.op("Transpose", [t], perm=[1, 2, 0, 3])
+            return b.op("Reshape", [t, b.const([KVH, -1, D])])
+
+        qw = heads_first(b.rope(q3, "cos", "sin", H, interleaved), H)
+        kn = heads_first(b.rope(k3, "cos", "sin", KVH, interleaved), KVH)
+        vn = heads_first(v, KVH)
+        new_k.append(b.op("Unsqueeze", [kn, b.const([0])]))
+        new_v.append(b.op("Unsqueeze", [vn, b.const([0])]))
+        # Scores against [sink slots | ring slots | new rows]; the mask broadcasts over heads in the 4-D view.
+        scores = [b.op("FusedMatMul", [qw, names["ring_k"]], domain=MS, alpha=scale, transB=1),
+                  b.op("FusedMatMul", [qw, kn], domain=MS, alpha=scale, transB=1)]
+        if S > 0:
+            qs = heads_first(b.rope(q3, "cos_sink", "sin_sink", H, interleaved), H)
+            scores.insert(0, b.op("FusedMatMul", [qs, names["sink_k"]], domain=MS, alpha=scale, transB=1))
+        s4 = b.op("Reshape", [b.op("Concat", scores, axis=-1), shape4])
+        p = b.op("Reshape", [b.op("Softmax", [b.op("Add", [s4, "mask"])], axis=-1), shape3])
+        bounds = ([0, S] if S else [0]) + [S + R, _END]
+        values = ([names["sink_v"]] if S else []) + [names["ring_v"], vn]
+        o = None
+        for lo, hi, val in zip(bounds[:-1], bounds[1:], values):
+            part = b.op("Slice", [p, b.const([lo]), b.const([hi]), b.const([-1])])
+            term = b.op("MatMul", [part, val])
+            o = term if o is None else b.op("Add", [o, term])
+        o = b.op("Reshape", [o, b.const([KVH, G, -1, D])])
+        o = b.op("Transpose", [o], perm=[2, 0, 1, 3])                      # [T, KVH, G, D]
+        o = b.op("Reshape", [o, b.const([-1, H * D])])
+        h = b.op("Add", [h, b.linear(o, layer["o"], accuracy_level)])
+
+        x = b.op("SimplifiedLayerNormalization", [h, b.weight(layer["ffn_norm"])], axis=-1,
+                 epsilon=cfg["rms_eps"], stash_type=1)
+        gate, up = b.op("Split", [b.linear(x, layer["gate_up"], accuracy_level), b.const([cfg["d_ff"]] * 2)],
+                        n_out=2, axis=-1)
+        act = b.op("Mul", [b.op("Mul", [gate, b.op("Sigmoid", [gate])]), up])
+        h = b.op("Add", [h, b.linear(act, layer["down"], accuracy_level)])
+
+    h = b.op("Gather", [h, "logit_rows"], axis=0)
+    x = b.op("SimplifiedLayerNormalization", [h, b.weight(card["output_norm"])], axis=-1, epsilon=cfg["rms_eps"],
+             stash_type=1)
+    out_logits = b.linear(x, card["linears"][card["head"]], accuracy_level)
+    b.nodes.append(helper.make_node("Identity", [out_logits], ["logits"]))
+    b.nodes.append(helper.make_node("Concat", new_k, ["new_k"], axis=0))
+    b.nodes.append(helper.make_node("Concat", new_v, ["new_v"], axis=0))
+    outputs = [helper.make_tensor_value_info("logits", f32, ["M", V]),
+               helper.make_tensor_value_info("new_k", f32, [L, KVH, rows, D]),
+               helper.make_tensor_value_info("new_v", f32, [L, KVH, rows, D])]
+    graph = helper.make_graph(b.nodes, f"ringspec_T{rows}_S{S}_R{R}", inputs, outputs, list(b.inits.values()))
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid(MS, 1)],
+                             producer_name="ringspec")
+
+
+def _embed(b: _Builder, card: dict, d: int) -> str:
+    emb = card["embed"]
+    if emb["kind"] == "dense":
+        return b.op("Gather", [b.weight(emb["W"]), "input_ids"], axis=0)
+    spec = card["linears"][emb["linear"]]   # Q8_0 codes shared with the head: w = scale * (code - 128)
+    nb = spec["K"] // 32
+    codes = b.op("Cast", [b.op("Gather", [b.weight(spec["B"]), "input_ids"], axis=0)], to=TensorProto.FLOAT)
+    scales = b.op("Reshape", [b.weight(spec["scales"]), b.const([-1, nb, 1])])
+    rows = b.op("Mul", [b.op("Sub", [codes, b.const(128.0, np.float32)]),
+                        b.op("Gather", [scales, "input_ids"], axis=0)])
+    return b.op("Reshape", [rows, b.const([-1, d])])
+
+
+def graph_path(model_dir: Path, T: int | None, sink: int, ring: int, accuracy_level: int) -> Path:
+    return Path(model_dir) / f"graph_T{T or 'dyn'}_S{sink}_R{ring}_a{accuracy_level}.onnx"
+
+
+def ensure_graph(model_dir: Path, card: dict, T: int | None, sink: int, ring: int, accuracy_level: int = 4) -> Path:
+    """The graph file for this shape, built on first use beside the shared weights."""
+    path = graph_path(model_dir, T, sink, ring, accuracy_level)
+    if not path.exists():
+        model = build_graph(card, T, sink, ring, accuracy_level)
+        tmp = path.with_suffix(".part")
+        onnx.save(model, tmp)
+        tmp.replace(path)
+    return path

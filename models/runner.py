@@ -1,0 +1,135 @@
+"""One model on ONNX Runtime: its session, its sink and ring KV pools, and preallocated I/O buffers.
+
+Owns the K/V data (pools allocated once, bound in place through IOBinding) and the forward call. Never decides which
+position is committed or visible: callers pass the per-row mask (from a `RingIndex`) and say which new rows to store
+at which slots. Allocates nothing per call beyond numpy views.
+"""
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import onnxruntime as ort
+
+from kernels.ring import RingSpec
+from kernels.rope import rope_inv_freq, rope_tables, sink_query_positions
+from models.convert import load_card
+from models.graph import ensure_graph
+
+
+@dataclass(frozen=True)
+class RunnerOptions:
+    threads: int = 2
+    max_rows: int = 64          # largest block/chunk one pass may carry
+    accuracy_level: int = 4     # MatMulNBits int8 activations: the fast exact-weight path (DESIGN.md)
+
+
+class Runner:
+    def __init__(self, model_dir: str | os.PathLike, spec: RingSpec, opts: RunnerOptions = RunnerOptions()):
+        self.model_dir, self.spec, self.opts = Path(model_dir), spec, opts
+        self.card = load_card(model_dir)
+        cfg = self.cfg = self.card["config"]
+        L, KVH, D = cfg["n_layers"], cfg["n_kv_heads"], cfg["head_dim"]
+        S, R, T = spec.sink, spec.ring, opts.max_rows
+        self.vocab = cfg["vocab_size"]
+        graph = ensure_graph(self.model_dir, self.card, None, S, R, opts.accuracy_level)
+        so = ort.SessionOptions()
+        so.intra_op_num_threads = opts.threads
+        so.inter_op_num_threads = 1
+        so.add_session_config_entry("session.intra_op.allow_spinning", "1")
+        self.session = ort.InferenceSession(str(graph), so, providers=["CPUExecutionProvider"])
+
+        self.sink_k = np.zeros((L, KVH, S, D), np.float32)
+        self.sink_v = np.zeros_like(self.sink_k)
+        self.ring_k = np.zeros((L, KVH, R, D), np.float32)
+        self.ring_v = np.zeros_like(self.ring_k)
+        self.inv_freq = rope_inv_freq(D, cfg["rope_base"])
+        self._ids = np.zeros(T, np.int64)
+        self._pos = np.zeros(T, np.int64)
+        self._sink_pos = np.zeros(T, np.int64)
+        self._tables = np.zeros((4, T, D // 2), np.float32)           # cos, sin, cos_sink, sin_sink
+        self._mask = np.zeros(T * (S + R + T), np.float32)
+        self._rows = np.zeros(T, np.int64)
+        self._logits = np.zeros((T, self.vocab), np.float32)
+        self._new_kv = np.zeros((2, L * KVH * T * D), np.float32)   # flat: each call views a contiguous [L,KVH,T,D]
+        self.new_k = self.new_v = self._new_kv[:, :0]
+        self._io = self.session.io_binding()
+        for l in range(L):
+            if S:
+                self._bind_in(f"sink_k.{l}", self.sink_k[l])
+                self._bind_in(f"sink_v.{l}", self.sink_v[l])
+            self._bind_in(f"ring_k.{l}", self.ring_k[l])
+            self._bind_in(f"ring_v.{l}", self.ring_v[l])
+        self.forward_calls = 0
+        self.forward_rows = 0
+
+    def _bind_in(self, name: str, array: np.ndarray) -> None:
+        self._io.bind_input(name, "cpu", 0, array.dtype, list(array.shape), array.ctypes.data)
+
+    def _bind_out(self, name: str, array: np.ndarray) -> None:
+        self._io.bind_output(name, "cpu", 0, array.dtype, list(array.shape), array.ctypes.data)
+
+    def mask_buffer(self, T: int) -> np.ndarray:
+        """The [T, S+R+T] mask the next forward will read; fill it (RingIndex.visible_mask) before calling."""
+        n = self.spec.pool_slots + T
+        return self._mask[: T * n].reshape(T, n)
+
+    def forward(self, tokens: np.ndarray, positions: np.ndarray, logit_rows: np.ndarray | None = None) -> np.ndarray:
+        """Run T rows (tokens at int64 positions) against the pools; the mask must be in `mask_buffer(T)`.
+
+        Returns logits [M, V] for `logit_rows` (default: every row); the rows' K/V are in `new_k/new_v`
+        ([L, KVH, T, D]) until the next call. Nothing is written into the pools here (see `store`).
+        """
+        T = len(tokens)
+        if T > self.opts.max_rows:
+            raise ValueError(f"{T} rows exceed max_rows={self.opts.max_rows}")
+        ids, pos, sink_pos = self._ids[:T], self._pos[:T], self._sink_pos[:T]
+        ids[:] = tokens
+        pos[:] = positions
+        cos, sin, cos_s, sin_s = (t[:T] for t in self._tables)
+        rope_tables(pos, self.inv_freq, cos, sin)
+        if self.spec.sink:
+            sink_query_positions(pos, self.spec.sink, self.spec.window, out=sink_pos)
+            rope_tables(sink_pos, self.inv_freq, cos_s, sin_s)
+        if logit_rows is None:
+            rows = self._rows[:T]
+            rows[:] = np.arange(T)
+        else:
+            rows = self._rows[: len(logit_rows)]
+            rows[:] = logit_rows
+        M = len(rows)
+        logits = self._logits[:M]
+        io = self._io
+        self._bind_in("input_ids", ids)
+        for name, table in zip(("cos", "sin", "cos_sink", "sin_sink"), (cos, sin, cos_s, sin_s)):
+            self._bind_in(name, table)
+        self._bind_in("mask", self.mask_buffer(T))
+        self._bind_in("logit_rows", rows)
+        self._bind_out("logits", logits)
+        L, KVH, D = self.cfg["n_layers"], self.cfg["n_kv_heads"], self.cfg["head_dim"]
+        self.new_k, self.new_v = (buf[: L * KVH * T * D].reshape(L, KVH, T, D) for buf in self._new_kv)
+        self._bind_out("new_k", self.new_k)
+        self._bind_out("new_v", self.new_v)
+        self.session.run_with_iobinding(io)
+        self.forward_calls += 1
+        self.forward_rows += T
+        return logits
+
+    def store(self, rows: np.ndarray, slots: np.ndarray) -> None:
+        """Copy the K/V of new rows `rows` (from the last forward) into pool `slots` (sink slots first, then ring)."""
+        S = self.spec.sink
+        rows, slots = np.asarray(rows), np.asarray(slots)
+        sink = slots < S
+        if sink.any():
+            self.sink_k[:, :, slots[sink]] = self.new_k[:, :, rows[sink]]
+            self.sink_v[:, :, slots[sink]] = self.new_v[:, :, rows[sink]]
+        ring = ~sink
+        if ring.any():
+            self.ring_k[:, :, slots[ring] - S] = self.new_k[:, :, rows[ring]]
+            self.ring_v[:, :, slots[ring] - S] = self.new_v[:, :, rows[ring]]
+
+    @property
+    def pool_bytes(self) -> int:
+        return self.sink_k.nbytes * 2 + self.ring_k.nbytes * 2

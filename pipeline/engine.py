@@ -1,0 +1,188 @@
+"""The single-process engine: feed stream text into the ring, generate with or without a draft, score text.
+
+Owns the target's sequence state (its `RingIndex`, the pending token) and the speculative step. Never reaches into a
+draft's state (it tells drafts what was committed) and never chooses weights or graphs (that is `models/`).
+
+One step of speculative decoding (DESIGN.md, "Lossless speculation"):
+  propose N tokens after the pending one -> verify [pending, proposals] in one target pass (rows see the sinks, their
+  window and their tree ancestors) -> accept a path -> commit the K/V of pending + accepted -> next token is pending.
+"""
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from kernels.accept import accept_tree, accept_tree_greedy
+from kernels.ring import RingIndex
+from kernels.sampling import SamplingParams, sample, target_probs
+from pipeline.drafts import NoDraft, Proposal
+
+
+@dataclass
+class Stats:
+    prompt_tokens: int = 0
+    generated: int = 0
+    prefill_s: float = 0.0
+    decode_s: float = 0.0
+    ttft_ms: float = 0.0
+    verify_calls: int = 0
+    proposed: int = 0
+    accepted: int = 0
+    rejections: int = 0
+    rejections_after_wrap: int = 0   # rejected blocks whose rows lie within one block of a ring wrap point
+    wraps: int = 0                   # times the committed position crossed a ring wrap point
+    draft_s: float = 0.0
+
+    def as_dict(self) -> dict:
+        committed = self.accepted + self.verify_calls
+        decoded = max(self.generated - 1, 0)  # the first token comes out of the prefill
+        return {"tokens_per_s": decoded / self.decode_s if self.decode_s else 0.0,
+                "prompt_tokens_per_s": self.prompt_tokens / self.prefill_s if self.prefill_s else 0.0,
+                "ttft_ms": self.ttft_ms, "verify_calls": self.verify_calls,
+                "accepted_per_verify": committed / self.verify_calls if self.verify_calls else 0.0,
+                "acceptance_rate": self.accepted / self.proposed if self.proposed else 0.0,
+                "generated": self.generated, "prompt_tokens": self.prompt_tokens, "proposed": self.proposed,
+                "accepted": self.accepted, "rejections": self.rejections,
+                "rejections_after_wrap": self.rejections_after_wrap, "wraps": self.wraps,
+                "draft_s": self.draft_s, "decode_s": self.decode_s, "prefill_s": self.prefill_s}
+
+
+@dataclass
+class GenerateResult:
+    token_ids: list[int]
+    stats: Stats = field(default_factory=Stats)
+
+
+class Engine:
+    def __init__(self, runner, tokenizer, draft=None, draft_len: int = 4, seed: int = 0):
+        self.runner, self.tok = runner, tokenizer
+        self.spec = runner.spec
+        self.index = RingIndex(self.spec)
+        self.draft = draft or NoDraft()
+        self.draft_len = draft_len
+        self.rng = np.random.default_rng(seed)
+        self.pending: int | None = None
+        T = runner.opts.max_rows
+        self._probs = np.zeros((T, runner.vocab), np.float64)
+        self._anc = np.zeros((T, T), bool)
+        self._depth = np.zeros(T, np.int64)
+        self._wrapped = False
+
+    # -- feeding text into the cache -------------------------------------------------------------------------------
+    def feed(self, ids, all_logits: bool = False, on_logits=None) -> np.ndarray | None:
+        """Commit tokens (the pending one first, if any) in chunks; returns the last row's logits.
+
+        on_logits(start, logits) sees every chunk's logits when all_logits (teacher-forced scoring).
+        """
+        ids = np.asarray(ids, np.int64).reshape(-1)
+        if self.pending is not None:
+            ids = np.concatenate([[self.pending], ids])
+            self.pending = None
+        logits = None
+        step = self.runner.opts.max_rows
+        for start in range(0, len(ids), step):
+            chunk = ids[start:start + step]
+            T = len(chunk)
+            pos = self.index.n + np.arange(T, dtype=np.int64)
+            self.index.visible_mask(pos, None, out=self.runner.mask_buffer(T))
+            logits = self.runner.forward(chunk, pos, None if all_logits else np.array([T - 1]))
+            if on_logits is not None:
+                on_logits(start, logits)
+            self._commit(np.arange(T), pos)
+            self.draft.observe(chunk)
+        return None if logits is None else logits[-1]
+
+    def append(self, text: str) -> int:
+        """Stream text into the ring (teacher forced); returns the number of tokens committed."""
+        ids = self.tok.encode(text)
+        self.feed(ids)
+        return len(ids)
+
+    def _commit(self, rows: np.ndarray, positions: np.ndarray) -> None:
+        before = self.index.n
+        self.runner.store(rows, self.index.write(positions))
+        self.index.commit(len(positions))
+        S, R = self.spec.sink, self.spec.ring
+        if self.index.n > S + R:
+            self._wrapped = (before - S) // R != (self.index.n - S) // R
+        else:
+            self._wrapped = False
+
+    # -- generation ------------------------------------------------------------------------------------------------
+    def _pick(self, logits: np.ndarray, params: SamplingParams) -> int:
+        if params.greedy:
+            return int(np.argmax(logits))
+        return sample(target_probs(logits, params, out=self._probs[0]), self.rng)
+
+    def step(self, params: SamplingParams, stats: Stats) -> list[int]:
+        """One verify pass; returns the tokens it emits (accepted proposals, then the correction or bonus)."""
+        t0 = time.perf_counter()
+        room = self.runner.opts.max_rows - 1
+        prop: Proposal = self.draft.propose(self.pending, min(self.draft_len, room))
+        stats.draft_s += time.perf_counter() - t0
+        N = len(prop.tokens)
+        tokens = np.concatenate([[self.pending], prop.tokens]).astype(np.int64)
+        parent_row = np.concatenate([[-1], prop.parent + 1])          # row 0 is the pending token
+        depth, anc = self._depth[:N + 1], self._anc[:N + 1, :N + 1]
+        anc[:] = False
+        for r in range(N + 1):
+            p = parent_row[r]
+            depth[r] = 0 if p < 0 else depth[p] + 1
+            if p >= 0:
+                anc[r] = anc[p]
+            anc[r, r] = True
+        pos = self.index.n + depth
+        self.index.visible_mask(pos, anc, out=self.runner.mask_buffer(N + 1))
+        logits = self.runner.forward(tokens, pos)
+        if params.greedy:
+            path, nxt = accept_tree_greedy(logits[0], logits[1:], prop.tokens, prop.parent)
+        else:
+            p = target_probs(logits, params, out=self._probs[:N + 1])
+            path, nxt = accept_tree(p[0], p[1:], prop.tokens, prop.parent, prop.q, self.rng)
+        rows = np.array([0] + [i + 1 for i in path], np.int64)
+        self._commit(rows, self.index.n + np.arange(len(rows), dtype=np.int64))
+        committed = tokens[rows]
+        self.draft.observe(committed)
+        stats.verify_calls += 1
+        stats.proposed += N
+        stats.accepted += len(path)
+        if len(path) < N:
+            stats.rejections += 1
+            if self._near_wrap(pos):
+                stats.rejections_after_wrap += 1
+        stats.wraps += int(self._wrapped)
+        self.pending = nxt
+        return [int(t) for t in committed[1:]] + [nxt]
+
+    def _near_wrap(self, pos: np.ndarray) -> bool:
+        """Did this block's rows start within one block after a wrap point (slot S reused) past the first lap?"""
+        S, R = self.spec.sink, self.spec.ring
+        first = int(pos[0])
+        return first >= S + R and (first - S) % R <= self.runner.opts.max_rows
+
+    def generate(self, prompt_ids, max_tokens: int, params: SamplingParams = SamplingParams(),
+                 stop_ids=()) -> GenerateResult:
+        """Prefill the prompt, then decode up to max_tokens (stopping after a stop token)."""
+        stats = Stats(prompt_tokens=len(prompt_ids))
+        t0 = time.perf_counter()
+        last = self.feed(prompt_ids)
+        if last is None:
+            raise ValueError("generate needs a non-empty prompt or context")
+        self.pending = self._pick(last, params)
+        stats.prefill_s = stats.ttft_ms = time.perf_counter() - t0
+        stats.ttft_ms *= 1000.0
+        out = [self.pending]
+        stops = set(int(s) for s in stop_ids)
+        t1 = time.perf_counter()
+        while len(out) < max_tokens and out[-1] not in stops:
+            out.extend(self.step(params, stats))
+        stats.decode_s = time.perf_counter() - t1
+        for i, t in enumerate(out):
+            if t in stops:
+                out = out[:i + 1]
+                break
+        out = out[:max_tokens]
+        stats.generated = len(out)
+        return GenerateResult(out, stats)
