@@ -32,6 +32,8 @@ class NoDraft:
 
     def observe(self, tokens) -> None: ...
 
+    def rollback(self, position: int) -> None: ...
+
     def propose(self, pending: int, k: int) -> Proposal:
         return Proposal.chain([])
 
@@ -45,6 +47,9 @@ class SuffixDraft:
 
     def observe(self, tokens) -> None:
         self.index.append(tokens)
+
+    def rollback(self, position: int) -> None:
+        """Nothing to undo: text that was rolled back may still be proposed, and verification keeps output exact."""
 
     def propose(self, pending: int, k: int) -> Proposal:
         return Proposal.chain(self.index.propose(pending, k))
@@ -78,6 +83,16 @@ class ModelDraft:
             self.fed = []
             tokens = tokens[m:]
         self.backlog.extend(tokens)
+
+    def rollback(self, position: int) -> None:
+        """Forget positions >= position (the target rolled a scratch span back)."""
+        self.fed = []
+        if position >= self.index.n:
+            self.backlog = self.backlog[: position - self.index.n]
+            self.index.rollback(self.index.n)
+        else:
+            self.backlog = []
+            self.index.rollback(position)
 
     def _run(self, tokens: list[int]) -> np.ndarray:
         """Forward tokens at the next positions, write their K/V speculatively; logits of the last row."""

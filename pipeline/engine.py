@@ -100,6 +100,18 @@ class Engine:
         self.feed(ids)
         return len(ids)
 
+    def mark(self) -> int:
+        """A committed position to roll back to later (the pending token, if any, is committed first)."""
+        if self.pending is not None:
+            self.feed([])
+        return self.index.n
+
+    def rollback(self, mark: int) -> None:
+        """Forget everything after `mark` (a scratch span: a question and its answer); target and draft alike."""
+        self.index.rollback(mark)
+        self.pending = None
+        self.draft.rollback(mark)
+
     def _commit(self, rows: np.ndarray, positions: np.ndarray) -> None:
         before = self.index.n
         self.runner.store(rows, self.index.write(positions))

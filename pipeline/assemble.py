@@ -1,0 +1,54 @@
+"""Turn a validated Config (or CLI options) into a ready single-process Engine: model, tokenizer, pools, draft.
+
+Owns start-up order and start-up errors. Never runs a step.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+from kernels.ring import RingSpec
+from kernels.sampling import SamplingParams
+from models.registry import converted_dir, default_model_path
+from models.runner import Runner, RunnerOptions
+from models.tokenizer import Tokenizer
+from pipeline.drafts import ModelDraft, NoDraft, SuffixDraft
+from pipeline.engine import Engine
+
+
+def resolve_gguf(name: str) -> Path:
+    if name in ("", "default"):
+        return default_model_path()
+    path = Path(name)
+    if not path.exists():
+        raise FileNotFoundError(f"model file {path} does not exist")
+    return path
+
+
+def make_draft(kind: str, spec: RingSpec, params: SamplingParams, draft_gguf: str = "", max_rows: int = 32,
+               threads: int = 1, target_vocab: int | None = None):
+    if kind == "none":
+        return NoDraft()
+    if kind == "suffix":
+        return SuffixDraft()
+    if kind == "model":
+        if not draft_gguf:
+            raise ValueError("--draft model needs --draft-model PATH.gguf")
+        runner = Runner(converted_dir(resolve_gguf(draft_gguf)), spec, RunnerOptions(threads=threads,
+                                                                                     max_rows=max_rows))
+        if target_vocab is not None and runner.vocab != target_vocab:
+            raise ValueError(f"draft vocabulary {runner.vocab} != target vocabulary {target_vocab}: a draft must "
+                             f"share the target's tokenizer")
+        return ModelDraft(runner, params, seed=params.seed)
+    raise ValueError(f"unknown draft kind {kind!r} (none, suffix, model)")
+
+
+def make_engine(gguf: str = "default", sink: int = 4, window: int = 1024, slack: int = 0, max_rows: int = 32,
+                threads: int = 2, draft: str = "none", draft_gguf: str = "", draft_len: int = 6,
+                params: SamplingParams = SamplingParams(), draft_threads: int = 1) -> Engine:
+    """Everything `generate`, `score` and the replay need; the GGUF is converted on first use."""
+    path = resolve_gguf(gguf)
+    spec = RingSpec(sink, window, window + max(slack, max_rows))
+    runner = Runner(converted_dir(path), spec, RunnerOptions(threads=threads, max_rows=max_rows))
+    tok = Tokenizer.from_gguf(path)
+    proposer = make_draft(draft, spec, params, draft_gguf, max_rows, draft_threads, runner.vocab)
+    return Engine(runner, tok, proposer, draft_len=draft_len, seed=params.seed)

@@ -1,0 +1,139 @@
+"""Configuration: TOML profiles in configs/, validated once at start-up into typed, frozen objects.
+
+Owns the schema (sections, keys, types, ranges) and the error messages. Never starts anything and never reads
+files other than the profile it is given.
+"""
+from __future__ import annotations
+
+import dataclasses
+import tomllib
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import get_type_hints
+
+ROOT = Path(__file__).resolve().parents[1]
+DEFAULT_PROFILE = ROOT / "configs" / "default.toml"
+
+
+class ConfigError(ValueError):
+    """A profile that cannot be used; the message names the file, the key and what was expected."""
+
+
+@dataclass(frozen=True)
+class ModelSection:
+    gguf: str = "default"            # "default" = the bundled SmolLM2-135M-Instruct, else a path to a GGUF
+    threads: int = 2
+    max_rows: int = 32               # largest block or prefill chunk in one target pass
+    accuracy_level: int = 4
+
+
+@dataclass(frozen=True)
+class CacheSection:
+    sink: int = 4
+    window: int = 1024
+    slack: int = 0                   # ring = window + max(slack, max_rows): room for uncommitted rows (K_max)
+
+
+@dataclass(frozen=True)
+class DraftSection:
+    kind: str = "suffix"             # none | suffix | model
+    model: str = ""                  # GGUF of the neural draft (kind = "model")
+    length: int = 6                  # proposals per verify pass
+    threads: int = 1
+
+
+@dataclass(frozen=True)
+class SamplingSection:
+    temperature: float = 0.0
+    top_k: int = 0
+    top_p: float = 1.0
+    seed: int = 0
+
+
+@dataclass(frozen=True)
+class ReplaySection:
+    log: str = "data/tep_demo.csv"
+    format: str = "csv"
+    every_lines: int = 10            # an assessment after this many stream lines
+    max_new_tokens: int = 40
+    max_lines: int = 0               # 0 = the whole file
+    system_prompt: str = ("You are the alarm analyst of a chemical plant. You read the operator console's alarm "
+                          "log and, when asked, summarise in one or two short sentences what is happening.")
+    question: str = "In one sentence: what is happening in the plant right now?"
+
+
+@dataclass(frozen=True)
+class Config:
+    model: ModelSection = field(default_factory=ModelSection)
+    cache: CacheSection = field(default_factory=CacheSection)
+    draft: DraftSection = field(default_factory=DraftSection)
+    sampling: SamplingSection = field(default_factory=SamplingSection)
+    replay: ReplaySection = field(default_factory=ReplaySection)
+    source: str = "<defaults>"
+
+    @property
+    def ring(self) -> int:
+        return self.cache.window + max(self.cache.slack, self.model.max_rows)
+
+
+_CHOICES = {("draft", "kind"): ("none", "suffix", "model"), ("replay", "format"): ("plain", "csv", "jsonl")}
+_MIN = {("model", "threads"): 1, ("model", "max_rows"): 2, ("cache", "sink"): 0, ("cache", "window"): 1,
+        ("cache", "slack"): 0, ("draft", "length"): 0, ("draft", "threads"): 1, ("sampling", "temperature"): 0.0,
+        ("sampling", "top_k"): 0, ("replay", "every_lines"): 1, ("replay", "max_new_tokens"): 1,
+        ("replay", "max_lines"): 0, ("model", "accuracy_level"): 0}
+
+
+def load(path: str | Path | None = None, overrides: dict | None = None) -> Config:
+    """Read and validate a profile (default: configs/default.toml); `overrides` = {"section.key": value}."""
+    path = Path(path) if path else DEFAULT_PROFILE
+    try:
+        raw = tomllib.loads(path.read_text())
+    except FileNotFoundError:
+        raise ConfigError(f"{path}: no such config file") from None
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(f"{path}: not valid TOML: {exc}") from None
+    for dotted, value in (overrides or {}).items():
+        section, key = dotted.split(".", 1)
+        raw.setdefault(section, {})[key] = value
+    return parse(raw, str(path))
+
+
+def parse(raw: dict, source: str = "<dict>") -> Config:
+    sections = {}
+    hints = get_type_hints(Config)
+    for name, table in raw.items():
+        if name not in hints or name == "source":
+            raise ConfigError(f"{source}: unknown section [{name}] (known: {', '.join(_section_names())})")
+        if not isinstance(table, dict):
+            raise ConfigError(f"{source}: [{name}] must be a table")
+        sections[name] = _section(hints[name], name, table, source)
+    cfg = Config(**sections, source=source)
+    if cfg.draft.kind == "model" and not cfg.draft.model:
+        raise ConfigError(f"{source}: [draft] kind = \"model\" needs model = \"path/to/draft.gguf\"")
+    if not 0.0 < cfg.sampling.top_p <= 1.0:
+        raise ConfigError(f"{source}: [sampling] top_p must be in (0, 1], got {cfg.sampling.top_p}")
+    return cfg
+
+
+def _section_names() -> list[str]:
+    return [f.name for f in dataclasses.fields(Config) if f.name != "source"]
+
+
+def _section(cls, name: str, table: dict, source: str):
+    hints = get_type_hints(cls)
+    values = {}
+    for key, value in table.items():
+        if key not in hints:
+            raise ConfigError(f"{source}: unknown key {name}.{key} (known: {', '.join(hints)})")
+        want = hints[key]
+        if want is float and isinstance(value, int) and not isinstance(value, bool):
+            value = float(value)
+        if not isinstance(value, want) or (want is int and isinstance(value, bool)):
+            raise ConfigError(f"{source}: {name}.{key} must be {want.__name__}, got {type(value).__name__} "
+                              f"{value!r}")
+        if (name, key) in _CHOICES and value not in _CHOICES[(name, key)]:
+            raise ConfigError(f"{source}: {name}.{key} = {value!r}; expected one of {_CHOICES[(name, key)]}")
+        if (name, key) in _MIN and value < _MIN[(name, key)]:
+            raise ConfigError(f"{source}: {name}.{key} = {value!r}; must be >= {_MIN[(name, key)]}")
+        values[key] = value
+    return cls(**values)

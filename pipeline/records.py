@@ -1,0 +1,90 @@
+"""Stream records and the one text form the model sees.
+
+Owns parsing of a captured log (plain lines, TEP alarm CSV, JSON lines) into `Record`s and `render`, the single
+renderer every consumer uses (replay, scoring, benchmarks). Never tokenizes and never touches a model.
+
+Rendered form, one line per record:  ``HH:MM:SS TAG TYPE DESCRIPTION`` for alarm CSV rows, ``HH:MM:SS key=value ...``
+for JSON lines with a timestamp, and the line itself (control characters replaced) for plain text.
+"""
+from __future__ import annotations
+
+import csv
+import io
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+
+@dataclass(frozen=True)
+class Record:
+    offset: int            # index of the record in its source
+    time: str              # as written by the source ("" when it has none)
+    text: str              # the rendered line, newline excluded
+    tags: tuple[str, ...] = ()
+
+
+def _clean(text: str) -> str:
+    return "".join(ch if ch.isprintable() or ch == "\t" else " " for ch in text).strip()
+
+
+def _clock(timestamp: str) -> str:
+    """'2024-05-01 01:32:20.000000000' -> '01:32:20' (unknown shapes pass through)."""
+    parts = timestamp.strip().split(" ")
+    return parts[-1].split(".")[0] if len(parts) == 2 else timestamp.strip()
+
+
+def parse_csv(text: str) -> list[Record]:
+    rows = csv.reader(io.StringIO(text))
+    header = [h.strip().lower() for h in next(rows, [])]
+    col = {name: i for i, name in enumerate(header)}
+    if not {"timestamp", "tag", "type", "description"} <= col.keys():
+        raise ValueError(f"CSV header {header} lacks timestamp, tag, type and description columns")
+    out = []
+    for i, row in enumerate(rows):
+        if len(row) < len(header):
+            continue
+        ts, tag, kind, desc = (_clean(row[col[k]]) for k in ("timestamp", "tag", "type", "description"))
+        out.append(Record(i, ts, f"{_clock(ts)} {tag} {kind} {desc}", (tag,)))
+    return out
+
+
+def parse_jsonl(text: str) -> list[Record]:
+    out = []
+    for i, line in enumerate(text.splitlines()):
+        if not line.strip():
+            continue
+        try:
+            obj = json.loads(line)
+        except json.JSONDecodeError:
+            out.append(Record(i, "", _clean(line)))
+            continue
+        if not isinstance(obj, dict):
+            out.append(Record(i, "", _clean(str(obj))))
+            continue
+        ts = str(obj.pop("timestamp", obj.pop("time", "")))
+        body = " ".join(f"{k}={_fmt(v)}" for k, v in obj.items())
+        out.append(Record(i, ts, _clean(f"{_clock(ts)} {body}" if ts else body), tuple(
+            str(obj[k]) for k in ("tag",) if k in obj)))
+    return out
+
+
+def _fmt(value) -> str:
+    return f"{value:.6g}" if isinstance(value, float) else str(value)
+
+
+def parse_plain(text: str) -> list[Record]:
+    return [Record(i, "", _clean(line)) for i, line in enumerate(text.splitlines()) if line.strip()]
+
+
+PARSERS = {"csv": parse_csv, "jsonl": parse_jsonl, "plain": parse_plain}
+
+
+def read_log(path: str | Path, fmt: str | None = None) -> list[Record]:
+    path = Path(path)
+    fmt = fmt or {".csv": "csv", ".jsonl": "jsonl"}.get(path.suffix, "plain")
+    text = path.read_bytes().decode("utf-8", errors="replace")
+    return PARSERS[fmt](text)
+
+
+def render(records) -> str:
+    return "".join(r.text + "\n" for r in records)

@@ -1,0 +1,129 @@
+"""The work behind the CLI verbs: score text, generate, replay a log with running assessments.
+
+Each function takes plain arguments and returns plain data; printing is the CLI's job. Never parses argv.
+"""
+from __future__ import annotations
+
+import time
+
+import numpy as np
+
+from kernels.sampling import SamplingParams
+from pipeline.assemble import make_engine
+from pipeline.records import read_log
+
+
+class ContextTooLong(ValueError):
+    pass
+
+
+def score(text: str, sink: int | None = None, window: int | None = None, gguf: str = "default",
+          chunk: int = 64, threads: int = 2) -> dict:
+    """Teacher-forced mean NLL of `text` (the first token is not scored).
+
+    window None: a plain full cache sized to the text (an error past the model's context length). Otherwise the
+    ring policy with `sink` sinks and a `window`, computed in chunks with per-row masks.
+    """
+    from models.registry import converted_dir
+    from models.convert import load_card
+    from models.tokenizer import Tokenizer
+    from pipeline.assemble import resolve_gguf
+
+    path = resolve_gguf(gguf)
+    ids = Tokenizer.from_gguf(path).encode(text)
+    n = len(ids)
+    if n < 2:
+        raise ValueError(f"the text has {n} token(s); scoring needs at least 2")
+    if window is None:
+        ctx = load_card(converted_dir(path))["config"]["context_length"]
+        if n > ctx:
+            raise ContextTooLong(f"the text has {n} tokens, more than the model's context length {ctx}; "
+                                 f"pass --window W (and --sink S) to score it under the ring policy")
+        sink, window = 0, n
+    engine = make_engine(gguf, sink=sink or 0, window=window, max_rows=chunk, threads=threads)
+    nll = np.zeros(n - 1, np.float64)
+
+    def collect(start: int, logits: np.ndarray) -> None:
+        rows = logits.astype(np.float64)
+        rows -= rows.max(axis=-1, keepdims=True)
+        logz = np.log(np.exp(rows).sum(axis=-1))
+        for j in range(len(rows)):
+            t = start + j + 1                      # row j predicts token start + j + 1
+            if t < n:
+                nll[t - 1] = logz[j] - rows[j, ids[t]]
+
+    engine.feed(ids, all_logits=True, on_logits=collect)
+    return {"n_tokens": int(n), "nll_mean": float(nll.mean()), "token_ids": [int(t) for t in ids]}
+
+
+def generate(prompt: str, chat: bool = False, max_tokens: int = 64, params: SamplingParams = SamplingParams(),
+             draft: str = "none", draft_gguf: str = "", draft_len: int = 6, sink: int | None = None,
+             window: int | None = None, gguf: str = "default", threads: int = 2, max_rows: int = 32) -> dict:
+    """Generate from a raw (or chat-templated) prompt; greedy when temperature is 0."""
+    from models.convert import load_card
+    from models.registry import converted_dir
+    from pipeline.assemble import resolve_gguf
+
+    if window is None:
+        window = load_card(converted_dir(resolve_gguf(gguf)))["config"]["context_length"]
+        sink = 0
+    engine = make_engine(gguf, sink=sink or 0, window=window, max_rows=max_rows, threads=threads, draft=draft,
+                         draft_gguf=draft_gguf, draft_len=draft_len, params=params)
+    tok = engine.tok
+    ids = tok.render_chat([{"role": "user", "content": prompt}]) if chat else tok.encode(prompt)
+    result = engine.generate(ids, max_tokens, params, stop_ids=tok.stop_ids if chat else ())
+    return {"token_ids": result.token_ids, "text": tok.decode(result.token_ids), "stats": result.stats.as_dict()}
+
+
+def chat_frame(tok, system: str, question: str) -> tuple[np.ndarray, np.ndarray]:
+    """(head, ask): head opens a user turn after the system turn ("...<|im_start|>user\nAlarm log:\n"), to be
+    continued by log lines; ask closes that turn, asks `question` and opens the assistant's turn."""
+    turns = [{"role": "system", "content": system}, {"role": "user", "content": "Alarm log:\n"}]
+    closed = tok.render_chat(turns, add_generation_prompt=False)
+    longer = tok.render_chat([turns[0], {"role": "user", "content": "Alarm log:\nzz"}], add_generation_prompt=False)
+    open_len = next(i for i, (a, b) in enumerate(zip(closed, longer)) if a != b)
+    asked = tok.render_chat(turns + [{"role": "user", "content": question}], add_generation_prompt=True)
+    return closed[:open_len], np.concatenate([closed[open_len:], asked[len(closed):]])
+
+
+def replay(log: str, fmt: str, cfg, emit, max_lines: int = 0) -> dict:
+    """Stream a captured log through the single-process engine; every `every_lines` lines ask for an assessment.
+
+    The system prompt and the head of the user turn sit in the sink region (never evicted); log lines enter the
+    ring; each question and its answer live in a scratch span that is rolled back afterwards, so the ring holds
+    only the stream. emit(kind, payload) receives "line" and "assessment" events.
+    """
+    from models.tokenizer import Tokenizer
+    from pipeline.assemble import resolve_gguf
+
+    c = cfg
+    params = SamplingParams(c.sampling.temperature, c.sampling.top_k, c.sampling.top_p, c.sampling.seed)
+    records = read_log(log, fmt)[: max_lines or None]
+    tok = Tokenizer.from_gguf(resolve_gguf(c.model.gguf))
+    head, ask = chat_frame(tok, c.replay.system_prompt, c.replay.question)
+    scratch = len(ask) + c.replay.max_new_tokens + 8
+    engine = make_engine(c.model.gguf, sink=max(c.cache.sink, len(head)), window=c.cache.window,
+                         slack=max(c.cache.slack, scratch), max_rows=c.model.max_rows, threads=c.model.threads,
+                         draft=c.draft.kind, draft_gguf=c.draft.model, draft_len=c.draft.length, params=params,
+                         draft_threads=c.draft.threads)
+    engine.feed(head)
+    t0 = time.perf_counter()
+    totals = {"lines": 0, "stream_tokens": 0, "assessments": 0, "generated": 0, "decode_s": 0.0}
+    for i, rec in enumerate(records):
+        totals["stream_tokens"] += engine.append(rec.text + "\n")
+        totals["lines"] += 1
+        emit("line", rec)
+        if (i + 1) % c.replay.every_lines:
+            continue
+        mark = engine.mark()
+        res = engine.generate(ask, c.replay.max_new_tokens, params, stop_ids=tok.stop_ids)
+        engine.rollback(mark)
+        st = res.stats.as_dict()
+        totals["assessments"] += 1
+        totals["generated"] += st["generated"]
+        totals["decode_s"] += st["decode_s"]
+        text = tok.decode([t for t in res.token_ids if t not in tok.stop_ids]).strip()
+        emit("assessment", {"offset": rec.offset, "text": text, "stats": st})
+    totals["wall_s"] = time.perf_counter() - t0
+    totals["tokens_per_s"] = totals["generated"] / totals["decode_s"] if totals["decode_s"] else 0.0
+    return totals

@@ -1,0 +1,180 @@
+#!/usr/bin/env python3
+"""ringspec command line: a thin layer over pipeline/ and models/; each verb parses, calls one function, prints.
+
+  python run.py                      replay the bundled alarm log with running assessments (the main job)
+  python run.py replay FILE          the same on your own log
+  python run.py generate --prompt .. generate text (optionally with a draft), --json for scripts
+  python run.py score --text-file F  teacher-forced mean NLL of a text, full cache or ring policy
+  python run.py convert MODEL.gguf   convert a llama/qwen2 GGUF into ONNX graphs + weights + model card
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import textwrap
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent
+sys.path.insert(0, str(ROOT))
+
+
+def _add_model(p):
+    p.add_argument("--model", default="default", help="GGUF file (default: the bundled SmolLM2-135M-Instruct Q4_1, "
+                                                      "fetched once into the cache)")
+    p.add_argument("--threads", type=int, default=2, help="ONNX Runtime intra-op threads (default 2)")
+
+
+def _add_policy(p):
+    p.add_argument("--sink", type=int, default=None, help="attention-sink slots (with --window; default 4)")
+    p.add_argument("--window", type=int, default=None,
+                   help="ring policy: attend to the sinks and the W most recent tokens (default: a plain full cache)")
+
+
+def parser() -> argparse.ArgumentParser:
+    top = argparse.ArgumentParser(prog="run.py", description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
+    sub = top.add_subparsers(dest="verb")
+
+    p = sub.add_parser("replay", help="replay a captured log through the engine with running assessments",
+                       description="Replay a log (plain lines, TEP alarm CSV or JSON lines); every N lines the "
+                                   "model writes a short assessment of what it has seen.")
+    p.add_argument("file", nargs="?", help="log file (default: the profile's replay.log, the bundled TEP log)")
+    p.add_argument("--format", choices=("plain", "csv", "jsonl"), help="log format (default: from the extension)")
+    p.add_argument("--config", help="TOML profile (default: configs/default.toml)")
+    p.add_argument("--max-lines", type=int, default=0, help="stop after N lines (0: all)")
+    p.add_argument("--every", type=int, help="lines between assessments (overrides replay.every_lines)")
+    p.add_argument("--quiet-lines", action="store_true", help="print only the assessments, not every log line")
+
+    p = sub.add_parser("generate", help="generate from a prompt; --json prints one JSON object",
+                       description="Generate text; greedy unless --temperature > 0. With a draft, output is "
+                                   "exactly what the target alone produces (lossless speculative decoding).")
+    g = p.add_mutually_exclusive_group(required=True)
+    g.add_argument("--prompt", help="prompt text")
+    g.add_argument("--prompt-file", help="file holding the prompt")
+    p.add_argument("--chat", action="store_true", help="wrap the prompt in the model's chat template")
+    p.add_argument("--max-tokens", type=int, default=64)
+    p.add_argument("--temperature", type=float, default=0.0)
+    p.add_argument("--top-k", type=int, default=0)
+    p.add_argument("--top-p", type=float, default=1.0)
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--draft", choices=("none", "suffix", "model"), default="none",
+                   help="none: target only; suffix: draft from the text already seen; model: a draft GGUF")
+    p.add_argument("--draft-model", default="", help="draft GGUF sharing the target's tokenizer (--draft model)")
+    p.add_argument("--draft-len", type=int, default=6, help="proposals per verify pass")
+    p.add_argument("--json", action="store_true", help="print exactly one JSON object")
+    _add_policy(p)
+    _add_model(p)
+
+    p = sub.add_parser("score", help="teacher-forced mean NLL of a text; --json prints one JSON object")
+    p.add_argument("--text-file", required=True)
+    p.add_argument("--json", action="store_true")
+    _add_policy(p)
+    _add_model(p)
+
+    p = sub.add_parser("convert", help="convert a llama/qwen2 GGUF into an ONNX model directory")
+    p.add_argument("gguf")
+    p.add_argument("--out", required=True, help="output directory (weights.bin, card.json, graphs on demand)")
+    p.add_argument("--graph", action="append", default=[], metavar="T,S,R",
+                   help="also build the static-shape graph for T rows, S sinks, R ring slots (repeatable)")
+    return top
+
+
+def _fail(msg: str, code: int = 2) -> int:
+    print(f"ringspec: error: {msg}", file=sys.stderr)
+    return code
+
+
+def main(argv=None) -> int:
+    args = parser().parse_args(argv)
+    verb = args.verb or "replay"
+    try:
+        return VERBS[verb](args)
+    except KeyboardInterrupt:
+        return 130
+    except (OSError, ValueError, RuntimeError) as exc:   # start-up and input errors: one line, no traceback
+        return _fail(str(exc))
+
+
+def cmd_replay(args) -> int:
+    from pipeline import config, tasks
+
+    overrides = {"replay.every_lines": args.every} if getattr(args, "every", None) else {}
+    cfg = config.load(getattr(args, "config", None), overrides)
+    log = getattr(args, "file", None) or str(ROOT / cfg.replay.log if not Path(cfg.replay.log).is_absolute()
+                                             else cfg.replay.log)
+    fmt = getattr(args, "format", None)
+    quiet = getattr(args, "quiet_lines", False)
+
+    def emit(kind, payload):
+        if kind == "line" and not quiet:
+            print(f"  {payload.text}")
+        elif kind == "assessment":
+            st = payload["stats"]
+            print(f"\n>> [after line {payload['offset']}] {payload['text']}\n"
+                  f"   ({st['generated']} tokens, {st['tokens_per_s']:.0f} tok/s, ttft {st['ttft_ms']:.0f} ms, "
+                  f"{st['accepted_per_verify']:.2f} tokens/verify)\n", flush=True)
+
+    totals = tasks.replay(log, fmt, cfg, emit, max_lines=getattr(args, "max_lines", 0) or cfg.replay.max_lines)
+    print(f"replayed {totals['lines']} lines ({totals['stream_tokens']} tokens), {totals['assessments']} "
+          f"assessments, {totals['tokens_per_s']:.0f} tok/s decode, {totals['wall_s']:.1f} s")
+    return 0
+
+
+def cmd_generate(args) -> int:
+    from kernels.sampling import SamplingParams
+    from pipeline import tasks
+
+    prompt = args.prompt if args.prompt is not None else Path(args.prompt_file).read_text()
+    params = SamplingParams(args.temperature, args.top_k, args.top_p, args.seed)
+    out = tasks.generate(prompt, args.chat, args.max_tokens, params, args.draft, args.draft_model, args.draft_len,
+                         _sink(args), args.window, args.model, args.threads)
+    if args.json:
+        print(json.dumps(out))
+    else:
+        print(out["text"])
+        st = out["stats"]
+        print(f"\n[{st['generated']} tokens, {st['tokens_per_s']:.1f} tok/s, ttft {st['ttft_ms']:.0f} ms, "
+              f"{st['accepted_per_verify']:.2f} tokens/verify]", file=sys.stderr)
+    return 0
+
+
+def cmd_score(args) -> int:
+    from pipeline import tasks
+
+    out = tasks.score(Path(args.text_file).read_text(), _sink(args), args.window, args.model, threads=args.threads)
+    if args.json:
+        print(json.dumps(out))
+    else:
+        print(f"{out['n_tokens']} tokens, mean NLL {out['nll_mean']:.4f}")
+    return 0
+
+
+def cmd_convert(args) -> int:
+    from models.convert import convert, load_card
+    from models.graph import ensure_graph
+
+    card_path = convert(args.gguf, args.out)
+    card = load_card(args.out)
+    for spec in args.graph:
+        T, S, R = (int(x) for x in spec.split(","))
+        print(ensure_graph(Path(args.out), card, T, S, R))
+    cfg = card["config"]
+    print(textwrap.dedent(f"""\
+        converted {args.gguf} -> {args.out}
+          {cfg['arch']}: {cfg['n_layers']} layers, d={cfg['d_model']}, {cfg['n_heads']} heads / {cfg['n_kv_heads']} kv,
+          vocab {cfg['vocab_size']}, weights {card['source']['tensor_types']}; card: {card_path}"""))
+    return 0
+
+
+def _sink(args):
+    if args.window is None:
+        if args.sink:
+            raise ValueError("--sink needs --window (the ring policy)")
+        return None
+    return 4 if args.sink is None else args.sink
+
+
+VERBS = {"replay": cmd_replay, "generate": cmd_generate, "score": cmd_score, "convert": cmd_convert}
+
+if __name__ == "__main__":
+    sys.exit(main())
