@@ -53,14 +53,20 @@ class _Builder:
         self.inits[name] = onnx.numpy_helper.from_array(np.asarray(value, dtype=dtype), name)
         return name
 
+    def block_sum(self, k: int) -> str:
+        name = f"block_sum_{k}"
+        if name not in self.inits:
+            ones = np.kron(np.eye(k // 32, dtype=np.float32), np.ones((32, 1), np.float32))   # [K, K/32]
+            self.inits[name] = onnx.numpy_helper.from_array(ones, name)
+        return name
+
     def linear(self, x: str, spec: dict, accuracy_level: int) -> str:
         if spec["kind"] == "nbits":
             y = self.op("MatMulNBits", [x, self.weight(spec["B"]), self.weight(spec["scales"])], domain=MS,
                         K=spec["K"], N=spec["N"], bits=spec["bits"], block_size=32, accuracy_level=accuracy_level)
             if spec.get("offsets"):
-                # Q4_1's per-block offset: sum x over each 32-wide block, times (8d + m) (models/quant.py).
-                blocks = self.op("Reshape", [x, self.const([-1, spec["K"] // 32, 32])])
-                sums = self.op("ReduceSum", [blocks, self.const([-1])], keepdims=0)
+                # Q4_1's per-block offset: x's 32-wide block sums (x @ ones-blocks), times (8d + m) (models/quant.py).
+                sums = self.op("MatMul", [x, self.block_sum(spec["K"])])
                 y = self.op("Add", [y, self.op("MatMul", [sums, self.weight(spec["offsets"])])])
         else:
             y = self.op("MatMul", [x, self.weight(spec["W"])])
@@ -108,10 +114,12 @@ def build_graph(card: dict, T: int | None, sink: int, ring: int, accuracy_level:
         x = b.op("SimplifiedLayerNormalization", [h, b.weight(layer["attn_norm"])], axis=-1,
                  epsilon=cfg["rms_eps"], stash_type=1)
         qkv = b.linear(x, layer["qkv"], accuracy_level)
-        q, k, v = b.op("Split", [qkv, b.const([H * D, KVH * D, KVH * D])], n_out=3, axis=-1)
-        q3, k3 = (b.op("Unsqueeze", [t, b.const([0])]) for t in (q, k))
+        q3, k3, v = b.op("Split", [qkv, b.const([H * D, KVH * D, KVH * D])], n_out=3, axis=-1)
 
-        def heads_first(t, n_heads):  # [.., T, n*D] -> [KVH, (n/KVH)*T, D]: a kv head's query rows side by side
+        def heads_first(t, n_heads):  # [1, T, n*D] -> [KVH, (n/KVH)*T, D]: a kv head's query rows side by side
+            if n_heads == KVH:
+                t = b.op("Reshape", [t, b.const([-1, KVH, D])])
+                return b.op("Transpose", [t], perm=[1, 0, 2])
             t = b.op("Reshape", [t, b.const([-1, KVH, n_heads // KVH, D])])
             t = b.op("Transpose", [t], perm=[1, 2, 0, 3])
             return b.op("Reshape", [t, b.const([KVH, -1, D])])
@@ -119,8 +127,8 @@ def build_graph(card: dict, T: int | None, sink: int, ring: int, accuracy_level:
         qw = heads_first(b.rope(q3, "cos", "sin", H, interleaved), H)
         kn = heads_first(b.rope(k3, "cos", "sin", KVH, interleaved), KVH)
         vn = heads_first(v, KVH)
-        new_k.append(b.op("Unsqueeze", [kn, b.const([0])]))
-        new_v.append(b.op("Unsqueeze", [vn, b.const([0])]))
+        new_k.append(kn)
+        new_v.append(vn)
         # Scores against [sink slots | ring slots | new rows]; the mask broadcasts over heads in the 4-D view.
         scores = [b.op("FusedMatMul", [qw, names["ring_k"]], domain=MS, alpha=scale, transB=1),
                   b.op("FusedMatMul", [qw, kn], domain=MS, alpha=scale, transB=1)]
@@ -138,7 +146,7 @@ def build_graph(card: dict, T: int | None, sink: int, ring: int, accuracy_level:
             o = term if o is None else b.op("Add", [o, term])
         o = b.op("Reshape", [o, b.const([KVH, G, -1, D])])
         o = b.op("Transpose", [o], perm=[2, 0, 1, 3])                      # [T, KVH, G, D]
-        o = b.op("Reshape", [o, b.const([-1, H * D])])
+        o = b.op("Reshape", [o, b.const([1, -1, H * D])])
         h = b.op("Add", [h, b.linear(o, layer["o"], accuracy_level)])
 
         x = b.op("SimplifiedLayerNormalization", [h, b.weight(layer["ffn_norm"])], axis=-1,
@@ -148,16 +156,16 @@ def build_graph(card: dict, T: int | None, sink: int, ring: int, accuracy_level:
         act = b.op("Mul", [b.op("Mul", [gate, b.op("Sigmoid", [gate])]), up])
         h = b.op("Add", [h, b.linear(act, layer["down"], accuracy_level)])
 
-    h = b.op("Gather", [h, "logit_rows"], axis=0)
+    h = b.op("Gather", [h, "logit_rows"], axis=1)
     x = b.op("SimplifiedLayerNormalization", [h, b.weight(card["output_norm"])], axis=-1, epsilon=cfg["rms_eps"],
              stash_type=1)
     out_logits = b.linear(x, card["linears"][card["head"]], accuracy_level)
     b.nodes.append(helper.make_node("Identity", [out_logits], ["logits"]))
     b.nodes.append(helper.make_node("Concat", new_k, ["new_k"], axis=0))
     b.nodes.append(helper.make_node("Concat", new_v, ["new_v"], axis=0))
-    outputs = [helper.make_tensor_value_info("logits", f32, ["M", V]),
-               helper.make_tensor_value_info("new_k", f32, [L, KVH, rows, D]),
-               helper.make_tensor_value_info("new_v", f32, [L, KVH, rows, D])]
+    outputs = [helper.make_tensor_value_info("logits", f32, [1, "M", V]),
+               helper.make_tensor_value_info("new_k", f32, [L * KVH, rows, D]),    # = [L, KVH, T, D] in memory
+               helper.make_tensor_value_info("new_v", f32, [L * KVH, rows, D])]
     graph = helper.make_graph(b.nodes, f"ringspec_T{rows}_S{S}_R{R}", inputs, outputs, list(b.inits.values()))
     return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid(MS, 1)],
                              producer_name="ringspec")
@@ -166,14 +174,14 @@ def build_graph(card: dict, T: int | None, sink: int, ring: int, accuracy_level:
 def _embed(b: _Builder, card: dict, d: int) -> str:
     emb = card["embed"]
     if emb["kind"] == "dense":
-        return b.op("Gather", [b.weight(emb["W"]), "input_ids"], axis=0)
+        return b.op("Unsqueeze", [b.op("Gather", [b.weight(emb["W"]), "input_ids"], axis=0), b.const([0])])
     spec = card["linears"][emb["linear"]]   # Q8_0 codes shared with the head: w = scale * (code - 128)
     nb = spec["K"] // 32
     codes = b.op("Cast", [b.op("Gather", [b.weight(spec["B"]), "input_ids"], axis=0)], to=TensorProto.FLOAT)
     scales = b.op("Reshape", [b.weight(spec["scales"]), b.const([-1, nb, 1])])
     rows = b.op("Mul", [b.op("Sub", [codes, b.const(128.0, np.float32)]),
                         b.op("Gather", [scales, "input_ids"], axis=0)])
-    return b.op("Reshape", [rows, b.const([-1, d])])
+    return b.op("Reshape", [rows, b.const([1, -1, d])])
 
 
 def graph_path(model_dir: Path, T: int | None, sink: int, ring: int, accuracy_level: int) -> Path:

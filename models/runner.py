@@ -52,7 +52,7 @@ class Runner:
         self._tables = np.zeros((4, T, D // 2), np.float32)           # cos, sin, cos_sink, sin_sink
         self._mask = np.zeros(T * (S + R + T), np.float32)
         self._rows = np.zeros(T, np.int64)
-        self._logits = np.zeros((T, self.vocab), np.float32)
+        self._logits = np.zeros((1, T, self.vocab), np.float32)
         self._new_kv = np.zeros((2, L * KVH * T * D), np.float32)   # flat: each call views a contiguous [L,KVH,T,D]
         self.new_k = self.new_v = self._new_kv[:, :0]
         self._io = self.session.io_binding()
@@ -100,7 +100,7 @@ class Runner:
             rows = self._rows[: len(logit_rows)]
             rows[:] = logit_rows
         M = len(rows)
-        logits = self._logits[:M]
+        logits = self._logits[:, :M]
         io = self._io
         self._bind_in("input_ids", ids)
         for name, table in zip(("cos", "sin", "cos_sink", "sin_sink"), (cos, sin, cos_s, sin_s)):
@@ -108,10 +108,11 @@ class Runner:
         self._bind_in("mask", self.mask_buffer(T))
         self._bind_in("logit_rows", rows)
         self._bind_out("logits", logits)
+        logits = logits[0]
         L, KVH, D = self.cfg["n_layers"], self.cfg["n_kv_heads"], self.cfg["head_dim"]
         self.new_k, self.new_v = (buf[: L * KVH * T * D].reshape(L, KVH, T, D) for buf in self._new_kv)
-        self._bind_out("new_k", self.new_k)
-        self._bind_out("new_v", self.new_v)
+        self._bind_out("new_k", self.new_k.reshape(L * KVH, T, D))
+        self._bind_out("new_v", self.new_v.reshape(L * KVH, T, D))
         self.session.run_with_iobinding(io)
         self.forward_calls += 1
         self.forward_rows += T
