@@ -72,6 +72,8 @@ def convert(gguf_path: str | os.PathLike, out_dir: str | os.PathLike, progress: 
     model = GGUFModel(gguf_path)
     cfg = model.config
     out.mkdir(parents=True, exist_ok=True)
+    for stale in out.glob("graph_*.onnx"):      # graphs point into weights.bin by offset: never reuse them
+        stale.unlink()
     tmp_weights = out / (WEIGHTS + ".part")
     w = WeightWriter(tmp_weights)
     steps = cfg.n_layers + 2

@@ -84,7 +84,7 @@ def build_graph(card: dict, T: int | None, sink: int, ring: int, accuracy_level:
     """One pass over T rows (None: a symbolic row count) against `sink` + `ring` pool slots.
 
     `logit_rows` (int64 [M]) picks the rows whose logits are computed: all of them to verify a block, only the last
-    to prefill a chunk (the head is the largest matmul of a small model).
+    to prefill a chunk (the head is the largest matmul of a small model). A static graph (T given) has M = T.
     """
     cfg = card["config"]
     L, H, KVH, D = cfg["n_layers"], cfg["n_heads"], cfg["n_kv_heads"], cfg["head_dim"]
@@ -98,7 +98,7 @@ def build_graph(card: dict, T: int | None, sink: int, ring: int, accuracy_level:
     inputs = [helper.make_tensor_value_info("input_ids", TensorProto.INT64, [rows])]
     inputs += [helper.make_tensor_value_info(n, f32, [rows, D // 2]) for n in ("cos", "sin", "cos_sink", "sin_sink")]
     inputs += [helper.make_tensor_value_info("mask", f32, [rows, cols]),
-               helper.make_tensor_value_info("logit_rows", TensorProto.INT64, ["M"])]
+               helper.make_tensor_value_info("logit_rows", TensorProto.INT64, ["M" if T is None else T])]
     b.inits["position_ids"] = onnx.numpy_helper.from_array(np.zeros(1, np.int64), "position_ids")  # row r -> cos[r]
 
     h = _embed(b, card, d)
@@ -163,7 +163,7 @@ def build_graph(card: dict, T: int | None, sink: int, ring: int, accuracy_level:
     b.nodes.append(helper.make_node("Identity", [out_logits], ["logits"]))
     b.nodes.append(helper.make_node("Concat", new_k, ["new_k"], axis=0))
     b.nodes.append(helper.make_node("Concat", new_v, ["new_v"], axis=0))
-    outputs = [helper.make_tensor_value_info("logits", f32, [1, "M", V]),
+    outputs = [helper.make_tensor_value_info("logits", f32, [1, "M" if T is None else T, V]),
                helper.make_tensor_value_info("new_k", f32, [L * KVH, rows, D]),    # = [L, KVH, T, D] in memory
                helper.make_tensor_value_info("new_v", f32, [L * KVH, rows, D])]
     graph = helper.make_graph(b.nodes, f"ringspec_T{rows}_S{S}_R{R}", inputs, outputs, list(b.inits.values()))

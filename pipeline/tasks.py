@@ -59,18 +59,29 @@ def score(text: str, sink: int | None = None, window: int | None = None, gguf: s
 def generate(prompt: str, chat: bool = False, max_tokens: int = 64, params: SamplingParams = SamplingParams(),
              draft: str = "none", draft_gguf: str = "", draft_len: int = 6, sink: int | None = None,
              window: int | None = None, gguf: str = "default", threads: int = 2, max_rows: int = 32) -> dict:
-    """Generate from a raw (or chat-templated) prompt; greedy when temperature is 0."""
+    """Generate from a raw (or chat-templated) prompt; greedy when temperature is 0.
+
+    window None: a plain full cache, sized to prompt + max_tokens (an error past the model's context length).
+    """
     from models.convert import load_card
     from models.registry import converted_dir
+    from models.tokenizer import Tokenizer
     from pipeline.assemble import resolve_gguf
 
+    path = resolve_gguf(gguf)
+    tok = Tokenizer.from_gguf(path)
+    ids = tok.render_chat([{"role": "user", "content": prompt}]) if chat else tok.encode(prompt)
+    if len(ids) == 0:
+        raise ValueError("the prompt is empty")
     if window is None:
-        window = load_card(converted_dir(resolve_gguf(gguf)))["config"]["context_length"]
-        sink = 0
+        ctx = load_card(converted_dir(path))["config"]["context_length"]
+        need = len(ids) + max_tokens
+        if need > ctx:
+            raise ContextTooLong(f"prompt ({len(ids)} tokens) + max tokens ({max_tokens}) exceed the model's "
+                                 f"context length {ctx}; pass --window W to use the ring policy")
+        sink, window = 0, need
     engine = make_engine(gguf, sink=sink or 0, window=window, max_rows=max_rows, threads=threads, draft=draft,
                          draft_gguf=draft_gguf, draft_len=draft_len, params=params)
-    tok = engine.tok
-    ids = tok.render_chat([{"role": "user", "content": prompt}]) if chat else tok.encode(prompt)
     result = engine.generate(ids, max_tokens, params, stop_ids=tok.stop_ids if chat else ())
     return {"token_ids": result.token_ids, "text": tok.decode(result.token_ids), "stats": result.stats.as_dict()}
 
