@@ -117,10 +117,8 @@ class Engine:
         self.runner.store(rows, self.index.write(positions))
         self.index.commit(len(positions))
         S, R = self.spec.sink, self.spec.ring
-        if self.index.n > S + R:
-            self._wrapped = (before - S) // R != (self.index.n - S) // R
-        else:
-            self._wrapped = False
+        lap = lambda u: max(u - S, -1) // R                  # noqa: E731  (lap of the last committed position)
+        self._wrapped = lap(self.index.n - 1) != lap(before - 1)
 
     # -- generation ------------------------------------------------------------------------------------------------
     def _pick(self, logits: np.ndarray, params: SamplingParams) -> int:
@@ -185,16 +183,18 @@ class Engine:
         self.pending = self._pick(last, params)
         stats.prefill_s = stats.ttft_ms = time.perf_counter() - t0
         stats.ttft_ms *= 1000.0
+        start = self.index.n                           # position of the first generated token
         out = [self.pending]
         stops = set(int(s) for s in stop_ids)
         t1 = time.perf_counter()
         while len(out) < max_tokens and out[-1] not in stops:
             out.extend(self.step(params, stats))
         stats.decode_s = time.perf_counter() - t1
-        for i, t in enumerate(out):
-            if t in stops:
-                out = out[:i + 1]
-                break
-        out = out[:max_tokens]
+        end = next((i + 1 for i, t in enumerate(out) if t in stops), len(out))
+        out = out[:min(end, max_tokens)]
+        if self.index.n > start + len(out) - 1:        # a block ran past the end: the cache must hold exactly out[:-1]
+            self.index.rollback(start + len(out) - 1)
+            self.draft.rollback(start + len(out) - 1)
+        self.pending = out[-1]
         stats.generated = len(out)
         return GenerateResult(out, stats)

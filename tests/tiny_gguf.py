@@ -207,14 +207,17 @@ def write_tiny_gguf(path, arch: str = "llama", *, n_layers: int = 2, d_model: in
             "tokens": tokens, "merges": merges}
 
 
-def truncate_layers(src_gguf, dst_gguf, keep: int) -> Path:
-    """Copy src_gguf to dst_gguf keeping blocks 0..keep-1: tensors byte for byte in their own quant types, every
-    metadata key copied as stored except {arch}.block_count = keep."""
+def truncate_layers(src_gguf, dst_gguf, keep) -> Path:
+    """Copy src_gguf to dst_gguf keeping blocks 0..keep-1 (or the listed blocks, renumbered in order): tensors byte
+    for byte in their own quant types, every metadata key copied as stored except {arch}.block_count."""
     reader = GGUFReader(str(src_gguf))
     arch = reader.fields["general.architecture"].contents()
     n_blocks = int(reader.fields[f"{arch}.block_count"].contents())
-    if not 0 < keep <= n_blocks:
-        raise ValueError(f"keep must be in 1..{n_blocks}, got {keep}")
+    blocks = list(range(keep)) if isinstance(keep, int) else sorted(keep)
+    if not blocks or blocks[0] < 0 or blocks[-1] >= n_blocks or len(set(blocks)) != len(blocks):
+        raise ValueError(f"keep must select blocks in 0..{n_blocks - 1}, got {keep}")
+    renumber = {old: new for new, old in enumerate(blocks)}
+    keep = len(blocks)
     writer = GGUFWriter(str(dst_gguf), arch)
     for key, field in reader.fields.items():
         if key.startswith("GGUF.") or key == "general.architecture":
@@ -235,9 +238,13 @@ def truncate_layers(src_gguf, dst_gguf, keep: int) -> Path:
     if "general.alignment" in reader.fields:
         writer.data_alignment = int(reader.fields["general.alignment"].contents())
     for t in reader.tensors:
-        if t.name.startswith("blk.") and int(t.name.split(".")[1]) >= keep:
-            continue
-        writer.add_tensor(t.name, np.asarray(t.data), raw_dtype=t.tensor_type)
+        name = t.name
+        if name.startswith("blk."):
+            _, index, rest = name.split(".", 2)
+            if int(index) not in renumber:
+                continue
+            name = f"blk.{renumber[int(index)]}.{rest}"
+        writer.add_tensor(name, np.asarray(t.data), raw_dtype=t.tensor_type)
     writer.write_header_to_file()
     writer.write_kv_data_to_file()
     writer.write_tensors_to_file()

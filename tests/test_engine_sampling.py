@@ -1,0 +1,296 @@
+"""Speculative sampling is lossless end to end (DESIGN.md, "Lossless speculation"): real ONNX Runtime graphs, the real
+engine loop, the real drafts.
+
+tests/test_accept.py proves the acceptance kernels on Markov chains; here `Engine.generate` itself must emit the
+target's own joint law of the first three tokens, whatever proposes them: no draft, the draft model, a fixed guessed
+chain, a token tree. The exact law comes from the target alone, one prefix at a time (top_k=3: at most 27 cells).
+Each statistical test has fixed seeds, so it is deterministic; it is calibrated as if the seeds were random: the
+correct engine must pass a chi-square goodness-of-fit test at significance alpha = 1e-3, a deliberately broken
+proposer must be rejected at p < 1e-6 (power stated beside RUNS).
+"""
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass
+
+import numpy as np
+import pytest
+from scipy.stats import chisquare
+
+from kernels.ring import RingSpec
+from kernels.sampling import SamplingParams, sample, target_probs
+from models.convert import convert
+from models.runner import Runner, RunnerOptions
+from models.tokenizer import Tokenizer
+from pipeline.drafts import ModelDraft, NoDraft, Proposal, SuffixDraft
+from pipeline.engine import Engine, Stats
+from tests.tiny_gguf import write_tiny_gguf
+
+PARAMS = SamplingParams(temperature=1.0, top_k=3)
+GREEDY = SamplingParams()
+SPEC = RingSpec(sink=4, window=16, ring=32)     # ring >= window + max_rows; the greedy runs wrap it
+OPTS = RunnerOptions(threads=1, max_rows=16)
+PROMPT_TEXT = "pump 7 ok"
+GREEDY_TOKENS = 40
+# Power. The law has 27 cells, the smallest 0.019 (expected count >= 22 at RUNS = 1200), df = 26, alpha = 1e-3 (the
+# statistic's cut is 54.1). A bug moving the law by Cohen's w = 0.2 has noncentrality RUNS * w^2 = 48: power 0.91.
+# Measured on this fixture by patching the engine's acceptance (8 seeds each): correction sampled from p instead of
+# the residual, w = 0.51 (draft model, draft_len 1), 0.58 (draft_len 3), 0.45 (tree), 8/8 rejected; tree siblings
+# tried against p instead of the residual, w = 0.45, 8/8; q rows shifted by one node, w = 1.1 on the tree (8/8) but
+# only 0.16 on the draft-model chain (5/8). A run costs 2-6 ms: the engine loop, not the tiny model's pass, dominates.
+RUNS = 1200
+
+
+@dataclass
+class Models:
+    target: Runner
+    draft: Runner
+    tok: Tokenizer
+    prompt: list[int]
+
+    @property
+    def vocab(self) -> int:
+        return self.target.vocab
+
+
+@pytest.fixture(scope="module")
+def models(tmp_path_factory) -> Models:
+    root = tmp_path_factory.mktemp("engine_sampling")
+    # An independently seeded random draft shares none of the target's top-3 tokens (total variation 1: it would never
+    # be accepted, leaving acceptance untested). The draft is the target's weights under another RMSNorm epsilon,
+    # which replaces about two of the three tokens each step (total variation about 0.6): a draft unlike the target
+    # that is still right a third of the time. Untied heads keep the logits free of the tied-embedding echo, under
+    # which a random model repeats its last token forever.
+    write_tiny_gguf(root / "target.gguf", seed=11, tied=False)
+    write_tiny_gguf(root / "draft.gguf", seed=11, tied=False, rms_eps=2.0)
+    for name in ("target", "draft"):
+        convert(root / f"{name}.gguf", root / name, progress=False)
+    tok = Tokenizer.from_gguf(root / "target.gguf")
+    return Models(Runner(root / "target", SPEC, OPTS), Runner(root / "draft", SPEC, OPTS), tok,
+                  [int(t) for t in tok.encode(PROMPT_TEXT)])
+
+
+def logits_after(runner: Runner, tok: Tokenizer, prefix) -> np.ndarray:
+    """The model's next-token logits after `prefix`, from a fresh engine (a clean ring over the same pools)."""
+    return Engine(runner, tok).feed(prefix).astype(np.float64)
+
+
+@dataclass
+class Reference:
+    law: dict[tuple[int, int, int], float]     # the target's exact joint of the first three generated tokens
+    support: dict[tuple[int, ...], np.ndarray]  # generated prefix -> the target's top-3 after it
+
+    def cells(self) -> list[tuple[int, int, int]]:
+        return sorted(self.law)
+
+    def tokens_at(self, depth: int) -> np.ndarray:
+        """Every token that can be generated at this depth (0: the first token)."""
+        return np.unique(np.concatenate([s for k, s in self.support.items() if len(k) == depth]))
+
+
+@pytest.fixture(scope="module")
+def reference(models) -> Reference:
+    law, support = {}, {}
+
+    def probs(generated: tuple[int, ...]) -> np.ndarray:
+        logits = logits_after(models.target, models.tok, models.prompt + list(generated))
+        top = np.sort(logits)[::-1]
+        # A block verify and a prefill round differently (~1e-6): keep the top-3 cut far from a tie.
+        assert top[2] - top[3] > 1e-3, f"near tie at the top-k cut after {generated}"
+        p = target_probs(logits, PARAMS)
+        support[generated] = np.flatnonzero(p)
+        return p
+
+    p1 = probs(())
+    for a in support[()]:
+        p2 = probs((a,))
+        for b in support[(a,)]:
+            p3 = probs((a, b))
+            for c in support[(a, b)]:
+                law[int(a), int(b), int(c)] = p1[a] * p2[b] * p3[c]
+    assert len(law) == 27 and abs(sum(law.values()) - 1.0) < 1e-9
+    return Reference(law, support)
+
+
+# ---- proposers written for the test ---------------------------------------------------------------------------------
+
+class FixedChain:
+    """A deterministic proposer: the same guessed chain every step (q=None: a point mass at each token)."""
+    name = "fixed"
+
+    def __init__(self, tokens):
+        self.tokens = np.asarray(tokens, np.int64)
+
+    def observe(self, tokens) -> None: ...
+
+    def rollback(self, position: int) -> None: ...
+
+    def propose(self, pending: int, k: int) -> Proposal:
+        return Proposal.chain(self.tokens[:k])
+
+
+class SiblingTree:
+    """A token tree: `width` siblings drawn i.i.d. from q0, each carrying q0 as its row (SpecInfer), and under each
+    one deterministic child guess[(pending, sibling)] (a one-hot row). `claim`, when given, replaces the siblings'
+    rows: a proposer that says its tokens came from a law they did not come from."""
+    name = "tree"
+
+    def __init__(self, q0: np.ndarray, guess: dict, fallback: int, width: int, seed: int, claim=None):
+        self.q0, self.guess, self.fallback, self.width = q0, guess, fallback, width
+        self.claim = q0 if claim is None else claim
+        self.rng = np.random.default_rng(seed)
+
+    def observe(self, tokens) -> None: ...
+
+    def rollback(self, position: int) -> None: ...
+
+    def propose(self, pending: int, k: int) -> Proposal:
+        assert k >= 2 * self.width, "draft_len too small for the tree"
+        w = self.width
+        siblings = [sample(self.q0, self.rng) for _ in range(w)]
+        children = [self.guess.get((int(pending), s), self.fallback) for s in siblings]
+        q = np.zeros((2 * w, self.q0.size))
+        q[:w] = self.claim
+        q[np.arange(w, 2 * w), children] = 1.0
+        return Proposal(np.array(siblings + children, np.int64), np.array([-1] * w + list(range(w)), np.int64), q)
+
+
+class ScriptChain:
+    """Proposes the known continuation (by position), every `every`-th position guessed wrong: long accepted runs,
+    then a miss mid-chain."""
+    name = "script"
+
+    def __init__(self, script, every: int, vocab: int):
+        self.script, self.every, self.vocab = list(script), every, vocab
+        self.n = 0                                    # positions committed so far; the pending token sits at n
+
+    def observe(self, tokens) -> None:
+        self.n += np.asarray(tokens).size
+
+    def rollback(self, position: int) -> None:
+        self.n = position
+
+    def propose(self, pending: int, k: int) -> Proposal:
+        start = self.n + 1
+        guess = [(t + 1) % self.vocab if (start + i) % self.every == 0 else t
+                 for i, t in enumerate(self.script[start:start + k])]
+        return Proposal.chain(guess)
+
+
+def tree_for(ref: Reference, vocab: int, seed: int, claim=None) -> SiblingTree:
+    """Siblings from a skewed q0 over every token the second position can take plus two impossible decoys; each child
+    guesses the lowest-id token of the target's top-3 after (first, sibling), right about a third of the time."""
+    second = ref.tokens_at(1)
+    decoys = np.setdiff1d(np.arange(3, vocab), np.concatenate([ref.tokens_at(d) for d in range(3)]))[:2]
+    q0 = np.zeros(vocab)
+    q0[second] = 0.6 ** np.arange(second.size)
+    q0[decoys] = 0.3
+    q0 /= q0.sum()
+    guess = {(int(k[0]), int(k[1])): int(s[0]) for k, s in ref.support.items() if len(k) == 2}
+    return SiblingTree(q0, guess, int(decoys[0]), width=3, seed=seed, claim=claim)
+
+
+# ---- sampling the engine --------------------------------------------------------------------------------------------
+
+def sample_engine(models: Models, make_draft, draft_len: int, seed: int, runs: int = RUNS) -> tuple[Counter, Stats]:
+    """Counts of the first three tokens over `runs` independent generations (fresh engine and draft each run)."""
+    counts, total = Counter(), Stats()
+    for child in np.random.SeedSequence(seed).spawn(runs):
+        engine_seed, draft_seed = (int(s) for s in child.generate_state(2))
+        engine = Engine(models.target, models.tok, make_draft(draft_seed), draft_len=draft_len, seed=engine_seed)
+        result = engine.generate(models.prompt, 3, PARAMS)
+        counts[tuple(result.token_ids)] += 1
+        for name in ("verify_calls", "proposed", "accepted", "rejections"):
+            setattr(total, name, getattr(total, name) + getattr(result.stats, name))
+    return counts, total
+
+
+def goodness_of_fit(counts: Counter, ref: Reference) -> float:
+    outside = set(counts) - set(ref.law)
+    assert not outside, f"generated sequences the target gives probability 0: {sorted(outside)[:5]}"
+    cells = ref.cells()
+    n = sum(counts.values())
+    expected = np.array([ref.law[c] for c in cells])
+    return chisquare([counts[c] for c in cells], expected / expected.sum() * n).pvalue
+
+
+def assert_both_branches(stats: Stats) -> None:
+    """The run exercised acceptance and rejection alike (else the test would not test the rule)."""
+    assert 0 < stats.accepted < stats.proposed and stats.rejections > 0, stats
+
+
+# ---- the engine samples the target's law, whatever proposes ---------------------------------------------------------
+
+def test_engine_without_draft_samples_the_target_law(models, reference):
+    counts, _ = sample_engine(models, lambda seed: NoDraft(), draft_len=4, seed=1)
+    assert goodness_of_fit(counts, reference) > 1e-3
+
+
+@pytest.mark.parametrize("draft_len", [1, 3])  # 1: the bonus token is the third; 3: a full chain per verify
+def test_model_draft_sampling_is_lossless(models, reference, draft_len):
+    p = target_probs(logits_after(models.target, models.tok, models.prompt), PARAMS)
+    q = target_probs(logits_after(models.draft, models.tok, models.prompt), PARAMS)
+    assert 0.5 * np.abs(p - q).sum() >= 0.3, "the draft is too close to the target to test the residual"
+    counts, stats = sample_engine(models, lambda seed: ModelDraft(models.draft, PARAMS, seed=seed),
+                                  draft_len=draft_len, seed=2 + draft_len)
+    assert_both_branches(stats)
+    assert goodness_of_fit(counts, reference) > 1e-3
+
+
+def test_fixed_guessed_chain_is_lossless(models, reference):
+    a, b, c = max(reference.law, key=reference.law.get)  # right only after the likeliest first token
+    chain = [b, c, int(reference.support[(a, b)][-1])]
+    counts, stats = sample_engine(models, lambda seed: FixedChain(chain), draft_len=3, seed=6)
+    assert_both_branches(stats)
+    assert goodness_of_fit(counts, reference) > 1e-3
+
+
+def test_sibling_tree_is_lossless(models, reference):
+    counts, stats = sample_engine(models, lambda seed: tree_for(reference, models.vocab, seed), draft_len=15, seed=7)
+    assert_both_branches(stats)
+    assert goodness_of_fit(counts, reference) > 1e-3
+
+
+def test_proposer_lying_about_q_is_detected(models, reference):
+    """Power check: siblings drawn from q0 but claiming the flat law over the vocabulary, so any sibling inside the
+    support is always accepted. Every sequence stays possible; only the law moves, and the same test must see it."""
+    flat = np.full(models.vocab, 1.0 / models.vocab)
+    counts, _ = sample_engine(models, lambda seed: tree_for(reference, models.vocab, seed, claim=flat),
+                              draft_len=15, seed=7)
+    assert goodness_of_fit(counts, reference) < 1e-6
+
+
+# ---- greedy: any proposer gives the target-only tokens --------------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def greedy_reference(models) -> list[int]:
+    out = Engine(models.target, models.tok).generate(models.prompt, GREEDY_TOKENS, GREEDY).token_ids
+    assert len(models.prompt) + GREEDY_TOKENS > SPEC.sink + SPEC.ring, "the run should wrap the ring"
+    return out
+
+
+GREEDY_PROPOSERS = {
+    "model": (lambda m, ref: ModelDraft(m.draft, GREEDY), 4),
+    "suffix": (lambda m, ref: SuffixDraft(), 4),
+    "fixed": (lambda m, ref: FixedChain(ref[3:6]), 3),
+    "tree": (lambda m, ref: SiblingTree(np.bincount(ref, minlength=m.vocab) / len(ref),
+                                        {(a, b): c for a, b, c in zip(ref, ref[1:], ref[2:])}, 0, 3, seed=0), 15),
+    "script": (lambda m, ref: ScriptChain(m.prompt + ref, every=5, vocab=m.vocab), 8),
+}
+
+
+@pytest.mark.parametrize("proposer", sorted(GREEDY_PROPOSERS))
+def test_greedy_output_equals_target_only_greedy(models, greedy_reference, proposer):
+    make, draft_len = GREEDY_PROPOSERS[proposer]
+    draft = make(models, greedy_reference)
+    result = Engine(models.target, models.tok, draft, draft_len=draft_len).generate(models.prompt, GREEDY_TOKENS,
+                                                                                   GREEDY)
+    out = result.token_ids
+    if out != greedy_reference:
+        # Block and single-token passes may round differently: a flip is allowed only at a genuine near tie.
+        i = next(i for i, (x, y) in enumerate(zip(out, greedy_reference)) if x != y)
+        top = np.sort(logits_after(models.target, models.tok, models.prompt + greedy_reference[:i]))[::-1]
+        assert top[0] - top[1] < 1e-3, f"{proposer}: token {i} is {out[i]}, target-only greedy says " \
+                                        f"{greedy_reference[i]} (top-2 gap {top[0] - top[1]:.3g})"
+    if proposer in ("model", "tree", "script"):
+        assert result.stats.accepted > 0, f"{proposer} never had a proposal accepted: {result.stats}"
