@@ -57,12 +57,16 @@ def slot_of(positions, sink: int, ring: int) -> np.ndarray:
     return np.where(u < sink, u, sink + (u - sink) % ring)
 
 
-def visible_mask(row_pos, ancestors, slot_pos, n: int, ring_start: int, sink: int, window: int, out) -> np.ndarray:
-    """Fill the additive mask out[T, P+T] (keys: P pool slots, then the T new rows): 0.0 visible, NEG masked.
+def visible_mask(row_pos, ancestors, slot_pos, n: int, ring_start: int, sink: int, window: int, out,
+                 recent_pos=None) -> np.ndarray:
+    """Fill the additive mask out[T, P+m+T] (keys: P pool slots, m recent positions, then the T new rows): 0.0
+    visible, NEG masked.
 
     Row r is the query at u = row_pos[r] (rows are at positions >= n). It sees
       - a pool slot holding a committed position v (0 <= v < n, v <= u) that is a sink (v < S) or lies in its
         window and was not evicted: v >= max(u - W + 1, ring_start);
+      - recent position recent_pos[j] (committed positions handed to the pass as their own section, see
+        `RingIndex.visible_mask`) under the same window rule;
       - new row j if ancestors[r, j] (None: the causal chain j <= r) and row j's position is in the window of u
         (>= u - W + 1) or a sink (< S). A row always sees itself, so every row's softmax is finite.
     Slots holding positions >= n (speculative writes, rolled-back rows) and empty slots are never visible.
@@ -70,17 +74,22 @@ def visible_mask(row_pos, ancestors, slot_pos, n: int, ring_start: int, sink: in
     """
     row_pos = np.asarray(row_pos, dtype=np.int64)
     t, p = row_pos.shape[0], slot_pos.shape[0]
+    recent = np.zeros(0, np.int64) if recent_pos is None else np.asarray(recent_pos, dtype=np.int64)
+    m = recent.shape[0]
     u = row_pos[:, None]
     first = u - (window - 1)  # first position of each row's window
     pos = slot_pos[None, :]
     seen = (pos >= 0) & (pos < n) & (pos <= u) & ((pos < sink) | (pos >= np.maximum(first, ring_start)))
+    rec = recent[None, :]
+    seen_recent = (rec <= u) & ((rec < sink) | (rec >= np.maximum(first, ring_start)))
     rows = row_pos[None, :]
     seen_rows = (rows >= first) | (rows < sink)
     seen_rows &= np.tri(t, dtype=bool) if ancestors is None else ancestors
     np.fill_diagonal(seen_rows, True)
     out.fill(NEG)
     np.copyto(out[:, :p], 0.0, where=seen)
-    np.copyto(out[:, p:], 0.0, where=seen_rows)
+    np.copyto(out[:, p:p + m], 0.0, where=seen_recent)
+    np.copyto(out[:, p + m:], 0.0, where=seen_rows)
     return out
 
 
@@ -172,10 +181,18 @@ class RingIndex:
         self.slot_pos[self.spec.sink:] = EMPTY
         self.n = self.ring_start = int(position)
 
-    def visible_mask(self, row_pos, ancestors=None, out=None) -> np.ndarray:
-        """The mask [T, S+R+T] for rows at `row_pos` (see the module function `visible_mask`)."""
+    def visible_mask(self, row_pos, ancestors=None, out=None, recent_from: int | None = None) -> np.ndarray:
+        """The mask [T, S+R+m+T] for rows at `row_pos` (see the module function `visible_mask`).
+
+        recent_from = s (<= n): the committed positions [s, n) are not read from their slots but handed to the pass
+        as a separate "recent" section (m = n - s columns) placed just before the new rows. A row at u then sums
+        exactly the same terms in the same columns whether u's predecessors in [s, u) are committed or new rows of
+        the same pass, so a block verify reproduces token-by-token decoding bit for bit (`Engine`'s aligned blocks).
+        """
         t = len(row_pos)
+        s = self.n if recent_from is None else int(recent_from)
+        recent = np.arange(s, self.n, dtype=np.int64)
         if out is None:
-            out = np.empty((t, self.spec.pool_slots + t), dtype=np.float32)
-        return visible_mask(row_pos, ancestors, self.slot_pos, self.n, self.ring_start,
-                            self.spec.sink, self.spec.window, out)
+            out = np.empty((t, self.spec.pool_slots + len(recent) + t), dtype=np.float32)
+        return visible_mask(row_pos, ancestors, self.slot_pos, s, self.ring_start,
+                            self.spec.sink, self.spec.window, out, recent)

@@ -1,8 +1,9 @@
 """ONNX graph of one forward pass over T new rows against fixed-capacity sink and ring KV pools (static shapes).
 
 Owns the computation: embedding, RMSNorm, fused QKV, RoPE from host-made cos/sin tables, masked attention over
-[S sink slots | R ring slots | T new rows], SwiGLU, head. Never decides which slot holds what: the host passes the
-per-row mask and the rotation tables, and receives the new rows' K/V as outputs to write where it chooses.
+[S sink slots | R ring slots | P recent positions | T new rows], SwiGLU, head. Never decides which slot holds what:
+the host passes the per-row mask, the rotation tables and the recent positions' K/V (copied from the pool), and
+receives the new rows' K/V as outputs to write where it chooses.
 
 Sinks stay rotated at their own positions; each row scores them with a second query rotated at min(u, S+W-1)
 (`cos_sink`/`sin_sink`), so they sit at StreamingLLM's positions within the cache. Window keys are rotated at their
@@ -18,6 +19,8 @@ import onnx
 from onnx import TensorProto, helper
 
 MS = "com.microsoft"
+GRAPH_VERSION = 2          # part of every graph file name: a changed builder never reuses an old file
+STATIC_RECENT = 32         # recent-section columns of a static graph (an NPU host pads it, masked)
 _END = np.iinfo(np.int64).max
 _NP2ONNX = {"float32": TensorProto.FLOAT, "uint8": TensorProto.UINT8, "int8": TensorProto.INT8,
             "int64": TensorProto.INT64}
@@ -91,7 +94,7 @@ def build_graph(card: dict, T: int | None, sink: int, ring: int, accuracy_level:
     G, d, V = H // KVH, cfg["d_model"], cfg["vocab_size"]
     S, R = sink, ring
     rows = T if T is not None else "T"
-    cols = S + R + T if T is not None else "N"
+    cols = S + R + STATIC_RECENT + T if T is not None else "N"
     interleaved = cfg["rope_pairing"] == "interleaved"
     b = _Builder(card, weights_file)
     f32 = TensorProto.FLOAT
@@ -107,6 +110,10 @@ def build_graph(card: dict, T: int | None, sink: int, ring: int, accuracy_level:
     shape3 = b.op("Concat", [b.const([KVH, -1]), b.op("Slice", [mask_shape, b.const([1]), b.const([2])])], axis=0)
     scale = 1.0 / math.sqrt(D)
     new_k, new_v = [], []
+    inputs += [helper.make_tensor_value_info(n, f32, [L * KVH, "P" if T is None else STATIC_RECENT, D])
+               for n in ("recent_k", "recent_v")]
+    recent_k = b.op("Split", ["recent_k"], n_out=L, axis=0) if L > 1 else ["recent_k"]
+    recent_v = b.op("Split", ["recent_v"], n_out=L, axis=0) if L > 1 else ["recent_v"]
     for i, layer in enumerate(card["layers"]):
         names = {k: f"{k}.{i}" for k in ("sink_k", "sink_v", "ring_k", "ring_v")}
         inputs += [helper.make_tensor_value_info(names[k], f32, [KVH, S if k.startswith("sink") else R, D])
@@ -129,6 +136,10 @@ def build_graph(card: dict, T: int | None, sink: int, ring: int, accuracy_level:
         vn = heads_first(v, KVH)
         new_k.append(kn)
         new_v.append(vn)
+        # The recent committed positions travel with the new rows as one section, in position order, so a row's
+        # attention sums the same terms in the same columns whether its predecessors are new or committed.
+        kn = b.op("Concat", [recent_k[i], kn], axis=1)
+        vn = b.op("Concat", [recent_v[i], vn], axis=1)
         # Scores against [sink slots | ring slots | new rows]; the mask broadcasts over heads in the 4-D view.
         scores = [b.op("FusedMatMul", [qw, names["ring_k"]], domain=MS, alpha=scale, transB=1),
                   b.op("FusedMatMul", [qw, kn], domain=MS, alpha=scale, transB=1)]
@@ -185,7 +196,7 @@ def _embed(b: _Builder, card: dict, d: int) -> str:
 
 
 def graph_path(model_dir: Path, T: int | None, sink: int, ring: int, accuracy_level: int) -> Path:
-    return Path(model_dir) / f"graph_T{T or 'dyn'}_S{sink}_R{ring}_a{accuracy_level}.onnx"
+    return Path(model_dir) / f"graph_v{GRAPH_VERSION}_T{T or 'dyn'}_S{sink}_R{ring}_a{accuracy_level}.onnx"
 
 
 def ensure_graph(model_dir: Path, card: dict, T: int | None, sink: int, ring: int, accuracy_level: int = 4) -> Path:

@@ -23,6 +23,7 @@ from models.graph import ensure_graph
 class RunnerOptions:
     threads: int = 2
     max_rows: int = 64          # largest block/chunk one pass may carry
+    max_recent: int = 64        # largest "recent" section (committed positions passed beside the new rows)
     accuracy_level: int = 4     # MatMulNBits int8 activations: the fast exact-weight path (DESIGN.md)
 
 
@@ -50,7 +51,8 @@ class Runner:
         self._pos = np.zeros(T, np.int64)
         self._sink_pos = np.zeros(T, np.int64)
         self._tables = np.zeros((4, T, D // 2), np.float32)           # cos, sin, cos_sink, sin_sink
-        self._mask = np.zeros(T * (S + R + T), np.float32)
+        self._mask = np.zeros(T * (S + R + opts.max_recent + T), np.float32)
+        self._recent = np.zeros((2, L * KVH * opts.max_recent * D), np.float32)
         self._rows = np.zeros(T, np.int64)
         self._logits = np.zeros((1, T, self.vocab), np.float32)
         self._new_kv = np.zeros((2, L * KVH * T * D), np.float32)   # flat: each call views a contiguous [L,KVH,T,D]
@@ -71,13 +73,17 @@ class Runner:
     def _bind_out(self, name: str, array: np.ndarray) -> None:
         self._io.bind_output(name, "cpu", 0, array.dtype, list(array.shape), array.ctypes.data)
 
-    def mask_buffer(self, T: int) -> np.ndarray:
-        """The [T, S+R+T] mask the next forward will read; fill it (RingIndex.visible_mask) before calling."""
-        n = self.spec.pool_slots + T
+    def mask_buffer(self, T: int, recent: int = 0) -> np.ndarray:
+        """The [T, S+R+recent+T] mask the next forward will read; fill it (RingIndex.visible_mask) before calling."""
+        n = self.spec.pool_slots + recent + T
         return self._mask[: T * n].reshape(T, n)
 
-    def forward(self, tokens: np.ndarray, positions: np.ndarray, logit_rows: np.ndarray | None = None) -> np.ndarray:
-        """Run T rows (tokens at int64 positions) against the pools; the mask must be in `mask_buffer(T)`.
+    def forward(self, tokens: np.ndarray, positions: np.ndarray, logit_rows: np.ndarray | None = None,
+                recent_slots: np.ndarray | None = None) -> np.ndarray:
+        """Run T rows (tokens at int64 positions) against the pools; the mask must be in `mask_buffer(T, m)`.
+
+        recent_slots: the pool slots of m committed positions handed to the pass as the "recent" section (their
+        K/V are copied out of the pool, in the given order, to sit just before the new rows).
 
         Returns logits [M, V] for `logit_rows` (default: every row); the rows' K/V are in `new_k/new_v`
         ([L, KVH, T, D]) until the next call. Nothing is written into the pools here (see `store`).
@@ -105,7 +111,9 @@ class Runner:
         self._bind_in("input_ids", ids)
         for name, table in zip(("cos", "sin", "cos_sink", "sin_sink"), (cos, sin, cos_s, sin_s)):
             self._bind_in(name, table)
-        self._bind_in("mask", self.mask_buffer(T))
+        m = 0 if recent_slots is None else len(recent_slots)
+        self._bind_recent(recent_slots)
+        self._bind_in("mask", self.mask_buffer(T, m))
         self._bind_in("logit_rows", rows)
         self._bind_out("logits", logits)
         logits = logits[0]
@@ -117,6 +125,23 @@ class Runner:
         self.forward_calls += 1
         self.forward_rows += T
         return logits
+
+    def _bind_recent(self, slots) -> None:
+        L, KVH, D = self.cfg["n_layers"], self.cfg["n_kv_heads"], self.cfg["head_dim"]
+        m = 0 if slots is None else len(slots)
+        if m > self.opts.max_recent:
+            raise ValueError(f"{m} recent positions exceed max_recent={self.opts.max_recent}")
+        k, v = (buf[: L * KVH * m * D].reshape(L, KVH, m, D) for buf in self._recent)
+        if m:
+            S = self.spec.sink
+            slots = np.asarray(slots)
+            for out, sink_pool, ring_pool in ((k, self.sink_k, self.ring_k), (v, self.sink_v, self.ring_v)):
+                if slots.min() >= S:
+                    np.take(ring_pool, slots - S, axis=2, out=out)
+                else:
+                    out[:] = np.concatenate([sink_pool, ring_pool], axis=2)[:, :, slots]
+        self._bind_in("recent_k", k.reshape(L * KVH, m, D))
+        self._bind_in("recent_v", v.reshape(L * KVH, m, D))
 
     def store(self, rows: np.ndarray, slots: np.ndarray) -> None:
         """Copy the K/V of new rows `rows` (from the last forward) into pool `slots` (sink slots first, then ring)."""

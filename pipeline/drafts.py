@@ -1,5 +1,7 @@
 """Drafts behind one interface: `observe` committed tokens, `propose` a chain (or tree) after the pending token.
 
+propose(pending, k, max_depth): at most k nodes, none deeper than max_depth (the engine's aligned block ends there).
+
 Owns each draft's private state (the stream proposer's suffix index; the draft model's own KV pool and ring index).
 Never touches the target's cache: the engine tells a draft what was committed, and the draft rolls itself back.
 """
@@ -34,7 +36,7 @@ class NoDraft:
 
     def rollback(self, position: int) -> None: ...
 
-    def propose(self, pending: int, k: int) -> Proposal:
+    def propose(self, pending: int, k: int, max_depth: int | None = None) -> Proposal:
         return Proposal.chain([])
 
 
@@ -51,8 +53,8 @@ class SuffixDraft:
     def rollback(self, position: int) -> None:
         """Nothing to undo: text that was rolled back may still be proposed, and verification keeps output exact."""
 
-    def propose(self, pending: int, k: int) -> Proposal:
-        return Proposal.chain(self.index.propose(pending, k))
+    def propose(self, pending: int, k: int, max_depth: int | None = None) -> Proposal:
+        return Proposal.chain(self.index.propose(pending, k if max_depth is None else min(k, max_depth)))
 
 
 class ModelDraft:
@@ -108,7 +110,9 @@ class ModelDraft:
         self.forward_calls += 1
         return logits[0]
 
-    def propose(self, pending: int, k: int) -> Proposal:
+    def propose(self, pending: int, k: int, max_depth: int | None = None) -> Proposal:
+        if max_depth is not None:
+            k = min(k, max_depth)
         step = self.runner.opts.max_rows
         while len(self.backlog) >= step:           # catch up on committed text in full chunks
             chunk, self.backlog = self.backlog[:step], self.backlog[step:]

@@ -6,6 +6,12 @@ draft's state (it tells drafts what was committed) and never chooses weights or 
 One step of speculative decoding (DESIGN.md, "Lossless speculation"):
   propose N tokens after the pending one -> verify [pending, proposals] in one target pass (rows see the sinks, their
   window and their tree ancestors) -> accept a path -> commit the K/V of pending + accepted -> next token is pending.
+
+Greedy identity, bit for bit: with int8 activations a row's result moves by ~0.5 logits if its attention sums the
+same terms in another grouping (1e-7 differences cross int8 rounding steps). So every decoding pass splits keys at
+the same place whatever the draft did: positions are grouped in aligned blocks of B; a row at u reads positions below
+s(u) = u - u % B from the pool and [s(u), u] as one "recent + new" section; a verify block never crosses a block
+boundary. A row is then computed identically with or without a draft (rows are independent of the pass's size).
 """
 from __future__ import annotations
 
@@ -15,7 +21,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from kernels.accept import accept_tree, accept_tree_greedy
-from kernels.ring import RingIndex
+from kernels.ring import RingIndex, slot_of
 from kernels.sampling import SamplingParams, sample, target_probs
 from pipeline.drafts import NoDraft, Proposal
 
@@ -56,8 +62,14 @@ class GenerateResult:
 
 
 class Engine:
-    def __init__(self, runner, tokenizer, draft=None, draft_len: int = 4, seed: int = 0):
+    def __init__(self, runner, tokenizer, draft=None, draft_len: int = 4, seed: int = 0, block: int = 32):
         self.runner, self.tok = runner, tokenizer
+        if not 1 <= block <= runner.opts.max_recent + 1:
+            raise ValueError(f"block {block} must be in 1..max_recent+1 ({runner.opts.max_recent + 1})")
+        if runner.opts.max_rows > runner.spec.slack + 1:
+            raise ValueError(f"max_rows {runner.opts.max_rows} exceeds the ring's slack + 1 "
+                             f"({runner.spec.slack + 1}): use ring >= window + max_rows")
+        self.block = block
         self.spec = runner.spec
         self.index = RingIndex(self.spec)
         self.draft = draft or NoDraft()
@@ -129,9 +141,12 @@ class Engine:
     def step(self, params: SamplingParams, stats: Stats) -> list[int]:
         """One verify pass; returns the tokens it emits (accepted proposals, then the correction or bonus)."""
         t0 = time.perf_counter()
-        room = self.runner.opts.max_rows - 1
-        prop: Proposal = self.draft.propose(self.pending, min(self.draft_len, room))
+        n = self.index.n
+        start = n - n % self.block                                     # this aligned block's first position
+        room = start + self.block - 1 - n                              # deepest node this block can hold
+        prop: Proposal = self.draft.propose(self.pending, min(self.draft_len, self.runner.opts.max_rows - 1), room)
         stats.draft_s += time.perf_counter() - t0
+        prop = _prune(prop, room)
         N = len(prop.tokens)
         tokens = np.concatenate([[self.pending], prop.tokens]).astype(np.int64)
         parent_row = np.concatenate([[-1], prop.parent + 1])          # row 0 is the pending token
@@ -143,9 +158,10 @@ class Engine:
             if p >= 0:
                 anc[r] = anc[p]
             anc[r, r] = True
-        pos = self.index.n + depth
-        self.index.visible_mask(pos, anc, out=self.runner.mask_buffer(N + 1))
-        logits = self.runner.forward(tokens, pos)
+        pos = n + depth
+        recent = np.arange(start, n, dtype=np.int64)
+        self.index.visible_mask(pos, anc, out=self.runner.mask_buffer(N + 1, len(recent)), recent_from=start)
+        logits = self.runner.forward(tokens, pos, recent_slots=slot_of(recent, self.spec.sink, self.spec.ring))
         if params.greedy:
             path, nxt = accept_tree_greedy(logits[0], logits[1:], prop.tokens, prop.parent)
         else:
@@ -198,3 +214,16 @@ class Engine:
         self.pending = out[-1]
         stats.generated = len(out)
         return GenerateResult(out, stats)
+
+
+def _prune(prop: Proposal, max_depth: int) -> Proposal:
+    """Drop the nodes deeper than max_depth (depth 1 = a child of the pending token), keeping parents consistent."""
+    depth = np.zeros(len(prop.tokens), np.int64)
+    for i, p in enumerate(prop.parent):
+        depth[i] = 1 if p < 0 else depth[p] + 1
+    keep = depth <= max_depth
+    if keep.all():
+        return prop
+    new_index = np.cumsum(keep) - 1
+    parent = np.where(prop.parent[keep] < 0, -1, new_index[np.maximum(prop.parent[keep], 0)])
+    return Proposal(prop.tokens[keep], parent, None if prop.q is None else prop.q[keep])

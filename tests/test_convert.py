@@ -23,7 +23,7 @@ from gguf import GGUFReader, GGUFWriter
 from kernels.ring import NEG, RingIndex, RingSpec
 from models.convert import CARD, WEIGHTS, convert, load_card
 from models.gguf import GGUFError, GGUFModel
-from models.graph import ensure_graph, graph_path
+from models.graph import STATIC_RECENT, ensure_graph, graph_path
 from models.runner import Runner, RunnerOptions
 from tests.tiny_gguf import BOS_ID, CHAT_TEMPLATE, EOS_ID, write_tiny_gguf
 
@@ -299,13 +299,14 @@ def test_cli_static_graph_has_only_integer_input_dims(cli_static):
 def random_inputs(session: ort.InferenceSession, card: dict, rng) -> dict:
     V, D = card["config"]["vocab_size"], card["config"]["head_dim"]
     angles = rng.uniform(0, 2 * np.pi, (T, D // 2))
-    mask = np.where(rng.random((T, S + R + T)) < 0.5, NEG, 0.0).astype(np.float32)
-    np.fill_diagonal(mask[:, S + R:], 0.0)                     # every row sees itself
+    P = STATIC_RECENT                                           # the static graph's recent section
+    mask = np.where(rng.random((T, S + R + P + T)) < 0.5, NEG, 0.0).astype(np.float32)
+    np.fill_diagonal(mask[:, S + R + P:], 0.0)                 # every row sees itself
     feeds = {"input_ids": rng.integers(0, V, T), "cos": np.cos(angles), "sin": np.sin(angles),
              "cos_sink": np.cos(angles[::-1]), "sin_sink": np.sin(angles[::-1]), "mask": mask,
              "logit_rows": np.arange(T)}
     for value in session.get_inputs():
-        if value.name.startswith(("sink_", "ring_")):
+        if value.name.startswith(("sink_", "ring_", "recent_")):
             feeds[value.name] = rng.standard_normal(value.shape)
     return {k: np.asarray(v, np.int64 if k in ("input_ids", "logit_rows") else np.float32) for k, v in feeds.items()}
 

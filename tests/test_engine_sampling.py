@@ -125,7 +125,7 @@ class FixedChain:
 
     def rollback(self, position: int) -> None: ...
 
-    def propose(self, pending: int, k: int) -> Proposal:
+    def propose(self, pending: int, k: int, max_depth: int | None = None) -> Proposal:
         return Proposal.chain(self.tokens[:k])
 
 
@@ -144,7 +144,7 @@ class SiblingTree:
 
     def rollback(self, position: int) -> None: ...
 
-    def propose(self, pending: int, k: int) -> Proposal:
+    def propose(self, pending: int, k: int, max_depth: int | None = None) -> Proposal:
         assert k >= 2 * self.width, "draft_len too small for the tree"
         w = self.width
         siblings = [sample(self.q0, self.rng) for _ in range(w)]
@@ -170,7 +170,7 @@ class ScriptChain:
     def rollback(self, position: int) -> None:
         self.n = position
 
-    def propose(self, pending: int, k: int) -> Proposal:
+    def propose(self, pending: int, k: int, max_depth: int | None = None) -> Proposal:
         start = self.n + 1
         guess = [(t + 1) % self.vocab if (start + i) % self.every == 0 else t
                  for i, t in enumerate(self.script[start:start + k])]

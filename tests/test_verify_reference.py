@@ -106,21 +106,22 @@ class Scripted:
 
     def rollback(self, position: int) -> None: ...
 
-    def propose(self, pending: int, k: int) -> Proposal:
+    def propose(self, pending: int, k: int, max_depth: int | None = None) -> Proposal:
         return self.proposal
 
 
 def _step(engine: Engine, proposal: Proposal, tamper=None):
     """Engine.step with `proposal`: (the logits of its one verify pass, the emitted tokens, that pass's new K/V).
 
-    tamper(mask, positions, index) may edit the mask the step built, just before the graph reads it."""
+    tamper(mask, positions, index, m) may edit the mask the step built, just before the graph reads it."""
     runner, seen = engine.runner, {}
     forward = runner.forward
 
-    def spy(tokens, positions, logit_rows=None):
+    def spy(tokens, positions, logit_rows=None, recent_slots=None):
+        m = 0 if recent_slots is None else len(recent_slots)
         if tamper is not None:
-            tamper(runner.mask_buffer(len(tokens)), np.asarray(positions), engine.index)
-        logits = forward(tokens, positions, logit_rows)
+            tamper(runner.mask_buffer(len(tokens), m), np.asarray(positions), engine.index, m)
+        logits = forward(tokens, positions, logit_rows, recent_slots)
         seen.update(logits=logits.copy(), k=runner.new_k.copy(), v=runner.new_v.copy())
         return logits
 
@@ -144,7 +145,7 @@ def _probe(engine: Engine, proposal: Proposal, tamper=None) -> np.ndarray:
 
 # ------------------------------------------------------------------------------------------ planted bugs (teeth)
 
-def _leak_slot_outside_window(mask, positions, index):
+def _leak_slot_outside_window(mask, positions, index, m):
     """The last row also sees the slot of u - W: a window start off by one, for one row."""
     u = int(positions[-1])
     slot = int(slot_of([u - W], S, R)[0])
@@ -152,10 +153,10 @@ def _leak_slot_outside_window(mask, positions, index):
     mask[-1, slot] = 0.0
 
 
-def _leak_uncle(mask, positions, index):
+def _leak_uncle(mask, positions, index, m):
     """The branch's second node (last row) also sees the chain's first node (row 1), not its ancestor."""
-    assert mask[-1, S + R + 1] < 0
-    mask[-1, S + R + 1] = 0.0
+    assert mask[-1, S + R + m + 1] < 0
+    mask[-1, S + R + m + 1] = 0.0
 
 
 def _sink_query_at_u(row_pos, sink, window, out=None):
