@@ -6,6 +6,7 @@
   python run.py generate --prompt .. generate text (optionally with a draft), --json for scripts
   python run.py score --text-file F  teacher-forced mean NLL of a text, full cache or ring policy
   python run.py convert MODEL.gguf   convert a llama/qwen2 GGUF into ONNX graphs + weights + model card
+  python run.py baseline             decode/prompt speed vs llama.cpp (if installed), side by side
 """
 from __future__ import annotations
 
@@ -16,6 +17,7 @@ import textwrap
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent
+SHARED = ROOT.parent / "shared"
 sys.path.insert(0, str(ROOT))
 
 
@@ -76,6 +78,18 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--out", required=True, help="output directory (weights.bin, card.json, graphs on demand)")
     p.add_argument("--graph", action="append", default=[], metavar="T,S,R",
                    help="also build the static-shape graph for T rows, S sinks, R ring slots (repeatable)")
+    p = sub.add_parser("baseline", help="speed of ringspec (target-only, suffix draft) vs llama.cpp, one run",
+                       description="Greedy decoding on rendered prefixes of a log, systems alternated within each "
+                                   "repeat, medians printed. llama.cpp joins when llama-cpp-python is installed "
+                                   "(pip install -e '.[bench]').")
+    p.add_argument("--log", default=str(SHARED / "data/tep_alarms/filter/text_alarms_filter_5.csv"))
+    p.add_argument("--prompt-tokens", type=int, default=512)
+    p.add_argument("--new-tokens", type=int, default=128)
+    p.add_argument("--repeats", type=int, default=3)
+    p.add_argument("--offsets", type=int, default=3, help="distinct prompt slices of the log")
+    p.add_argument("--window", type=int, default=1024, help="ring window (default pool: 4 sinks + 1024)")
+    p.add_argument("--threads", type=int, default=2)
+    p.add_argument("--json", action="store_true")
     return top
 
 
@@ -166,6 +180,25 @@ def cmd_convert(args) -> int:
     return 0
 
 
+def cmd_baseline(args) -> int:
+    from pipeline.baseline import run_baseline
+
+    def progress(name, repeat, start, result):
+        print(f"  repeat {repeat} offset {start:6d} {name:22s} decode {result['tokens_per_s']:7.1f} tok/s  "
+              f"prompt {result['prompt_tokens_per_s']:7.1f} tok/s", file=sys.stderr, flush=True)
+
+    out = run_baseline(args.log, args.prompt_tokens, args.new_tokens, args.repeats, args.window, args.threads,
+                       args.offsets, progress)
+    if args.json:
+        print(json.dumps(out))
+        return 0
+    print(f"{'system':24s} {'decode tok/s':>12s} {'prompt tok/s':>12s} {'tok/verify':>10s} {'agree':>6s}")
+    for name, row in out["systems"].items():
+        print(f"{name:24s} {row['tokens_per_s']:12.1f} {row['prompt_tokens_per_s']:12.1f} "
+              f"{row['accepted_per_verify']:10.2f} {row['greedy_prefix_agreement_with_target_only']:6.0f}")
+    return 0
+
+
 def _sink(args):
     if args.window is None:
         if args.sink:
@@ -174,7 +207,8 @@ def _sink(args):
     return 4 if args.sink is None else args.sink
 
 
-VERBS = {"replay": cmd_replay, "generate": cmd_generate, "score": cmd_score, "convert": cmd_convert}
+VERBS = {"replay": cmd_replay, "generate": cmd_generate, "score": cmd_score, "convert": cmd_convert,
+         "baseline": cmd_baseline}
 
 if __name__ == "__main__":
     sys.exit(main())
