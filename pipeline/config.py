@@ -55,11 +55,11 @@ class ReplaySection:
     log: str = "data/tep_demo.csv"
     format: str = "csv"
     every_lines: int = 10            # an assessment after this many stream lines
-    max_new_tokens: int = 40
+    max_new_tokens: int = 60
     max_lines: int = 0               # 0 = the whole file
     system_prompt: str = ("You are the alarm analyst of a chemical plant. You read the operator console's alarm "
                           "log and, when asked, summarise in one or two short sentences what is happening.")
-    question: str = "In one sentence: what is happening in the plant right now?"
+    question: str = "Summarise the latest alarms above in one sentence, naming the tags."
 
 
 @dataclass(frozen=True)
