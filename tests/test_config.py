@@ -1,0 +1,45 @@
+"""Profiles are validated once, with messages that name the file, the key and what was expected."""
+from __future__ import annotations
+
+import pytest
+
+from pipeline import config
+from pipeline.config import ConfigError
+
+
+def test_default_profile_loads_and_sizes_the_ring_for_the_largest_block():
+    cfg = config.load()
+    assert cfg.draft.kind in ("none", "suffix", "model")
+    assert cfg.ring >= cfg.cache.window + cfg.model.max_rows
+
+
+@pytest.mark.parametrize("text, words", [
+    ("[cache]\nwindow = 0\n", ["cache.window", ">= 1"]),
+    ("[cache]\nwindw = 10\n", ["unknown key cache.windw", "window"]),
+    ("[cahce]\n", ["unknown section [cahce]"]),
+    ("[model]\nthreads = \"two\"\n", ["model.threads must be int", "'two'"]),
+    ("[draft]\nkind = \"eagle\"\n", ["draft.kind", "'eagle'", "suffix"]),
+    ("[draft]\nkind = \"model\"\n", ["needs model ="]),
+    ("[sampling]\ntop_p = 1.5\n", ["top_p must be in (0, 1]"]),
+    ("[model]\nthreads = true\n", ["model.threads must be int"]),
+    ("[cache\nwindow = 3\n", ["not valid TOML"]),
+])
+def test_bad_profiles_are_refused_with_a_precise_message(tmp_path, text, words):
+    path = tmp_path / "p.toml"
+    path.write_text(text)
+    with pytest.raises(ConfigError) as err:
+        config.load(path)
+    for word in words:
+        assert word in str(err.value)
+    assert str(path) in str(err.value)
+
+
+def test_missing_profile_is_named(tmp_path):
+    with pytest.raises(ConfigError, match="no such config file"):
+        config.load(tmp_path / "absent.toml")
+
+
+def test_integers_are_accepted_where_floats_are_expected(tmp_path):
+    path = tmp_path / "p.toml"
+    path.write_text("[sampling]\ntemperature = 1\n")
+    assert config.load(path).sampling.temperature == 1.0
