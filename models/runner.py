@@ -2,7 +2,7 @@
 
 Owns the K/V data (pools allocated once, bound in place through IOBinding) and the forward call. Never decides which
 position is committed or visible: callers pass the per-row mask (from a `RingIndex`) and say which new rows to store
-at which slots. Allocates nothing per call beyond numpy views.
+at which slots. Payload buffers are allocated once; a call makes only views and small index arrays.
 """
 from __future__ import annotations
 

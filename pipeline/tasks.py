@@ -9,12 +9,24 @@ import time
 import numpy as np
 
 from kernels.sampling import SamplingParams
-from pipeline.assemble import make_engine
+from models.convert import load_card
+from models.registry import converted_dir
+from models.tokenizer import Tokenizer
+from pipeline.assemble import make_engine, resolve_gguf
 from pipeline.records import read_log
 
 
 class ContextTooLong(ValueError):
     pass
+
+
+def _full_cache(path, need: int, what: str) -> int:
+    """Window of a plain full cache holding `need` tokens; an error past the model's context length."""
+    ctx = load_card(converted_dir(path))["config"]["context_length"]
+    if need > ctx:
+        raise ContextTooLong(f"{what} exceed the model's context length {ctx}; pass --window W (and --sink S) "
+                             f"to use the ring policy")
+    return need
 
 
 def score(text: str, sink: int | None = None, window: int | None = None, gguf: str = "default",
@@ -24,22 +36,13 @@ def score(text: str, sink: int | None = None, window: int | None = None, gguf: s
     window None: a plain full cache sized to the text (an error past the model's context length). Otherwise the
     ring policy with `sink` sinks and a `window`, computed in chunks with per-row masks.
     """
-    from models.registry import converted_dir
-    from models.convert import load_card
-    from models.tokenizer import Tokenizer
-    from pipeline.assemble import resolve_gguf
-
     path = resolve_gguf(gguf)
     ids = Tokenizer.from_gguf(path).encode(text)
     n = len(ids)
     if n < 2:
         raise ValueError(f"the text has {n} token(s); scoring needs at least 2")
     if window is None:
-        ctx = load_card(converted_dir(path))["config"]["context_length"]
-        if n > ctx:
-            raise ContextTooLong(f"the text has {n} tokens, more than the model's context length {ctx}; "
-                                 f"pass --window W (and --sink S) to score it under the ring policy")
-        sink, window = 0, n
+        sink, window = 0, _full_cache(path, n, f"the text's {n} tokens")
     engine = make_engine(gguf, sink=sink or 0, window=window, max_rows=chunk, threads=threads)
     nll = np.zeros(n - 1, np.float64)
 
@@ -63,23 +66,14 @@ def generate(prompt: str, chat: bool = False, max_tokens: int = 64, params: Samp
 
     window None: a plain full cache, sized to prompt + max_tokens (an error past the model's context length).
     """
-    from models.convert import load_card
-    from models.registry import converted_dir
-    from models.tokenizer import Tokenizer
-    from pipeline.assemble import resolve_gguf
-
     path = resolve_gguf(gguf)
     tok = Tokenizer.from_gguf(path)
     ids = tok.render_chat([{"role": "user", "content": prompt}]) if chat else tok.encode(prompt)
     if len(ids) == 0:
         raise ValueError("the prompt is empty")
     if window is None:
-        ctx = load_card(converted_dir(path))["config"]["context_length"]
-        need = len(ids) + max_tokens
-        if need > ctx:
-            raise ContextTooLong(f"prompt ({len(ids)} tokens) + max tokens ({max_tokens}) exceed the model's "
-                                 f"context length {ctx}; pass --window W to use the ring policy")
-        sink, window = 0, need
+        sink, window = 0, _full_cache(path, len(ids) + max_tokens,
+                                      f"the prompt ({len(ids)} tokens) + max tokens ({max_tokens})")
     engine = make_engine(gguf, sink=sink or 0, window=window, max_rows=max_rows, threads=threads, draft=draft,
                          draft_gguf=draft_gguf, draft_len=draft_len, params=params)
     result = engine.generate(ids, max_tokens, params, stop_ids=tok.stop_ids if chat else ())
@@ -104,9 +98,6 @@ def replay(log: str, fmt: str, cfg, emit, max_lines: int = 0) -> dict:
     ring; each question and its answer live in a scratch span that is rolled back afterwards, so the ring holds
     only the stream. emit(kind, payload) receives "line" and "assessment" events.
     """
-    from models.tokenizer import Tokenizer
-    from pipeline.assemble import resolve_gguf
-
     c = cfg
     params = SamplingParams(c.sampling.temperature, c.sampling.top_k, c.sampling.top_p, c.sampling.seed)
     records = read_log(log, fmt)[: max_lines or None]
