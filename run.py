@@ -139,7 +139,7 @@ def cmd_generate(args) -> int:
     from kernels.sampling import SamplingParams
     from pipeline import tasks
 
-    prompt = args.prompt if args.prompt is not None else Path(args.prompt_file).read_text()
+    prompt = args.prompt if args.prompt is not None else _read_text(args.prompt_file)
     params = SamplingParams(args.temperature, args.top_k, args.top_p, args.seed)
     out = tasks.generate(prompt, args.chat, args.max_tokens, params, args.draft, args.draft_model, args.draft_len,
                          _sink(args), args.window, args.model, args.threads)
@@ -156,7 +156,7 @@ def cmd_generate(args) -> int:
 def cmd_score(args) -> int:
     from pipeline import tasks
 
-    out = tasks.score(Path(args.text_file).read_text(), _sink(args), args.window, args.model, threads=args.threads)
+    out = tasks.score(_read_text(args.text_file), _sink(args), args.window, args.model, threads=args.threads)
     if args.json:
         print(json.dumps(out))
     else:
@@ -198,6 +198,15 @@ def cmd_baseline(args) -> int:
         print(f"{name:24s} {row['tokens_per_s']:12.1f} {row['prompt_tokens_per_s']:12.1f} "
               f"{row['accepted_per_verify']:10.2f} {row['greedy_prefix_agreement_with_target_only']:6.0f}")
     return 0
+
+
+def _read_text(path: str) -> str:
+    data = Path(path).read_bytes()
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise ValueError(f"{path}: not valid UTF-8 (byte {exc.start}: {data[exc.start:exc.start + 1]!r}); "
+                         f"convert it first, e.g. iconv -f latin1 -t utf-8") from None
 
 
 def _sink(args):

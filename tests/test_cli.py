@@ -111,3 +111,11 @@ def test_control_token_text_in_the_stream_never_becomes_control_ids(default_gguf
 def test_help_explains_each_verb(verb):
     proc = run(verb, "--help")
     assert proc.returncode == 0 and "usage:" in proc.stdout
+
+
+def test_invalid_utf8_text_file_is_a_precise_error(tmp_path):
+    bad = tmp_path / "bad.txt"
+    bad.write_bytes(b"ALM ok \xff\xfe end")
+    proc = run("score", "--text-file", str(bad), "--json")
+    assert proc.returncode == 2 and proc.stdout == ""
+    assert "not valid UTF-8 (byte 7" in proc.stderr and "Traceback" not in proc.stderr
