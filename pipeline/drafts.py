@@ -113,6 +113,8 @@ class ModelDraft:
     def propose(self, pending: int, k: int, max_depth: int | None = None) -> Proposal:
         if max_depth is not None:
             k = min(k, max_depth)
+        if k <= 0:                                 # nothing to draft this pass: catch up later, in one chunk
+            return Proposal.chain([])
         step = self.runner.opts.max_rows
         while len(self.backlog) >= step:           # catch up on committed text in full chunks
             chunk, self.backlog = self.backlog[:step], self.backlog[step:]
