@@ -7,6 +7,7 @@
   python run.py score --text-file F  teacher-forced mean NLL of a text, full cache or ring policy
   python run.py convert MODEL.gguf   convert a llama/qwen2 GGUF into ONNX graphs + weights + model card
   python run.py baseline             decode/prompt speed vs llama.cpp (if installed), side by side
+  python run.py eval-stream --log F  streaming perplexity under sink/window/recompute/naive/dense policies
 """
 from __future__ import annotations
 
@@ -90,6 +91,25 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--window", type=int, default=1024, help="ring window (default pool: 4 sinks + 1024)")
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("--json", action="store_true")
+
+    p = sub.add_parser("eval-stream", help="streaming perplexity of a log under several cache policies",
+                       description="Teacher-forced NLL of a rendered log under each policy (sink, window, "
+                                   "recompute, naive, dense); --json prints one object mapping each mode to its "
+                                   "figures (ppl, ppl_post_wrap, ...); run metadata and NLL series go to --out.")
+    p.add_argument("--log", required=True, help="log file (plain lines, TEP alarm CSV or JSON lines)")
+    p.add_argument("--format", choices=("plain", "csv", "jsonl"), help="log format (default: from the extension)")
+    p.add_argument("--max-tokens", type=int, default=0, help="score at most N tokens of the stream (0: all)")
+    p.add_argument("--sink", type=int, default=4, help="attention sinks S (default 4)")
+    p.add_argument("--window", type=int, default=256, help="window W (default 256)")
+    p.add_argument("--modes", default="sink,window,recompute,naive,dense", help="comma-separated modes")
+    p.add_argument("--stride", type=int, help="recompute stride (default W//8, at most W/8)")
+    p.add_argument("--naive-offset", type=int, default=1_000_000, help="naive: first absolute position")
+    p.add_argument("--dense-budget-mb", type=float, default=1024.0, help="dense: KV memory budget in MB")
+    p.add_argument("--json", action="store_true", help="print exactly one JSON object: mode -> figures")
+    p.add_argument("--out", help="write figures, NLL series and run metadata (_meta) to this JSON file")
+    p.add_argument("--plot", help="NLL over position: .svg (labelled) or .png")
+    p.add_argument("--quiet", action="store_true", help="no progress bars on stderr")
+    _add_model(p)
     return top
 
 
@@ -200,6 +220,29 @@ def cmd_baseline(args) -> int:
     return 0
 
 
+def cmd_eval_stream(args) -> int:
+    from pipeline import evaluate
+
+    out = evaluate.evaluate_stream(args.log, args.format, args.modes.split(","), args.sink, args.window,
+                                   args.max_tokens, args.stride, args.naive_offset, args.dense_budget_mb, args.model,
+                                   threads=args.threads, progress=not args.quiet)
+    if args.out:
+        Path(args.out).write_text(json.dumps(out))
+    if args.plot:
+        print(f"plot {args.plot}: {evaluate.write_plot(out, args.plot)}", file=sys.stderr)
+    rows = evaluate.summary(out)
+    if args.json:
+        print(json.dumps(rows))
+        return 0
+    print(f"{out['_meta']['n_tokens']} tokens, wrap at {out['_meta']['wrap_position']}; {evaluate.MEMORY_NOTE}")
+    for mode, r in rows.items():
+        post = "-" if r["ppl_post_wrap"] is None else f"{r['ppl_post_wrap']:.3f}"
+        print(f"{mode:10s} ppl {r['ppl']:9.3f}  post-wrap {post:>9s}  {r['tokens_per_s']:7.1f} tok/s  "
+              f"rss {r['memory']['rss_after_mb']:.0f} MB peak {r['memory']['peak_mb']:.0f} MB  {r.get('note', '')}"
+              f"{r.get('stop_reason', '')}")
+    return 0
+
+
 def _read_text(path: str) -> str:
     data = Path(path).read_bytes()
     try:
@@ -218,7 +261,7 @@ def _sink(args):
 
 
 VERBS = {"replay": cmd_replay, "generate": cmd_generate, "score": cmd_score, "convert": cmd_convert,
-         "baseline": cmd_baseline}
+         "baseline": cmd_baseline, "eval-stream": cmd_eval_stream}
 
 if __name__ == "__main__":
     sys.exit(main())

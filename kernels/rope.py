@@ -66,3 +66,14 @@ def apply_rope(x: np.ndarray, cos: np.ndarray, sin: np.ndarray, pairing: str) ->
     else:
         out[..., :h], out[..., h:] = ra, rb
     return out
+
+
+def rope_tables_float32(positions, inv_freq: np.ndarray, out_cos=None, out_sin=None):
+    """What a plain implementation does, kept only as a baseline to measure against: the angle u * theta_j formed in
+    float32 (off by tenths of a radian near 10,000,000). Never use it for inference."""
+    angle = np.asarray(positions, np.int64).astype(np.float32)[:, None] * inv_freq.astype(np.float32)[None, :]
+    out_cos = np.empty(angle.shape, np.float32) if out_cos is None else out_cos
+    out_sin = np.empty(angle.shape, np.float32) if out_sin is None else out_sin
+    np.cos(angle, out=out_cos)
+    np.sin(angle, out=out_sin)
+    return out_cos, out_sin

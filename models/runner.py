@@ -14,7 +14,7 @@ import numpy as np
 import onnxruntime as ort
 
 from kernels.ring import RingSpec
-from kernels.rope import rope_inv_freq, rope_tables, sink_query_positions
+from kernels.rope import rope_inv_freq, rope_tables, rope_tables_float32, sink_query_positions
 from models.convert import load_card
 from models.graph import ensure_graph
 
@@ -25,6 +25,7 @@ class RunnerOptions:
     max_rows: int = 64          # largest block/chunk one pass may carry
     max_recent: int = 64        # largest "recent" section (committed positions passed beside the new rows)
     accuracy_level: int = 4     # MatMulNBits int8 activations: the fast exact-weight path (DESIGN.md)
+    rope_angles: str = "float64"  # "float32" only for the naive baseline of eval-stream (DESIGN.md says: don't)
 
 
 class Runner:
@@ -95,10 +96,11 @@ class Runner:
         ids[:] = tokens
         pos[:] = positions
         cos, sin, cos_s, sin_s = (t[:T] for t in self._tables)
-        rope_tables(pos, self.inv_freq, cos, sin)
+        tables = rope_tables if self.opts.rope_angles == "float64" else rope_tables_float32
+        tables(pos, self.inv_freq, cos, sin)
         if self.spec.sink:
             sink_query_positions(pos, self.spec.sink, self.spec.window, out=sink_pos)
-            rope_tables(sink_pos, self.inv_freq, cos_s, sin_s)
+            tables(sink_pos, self.inv_freq, cos_s, sin_s)
         if logit_rows is None:
             rows = self._rows[:T]
             rows[:] = np.arange(T)

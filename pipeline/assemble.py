@@ -44,11 +44,13 @@ def make_draft(kind: str, spec: RingSpec, params: SamplingParams, draft_gguf: st
 
 def make_engine(gguf: str = "default", sink: int = 4, window: int = 1024, slack: int = 0, max_rows: int = 32,
                 threads: int = 2, draft: str = "none", draft_gguf: str = "", draft_len: int = 6,
-                params: SamplingParams = SamplingParams(), draft_threads: int = 1) -> Engine:
+                params: SamplingParams = SamplingParams(), draft_threads: int = 1,
+                rope_angles: str = "float64") -> Engine:
     """Everything `generate`, `score` and the replay need; the GGUF is converted on first use."""
     path = resolve_gguf(gguf)
     spec = RingSpec(sink, window, window + max(slack, max_rows))
-    runner = Runner(converted_dir(path), spec, RunnerOptions(threads=threads, max_rows=max_rows))
+    runner = Runner(converted_dir(path), spec, RunnerOptions(threads=threads, max_rows=max_rows,
+                                                             rope_angles=rope_angles))
     tok = Tokenizer.from_gguf(path)
     proposer = make_draft(draft, spec, params, draft_gguf, max_rows, draft_threads, runner.vocab)
     return Engine(runner, tok, proposer, draft_len=draft_len, seed=params.seed)

@@ -1,0 +1,325 @@
+"""Streaming perplexity of a log under several cache policies, every one fed the same rendered text (`render`).
+
+Owns the per-policy scoring loops, the resident-memory readings and the NLL-over-position series. Never parses argv
+and never prints (progress bars aside, on stderr); builds engines through `make_engine` and touches no engine
+internals except `index.evict_to` (naive's position offset); naive's float32 angles are a runner option.
+
+Modes (S sinks, W window, positions counted from the first token of the stream):
+  sink       S sinks + the W most recent positions (ringspec's ring policy)
+  window     the same with S = 0
+  recompute  sliding window with re-computation: each stride chunk is scored by a fresh full-cache pass over the
+             W - stride tokens before it plus the chunk, so every scored token has >= W - stride tokens of context
+  naive      a plain ring: no sinks, absolute positions starting at `naive_offset`, RoPE angles formed in float32
+  dense      full cache until the model's context length or a KV memory budget, then a reported stop
+
+Every mode's `ppl_post_wrap` is over the same tokens, positions >= S + W (the sink ring's first wrap), so the modes
+compare on one set; `cache_first_eviction` says where each mode's own cache first drops a position.
+"""
+from __future__ import annotations
+
+import gc
+import math
+import sys
+import time
+
+import numpy as np
+
+from models.convert import load_card
+from models.registry import converted_dir
+from models.tokenizer import Tokenizer
+from pipeline.assemble import make_engine, resolve_gguf
+from pipeline.records import read_log, render
+
+MODES = ("sink", "window", "recompute", "naive", "dense")
+MEMORY_NOTE = ("all modes run one after another in one process: rss figures are that process's VmRSS; peak is "
+               "VmHWM, reset before each mode through /proc/self/clear_refs when the kernel allows it "
+               "(peak_is_per_mode), else the process-wide peak so far")
+
+
+# -- memory --------------------------------------------------------------------------------------------------------
+def _status_mb() -> dict:
+    out = {}
+    with open("/proc/self/status") as f:
+        for line in f:
+            key, _, rest = line.partition(":")
+            if key in ("VmRSS", "VmHWM"):
+                out[key] = int(rest.split()[0]) / 1024.0
+    return out
+
+
+def _reset_peak() -> bool:
+    """Reset VmHWM to the current RSS (Linux clear_refs "5"); False where not permitted."""
+    try:
+        with open("/proc/self/clear_refs", "w") as f:
+            f.write("5")
+        return True
+    except OSError:
+        return False
+
+
+# -- scoring -------------------------------------------------------------------------------------------------------
+class _Collector:
+    """on_logits callback: NLL of each token predicted by a row, into nll[position - 1] (position 0 is unscored).
+
+    base: the stream position of the pass's first token; rows predicting positions outside [lo, hi) are skipped.
+    """
+
+    def __init__(self, ids: np.ndarray, nll: np.ndarray, bar=None):
+        self.ids, self.nll, self.bar = ids, nll, bar
+        self.base, self.lo, self.hi = 0, 1, len(ids)
+
+    def __call__(self, start: int, logits: np.ndarray) -> None:
+        rows = logits.astype(np.float64)
+        rows -= rows.max(axis=-1, keepdims=True)
+        logz = np.log(np.exp(rows).sum(axis=-1))
+        target = self.base + start + 1 + np.arange(len(rows))     # row j predicts the token after it
+        keep = (target >= self.lo) & (target < self.hi)
+        t, j = target[keep], np.nonzero(keep)[0]
+        self.nll[t - 1] = logz[j] - rows[j, self.ids[t]]
+        if self.bar is not None:
+            self.bar.update(len(t))
+
+
+def _ring_nll(engine, ids: np.ndarray, nll: np.ndarray, bar) -> None:
+    engine.feed(ids, all_logits=True, on_logits=_Collector(ids, nll, bar))
+
+
+def _recompute_nll(engine, ids: np.ndarray, nll: np.ndarray, bar, window: int, stride: int) -> None:
+    """Score [a, a + stride) from a fresh pass over [a - (window - stride), a + stride), for a = 0, stride, ...
+
+    Each pass starts at position 0 of an emptied cache (RoPE scores depend only on position differences), and is one
+    `feed` so its chunk boundaries (multiples of max_rows from the pass start) match the streaming modes' while the
+    pass starts at 0.
+    """
+    col = _Collector(ids, nll, bar)
+    for a in range(0, len(ids), stride):
+        c = max(0, a - (window - stride))
+        col.base, col.lo, col.hi = c, max(a, 1), min(a + stride, len(ids))
+        engine.rollback(0)
+        engine.feed(ids[c:a + stride], all_logits=True, on_logits=col)
+
+
+def _angle_error(first: int, last: int, head_dim: int, base: float) -> float:
+    """Largest |float32 angle - float64 angle| (radians) over the positions [first, last] (sampled)."""
+    pos = np.unique(np.linspace(first, last, 257).astype(np.int64))
+    inv = base ** (-np.arange(0, head_dim, 2, dtype=np.float64) / head_dim)
+    f32 = pos.astype(np.float32)[:, None] * inv.astype(np.float32)[None, :]
+    return float(np.abs(f32.astype(np.float64) - pos[:, None] * inv[None, :]).max())
+
+
+def _ppl(values: np.ndarray) -> float | None:
+    values = values[~np.isnan(values)]
+    return float(math.exp(values.mean())) if len(values) else None
+
+
+# -- the evaluation ------------------------------------------------------------------------------------------------
+def stream_ids(log: str, fmt: str | None, gguf: str, max_tokens: int = 0) -> np.ndarray:
+    """Token ids of the rendered log (the replay's renderer), truncated to max_tokens (0: all)."""
+    text = render(read_log(log, fmt))
+    ids = np.asarray(Tokenizer.from_gguf(resolve_gguf(gguf)).encode(text), np.int64)
+    return ids[:max_tokens] if max_tokens else ids
+
+
+def evaluate_stream(log: str, fmt: str | None = None, modes=MODES, sink: int = 4, window: int = 256,
+                    max_tokens: int = 0, stride: int | None = None, naive_offset: int = 1_000_000,
+                    dense_budget_mb: float = 1024.0, gguf: str = "default", chunk: int = 64, threads: int = 2,
+                    progress: bool = True, ids=None) -> dict:
+    """Score the rendered log under each mode; returns {"_meta": {...}, "modes": {name: {... "nll": [...]}}}.
+
+    nll[i] is the NLL of the token at stream position i + 1 (None where a mode did not score it: dense past its
+    stop). `ids` overrides the log's tokens (tests).
+    """
+    unknown = [m for m in modes if m not in MODES]
+    if unknown:
+        raise ValueError(f"unknown mode(s) {unknown}; choose from {','.join(MODES)}")
+    stride = max(1, window // 8) if stride is None else stride
+    if "recompute" in modes and not 1 <= stride <= window / 8:
+        raise ValueError(f"recompute stride {stride} must be in 1..W/8 = {window / 8:g} (W >= 8)")
+    path = resolve_gguf(gguf)
+    cfg = load_card(converted_dir(path))["config"]
+    ids = stream_ids(log, fmt, gguf, max_tokens) if ids is None else np.asarray(ids, np.int64)
+    n = len(ids)
+    if n < 2:
+        raise ValueError(f"the stream has {n} token(s); scoring needs at least 2")
+    wrap = sink + window
+    kv_bytes = 2 * cfg["n_layers"] * cfg["n_kv_heads"] * cfg["head_dim"] * 4     # K and V, float32, per position
+    meta = {"log": str(log), "n_tokens": n, "sink": sink, "window": window, "chunk": chunk, "threads": threads,
+            "wrap_position": wrap, "n_scored_post_wrap": max(0, n - wrap),
+            "post_wrap_target": 10 * wrap, "post_wrap_target_met": n - wrap >= 10 * wrap,
+            "memory_note": MEMORY_NOTE, "context_length": cfg["context_length"],
+            "series": "nll[i] is the NLL of the token at position i + 1; null where not scored"}
+    results = {}
+    for mode in modes:
+        nll = np.full(n - 1, np.nan)
+        extra: dict = {}
+        per_mode_peak = _reset_peak()
+        before = _status_mb()
+        t_build = time.perf_counter()
+        engine = None
+        if mode in ("sink", "window", "naive"):
+            s = sink if mode == "sink" else 0
+            engine = make_engine(gguf, sink=s, window=window, max_rows=chunk, threads=threads,
+                                 rope_angles="float32" if mode == "naive" else "float64")
+            extra["cache_first_eviction"] = s + window
+            scored_to = n
+        elif mode == "recompute":
+            engine = make_engine(gguf, sink=0, window=window, max_rows=chunk, threads=threads)
+            extra.update(stride=stride, min_context=window - stride, cache_first_eviction=None,
+                         note=f"every scored token has >= W - stride = {window - stride} tokens of context "
+                              f"(stride {stride} <= W/8 = {window / 8:g}); cost ~W/stride forward rows per token")
+            scored_to = n
+        else:
+            cap = min(cfg["context_length"], int(dense_budget_mb * 2**20 // kv_bytes))
+            scored_to = min(n, cap)
+            extra.update(context_length=cfg["context_length"], budget_mb=dense_budget_mb,
+                         kv_bytes_per_token=kv_bytes, capacity_tokens=cap, cache_first_eviction=None,
+                         stopped=scored_to < n, stopped_at=scored_to if scored_to < n else None)
+            if scored_to < n:
+                why = ("the model's context length" if cap == cfg["context_length"]
+                       else f"the KV budget of {dense_budget_mb:g} MB")
+                extra["stop_reason"] = f"full cache reached {why}: stopped after {scored_to} tokens"
+            if scored_to >= 2:
+                dense_window = min(cap, -(-scored_to // 256) * 256)    # rounded up: fewer distinct graphs
+                engine = make_engine(gguf, sink=0, window=dense_window, max_rows=chunk, threads=threads)
+        build_s = time.perf_counter() - t_build
+        bar = _bar(mode, max(scored_to - 1, 0), progress)
+        t0 = time.perf_counter()
+        if engine is not None:
+            if mode == "recompute":
+                _recompute_nll(engine, ids, nll, bar, window, stride)
+            elif mode == "naive":
+                engine.index.evict_to(naive_offset)        # S = 0: the ring starts at the offset, nothing to keep
+                _ring_nll(engine, ids, nll, bar)
+                extra.update(position_offset=naive_offset, rope_angles="float32",
+                             max_angle_error_rad=_angle_error(naive_offset, naive_offset + n - 1,
+                                                              cfg["head_dim"], cfg["rope_base"]))
+            else:
+                _ring_nll(engine, ids[:scored_to], nll, bar)
+        wall = time.perf_counter() - t0
+        if bar is not None:
+            bar.close()
+        after = _status_mb()
+        del engine
+        gc.collect()
+        scored = int((~np.isnan(nll)).sum())
+        post = nll[wrap - 1:] if wrap - 1 < len(nll) else nll[:0]
+        results[mode] = {
+            "ppl": _ppl(nll), "ppl_post_wrap": _ppl(post), "nll_mean": _mean(nll),
+            "n_scored": scored, "n_scored_post_wrap": int((~np.isnan(post)).sum()), "wrap_position": wrap,
+            "tokens_per_s": scored / wall if wall > 0 else 0.0, "wall_s": wall, "build_s": build_s,
+            "memory": {"rss_before_mb": before["VmRSS"], "rss_after_mb": after["VmRSS"],
+                       "peak_mb": after["VmHWM"], "peak_is_per_mode": per_mode_peak},
+            **extra, "nll": [None if math.isnan(x) else float(x) for x in nll]}
+    if "naive" in results and "window" in results:
+        _naive_note(results["naive"], results["window"], naive_offset, cfg["context_length"])
+    return {"_meta": meta, "modes": results}
+
+
+def _mean(values: np.ndarray) -> float | None:
+    values = values[~np.isnan(values)]
+    return float(values.mean()) if len(values) else None
+
+
+def _naive_note(naive: dict, window: dict, offset: int, ctx: int) -> None:
+    a = np.array([np.nan if x is None else x for x in naive["nll"]])
+    b = np.array([np.nan if x is None else x for x in window["nll"]])
+    diff = np.abs(a - b)
+    naive["vs_window_mean_abs_dnll"] = float(np.nanmean(diff))
+    naive["vs_window_max_abs_dnll"] = float(np.nanmax(diff))
+    naive["note"] = (
+        f"positions {offset}..{offset + len(a)} (past the trained context {ctx}) with float32 RoPE angles (max "
+        f"angle error {naive['max_angle_error_rad']:.3g} rad). Keys are rotated at their absolute positions and "
+        f"RoPE scores depend only on position differences, so a ring that keeps absolute positions is the window "
+        f"policy up to angle rounding: the measured gap to `window` (float64 angles, positions from 0) is the cost "
+        f"of float32 angles at this offset, not a context-length collapse")
+
+
+def summary(result: dict) -> dict:
+    """The --json object: each mode name -> its figures without the NLL series (run metadata stays in --out)."""
+    return {mode: {k: v for k, v in row.items() if k != "nll"} for mode, row in result["modes"].items()}
+
+
+def _bar(mode: str, total: int, enabled: bool):
+    if not enabled:
+        return None
+    from tqdm import tqdm
+    return tqdm(total=total, desc=f"eval-stream {mode}", unit="tok", file=sys.stderr, leave=False)
+
+
+# -- plot ----------------------------------------------------------------------------------------------------------
+COLORS = {"sink": (31, 119, 180), "window": (214, 39, 40), "recompute": (44, 160, 44), "naive": (148, 103, 189),
+          "dense": (255, 127, 14)}
+
+
+def _smoothed(series, span: int) -> np.ndarray:
+    x = np.array([np.nan if v is None else v for v in series], np.float64)
+    ok = ~np.isnan(x)
+    c = np.concatenate([[0.0], np.cumsum(np.where(ok, x, 0.0))])
+    k = np.concatenate([[0], np.cumsum(ok)])
+    lo = np.maximum(np.arange(len(x)) - span + 1, 0)
+    cnt = k[1:] - k[lo]
+    with np.errstate(invalid="ignore", divide="ignore"):
+        out = (c[1:] - c[lo]) / cnt
+    out[~ok] = np.nan
+    return out
+
+
+def write_plot(result: dict, path: str, span: int = 64) -> str:
+    """NLL over position (trailing mean over `span` tokens) per mode, with the wrap marked: SVG (labelled) when
+    `path` ends in .svg, else a PNG drawn with numpy + zlib (no text; the colors are `COLORS`, also returned)."""
+    series = {m: _smoothed(r["nll"], span) for m, r in result["modes"].items()}
+    n = max(len(s) for s in series.values())
+    finite = np.concatenate([s[~np.isnan(s)] for s in series.values()])
+    ymax = float(np.nanmax(finite)) * 1.05 if len(finite) else 1.0
+    width, height, pad = 900, 400, 50
+    fx = lambda i: pad + (width - 2 * pad) * i / max(n - 1, 1)        # noqa: E731
+    fy = lambda v: height - pad - (height - 2 * pad) * v / ymax       # noqa: E731
+    wrap = result["_meta"]["wrap_position"] - 1
+    legend = ", ".join(f"{m}=rgb{COLORS[m]}" for m in series)
+    if str(path).endswith(".svg"):
+        parts = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}">',
+                 f'<rect width="{width}" height="{height}" fill="white"/>',
+                 f'<line x1="{pad}" y1="{height - pad}" x2="{width - pad}" y2="{height - pad}" stroke="black"/>',
+                 f'<line x1="{pad}" y1="{pad}" x2="{pad}" y2="{height - pad}" stroke="black"/>',
+                 f'<text x="{width / 2}" y="{height - 15}" text-anchor="middle">position (tokens, 0..{n})</text>',
+                 f'<text x="10" y="{pad - 10}">NLL (nats, trailing mean of {span}); y max {ymax:.2f}</text>']
+        if 0 <= wrap < n:
+            parts.append(f'<line x1="{fx(wrap):.1f}" y1="{pad}" x2="{fx(wrap):.1f}" y2="{height - pad}" '
+                         f'stroke="gray" stroke-dasharray="4"/>')
+        for k, (mode, s) in enumerate(series.items()):
+            rgb = "rgb({},{},{})".format(*COLORS[mode])
+            pts = " ".join(f"{fx(i):.1f},{fy(v):.1f}" for i, v in enumerate(s) if not np.isnan(v))
+            parts.append(f'<polyline fill="none" stroke="{rgb}" stroke-width="1.2" points="{pts}"/>')
+            parts.append(f'<text x="{width - pad - 100}" y="{pad + 16 * k}" fill="{rgb}">{mode}</text>')
+        parts.append("</svg>")
+        with open(path, "w") as f:
+            f.write("\n".join(parts))
+        return legend
+    img = np.full((height, width, 3), 255, np.uint8)
+    img[height - pad, pad:width - pad] = 0
+    img[pad:height - pad, pad] = 0
+    if 0 <= wrap < n:
+        img[pad:height - pad:4, int(fx(wrap))] = 128
+    for mode, s in series.items():
+        i = np.nonzero(~np.isnan(s))[0]
+        if len(i) < 2:
+            continue
+        t = np.linspace(i[0], i[-1], 40 * (width - 2 * pad))        # dense samples along the polyline
+        v = np.interp(t, i, s[i])
+        img[np.clip(fy(v).astype(int), 0, height - 1), np.clip(fx(t).astype(int), 0, width - 1)] = COLORS[mode]
+    _write_png(path, img)
+    return legend
+
+
+def _write_png(path: str, img: np.ndarray) -> None:
+    import struct
+    import zlib
+    h, w, _ = img.shape
+    raw = b"".join(b"\x00" + img[y].tobytes() for y in range(h))
+
+    def chunk(kind: bytes, data: bytes) -> bytes:
+        return struct.pack(">I", len(data)) + kind + data + struct.pack(">I", zlib.crc32(kind + data) & 0xFFFFFFFF)
+
+    with open(path, "wb") as f:
+        f.write(b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", struct.pack(">IIBBBBB", w, h, 8, 2, 0, 0, 0))
+                + chunk(b"IDAT", zlib.compress(raw, 6)) + chunk(b"IEND", b""))

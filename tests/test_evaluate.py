@@ -1,0 +1,107 @@
+"""Streaming perplexity (`pipeline.evaluate`, `run.py eval-stream`) on the real default model, small: S=4, W=32."""
+from __future__ import annotations
+
+import json
+import math
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+LOG = ROOT.parent / "shared" / "data" / "tep_alarms" / "filter" / "text_alarms_filter_1.csv"
+S, W, N = 4, 32, 300
+
+
+@pytest.fixture(scope="module")
+def result(default_gguf):
+    from pipeline.evaluate import evaluate_stream
+    return evaluate_stream(str(LOG), sink=S, window=W, max_tokens=N, progress=False,
+                           modes=("sink", "window", "recompute", "dense"))
+
+
+def nll(result, mode) -> np.ndarray:
+    return np.array([np.nan if x is None else x for x in result["modes"][mode]["nll"]])
+
+
+def test_policies_agree_before_the_first_wrap(result):
+    first_wrap = min(S + W, W)                # window (S = 0) first evicts at W
+    before = slice(0, first_wrap - 1)         # nll[i] is the token at position i + 1
+    ref = nll(result, "sink")[before]
+    assert not np.isnan(ref).any()
+    for mode in ("window", "recompute", "dense"):
+        np.testing.assert_allclose(nll(result, mode)[before], ref, atol=1e-3, err_msg=mode)
+
+
+def test_sink_and_window_differ_after_the_wrap(result):
+    after = slice(S + W, None)
+    gap = np.abs(nll(result, "sink")[after] - nll(result, "window")[after])
+    assert gap.mean() > 0.05
+    assert result["modes"]["sink"]["n_scored_post_wrap"] == N - (S + W)
+
+
+def test_recompute_states_a_stride_of_at_most_w_over_8(result):
+    row = result["modes"]["recompute"]
+    assert 1 <= row["stride"] <= W / 8
+    assert row["min_context"] == W - row["stride"]
+    assert str(row["stride"]) in row["note"]
+
+
+def test_recompute_scores_a_chunk_from_a_fresh_pass_over_its_context(result, default_gguf):
+    from pipeline.assemble import make_engine
+    from pipeline.evaluate import stream_ids
+    ids = stream_ids(str(LOG), None, "default", N)
+    stride = result["modes"]["recompute"]["stride"]
+    t = 150                                                      # a token well past the wrap
+    a = t - t % stride
+    c = a - (W - stride)
+    engine = make_engine(sink=0, window=64, max_rows=64)        # an independent full cache, last-row logits only
+    logits = engine.feed(ids[c:t]).astype(np.float64)
+    want = np.log(np.exp(logits - logits.max()).sum()) + logits.max() - logits[ids[t]]
+    assert abs(nll(result, "recompute")[t - 1] - want) < 1e-3
+
+
+def test_dense_stops_with_a_reported_count_under_a_tiny_budget(default_gguf):
+    from pipeline.evaluate import evaluate_stream
+    kv_mb = 2 * 30 * 3 * 64 * 4 / 2**20                        # K and V of one position of the default model
+    out = evaluate_stream(str(LOG), sink=S, window=W, max_tokens=N, modes=("dense",), progress=False,
+                          dense_budget_mb=100.5 * kv_mb)
+    row = out["modes"]["dense"]
+    assert row["stopped"] and row["stopped_at"] == 100 == row["capacity_tokens"]
+    assert row["n_scored"] == 99
+    assert "100 tokens" in row["stop_reason"]
+    assert math.isfinite(row["ppl"]) and row["ppl_post_wrap"] is not None
+
+
+def test_cli_json_prints_one_object_mapping_modes_to_ppl(default_gguf, tmp_path):
+    out = tmp_path / "out.json"
+    plot = tmp_path / "plot.svg"
+    proc = subprocess.run([sys.executable, str(ROOT / "run.py"), "eval-stream", "--log", str(LOG), "--sink", str(S),
+                           "--window", str(W), "--max-tokens", "120", "--modes", "sink,window,naive", "--json",
+                           "--out", str(out), "--plot", str(plot)],
+                          capture_output=True, text=True, timeout=300, cwd=ROOT)
+    assert proc.returncode == 0, proc.stderr
+    lines = [line for line in proc.stdout.splitlines() if line.strip()]
+    assert len(lines) == 1
+    rows = json.loads(lines[0])
+    assert set(rows) == {"sink", "window", "naive"}
+    for row in rows.values():
+        assert row["ppl"] > 1.0 and row["ppl_post_wrap"] > 1.0
+    assert rows["naive"]["rope_angles"] == "float32" and rows["naive"]["position_offset"] == 1_000_000
+    saved = json.loads(out.read_text())
+    assert saved["_meta"]["n_tokens"] == 120 and len(saved["modes"]["sink"]["nll"]) == 119
+    assert plot.read_text().startswith("<svg")
+
+
+def test_png_plot_is_a_valid_png(result, tmp_path):
+    import zlib
+    from pipeline.evaluate import write_plot
+    path = tmp_path / "plot.png"
+    write_plot(result, str(path))
+    data = path.read_bytes()
+    assert data[:8] == b"\x89PNG\r\n\x1a\n"
+    idat = data.index(b"IDAT")
+    size = int.from_bytes(data[idat - 4:idat], "big")
+    assert len(zlib.decompress(data[idat + 4:idat + 4 + size])) == 400 * (900 * 3 + 1)
