@@ -47,6 +47,12 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--max-lines", type=int, default=0, help="stop after N lines (0: all)")
     p.add_argument("--every", type=int, help="lines between assessments (overrides replay.every_lines)")
     p.add_argument("--quiet-lines", action="store_true", help="print only the assessments, not every log line")
+    p.add_argument("--launcher", choices=("serial", "local"), default="serial",
+                   help="serial: one process (default for now); local: ingest, cache owner and output as processes "
+                        "over shared-memory channels (target and draft still inside the cache owner)")
+    p.add_argument("--journal", help="append-only JSONL journal of assessments (local launcher)")
+    p.add_argument("--speed", type=float, default=0.0, help="replay timing: 0 = as fast as possible, 1 = real "
+                                                           "time, 10 = ten times faster (local launcher)")
 
     p = sub.add_parser("generate", help="generate from a prompt; --json prints one JSON object",
                        description="Generate text; greedy unless --temperature > 0. With a draft, output is "
@@ -125,7 +131,7 @@ def main(argv=None) -> int:
         return VERBS[verb](args)
     except KeyboardInterrupt:
         return 130
-    except (OSError, ValueError, RuntimeError) as exc:   # start-up and input errors: one line, no traceback
+    except (OSError, ValueError, RuntimeError) as exc:   # start-up, input and actor errors: one line, no traceback
         return _fail(str(exc))
 
 
@@ -149,7 +155,12 @@ def cmd_replay(args) -> int:
                   f"   ({st['generated']} tokens, {st['tokens_per_s']:.0f} tok/s, ttft {st['ttft_ms']:.0f} ms, "
                   f"{st['accepted_per_verify']:.2f} tokens/verify)\n", flush=True)
 
-    totals = tasks.replay(log, fmt, cfg, emit, max_lines=getattr(args, "max_lines", 0) or cfg.replay.max_lines)
+    max_lines = getattr(args, "max_lines", 0) or cfg.replay.max_lines
+    if getattr(args, "launcher", "serial") == "local":
+        from pipeline.launch_local import run_pipeline
+        run_pipeline(cfg, log, fmt, max_lines, journal=args.journal, quiet_lines=quiet, speed=args.speed)
+        return 0
+    totals = tasks.replay(log, fmt, cfg, emit, max_lines=max_lines)
     print(f"replayed {totals['lines']} lines ({totals['stream_tokens']} tokens), {totals['assessments']} "
           f"assessments, {totals['tokens_per_s']:.0f} tok/s decode, {totals['wall_s']:.1f} s")
     return 0

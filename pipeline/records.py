@@ -79,9 +79,14 @@ def parse_plain(text: str) -> list[Record]:
 PARSERS = {"csv": parse_csv, "jsonl": parse_jsonl, "plain": parse_plain}
 
 
+def format_of(path: str | Path) -> str:
+    """The log format a file name implies: .csv, .jsonl, anything else plain."""
+    return {".csv": "csv", ".jsonl": "jsonl"}.get(Path(path).suffix, "plain")
+
+
 def read_log(path: str | Path, fmt: str | None = None) -> list[Record]:
     path = Path(path)
-    fmt = fmt or {".csv": "csv", ".jsonl": "jsonl"}.get(path.suffix, "plain")
+    fmt = fmt or format_of(path)
     text = path.read_bytes().decode("utf-8", errors="replace")
     return PARSERS[fmt](text)
 

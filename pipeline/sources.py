@@ -147,7 +147,7 @@ class Replay(Source):
         if speed < 0:
             raise ValueError("speed must be >= 0")
         self.path, self.speed, self.pace = Path(path), speed, pace
-        self.fmt = fmt or _format_of(self.path)
+        self.fmt = fmt or records.format_of(self.path)
 
     def _lines(self) -> Iterator[Line]:
         stop, clock = self.stop_event, _Clock(self.fmt)
@@ -360,10 +360,6 @@ def parse(fmt: str, source: Iterable[Line], max_record_bytes: int = 64 * 1024) -
     if pending:
         for rec in records.parse_csv(header + "\n" + pending):
             yield records.Record(start, rec.time, rec.text, rec.tags)
-
-
-def _format_of(path: Path) -> str:
-    return {".csv": "csv", ".jsonl": "jsonl"}.get(path.suffix, "plain")
 
 
 class _Clock:
