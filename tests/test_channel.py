@@ -278,3 +278,25 @@ def test_round_trip_latency_of_one_step_of_proposals(capsys):
     with capsys.disabled():
         print(f"\nchannel round trip (4 int64 + 4x49152 float32 there, tiny ack back): median {np.median(us):.0f} us, "
               f"p90 {np.percentile(us, 90):.0f} us over {count - warmup} messages")
+
+
+def _burst_and_exit(name: str, count: int) -> None:
+    with Channel.attach(name) as out:
+        for i in range(count):
+            out.send({"i": i}, {"x": np.full(3, i, np.int64)})
+    # the process exits at once: its socket closes with linger 0, possibly dropping queued wake-ups
+
+
+def test_messages_sent_just_before_the_producer_exits_are_all_received():
+    spec = _spec("burst", slots=64, payload_bytes=256)
+    with Channel.create(spec) as inp:
+        child = _start(_burst_and_exit, spec.name, 50)
+        child.join(timeout=30)
+        assert child.exitcode == 0
+        got = []
+        for _ in range(50):
+            with inp.recv(timeout=5) as msg:
+                got.append((msg.header["i"], int(msg.arrays["x"][0])))
+        assert got == [(i, i) for i in range(50)]
+        with pytest.raises(TimeoutError):
+            inp.recv(timeout=0.05)
