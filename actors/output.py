@@ -1,23 +1,31 @@
 """Output actor: owns stdout, the append-only JSONL journal and the zmq PUB socket.
 
-Receives events from the cache owner; detokenizes assessments; writes each event once to every sink. Never touches a
-model or the cache.
+Receives events from the cache owner; detokenizes assessments and checks the tags they mention against the tags of
+the lines the model could see (a mentioned tag none of them carries is counted as hallucinated); writes each event
+once to every sink; prints the actors' figures at the end. Never touches a model or the cache.
 """
 from __future__ import annotations
 
 import json
+import re
 import sys
 import time
 
+from actors.common import Figures, pin
 from pipeline.channel import Channel, ChannelSpec
 
+TAG = re.compile(r"\b[A-Z]{1,4}\d{2,4}(?:_\d+)?\b")   # plant tags as alarm consoles write them: FIR123, AIR003_3
 
-def run(in_spec: ChannelSpec, gguf: str, journal: str | None, pub: str | None, quiet_lines: bool, stop) -> None:
+
+def run(in_spec: ChannelSpec, gguf: str, journal: str | None, pub: str | None, quiet_lines: bool, cpus: str,
+        stop) -> None:
     import zmq
 
     from models.tokenizer import Tokenizer
     from pipeline.assemble import resolve_gguf
 
+    pin(cpus)
+    figures = Figures("output")
     tok = Tokenizer.from_gguf(resolve_gguf(gguf))
     stops = set(tok.stop_ids)
     sock = None
@@ -33,17 +41,25 @@ def run(in_spec: ChannelSpec, gguf: str, journal: str | None, pub: str | None, q
                     msg = inp.recv(timeout=0.2)
                 except TimeoutError:
                     continue
-                with msg:
-                    event = dict(msg.header)
-                    if "ids" in msg.arrays:
-                        event["text"] = tok.decode([int(t) for t in msg.arrays["ids"] if int(t) not in stops]).strip()
-                event["t"] = time.time()
-                _emit(event, quiet_lines)
-                if log and event["kind"] != "line":
-                    log.write(json.dumps(event) + "\n")
-                    log.flush()
-                if sock is not None:
-                    sock.send_multipart([event["kind"].encode(), json.dumps(event).encode()])
+                with figures.busy():
+                    with msg:
+                        event = dict(msg.header)
+                        if "ids" in msg.arrays:
+                            ids = [int(t) for t in msg.arrays["ids"] if int(t) not in stops]
+                            event["text"] = tok.decode(ids).strip()
+                    event["t"] = time.time()
+                    if event["kind"] == "assessment":
+                        mentioned = sorted(set(TAG.findall(event["text"])))
+                        event["tags_mentioned"] = mentioned
+                        event["tags_hallucinated"] = [t for t in mentioned if t not in set(event["window_tags"])]
+                    if event["kind"] == "eof":
+                        event["figures"] = event.get("figures", []) + [figures.snapshot()]
+                    _emit(event, quiet_lines)
+                    if log and event["kind"] != "line":
+                        log.write(json.dumps(event) + "\n")
+                        log.flush()
+                    if sock is not None:
+                        sock.send_multipart([event["kind"].encode(), json.dumps(event).encode()])
                 if event["kind"] == "eof":
                     return
     finally:
@@ -61,8 +77,19 @@ def _emit(event: dict, quiet_lines: bool) -> None:
         text = event["text"].replace("\n", "\n   ")
         print(f"\n>> [after line {event['lines']}, bytes {event['offsets'][0]}-{event['offsets'][1]}] {text}\n"
               f"   ({st['generated']} tokens, {st['tokens_per_s']:.0f} tok/s, {event['latency_ms']:.0f} ms, "
-              f"{st['accepted_per_verify']:.2f} tokens/verify)\n", flush=True)
+              f"{st['accepted_per_verify']:.2f} tokens/verify; tags {len(event['tags_mentioned'])} mentioned, "
+              f"{len(event['tags_hallucinated'])} not in view)\n", flush=True)
     elif event["kind"] == "eof":
         print(f"end of stream: {event['sent']} records, dropped {event['dropped_full']} (queue full), "
               f"{event['invalid_utf8']} invalid UTF-8, {event['nul_bytes']} with NUL, {event['oversized']} "
               f"oversized", file=sys.stderr, flush=True)
+        print(f"{'actor':12s} {'pid':>7s} {'cpus':>6s} {'busy':>6s} {'wall s':>7s} {'RSS MB':>7s} {'thr':>4s}",
+              file=sys.stderr)
+        for f in event.get("figures", []):
+            print(f"{f['actor']:12s} {f['pid']:7d} {','.join(map(str, f['cpus'])):>6s} {f['busy_share']:6.0%} "
+                  f"{f['wall_s']:7.1f} {f['vmrss_mb']:7.0f} {f['threads']:4d}", file=sys.stderr)
+        owner = next((f for f in event.get("figures", []) if f["actor"] == "cache_owner"), None)
+        if owner and owner["busy_s"]:
+            print(f"cache owner: {owner['tokens_per_s']:.0f} tok/s decode, model forward {owner['forward_s']:.1f} s "
+                  f"of {owner['busy_s']:.1f} s busy (overhead share {1 - owner['forward_s'] / owner['busy_s']:.0%}), "
+                  f"KV pool {owner['kv_pool_mb']:.1f} MB", file=sys.stderr, flush=True)

@@ -7,6 +7,7 @@ at which slots. Payload buffers are allocated once; a call makes only views and 
 from __future__ import annotations
 
 import os
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -67,6 +68,7 @@ class Runner:
             self._bind_in(f"ring_v.{l}", self.ring_v[l])
         self.forward_calls = 0
         self.forward_rows = 0
+        self.forward_s = 0.0          # wall time inside ONNX Runtime (the pipeline's "model" share)
 
     def _bind_in(self, name: str, array: np.ndarray) -> None:
         self._io.bind_input(name, "cpu", 0, array.dtype, list(array.shape), array.ctypes.data)
@@ -123,7 +125,9 @@ class Runner:
         self.new_k, self.new_v = (buf[: L * KVH * T * D].reshape(L, KVH, T, D) for buf in self._new_kv)
         self._bind_out("new_k", self.new_k.reshape(L * KVH, T, D))
         self._bind_out("new_v", self.new_v.reshape(L * KVH, T, D))
+        t0 = time.perf_counter()
         self.session.run_with_iobinding(io)
+        self.forward_s += time.perf_counter() - t0
         self.forward_calls += 1
         self.forward_rows += T
         return logits

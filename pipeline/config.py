@@ -63,12 +63,32 @@ class ReplaySection:
 
 
 @dataclass(frozen=True)
+class ActorsSection:
+    """CPU sets (taskset syntax: "0", "0-1", "0,2"; "" = not pinned) applied in each actor process."""
+    ingest_cpus: str = ""
+    owner_cpus: str = ""
+    output_cpus: str = ""
+
+
+def cpu_set(text: str) -> set[int]:
+    """'0-2,5' -> {0, 1, 2, 5}; '' -> set() (no pinning)."""
+    cpus: set[int] = set()
+    for part in filter(None, (p.strip() for p in text.split(","))):
+        lo, _, hi = part.partition("-")
+        if not lo.isdigit() or (hi and not hi.isdigit()):
+            raise ValueError(f"{text!r} is not a CPU list like \"0-1\" or \"0,2\"")
+        cpus.update(range(int(lo), int(hi or lo) + 1))
+    return cpus
+
+
+@dataclass(frozen=True)
 class Config:
     model: ModelSection = field(default_factory=ModelSection)
     cache: CacheSection = field(default_factory=CacheSection)
     draft: DraftSection = field(default_factory=DraftSection)
     sampling: SamplingSection = field(default_factory=SamplingSection)
     replay: ReplaySection = field(default_factory=ReplaySection)
+    actors: ActorsSection = field(default_factory=ActorsSection)
     source: str = "<defaults>"
 
     @property
@@ -110,6 +130,16 @@ def parse(raw: dict, source: str = "<dict>") -> Config:
     cfg = Config(**sections, source=source)
     if cfg.draft.kind == "model" and not cfg.draft.model:
         raise ConfigError(f"{source}: [draft] kind = \"model\" needs model = \"path/to/draft.gguf\"")
+    import os
+    usable = os.sched_getaffinity(0)
+    for key in ("ingest_cpus", "owner_cpus", "output_cpus"):
+        try:
+            cpus = cpu_set(getattr(cfg.actors, key))
+        except ValueError as exc:
+            raise ConfigError(f"{source}: actors.{key}: {exc}") from None
+        if cpus - usable:
+            raise ConfigError(f"{source}: actors.{key} = {getattr(cfg.actors, key)!r} names CPUs "
+                              f"{sorted(cpus - usable)} this machine does not offer (usable: {sorted(usable)})")
     if not 0.0 < cfg.sampling.top_p <= 1.0:
         raise ConfigError(f"{source}: [sampling] top_p must be in (0, 1], got {cfg.sampling.top_p}")
     return cfg

@@ -29,12 +29,12 @@ def run_pipeline(cfg, log: str, fmt: str | None = None, max_lines: int = 0, jour
     events = ChannelSpec(f"{tag}_events", slots=64, payload_bytes=64 << 10, header_bytes=16 << 10)
     source = {"path": log, "format": fmt, "max_lines": max_lines, "speed": speed}
     actors = {   # consumers first: each creates the channel it reads, producers attach
-        "output": ctx.Process(target=output.run, args=(events, cfg.model.gguf, journal, pub, quiet_lines, stop),
-                              name="ringspec-output"),
+        "output": ctx.Process(target=output.run, args=(events, cfg.model.gguf, journal, pub, quiet_lines,
+                                                       cfg.actors.output_cpus, stop), name="ringspec-output"),
         "cache_owner": ctx.Process(target=cache_owner.run, args=(lines, events.name, cfg, stop),
                                    name="ringspec-cache-owner"),
-        "ingest": ctx.Process(target=ingest.run, args=(lines.name, source, cfg.model.gguf, stop),
-                              name="ringspec-ingest"),
+        "ingest": ctx.Process(target=ingest.run, args=(lines.name, source, cfg.model.gguf, cfg.actors.ingest_cpus,
+                                                       stop), name="ringspec-ingest"),
     }
     previous = {sig: signal.signal(sig, lambda *_: stop.set()) for sig in (signal.SIGINT, signal.SIGTERM)}
     try:
@@ -45,8 +45,10 @@ def run_pipeline(cfg, log: str, fmt: str | None = None, max_lines: int = 0, jour
         for sig, handler in previous.items():
             signal.signal(sig, handler)
         stop.set()
+        deadline = time.monotonic() + 10.0                 # drain: actors see `stop` within a poll interval
         for proc in actors.values():
-            proc.join(timeout=10)
+            proc.join(timeout=max(0.1, deadline - time.monotonic()))
+        for proc in actors.values():
             if proc.is_alive():
                 proc.kill()
                 proc.join()
@@ -54,8 +56,9 @@ def run_pipeline(cfg, log: str, fmt: str | None = None, max_lines: int = 0, jour
 
 
 def _watch(actors: dict, stop) -> None:
-    """Return when every actor exited normally; raise ActorDied when one exits otherwise."""
-    while any(p.is_alive() for p in actors.values()):
+    """Return when every actor exited normally or a stop was asked (the caller then joins with a deadline and kills
+    stragglers); raise ActorDied when one exits otherwise."""
+    while any(p.is_alive() for p in actors.values()) and not stop.is_set():
         for name, proc in actors.items():
             code = proc.exitcode
             if code not in (None, 0) and not stop.is_set():

@@ -43,3 +43,15 @@ def test_integers_are_accepted_where_floats_are_expected(tmp_path):
     path = tmp_path / "p.toml"
     path.write_text("[sampling]\ntemperature = 1\n")
     assert config.load(path).sampling.temperature == 1.0
+
+
+@pytest.mark.parametrize("value, words", [("0-x", "not a CPU list"), ("4096", "does not offer")])
+def test_actor_cpu_sets_are_validated(tmp_path, value, words):
+    path = tmp_path / "p.toml"
+    path.write_text(f'[actors]\nowner_cpus = "{value}"\n')
+    with pytest.raises(ConfigError, match=words):
+        config.load(path)
+
+
+def test_cpu_set_syntax():
+    assert config.cpu_set("0-2,5") == {0, 1, 2, 5} and config.cpu_set("") == set()

@@ -105,3 +105,54 @@ def test_sigterm_stops_the_pipeline_without_leftovers(default_gguf):
     assert proc.returncode == 0
     assert not any(alive(pid) for pid in actors)
     assert segments() <= before
+
+
+def cpus_allowed(pid: int) -> str:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("Cpus_allowed_list:"):
+            return line.split(":", 1)[1].strip()
+    raise AssertionError("no Cpus_allowed_list")
+
+
+def test_per_actor_cpu_affinity_from_the_config_is_applied(default_gguf, tmp_path):
+    if len(os.sched_getaffinity(0)) < 2:
+        import pytest
+        pytest.skip("needs two CPUs")
+    profile = tmp_path / "pinned.toml"
+    profile.write_text('[actors]\ningest_cpus = "1"\nowner_cpus = "0"\noutput_cpus = "1"\n')
+    proc = launch("--speed", "0.01", "--config", str(profile))
+    try:
+        actors = wait_for_actors(proc)
+        deadline = time.time() + 60
+        seen = {}
+        while time.time() < deadline and len(set(seen.values())) < 2:
+            time.sleep(0.5)
+            seen = {pid: cpus_allowed(pid) for pid in actors if alive(pid)}
+        assert sorted(seen.values()) == ["0", "1", "1"], seen
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.communicate(timeout=60)
+        finally:
+            for pid in [proc.pid, *children(proc.pid)]:
+                if alive(pid):
+                    os.kill(pid, signal.SIGKILL)
+    assert proc.returncode == 0
+
+
+def test_journal_names_offsets_and_counts_tags_not_in_view(default_gguf, tmp_path):
+    journal = tmp_path / "journal.jsonl"
+    proc = launch("--max-lines", "20", "--journal", str(journal))
+    out, err = proc.communicate(timeout=300)
+    assert proc.returncode == 0, err
+    records = [json.loads(line) for line in journal.read_text().splitlines()]
+    analyses = [r for r in records if r["kind"] == "assessment"]
+    assert len(analyses) == 2
+    for a in analyses:
+        assert a["offsets"][0] <= a["offsets"][1] and a["window_lines"] >= 10 and a["latency_ms"] > 0
+        assert set(a["tags_hallucinated"]) <= set(a["tags_mentioned"])
+        assert not set(a["tags_hallucinated"]) & set(a["window_tags"])
+    figures = {f["actor"]: f for f in records[-1]["figures"]}
+    assert set(figures) == {"ingest", "cache_owner", "output"}
+    assert 0 < figures["cache_owner"]["forward_s"] <= figures["cache_owner"]["busy_s"] * 1.01
+    assert "overhead share" in err

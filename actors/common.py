@@ -1,0 +1,66 @@
+"""What every actor does on entry and keeps while it runs: pin its CPUs, and account for its time and memory.
+
+Owns nothing else: no channels, no model. Figures are plain dicts so they travel in a channel header.
+"""
+from __future__ import annotations
+
+import os
+import time
+from contextlib import contextmanager
+
+from pipeline.config import cpu_set
+
+
+def pin(cpus: str) -> None:
+    """Restrict this process (and the threads it starts later, ONNX Runtime's among them) to a CPU set."""
+    chosen = cpu_set(cpus)
+    if chosen:
+        os.sched_setaffinity(0, chosen)
+
+
+def proc_status() -> dict:
+    """Resident memory (MB) and thread count of this process, from /proc/self/status."""
+    out = {}
+    with open("/proc/self/status") as f:
+        for line in f:
+            key, _, value = line.partition(":")
+            if key in ("VmRSS", "VmHWM"):
+                out[key.lower() + "_mb"] = int(value.split()[0]) / 1024
+            elif key == "Threads":
+                out["threads"] = int(value)
+    return out
+
+
+class Figures:
+    """Busy time (inside `with figures.busy():`) against wall time since start."""
+
+    def __init__(self, name: str):
+        self.name, self.start, self.busy_s = name, time.perf_counter(), 0.0
+        self.extra: dict = {}
+
+    @contextmanager
+    def busy(self):
+        t0 = time.perf_counter()
+        try:
+            yield
+        finally:
+            self.busy_s += time.perf_counter() - t0
+
+    def snapshot(self) -> dict:
+        wall = time.perf_counter() - self.start
+        return {"actor": self.name, "pid": os.getpid(), "wall_s": wall, "busy_s": self.busy_s,
+                "busy_share": self.busy_s / wall if wall else 0.0,
+                "cpus": sorted(os.sched_getaffinity(0)), **proc_status(), **self.extra}
+
+
+def attach_when_ready(name: str, stop, timeout: float = 300.0):
+    """Attach to a channel whose owner may still be starting (loading a model), giving up early on `stop`."""
+    from pipeline.channel import Channel
+
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            return Channel.attach(name, timeout=0.5)
+        except TimeoutError:
+            if stop.is_set() or time.monotonic() > deadline:
+                raise TimeoutError(f"channel {name} did not appear (stopped or {timeout:.0f} s passed)") from None
