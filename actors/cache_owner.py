@@ -14,36 +14,22 @@ from collections import deque
 
 import numpy as np
 
-from actors.common import Figures, attach_when_ready, pin
-from kernels.sampling import SamplingParams
+from actors.common import Figures, attach_when_ready, messages, pin
 from pipeline.channel import Channel, ChannelSpec
 
 
 def run(in_spec: ChannelSpec, out_name: str, cfg, stop) -> None:
-    from models.tokenizer import Tokenizer
-    from pipeline.assemble import make_engine, resolve_gguf
-    from pipeline.tasks import chat_frame
+    from pipeline.tasks import make_analyst
 
     pin(cfg.actors.owner_cpus)
     figures = Figures("cache_owner")
-    params = SamplingParams(cfg.sampling.temperature, cfg.sampling.top_k, cfg.sampling.top_p, cfg.sampling.seed)
-    tok = Tokenizer.from_gguf(resolve_gguf(cfg.model.gguf))
-    head, ask = chat_frame(tok, cfg.replay.system_prompt, cfg.replay.question)
-    engine = make_engine(cfg.model.gguf, sink=max(cfg.cache.sink, len(head)), window=cfg.cache.window,
-                         slack=max(cfg.cache.slack, len(ask) + cfg.replay.max_new_tokens + 8),
-                         max_rows=cfg.model.max_rows, threads=cfg.model.threads, draft=cfg.draft.kind,
-                         draft_gguf=cfg.draft.model, draft_len=cfg.draft.length, params=params,
-                         draft_threads=cfg.draft.threads)
-    engine.feed(head)
+    analyst = make_analyst(cfg)
+    engine = analyst.engine
     forward_before = engine.runner.forward_s          # start-up prefill is not the stream's work
     seen: deque = deque()                  # (last position, offset, tags) of the lines in the ring, oldest first
     lines, generated, decode_s = 0, 0, 0.0
     with Channel.create(in_spec) as inp, attach_when_ready(out_name, stop) as out:
-        while not stop.is_set():
-            try:
-                msg = inp.recv(timeout=0.2)
-            except TimeoutError:
-                continue
+        for msg in messages(inp, stop):
             with figures.busy():
                 with msg:
                     header = dict(msg.header)
@@ -65,9 +51,7 @@ def run(in_spec: ChannelSpec, out_name: str, cfg, stop) -> None:
                 if lines % cfg.replay.every_lines:
                     continue
                 t0 = time.perf_counter()
-                mark = engine.mark()
-                res = engine.generate(ask, cfg.replay.max_new_tokens, params, stop_ids=tok.stop_ids)
-                engine.rollback(mark)
+                res = analyst.assess()
                 st = res.stats.as_dict()
                 generated += st["generated"]
                 decode_s += st["decode_s"]

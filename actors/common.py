@@ -64,3 +64,12 @@ def attach_when_ready(name: str, stop, timeout: float = 300.0):
         except TimeoutError:
             if stop.is_set() or time.monotonic() > deadline:
                 raise TimeoutError(f"channel {name} did not appear (stopped or {timeout:.0f} s passed)") from None
+
+
+def messages(channel, stop, poll_s: float = 0.2):
+    """The channel's messages until `stop` is set (polling, so a stop is seen within poll_s)."""
+    while not stop.is_set():
+        try:
+            yield channel.recv(timeout=poll_s)
+        except TimeoutError:
+            continue

@@ -11,7 +11,7 @@ import re
 import sys
 import time
 
-from actors.common import Figures, pin
+from actors.common import Figures, messages, pin
 from pipeline.channel import Channel, ChannelSpec
 
 TAG = re.compile(r"\b[A-Z]{1,4}\d{2,4}(?:_\d+)?\b")   # plant tags as alarm consoles write them: FIR123, AIR003_3
@@ -36,11 +36,7 @@ def run(in_spec: ChannelSpec, gguf: str, journal: str | None, pub: str | None, q
     log = open(journal, "a", encoding="utf-8") if journal else None
     try:
         with Channel.create(in_spec) as inp:
-            while not stop.is_set():
-                try:
-                    msg = inp.recv(timeout=0.2)
-                except TimeoutError:
-                    continue
+            for msg in messages(inp, stop):
                 with figures.busy():
                     with msg:
                         event = dict(msg.header)

@@ -5,6 +5,7 @@ Each function takes plain arguments and returns plain data; printing is the CLI'
 from __future__ import annotations
 
 import time
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -91,16 +92,26 @@ def chat_frame(tok, system: str, question: str) -> tuple[np.ndarray, np.ndarray]
     return closed[:open_len], np.concatenate([closed[open_len:], asked[len(closed):]])
 
 
-def replay(log: str, fmt: str, cfg, emit, max_lines: int = 0) -> dict:
-    """Stream a captured log through the single-process engine; every `every_lines` lines ask for an assessment.
+@dataclass
+class Analyst:
+    """The replay's engine, primed: system prompt and the open user turn in the sinks; `assess` asks the question
+    in a scratch span that is rolled back, so the ring holds only the stream."""
+    engine: object
+    tok: Tokenizer
+    ask: np.ndarray
+    params: SamplingParams
+    max_new_tokens: int
 
-    The system prompt and the head of the user turn sit in the sink region (never evicted); log lines enter the
-    ring; each question and its answer live in a scratch span that is rolled back afterwards, so the ring holds
-    only the stream. emit(kind, payload) receives "line" and "assessment" events.
-    """
+    def assess(self):
+        mark = self.engine.mark()
+        res = self.engine.generate(self.ask, self.max_new_tokens, self.params, stop_ids=self.tok.stop_ids)
+        self.engine.rollback(mark)
+        return res
+
+
+def make_analyst(cfg) -> Analyst:
     c = cfg
     params = SamplingParams(c.sampling.temperature, c.sampling.top_k, c.sampling.top_p, c.sampling.seed)
-    records = read_log(log, fmt)[: max_lines or None]
     tok = Tokenizer.from_gguf(resolve_gguf(c.model.gguf))
     head, ask = chat_frame(tok, c.replay.system_prompt, c.replay.question)
     scratch = len(ask) + c.replay.max_new_tokens + 8
@@ -109,17 +120,24 @@ def replay(log: str, fmt: str, cfg, emit, max_lines: int = 0) -> dict:
                          draft=c.draft.kind, draft_gguf=c.draft.model, draft_len=c.draft.length, params=params,
                          draft_threads=c.draft.threads)
     engine.feed(head)
+    return Analyst(engine, tok, ask, params, c.replay.max_new_tokens)
+
+
+def replay(log: str, fmt: str, cfg, emit, max_lines: int = 0) -> dict:
+    """Stream a captured log through the single-process engine; every `every_lines` lines ask for an assessment.
+    emit(kind, payload) receives "line" and "assessment" events."""
+    records = read_log(log, fmt)[: max_lines or None]
+    analyst = make_analyst(cfg)
+    engine, tok = analyst.engine, analyst.tok
     t0 = time.perf_counter()
     totals = {"lines": 0, "stream_tokens": 0, "assessments": 0, "generated": 0, "decode_s": 0.0}
     for i, rec in enumerate(records):
         totals["stream_tokens"] += engine.append(rec.text + "\n")
         totals["lines"] += 1
         emit("line", rec)
-        if (i + 1) % c.replay.every_lines:
+        if (i + 1) % cfg.replay.every_lines:
             continue
-        mark = engine.mark()
-        res = engine.generate(ask, c.replay.max_new_tokens, params, stop_ids=tok.stop_ids)
-        engine.rollback(mark)
+        res = analyst.assess()
         st = res.stats.as_dict()
         totals["assessments"] += 1
         totals["generated"] += st["generated"]
