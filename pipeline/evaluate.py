@@ -24,6 +24,7 @@ import time
 
 import numpy as np
 
+from actors.common import proc_status
 from models.convert import load_card
 from models.registry import converted_dir
 from models.tokenizer import Tokenizer
@@ -37,16 +38,6 @@ MEMORY_NOTE = ("all modes run one after another in one process: rss figures are 
 
 
 # -- memory --------------------------------------------------------------------------------------------------------
-def _status_mb() -> dict:
-    out = {}
-    with open("/proc/self/status") as f:
-        for line in f:
-            key, _, rest = line.partition(":")
-            if key in ("VmRSS", "VmHWM"):
-                out[key] = int(rest.split()[0]) / 1024.0
-    return out
-
-
 def _reset_peak() -> bool:
     """Reset VmHWM to the current RSS (Linux clear_refs "5"); False where not permitted."""
     try:
@@ -153,7 +144,7 @@ def evaluate_stream(log: str, fmt: str | None = None, modes=MODES, sink: int = 4
         nll = np.full(n - 1, np.nan)
         extra: dict = {}
         per_mode_peak = _reset_peak()
-        before = _status_mb()
+        before = proc_status()
         t_build = time.perf_counter()
         engine = None
         if mode in ("sink", "window", "naive"):
@@ -198,7 +189,7 @@ def evaluate_stream(log: str, fmt: str | None = None, modes=MODES, sink: int = 4
         wall = time.perf_counter() - t0
         if bar is not None:
             bar.close()
-        after = _status_mb()
+        after = proc_status()
         del engine
         gc.collect()
         scored = int((~np.isnan(nll)).sum())
@@ -207,8 +198,8 @@ def evaluate_stream(log: str, fmt: str | None = None, modes=MODES, sink: int = 4
             "ppl": _ppl(nll), "ppl_post_wrap": _ppl(post), "nll_mean": _mean(nll),
             "n_scored": scored, "n_scored_post_wrap": int((~np.isnan(post)).sum()), "wrap_position": wrap,
             "tokens_per_s": scored / wall if wall > 0 else 0.0, "wall_s": wall, "build_s": build_s,
-            "memory": {"rss_before_mb": before["VmRSS"], "rss_after_mb": after["VmRSS"],
-                       "peak_mb": after["VmHWM"], "peak_is_per_mode": per_mode_peak},
+            "memory": {"rss_before_mb": before["vmrss_mb"], "rss_after_mb": after["vmrss_mb"],
+                       "peak_mb": after["vmhwm_mb"], "peak_is_per_mode": per_mode_peak},
             **extra, "nll": [None if math.isnan(x) else float(x) for x in nll]}
     if "naive" in results and "window" in results:
         _naive_note(results["naive"], results["window"], naive_offset, cfg["context_length"])
