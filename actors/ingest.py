@@ -9,7 +9,6 @@ from __future__ import annotations
 import numpy as np
 
 from actors.common import Figures, attach_when_ready, pin
-from pipeline.channel import Channel
 from pipeline.records import format_of
 
 

@@ -205,7 +205,7 @@ def test_attacher_exit_does_not_unlink_owner_segment():
     """The Python 3.11 pitfall: a process with its own resource tracker (a fresh interpreter) and a multiprocessing
     child (sharing ours) both attach and exit; the segment must survive both."""
     spec = _spec("pitfall")
-    with Channel.create(spec) as owner:
+    with Channel.create(spec):
         code = f"from pipeline.channel import Channel; Channel.attach({spec.name!r}).close()"
         subprocess.run([sys.executable, "-c", code], cwd=ROOT, check=True, timeout=30)
         time.sleep(0.2)                                 # a tracker would unlink as it shuts down, after the exit

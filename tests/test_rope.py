@@ -1,7 +1,6 @@
 """RoPE tables: exact float64 angles, relative-position scores for both pairings, StreamingLLM sink distances."""
 from __future__ import annotations
 
-import math
 from decimal import Decimal, getcontext
 from fractions import Fraction
 
