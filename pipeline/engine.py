@@ -80,7 +80,6 @@ class Engine:
         self._probs = np.zeros((T, runner.vocab), np.float64)
         self._anc = np.zeros((T, T), bool)
         self._depth = np.zeros(T, np.int64)
-        self._wrapped = False
 
     # -- feeding text into the cache -------------------------------------------------------------------------------
     def feed(self, ids, all_logits: bool = False, on_logits=None) -> np.ndarray | None:
@@ -125,12 +124,12 @@ class Engine:
         self.draft.rollback(mark)
 
     def _commit(self, rows: np.ndarray, positions: np.ndarray) -> None:
-        before = self.index.n
         self.runner.store(rows, self.index.write(positions))
         self.index.commit(len(positions))
-        S, R = self.spec.sink, self.spec.ring
-        lap = lambda u: max(u - S, -1) // R                  # noqa: E731  (lap of the last committed position)
-        self._wrapped = lap(self.index.n - 1) != lap(before - 1)
+
+    def _lap(self, u: int) -> int:
+        """How many times the ring had wrapped when position u was written (-1 for sinks and before any)."""
+        return max(u - self.spec.sink, -1) // self.spec.ring
 
     # -- generation ------------------------------------------------------------------------------------------------
     def _pick(self, logits: np.ndarray, params: SamplingParams) -> int:
@@ -178,7 +177,7 @@ class Engine:
             stats.rejections += 1
             if self._near_wrap(pos):
                 stats.rejections_after_wrap += 1
-        stats.wraps += int(self._wrapped)
+        stats.wraps += int(self._lap(self.index.n - 1) != self._lap(n - 1))
         self.pending = nxt
         return [int(t) for t in committed[1:]] + [nxt]
 
