@@ -20,9 +20,9 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from kernels.accept import accept_tree, accept_tree_greedy
 from kernels.ring import RingIndex, slot_of
 from kernels.sampling import SamplingParams, sample, target_probs
+from pipeline.blocks import judge, lap, near_wrap, plan_block, room_of
 from pipeline.drafts import NoDraft, Proposal
 
 
@@ -40,6 +40,17 @@ class Stats:
     rejections_after_wrap: int = 0   # rejected blocks whose rows lie within one block of a ring wrap point
     wraps: int = 0                   # times the committed position crossed a ring wrap point
     draft_s: float = 0.0
+
+    def count_block(self, blk, accepted: int, spec, max_rows: int) -> None:
+        """Account one verified block (`blocks.Block`) of which `accepted` proposals were accepted."""
+        proposed, first = len(blk.tokens) - 1, int(blk.pos[0])
+        self.verify_calls += 1
+        self.proposed += proposed
+        self.accepted += accepted
+        if accepted < proposed:
+            self.rejections += 1
+            self.rejections_after_wrap += int(near_wrap(first, spec.sink, spec.ring, max_rows))
+        self.wraps += int(lap(first + accepted, spec.sink, spec.ring) != lap(first - 1, spec.sink, spec.ring))
 
     def as_dict(self) -> dict:
         committed = self.accepted + self.verify_calls
@@ -78,8 +89,6 @@ class Engine:
         self.pending: int | None = None
         T = runner.opts.max_rows
         self._probs = np.zeros((T, runner.vocab), np.float64)
-        self._anc = np.zeros((T, T), bool)
-        self._depth = np.zeros(T, np.int64)
 
     # -- feeding text into the cache -------------------------------------------------------------------------------
     def feed(self, ids, all_logits: bool = False, on_logits=None) -> np.ndarray | None:
@@ -127,10 +136,6 @@ class Engine:
         self.runner.store(rows, self.index.write(positions))
         self.index.commit(len(positions))
 
-    def _lap(self, u: int) -> int:
-        """How many times the ring had wrapped when position u was written (-1 for sinks and before any)."""
-        return max(u - self.spec.sink, -1) // self.spec.ring
-
     # -- generation ------------------------------------------------------------------------------------------------
     def _pick(self, logits: np.ndarray, params: SamplingParams) -> int:
         if params.greedy:
@@ -141,51 +146,22 @@ class Engine:
         """One verify pass; returns the tokens it emits (accepted proposals, then the correction or bonus)."""
         t0 = time.perf_counter()
         n = self.index.n
-        start = n - n % self.block                                     # this aligned block's first position
-        room = start + self.block - 1 - n                              # deepest node this block can hold
-        prop: Proposal = self.draft.propose(self.pending, min(self.draft_len, self.runner.opts.max_rows - 1), room)
+        k = min(self.draft_len, self.runner.opts.max_rows - 1)
+        prop: Proposal = self.draft.propose(self.pending, k, room_of(n, self.block))
         stats.draft_s += time.perf_counter() - t0
-        prop = _prune(prop, room)
-        N = len(prop.tokens)
-        tokens = np.concatenate([[self.pending], prop.tokens]).astype(np.int64)
-        parent_row = np.concatenate([[-1], prop.parent + 1])          # row 0 is the pending token
-        depth, anc = self._depth[:N + 1], self._anc[:N + 1, :N + 1]
-        anc[:] = False
-        for r in range(N + 1):
-            p = parent_row[r]
-            depth[r] = 0 if p < 0 else depth[p] + 1
-            if p >= 0:
-                anc[r] = anc[p]
-            anc[r, r] = True
-        pos = n + depth
-        recent = np.arange(start, n, dtype=np.int64)
-        self.index.visible_mask(pos, anc, out=self.runner.mask_buffer(N + 1, len(recent)), recent_from=start)
-        logits = self.runner.forward(tokens, pos, recent_slots=slot_of(recent, self.spec.sink, self.spec.ring))
-        if params.greedy:
-            path, nxt = accept_tree_greedy(logits[0], logits[1:], prop.tokens, prop.parent)
-        else:
-            p = target_probs(logits, params, out=self._probs[:N + 1])
-            path, nxt = accept_tree(p[0], p[1:], prop.tokens, prop.parent, prop.q, self.rng)
-        rows = np.array([0] + [i + 1 for i in path], np.int64)
-        self._commit(rows, self.index.n + np.arange(len(rows), dtype=np.int64))
-        committed = tokens[rows]
+        blk = plan_block(n, self.pending, prop, self.block, self.spec.sink, self.spec.ring)
+        T = len(blk.tokens)
+        self.index.visible_mask(blk.pos, blk.anc, out=self.runner.mask_buffer(T, len(blk.recent)),
+                                recent_from=n - len(blk.recent))
+        logits = self.runner.forward(blk.tokens, blk.pos, recent_slots=slot_of(blk.recent, self.spec.sink,
+                                                                               self.spec.ring))
+        rows, nxt = judge(logits, blk, params, self._probs, self.rng)
+        self._commit(rows, n + np.arange(len(rows), dtype=np.int64))
+        committed = blk.tokens[rows]
         self.draft.observe(committed)
-        stats.verify_calls += 1
-        stats.proposed += N
-        stats.accepted += len(path)
-        if len(path) < N:
-            stats.rejections += 1
-            if self._near_wrap(pos):
-                stats.rejections_after_wrap += 1
-        stats.wraps += int(self._lap(self.index.n - 1) != self._lap(n - 1))
+        stats.count_block(blk, len(rows) - 1, self.spec, self.runner.opts.max_rows)
         self.pending = nxt
         return [int(t) for t in committed[1:]] + [nxt]
-
-    def _near_wrap(self, pos: np.ndarray) -> bool:
-        """Did this block's rows start within one block after a wrap point (slot S reused) past the first lap?"""
-        S, R = self.spec.sink, self.spec.ring
-        first = int(pos[0])
-        return first >= S + R and (first - S) % R <= self.runner.opts.max_rows
 
     def generate(self, prompt_ids, max_tokens: int, params: SamplingParams = SamplingParams(),
                  stop_ids=()) -> GenerateResult:
@@ -214,15 +190,3 @@ class Engine:
         stats.generated = len(out)
         return GenerateResult(out, stats)
 
-
-def _prune(prop: Proposal, max_depth: int) -> Proposal:
-    """Drop the nodes deeper than max_depth (depth 1 = a child of the pending token), keeping parents consistent."""
-    depth = np.zeros(len(prop.tokens), np.int64)
-    for i, p in enumerate(prop.parent):
-        depth[i] = 1 if p < 0 else depth[p] + 1
-    keep = depth <= max_depth
-    if keep.all():
-        return prop
-    new_index = np.cumsum(keep) - 1
-    parent = np.where(prop.parent[keep] < 0, -1, new_index[np.maximum(prop.parent[keep], 0)])
-    return Proposal(prop.tokens[keep], parent, None if prop.q is None else prop.q[keep])

@@ -7,7 +7,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-import pipeline.engine as engine_mod
+import pipeline.blocks as blocks_mod
 from kernels.sampling import SamplingParams
 from pipeline.assemble import make_engine
 from pipeline.records import read_log, render
@@ -68,7 +68,7 @@ def draft_gguf(default_gguf, tmp_path_factory):
 def run_stream(engine, ids, record_gaps: bool = False):
     """Alternate stream chunks (teacher forced) with 20-token greedy generations; return outputs, stats, gaps."""
     outputs, stats, gaps = [], [], []
-    real = engine_mod.accept_tree_greedy
+    real = blocks_mod.accept_tree_greedy
 
     def recording(logits_root, *args):
         top2 = np.partition(logits_root, -2)[-2:]
@@ -76,14 +76,14 @@ def run_stream(engine, ids, record_gaps: bool = False):
         return real(logits_root, *args)
 
     if record_gaps:
-        engine_mod.accept_tree_greedy = recording
+        blocks_mod.accept_tree_greedy = recording
     try:
         for start in range(0, len(ids), 200):
             res = engine.generate(ids[start:start + 200], 20, GREEDY)
             outputs.append(res.token_ids)
             stats.append(res.stats.as_dict())
     finally:
-        engine_mod.accept_tree_greedy = real
+        blocks_mod.accept_tree_greedy = real
     return outputs, stats, gaps
 
 

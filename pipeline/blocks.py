@@ -1,0 +1,93 @@
+"""One speculative block as the serial engine and the actor pipeline both compute it: its plan and its verdict.
+
+Owns the shape of a verify pass (rows, their positions and tree ancestry, the committed positions that travel as the
+"recent" section, the slots committed rows go to) and the acceptance call. Never runs a model and never moves the
+committed position: `Engine.step` and the cache owner do that, each from one place.
+
+Aligned blocks (see `Engine`): positions are grouped in blocks of B; a row at u reads positions below u - u % B from
+the pool and the rest as one "recent + new" section, and a verify block never crosses a block boundary.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from kernels.accept import accept_tree, accept_tree_greedy
+from kernels.ring import slot_of
+from kernels.sampling import SamplingParams, target_probs
+from pipeline.drafts import Proposal
+
+
+def room_of(n: int, block: int) -> int:
+    """Deepest proposal a block whose pending token sits at position n can hold (0: verify the pending token alone)."""
+    return n - n % block + block - 1 - n
+
+
+def lap(u: int, sink: int, ring: int) -> int:
+    """How many times the ring had wrapped when position u was written (-1 for sinks and before any)."""
+    return max(u - sink, -1) // ring
+
+
+def near_wrap(first: int, sink: int, ring: int, max_rows: int) -> bool:
+    """Does a block starting at position `first` lie within one block after a wrap point, past the first lap?"""
+    return first >= sink + ring and (first - sink) % ring <= max_rows
+
+
+@dataclass
+class Block:
+    tokens: np.ndarray      # [N+1] the pending token, then the proposals
+    parent: np.ndarray      # [N] the proposals' parents (-1 = the pending token)
+    q: np.ndarray | None    # [N, V] or None (deterministic proposals)
+    pos: np.ndarray         # [N+1] row positions: n + depth
+    anc: np.ndarray         # [N+1, N+1] row r sees row c iff anc[r, c]
+    recent: np.ndarray      # committed positions [start, n) read as the recent section
+    slots: np.ndarray       # [depth+1] pool slots of positions n, n+1, ...: where accepted rows are stored
+
+    @property
+    def proposals(self) -> np.ndarray:
+        return self.tokens[1:]
+
+
+def plan_block(n: int, pending: int, prop: Proposal, block: int, sink: int, ring: int) -> Block:
+    """The verify pass for `prop` after `pending` at position n, pruned to the aligned block's room."""
+    prop = prune(prop, room_of(n, block))
+    N = len(prop.tokens)
+    tokens = np.concatenate([[pending], prop.tokens]).astype(np.int64)
+    parent_row = np.concatenate([[-1], prop.parent + 1]).astype(np.int64)      # row 0 is the pending token
+    depth = np.zeros(N + 1, np.int64)
+    anc = np.zeros((N + 1, N + 1), bool)
+    for r in range(N + 1):
+        p = parent_row[r]
+        if p >= 0:
+            depth[r] = depth[p] + 1
+            anc[r] = anc[p]
+        anc[r, r] = True
+    pos = n + depth
+    recent = np.arange(n - n % block, n, dtype=np.int64)
+    slots = slot_of(n + np.arange(int(depth.max()) + 1, dtype=np.int64), sink, ring)
+    return Block(tokens, prop.parent, prop.q, pos, anc, recent, slots)
+
+
+def judge(logits: np.ndarray, blk: Block, params: SamplingParams, probs: np.ndarray,
+          rng: np.random.Generator) -> tuple[np.ndarray, int]:
+    """(rows to commit: 0 then the accepted path's rows, next token) from the block's logits [N+1, V]."""
+    if params.greedy:
+        path, nxt = accept_tree_greedy(logits[0], logits[1:], blk.proposals, blk.parent)
+    else:
+        p = target_probs(logits, params, out=probs[:len(blk.tokens)])
+        path, nxt = accept_tree(p[0], p[1:], blk.proposals, blk.parent, blk.q, rng)
+    return np.array([0] + [i + 1 for i in path], np.int64), int(nxt)
+
+
+def prune(prop: Proposal, max_depth: int) -> Proposal:
+    """Drop the nodes deeper than max_depth (depth 1 = a child of the pending token), keeping parents consistent."""
+    depth = np.zeros(len(prop.tokens), np.int64)
+    for i, p in enumerate(prop.parent):
+        depth[i] = 1 if p < 0 else depth[p] + 1
+    keep = depth <= max_depth
+    if keep.all():
+        return prop
+    new_index = np.cumsum(keep) - 1
+    parent = np.where(prop.parent[keep] < 0, -1, new_index[np.maximum(prop.parent[keep], 0)])
+    return Proposal(prop.tokens[keep], parent, None if prop.q is None else prop.q[keep])
