@@ -40,15 +40,24 @@ class SuffixIndex:
         return all(self.tokens[(a_end - i) % self.capacity] == self.tokens[(b_end - i) % self.capacity]
                    for i in range(g))
 
-    def propose(self, pending: int, k: int) -> np.ndarray:
+    def propose(self, pending, k: int) -> np.ndarray:
         """Up to k tokens that followed the longest recent match of (stream + pending)'s suffix; may be empty.
 
-        The pending token is appended temporarily so the match ends at it; the tables are not updated with it.
+        `pending` is one token or a sequence (uncommitted tokens assumed to follow the stream, the last one pending):
+        it is appended temporarily so the match ends at its last token; the tables are not updated with it.
         """
-        if k <= 0 or self.total == 0:
+        tail = np.atleast_1d(np.asarray(pending, np.int64))
+        if k <= 0 or self.total == 0 or len(tail) >= self.capacity // 2:
             return np.zeros(0, np.int64)
-        end = self.total
-        self.tokens[end % self.capacity] = pending
+        where = (self.total + np.arange(len(tail))) % self.capacity
+        saved = self.tokens[where]                    # the oldest tokens; put back below
+        self.tokens[where] = tail
+        try:
+            return self._continuation(self.total + len(tail) - 1, k)
+        finally:
+            self.tokens[where] = saved
+
+    def _continuation(self, end: int, k: int) -> np.ndarray:
         oldest = max(0, end + 1 - self.capacity)
         for g in self.grams:
             if end + 1 < g:
@@ -56,7 +65,7 @@ class SuffixIndex:
             prev = int(self.tables[g][self._hash(end, g)])
             if prev < 0 or prev - g + 1 < oldest or not self._matches(prev, end, g):
                 continue
-            n = min(k, end - prev)            # the continuation may run up to (not past) the pending token
+            n = min(k, end - prev)            # the continuation may run up to (not past) the last pending token
             idx = (np.arange(prev + 1, prev + 1 + n)) % self.capacity
             return self.tokens[idx].copy()
         return np.zeros(0, np.int64)

@@ -123,6 +123,7 @@ class Channel:
         self._payload_at = _align(spec.header_bytes)
         self._head = int(self._ctl[_W_HEAD])          # producer: next seq to write
         self._next = int(self._ctl[_W_TAIL])          # consumer: next seq to receive
+        self._announced = self._next                  # consumer: seqs a notification announced, + 1
         self._tail = self._next                       # consumer: first seq not yet released
         self._released: set[int] = set()
         self._pid = os.getpid()
@@ -307,14 +308,13 @@ class Channel:
         # `head` in shared memory is the truth; a notification only wakes us. A producer that exits right after
         # sending may take its last notifications with it (its socket closes with linger 0): the data is in the
         # slots all the same, and `head` says so.
-        while int(self._ctl[_W_HEAD]) <= self._next:
+        while not self.ready():
             wait = _ms(deadline, cap=_CREDIT_RECHECK_MS)
             if wait == 0:
                 raise TimeoutError(f"channel {self.spec.name}: no message within {timeout}s")
             if self._sock.poll(wait, zmq.POLLIN):
-                self._sock.recv()
-        while self._sock.poll(0, zmq.POLLIN):
-            self._sock.recv()                         # wake-ups for messages head already announced
+                self._drain_notes()
+        self._drain_notes()                            # wake-ups for messages head already announced
         seq = self._next
         self._next = seq + 1
         base = _CONTROL_BYTES + (seq % self.spec.slots) * self.spec.stride
@@ -329,6 +329,17 @@ class Channel:
             nbytes = dtype.itemsize * int(np.prod(shape, dtype=np.int64))
             arrays[name] = self._buf[start + offset:start + offset + nbytes].view(dtype).reshape(shape)
         return Message(seq, header, arrays, self)
+
+    def ready(self) -> bool:
+        """A message is waiting (never blocks): head says so, or a notification did (the producer writes its slot,
+        notifies, then advances head; a consumer woken in between must not sleep again)."""
+        return max(int(self._ctl[_W_HEAD]), self._announced) > self._next
+
+    def _drain_notes(self) -> None:
+        while self._sock.poll(0, zmq.POLLIN):
+            note = self._sock.recv()
+            if len(note) == _SEQ.size:
+                self._announced = max(self._announced, _SEQ.unpack(note)[0] + 1)
 
     def _release(self, seq: int) -> None:
         if self._closed:
@@ -350,6 +361,31 @@ class Channel:
     def _check_open(self) -> None:
         if self._closed:
             raise RuntimeError(f"channel {self.spec.name} is closed")
+
+
+class Selector:
+    """Waits on the consumer ends of several channels at once (the cache owner hears the target and the draft)."""
+
+    def __init__(self, channels):
+        self.channels = list(channels)
+        self._poller = zmq.Poller()
+        for ch in self.channels:
+            self._poller.register(ch._sock, zmq.POLLIN)
+
+    def wait(self, timeout: float | None = None) -> list[Channel]:
+        """The channels with a message waiting, within `timeout` s ([] on timeout). Head in shared memory is the
+        truth; notifications only wake the poll, and stale ones are drained here."""
+        deadline = _deadline(timeout)
+        while True:
+            ready = [ch for ch in self.channels if ch.ready()]
+            if ready:
+                return ready
+            wait = _ms(deadline, cap=_CREDIT_RECHECK_MS)
+            if wait == 0:
+                return []
+            if self._poller.poll(wait):
+                for ch in self.channels:
+                    ch._drain_notes()
 
 
 # ---- segment hygiene ---------------------------------------------------------------------------------------------

@@ -1,6 +1,9 @@
 """Drafts behind one interface: `observe` committed tokens, `propose` a chain (or tree) after the pending token.
 
-propose(pending, k, max_depth): at most k nodes, none deeper than max_depth (the engine's aligned block ends there).
+propose(pending, k, max_depth, ahead): at most k nodes, none deeper than max_depth (the aligned block ends there).
+`ahead` (the draft actor running a block ahead) lists uncommitted tokens assumed to come between the committed text and
+`pending`: the previous block's pending token and proposals. guess(path): the draft's best guess of the token after
+`path` (committed text + path), or None; the draft actor takes it as the next block's pending token.
 
 Owns each draft's private state (the stream proposer's suffix index; the draft model's own KV pool and ring index).
 Never touches the target's cache: the engine tells a draft what was committed, and the draft rolls itself back.
@@ -36,8 +39,11 @@ class NoDraft:
 
     def rollback(self, position: int) -> None: ...
 
-    def propose(self, pending: int, k: int, max_depth: int | None = None) -> Proposal:
+    def propose(self, pending: int, k: int, max_depth: int | None = None, ahead=()) -> Proposal:
         return Proposal.chain([])
+
+    def guess(self, path) -> int | None:
+        return None
 
 
 class SuffixDraft:
@@ -53,15 +59,21 @@ class SuffixDraft:
     def rollback(self, position: int) -> None:
         """Nothing to undo: text that was rolled back may still be proposed, and verification keeps output exact."""
 
-    def propose(self, pending: int, k: int, max_depth: int | None = None) -> Proposal:
-        return Proposal.chain(self.index.propose(pending, k if max_depth is None else min(k, max_depth)))
+    def propose(self, pending: int, k: int, max_depth: int | None = None, ahead=()) -> Proposal:
+        k = k if max_depth is None else min(k, max_depth)
+        return Proposal.chain(self.index.propose([*ahead, pending], k))
+
+    def guess(self, path) -> int | None:
+        nxt = self.index.propose(list(path), 1)
+        return int(nxt[0]) if len(nxt) else None
 
 
 class ModelDraft:
     """A smaller model with the target's tokenizer, run on its own pool under the same cache policy.
 
-    Keeps `fed`: the tokens whose K/V it wrote at positions [index.n, ...) speculatively; `observe` commits the
-    prefix that matches what the target committed, rolls back the rest and queues the remainder to catch up.
+    `index.n` is the committed length; `fed` lists the uncommitted tokens whose K/V sit at positions index.n, ...
+    (speculation), `backlog` the committed tokens not yet run (when `fed` is empty). `observe` commits the prefix of
+    `fed` that matches what the target committed; a mismatch drops the speculation and queues the rest.
     """
     name = "model"
 
@@ -72,29 +84,32 @@ class ModelDraft:
         self.fed: list[int] = []
         self.rng = np.random.default_rng(seed + 1)
         self._probs = np.zeros((runner.opts.max_rows, runner.vocab), np.float64)
+        self._last = np.zeros(runner.vocab, np.float32)     # logits after the last fed token
         self.forward_calls = 0
 
     def observe(self, tokens) -> None:
         tokens = [int(t) for t in np.asarray(tokens).reshape(-1)]
-        if self.fed:
-            m = 0
-            while m < min(len(tokens), len(self.fed)) and tokens[m] == self.fed[m]:
-                m += 1
-            self.index.commit(m)
-            self.index.rollback(self.index.n)       # discard the speculative rows past the match
-            self.fed = []
-            tokens = tokens[m:]
-        self.backlog.extend(tokens)
+        m = 0
+        while m < min(len(tokens), len(self.fed)) and tokens[m] == self.fed[m]:
+            m += 1
+        self.index.commit(m)
+        self.fed = self.fed[m:]
+        if m < len(tokens):                         # the speculation went astray (or ran out): drop the rest
+            self._drop_speculation()
+            self.backlog.extend(tokens[m:])
 
     def rollback(self, position: int) -> None:
         """Forget positions >= position (the target rolled a scratch span back)."""
-        self.fed = []
+        self._drop_speculation()
         if position >= self.index.n:
             self.backlog = self.backlog[: position - self.index.n]
-            self.index.rollback(self.index.n)
         else:
             self.backlog = []
             self.index.rollback(position)
+
+    def _drop_speculation(self) -> None:
+        self.fed = []
+        self.index.rollback(self.index.n)
 
     def _run(self, tokens: list[int]) -> np.ndarray:
         """Forward tokens at the next positions, write their K/V speculatively; logits of the last row."""
@@ -108,22 +123,32 @@ class ModelDraft:
         self.runner.store(np.arange(len(tokens)), self.index.write(pos))
         self.fed.extend(tokens)
         self.forward_calls += 1
-        return logits[0]
+        self._last[:] = logits[0]
+        return self._last
 
-    def propose(self, pending: int, k: int, max_depth: int | None = None) -> Proposal:
+    def _extend_to(self, path: list[int]) -> np.ndarray:
+        """Make `fed` equal `path` (committing the backlog on the way); the logits after path's last token."""
+        if self.fed != path[:len(self.fed)]:
+            self._drop_speculation()
+        if self.fed:
+            rest = path[len(self.fed):]
+            return self._run(rest) if rest else self._last
+        todo, step, backlog = self.backlog + path, self.runner.opts.max_rows, len(self.backlog)
+        self.backlog = []
+        logits = None
+        for i in range(0, len(todo), step):
+            logits = self._run(todo[i:i + step])
+            committed = min(len(self.fed), backlog)      # the backlog part is committed text
+            self.index.commit(committed)
+            self.fed, backlog = self.fed[committed:], backlog - committed
+        return logits
+
+    def propose(self, pending: int, k: int, max_depth: int | None = None, ahead=()) -> Proposal:
         if max_depth is not None:
             k = min(k, max_depth)
-        if k <= 0:                                 # nothing to draft this pass: catch up later, in one chunk
+        if k <= 0 and not ahead:                   # nothing to draft this pass: catch up later, in one chunk
             return Proposal.chain([])
-        step = self.runner.opts.max_rows
-        while len(self.backlog) >= step:           # catch up on committed text in full chunks
-            chunk, self.backlog = self.backlog[:step], self.backlog[step:]
-            self._run(chunk)
-            self.index.commit(len(chunk))
-            self.fed = []
-        logits = self._run(self.backlog + [pending])
-        self.index.commit(len(self.backlog))
-        self.fed, self.backlog = [pending], []
+        logits = self._extend_to([*map(int, ahead), int(pending)])
         tokens, qs = [], []
         for i in range(k):
             if self.params.greedy:
@@ -137,3 +162,5 @@ class ModelDraft:
                 logits = self._run([tok])
         return Proposal.chain(tokens, None if self.params.greedy else np.stack(qs))
 
+    def guess(self, path) -> int | None:
+        return int(np.argmax(self._extend_to([int(t) for t in path])))
