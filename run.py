@@ -38,21 +38,39 @@ def parser() -> argparse.ArgumentParser:
     top = argparse.ArgumentParser(prog="run.py", description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     sub = top.add_subparsers(dest="verb")
 
-    p = sub.add_parser("replay", help="replay a captured log through the engine with running assessments",
-                       description="Replay a log (plain lines, TEP alarm CSV or JSON lines); every N lines the "
-                                   "model writes a short assessment of what it has seen.")
-    p.add_argument("file", nargs="?", help="log file (default: the profile's replay.log, the bundled TEP log)")
-    p.add_argument("--format", choices=("plain", "csv", "jsonl"), help="log format (default: from the extension)")
+    p = sub.add_parser("replay", help="run the pipeline over a log with running assessments (the main job)",
+                       description="Stream a log (plain lines, TEP alarm CSV or JSON lines) through the pipeline: "
+                                   "ingest, cache owner, target, draft and output actors. Every N lines the model "
+                                   "writes a short assessment of what it has seen. SIGINT/SIGTERM drain the "
+                                   "pipeline (twice: stop now); SIGUSR1 prints every actor's figures.",
+                       formatter_class=argparse.RawDescriptionHelpFormatter,
+                       epilog=textwrap.dedent("""\
+                           sources:
+                             FILE                 replay a captured file (--speed scales its timing)
+                             FILE --follow        tail -f FILE, surviving rename and copytruncate rotation
+                             tcp://HOST:PORT      a line server; clients connect one after another
+                             -                    standard input
+                           launchers (--launcher, or [actors] launcher in the profile):
+                             local   one process per actor over shared-memory channels (default)
+                             ray     the same actors as five named Ray actors on one node (--ray-address joins
+                                     a cluster; otherwise a local Ray instance is started and stopped)
+                             serial  everything in this process (the reference the pipeline must equal)"""))
+    p.add_argument("file", nargs="?", help="log file, tcp://HOST:PORT or - (default: the profile's replay.log, "
+                                           "the bundled TEP log)")
+    p.add_argument("--format", choices=("plain", "csv", "jsonl"),
+                   help="log format (default: from the file's extension; plain for sockets and stdin)")
+    p.add_argument("--follow", action="store_true", help="follow the file as it grows (tail -f), from its end")
     p.add_argument("--config", help="TOML profile (default: configs/default.toml)")
     p.add_argument("--max-lines", type=int, default=0, help="stop after N lines (0: all)")
     p.add_argument("--every", type=int, help="lines between assessments (overrides replay.every_lines)")
     p.add_argument("--quiet-lines", action="store_true", help="print only the assessments, not every log line")
-    p.add_argument("--launcher", choices=("serial", "local"), default="serial",
-                   help="serial: one process (default for now); local: ingest, cache owner and output as processes "
-                        "over shared-memory channels (target and draft still inside the cache owner)")
-    p.add_argument("--journal", help="append-only JSONL journal of assessments (local launcher)")
+    p.add_argument("--launcher", choices=("local", "ray", "serial"),
+                   help="local, ray or serial (default: the profile's actors.launcher, local)")
+    p.add_argument("--ray-address", help="join this Ray cluster (\"auto\", host:port) instead of starting one")
+    p.add_argument("--journal", help="append-only JSONL journal of assessments and the final figures")
+    p.add_argument("--pub", help="zmq endpoint to publish every event on (e.g. tcp://127.0.0.1:5599)")
     p.add_argument("--speed", type=float, default=0.0, help="replay timing: 0 = as fast as possible, 1 = real "
-                                                           "time, 10 = ten times faster (local launcher)")
+                                                           "time, 10 = ten times faster")
 
     p = sub.add_parser("generate", help="generate from a prompt; --json prints one JSON object",
                        description="Generate text; greedy unless --temperature > 0. With a draft, output is "
@@ -139,6 +157,10 @@ def cmd_replay(args) -> int:
     from pipeline import config, tasks
 
     overrides = {"replay.every_lines": args.every} if getattr(args, "every", None) else {}
+    if getattr(args, "launcher", None):
+        overrides["actors.launcher"] = args.launcher
+    if getattr(args, "ray_address", None):
+        overrides["actors.ray_address"] = args.ray_address
     cfg = config.load(getattr(args, "config", None), overrides)
     log = getattr(args, "file", None) or str(ROOT / cfg.replay.log if not Path(cfg.replay.log).is_absolute()
                                              else cfg.replay.log)
@@ -156,14 +178,37 @@ def cmd_replay(args) -> int:
                   f"{st['accepted_per_verify']:.2f} tokens/verify)\n", flush=True)
 
     max_lines = getattr(args, "max_lines", 0) or cfg.replay.max_lines
-    if getattr(args, "launcher", "serial") == "local":
-        from pipeline.launch_local import run_pipeline
-        run_pipeline(cfg, log, fmt, max_lines, journal=args.journal, quiet_lines=quiet, speed=args.speed)
+    if cfg.actors.launcher != "serial":
+        from pipeline.launch import run_pipeline
+        run_pipeline(cfg, _source(log, fmt, max_lines, getattr(args, "speed", 0.0), getattr(args, "follow", False)),
+                     journal=getattr(args, "journal", None), pub=getattr(args, "pub", None), quiet_lines=quiet)
         return 0
+    if log.startswith("tcp://") or log == "-" or getattr(args, "follow", False):
+        raise ValueError("the serial launcher replays files only; use --launcher local for sockets, stdin, --follow")
     totals = tasks.replay(log, fmt, cfg, emit, max_lines=max_lines)
     print(f"replayed {totals['lines']} lines ({totals['stream_tokens']} tokens), {totals['assessments']} "
           f"assessments, {totals['tokens_per_s']:.0f} tok/s decode, {totals['wall_s']:.1f} s")
     return 0
+
+
+def _source(log: str, fmt: str | None, max_lines: int, speed: float, follow: bool) -> dict:
+    """What the ingest actor reads, from the command line's FILE / tcp://HOST:PORT / - and flags."""
+    import os
+
+    from pipeline.records import format_of
+
+    src = {"max_lines": max_lines}
+    if log.startswith("tcp://"):
+        host, _, port = log[len("tcp://"):].rpartition(":")
+        if not port.isdigit():
+            raise ValueError(f"{log}: expected tcp://HOST:PORT")
+        return {**src, "kind": "tcp", "host": host or "127.0.0.1", "port": int(port), "format": fmt or "plain"}
+    if log == "-":
+        return {**src, "kind": "stdin", "path": f"/proc/{os.getpid()}/fd/0", "format": fmt or "plain"}
+    if not follow and not Path(log).is_file():
+        raise FileNotFoundError(f"log file {log} does not exist")
+    return {**src, "kind": "follow" if follow else "replay", "path": str(Path(log).resolve()),
+            "format": fmt or format_of(log), "speed": speed}
 
 
 def cmd_generate(args) -> int:

@@ -1,8 +1,9 @@
 """Cache-owner actor: owns the sequence state and the schedule between stream prefill and analyses.
 
-Receives tokenized records from ingest; emits "line", "assessment" and "eof" events to output. At this stage of the
-pipeline it drives the target and the draft through the serial `Engine` in its own process (the next step moves
-them into actors of their own); it never parses or renders text and never prints.
+Receives tokenized records from ingest; drives the target and draft actors through `DeferredEngine` (the only mover
+of committed positions, for both rings); emits "line", "assessment" and "eof" events to output. The sink region
+holds the system prompt; every analysis asks its question in a scratch span that is rolled back, so the ring holds
+only the stream. Never parses or renders text, never runs a model and never prints.
 
 An analysis names the lines it could see (those whose tokens are still inside the ring's window), their byte offsets
 and their tags, so the output can count tags an answer mentions that none of those lines carries.
@@ -14,32 +15,41 @@ from collections import deque
 
 import numpy as np
 
-from actors.common import Figures, attach_when_ready, messages, pin
-from pipeline.channel import Channel, ChannelSpec
+from actors.common import Figures, attach_when_ready, figures_on_request, messages, pin
+from pipeline.channel import Channel
 
 
-def run(in_spec: ChannelSpec, out_name: str, cfg, stop) -> None:
-    from pipeline.tasks import make_analyst
+def run(inbox, outbox: str, model_links: dict, cfg, spec, stop) -> None:
+    """model_links: the channel specs this actor creates (from_target, from_draft) and the names it attaches to
+    (to_target, to_draft)."""
+    from pipeline.deferred import DeferredEngine
+    from pipeline.tasks import Analyst, replay_frame
 
     pin(cfg.actors.owner_cpus)
     figures = Figures("cache_owner")
-    analyst = make_analyst(cfg)
-    engine = analyst.engine
-    forward_before = engine.runner.forward_s          # start-up prefill is not the stream's work
+    figures_on_request(figures)
+    frame = replay_frame(cfg)
     seen: deque = deque()                  # (last position, offset, tags) of the lines in the ring, oldest first
-    lines, generated, decode_s = 0, 0, 0.0
-    with Channel.create(in_spec) as inp, attach_when_ready(out_name, stop) as out:
+    lines = 0
+    with Channel.create(inbox) as inp, Channel.create(model_links["from_target"]) as from_target, \
+            Channel.create(model_links["from_draft"]) as from_draft, \
+            attach_when_ready(model_links["to_target"], stop) as to_target, \
+            attach_when_ready(model_links["to_draft"], stop) as to_draft, \
+            attach_when_ready(outbox, stop) as out:
+        engine = DeferredEngine(spec, cfg.model.max_rows, cfg.draft.length, to_target, from_target, to_draft,
+                                from_draft)
+        engine.feed(frame.head)
+        analyst = Analyst(engine, frame.tok, frame.ask, frame.params, cfg.replay.max_new_tokens)
         for msg in messages(inp, stop):
             with figures.busy():
                 with msg:
                     header = dict(msg.header)
                     ids = None if "ids" not in msg.arrays else np.array(msg.arrays["ids"], np.int64)
                 if header["kind"] == "eof":
-                    runner = engine.runner
-                    figures.extra.update(lines=lines, generated=generated, tokens_per_s=generated / decode_s
-                                         if decode_s else 0.0, forward_s=runner.forward_s - forward_before,
-                                         kv_pool_mb=runner.pool_bytes / 2**20)
-                    header["figures"] = header.get("figures", []) + [figures.snapshot()]
+                    model_figures = engine.close()
+                    figures.extra.update(lines=lines, **{k: v for k, v in engine.totals.as_dict().items()
+                                                         if k in _TOTALS})
+                    header["figures"] = header.get("figures", []) + [figures.snapshot()] + model_figures
                     out.send(header, timeout=60.0)
                     return
                 engine.feed(ids)
@@ -52,10 +62,11 @@ def run(in_spec: ChannelSpec, out_name: str, cfg, stop) -> None:
                     continue
                 t0 = time.perf_counter()
                 res = analyst.assess()
-                st = res.stats.as_dict()
-                generated += st["generated"]
-                decode_s += st["decode_s"]
                 out.send({"kind": "assessment", "offsets": [seen[0][1], seen[-1][1]], "lines": lines,
                           "window_lines": len(seen), "window_tags": sorted({t for _, _, tags in seen for t in tags}),
-                          "latency_ms": (time.perf_counter() - t0) * 1000.0, "stats": st},
+                          "latency_ms": (time.perf_counter() - t0) * 1000.0, "stats": res.stats.as_dict()},
                          {"ids": np.asarray(res.token_ids, np.int32)}, timeout=60.0)
+
+
+_TOTALS = ("tokens_per_s", "generated", "decode_s", "verify_calls", "accepted_per_verify", "acceptance_rate",
+           "draft_s", "overlap_s", "overlap_share", "wasted_draft_s", "verify_s", "target_idle_s")

@@ -1,10 +1,14 @@
-"""What every actor does on entry and keeps while it runs: pin its CPUs, and account for its time and memory.
+"""What every actor does on entry and keeps while it runs: pin its CPUs, account for its time and memory, and watch
+the pipeline's stop flag.
 
 Owns nothing else: no channels, no model. Figures are plain dicts so they travel in a channel header.
 """
 from __future__ import annotations
 
+import json
 import os
+import signal
+import sys
 import time
 from contextlib import contextmanager
 
@@ -51,6 +55,29 @@ class Figures:
         return {"actor": self.name, "pid": os.getpid(), "wall_s": wall, "busy_s": self.busy_s,
                 "busy_share": self.busy_s / wall if wall else 0.0,
                 "cpus": sorted(os.sched_getaffinity(0)), **proc_status(), **self.extra}
+
+
+class StopFlag:
+    """A stop request every actor on this node sees, whichever launcher started it (local processes and Ray actors
+    alike): the existence of a file in the run's directory (set when any of `paths` exists). Plain data, so it
+    pickles into any process."""
+
+    def __init__(self, *paths: str):
+        self.paths = paths
+
+    def set(self) -> None:
+        with open(self.paths[0], "a"):
+            pass
+
+    def is_set(self) -> bool:
+        return any(os.path.exists(p) for p in self.paths)
+
+
+def figures_on_request(figures: Figures) -> None:
+    """SIGUSR1 prints this actor's figures as one JSON line on stderr (the launcher forwards the operator's signal)."""
+    def show(signum, frame):
+        print(f"figures {json.dumps(figures.snapshot())}", file=sys.stderr, flush=True)
+    signal.signal(signal.SIGUSR1, show)
 
 
 def attach_when_ready(name: str, stop, timeout: float = 300.0):

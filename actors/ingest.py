@@ -3,28 +3,54 @@
 Receives nothing; emits one message per record to the cache owner (header: offset, time, tags, text; array: token
 ids), then an "eof" carrying its counts and figures. Bounded: when the owner's channel stays full the record is
 dropped and counted, never buffered without limit. Never touches a model or the cache.
+
+Sources (`source["kind"]`): replay (a captured file at `speed` times its original pace), follow (`tail -f`, across
+rotations), tcp (a line server on host:port), stdin (the launcher's stdin, reopened through /proc).
 """
 from __future__ import annotations
 
+import sys
+import threading
+
 import numpy as np
 
-from actors.common import Figures, attach_when_ready, pin
-from pipeline.records import format_of
+from actors.common import Figures, attach_when_ready, figures_on_request, pin
 
 
-def run(out_name: str, source_args: dict, gguf: str, cpus: str, stop, drop_after_s: float = 5.0) -> None:
+def open_source(source: dict, stop_event: threading.Event):
+    from pipeline import sources
+
+    kind = source.get("kind", "replay")
+    if kind == "replay":
+        return sources.replay(source["path"], source.get("speed", 0.0), fmt=source.get("format"), stop=stop_event)
+    if kind == "follow":
+        return sources.follow(source["path"], stop=stop_event, from_start=source.get("from_start", False))
+    if kind == "tcp":
+        src = sources.tcp(source.get("host", "127.0.0.1"), source.get("port", 0), stop=stop_event)
+        print(f"ringspec: listening for log lines on tcp://{src.address[0]}:{src.address[1]}", file=sys.stderr,
+              flush=True)
+        return src
+    if kind == "stdin":
+        return sources.stdin(source.get("path"), stop=stop_event)
+    raise ValueError(f"unknown source kind {kind!r} (replay, follow, tcp, stdin)")
+
+
+def run(out_name: str, source: dict, gguf: str, cpus: str, stop, drop_after_s: float = 5.0) -> None:
     from models.tokenizer import Tokenizer
     from pipeline import sources
     from pipeline.assemble import resolve_gguf
 
     pin(cpus)
     figures = Figures("ingest")
+    figures_on_request(figures)
     tok = Tokenizer.from_gguf(resolve_gguf(gguf))
-    src = sources.replay(source_args["path"], source_args.get("speed", 0.0), fmt=source_args.get("format"),
-                         stop=stop)
-    fmt = source_args.get("format") or format_of(source_args["path"])
+    stop_event = threading.Event()              # the sources wait on an Event; the pipeline's flag sets it
+    watcher = threading.Thread(target=_watch, args=(stop, stop_event), daemon=True)
+    watcher.start()
+    src = open_source(source, stop_event)
+    fmt = source["format"]
     dropped = sent = 0
-    limit = source_args.get("max_lines") or 0
+    limit = source.get("max_lines") or 0
     with attach_when_ready(out_name, stop) as out:
         for i, rec in enumerate(sources.parse(fmt, src)):
             if stop.is_set() or (limit and i >= limit):
@@ -40,4 +66,13 @@ def run(out_name: str, source_args: dict, gguf: str, cpus: str, stop, drop_after
         st = src.stats
         out.send({"kind": "eof", "sent": sent, "dropped_full": dropped, "invalid_utf8": st.invalid_utf8,
                   "nul_bytes": st.nul_bytes, "oversized": st.oversized, "lines": st.lines,
-                  "figures": [figures.snapshot()]}, timeout=60.0)
+                  "stopped": stop.is_set(), "figures": [figures.snapshot()]}, timeout=60.0)
+    stop_event.set()
+
+
+def _watch(stop, stop_event: threading.Event) -> None:
+    while not stop_event.is_set():
+        if stop.is_set():
+            stop_event.set()
+            return
+        stop_event.wait(0.1)

@@ -11,7 +11,7 @@ import re
 import sys
 import time
 
-from actors.common import Figures, messages, pin
+from actors.common import Figures, figures_on_request, messages, pin
 from pipeline.channel import Channel, ChannelSpec
 
 TAG = re.compile(r"\b[A-Z]{1,4}\d{2,4}(?:_\d+)?\b")   # plant tags as alarm consoles write them: FIR123, AIR003_3
@@ -26,6 +26,7 @@ def run(in_spec: ChannelSpec, gguf: str, journal: str | None, pub: str | None, q
 
     pin(cpus)
     figures = Figures("output")
+    figures_on_request(figures)
     tok = Tokenizer.from_gguf(resolve_gguf(gguf))
     stops = set(tok.stop_ids)
     sock = None
@@ -84,8 +85,20 @@ def _emit(event: dict, quiet_lines: bool) -> None:
         for f in event.get("figures", []):
             print(f"{f['actor']:12s} {f['pid']:7d} {','.join(map(str, f['cpus'])):>6s} {f['busy_share']:6.0%} "
                   f"{f['wall_s']:7.1f} {f['vmrss_mb']:7.0f} {f['threads']:4d}", file=sys.stderr)
-        owner = next((f for f in event.get("figures", []) if f["actor"] == "cache_owner"), None)
-        if owner and owner["busy_s"]:
-            print(f"cache owner: {owner['tokens_per_s']:.0f} tok/s decode, model forward {owner['forward_s']:.1f} s "
-                  f"of {owner['busy_s']:.1f} s busy (overhead share {1 - owner['forward_s'] / owner['busy_s']:.0%}), "
-                  f"KV pool {owner['kv_pool_mb']:.1f} MB", file=sys.stderr, flush=True)
+        print_summary(event.get("figures", []))
+
+
+def print_summary(figures: list[dict]) -> None:
+    """The pipeline's run-time figures, for an operator: decode speed, drafting, overlap and overhead."""
+    by = {f["actor"]: f for f in figures}
+    owner, target = by.get("cache_owner"), by.get("target")
+    if not owner or not target or not owner["busy_s"]:
+        return
+    print(f"decode {owner['tokens_per_s']:.0f} tok/s over {owner['generated']} tokens, "
+          f"{owner['accepted_per_verify']:.2f} tokens/verify (acceptance {owner['acceptance_rate']:.0%}); "
+          f"KV pool {target['kv_pool_mb']:.1f} MB", file=sys.stderr)
+    print(f"draft {owner['draft_s']:.2f} s on verified blocks, {owner['overlap_s']:.2f} s of it while the target "
+          f"verified ({owner['overlap_share']:.0%} overlap), {owner['wasted_draft_s']:.2f} s on stale blocks; target "
+          f"idle {owner['target_idle_s']:.2f} s between verifies", file=sys.stderr)
+    print(f"cache owner busy {owner['busy_s']:.1f} s, target forward passes {target['forward_s']:.1f} s: pipeline "
+          f"overhead share {1 - target['forward_s'] / owner['busy_s']:.1%}", file=sys.stderr, flush=True)

@@ -24,7 +24,7 @@ class ModelUnavailable(RuntimeError):
 
 
 def home() -> Path:
-    root = Path(os.environ.get("RINGSPEC_HOME", Path.home() / ".cache" / "ringspec"))
+    root = Path(os.environ.get("RINGSPEC_HOME") or Path.home() / ".cache" / "ringspec").resolve()
     root.mkdir(parents=True, exist_ok=True)
     return root
 

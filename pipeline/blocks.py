@@ -19,7 +19,10 @@ from kernels.sampling import SamplingParams, target_probs
 from pipeline.drafts import Proposal
 
 
-def room_of(n: int, block: int) -> int:
+BLOCK = 32     # positions per aligned block (<= the runner's max_recent + 1)
+
+
+def room_of(n: int, block: int = BLOCK) -> int:
     """Deepest proposal a block whose pending token sits at position n can hold (0: verify the pending token alone)."""
     return n - n % block + block - 1 - n
 

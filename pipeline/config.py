@@ -67,7 +67,11 @@ class ActorsSection:
     """CPU sets (taskset syntax: "0", "0-1", "0,2"; "" = not pinned) applied in each actor process."""
     ingest_cpus: str = ""
     owner_cpus: str = ""
+    target_cpus: str = ""
+    draft_cpus: str = ""
     output_cpus: str = ""
+    launcher: str = "local"          # local (processes) | ray (named Ray actors) | serial (one process, no actors)
+    ray_address: str = ""            # "" = start a local Ray instance; else join this cluster (e.g. "auto")
 
 
 def cpu_set(text: str) -> set[int]:
@@ -96,7 +100,8 @@ class Config:
         return self.cache.window + max(self.cache.slack, self.model.max_rows)
 
 
-_CHOICES = {("draft", "kind"): ("none", "suffix", "model"), ("replay", "format"): ("plain", "csv", "jsonl")}
+_CHOICES = {("draft", "kind"): ("none", "suffix", "model"), ("replay", "format"): ("plain", "csv", "jsonl"),
+            ("actors", "launcher"): ("local", "ray", "serial")}
 _MIN = {("model", "threads"): 1, ("model", "max_rows"): 2, ("cache", "sink"): 0, ("cache", "window"): 1,
         ("cache", "slack"): 0, ("draft", "length"): 0, ("draft", "threads"): 1, ("sampling", "temperature"): 0.0,
         ("sampling", "top_k"): 0, ("replay", "every_lines"): 1, ("replay", "max_new_tokens"): 1,
@@ -132,7 +137,7 @@ def parse(raw: dict, source: str = "<dict>") -> Config:
         raise ConfigError(f"{source}: [draft] kind = \"model\" needs model = \"path/to/draft.gguf\"")
     import os
     usable = os.sched_getaffinity(0)
-    for key in ("ingest_cpus", "owner_cpus", "output_cpus"):
+    for key in ("ingest_cpus", "owner_cpus", "target_cpus", "draft_cpus", "output_cpus"):
         try:
             cpus = cpu_set(getattr(cfg.actors, key))
         except ValueError as exc:

@@ -16,13 +16,13 @@ boundary. A row is then computed identically with or without a draft (rows are i
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 
 import numpy as np
 
 from kernels.ring import RingIndex, slot_of
 from kernels.sampling import SamplingParams, sample, target_probs
-from pipeline.blocks import judge, lap, near_wrap, plan_block, room_of
+from pipeline.blocks import BLOCK, judge, lap, near_wrap, plan_block, room_of
 from pipeline.drafts import NoDraft, Proposal
 
 
@@ -40,6 +40,17 @@ class Stats:
     rejections_after_wrap: int = 0   # rejected blocks whose rows lie within one block of a ring wrap point
     wraps: int = 0                   # times the committed position crossed a ring wrap point
     draft_s: float = 0.0
+    # pipelined runs only (pipeline/deferred.py): draft time spent while the target verified the previous block
+    # (counted only for proposals that were verified), draft time on proposals discarded as stale, the target's time
+    # inside verify passes, and its idle time between consecutive verify passes of one generation
+    overlap_s: float = 0.0
+    wasted_draft_s: float = 0.0
+    verify_s: float = 0.0
+    target_idle_s: float = 0.0
+
+    def add(self, other: "Stats") -> None:
+        for f in fields(self):
+            setattr(self, f.name, getattr(self, f.name) + getattr(other, f.name))
 
     def count_block(self, blk, accepted: int, spec, max_rows: int) -> None:
         """Account one verified block (`blocks.Block`) of which `accepted` proposals were accepted."""
@@ -63,7 +74,10 @@ class Stats:
                 "generated": self.generated, "prompt_tokens": self.prompt_tokens, "proposed": self.proposed,
                 "accepted": self.accepted, "rejections": self.rejections,
                 "rejections_after_wrap": self.rejections_after_wrap, "wraps": self.wraps,
-                "draft_s": self.draft_s, "decode_s": self.decode_s, "prefill_s": self.prefill_s}
+                "draft_s": self.draft_s, "decode_s": self.decode_s, "prefill_s": self.prefill_s,
+                "overlap_s": self.overlap_s, "overlap_share": self.overlap_s / self.draft_s if self.draft_s else 0.0,
+                "wasted_draft_s": self.wasted_draft_s, "verify_s": self.verify_s,
+                "target_idle_s": self.target_idle_s}
 
 
 @dataclass
@@ -73,7 +87,7 @@ class GenerateResult:
 
 
 class Engine:
-    def __init__(self, runner, tokenizer, draft=None, draft_len: int = 4, seed: int = 0, block: int = 32):
+    def __init__(self, runner, tokenizer, draft=None, draft_len: int = 4, seed: int = 0, block: int = BLOCK):
         self.runner, self.tok = runner, tokenizer
         if not 1 <= block <= runner.opts.max_recent + 1:
             raise ValueError(f"block {block} must be in 1..max_recent+1 ({runner.opts.max_recent + 1})")

@@ -13,6 +13,7 @@ from __future__ import annotations
 import csv
 import json
 import os
+import select
 import socket
 import sys
 import threading
@@ -300,14 +301,21 @@ class Tcp(Source):
 
 
 class Stream(Source):
-    """Lines from a binary file object read to EOF (stdin). A blocking read delays `stop` until the next chunk."""
+    """Lines from a binary file object read to EOF (stdin); `stop` is seen within `poll_interval` s."""
 
-    def __init__(self, fileobj: BinaryIO, **kw):
+    def __init__(self, fileobj: BinaryIO, poll_interval: float = 0.1, **kw):
         super().__init__(**kw)
         self._read = getattr(fileobj, "read1", fileobj.read)
+        self.poll = poll_interval
+        try:
+            self._fd = fileobj.fileno()
+        except (AttributeError, OSError, ValueError):
+            self._fd = None         # no descriptor (an in-memory stream): plain blocking reads
 
     def _lines(self) -> Iterator[Line]:
         while not self.stop_event.is_set():
+            if self._fd is not None and not select.select([self._fd], [], [], self.poll)[0]:
+                continue            # nothing to read yet: look at `stop` again
             chunk = self._read(CHUNK)
             if not chunk:
                 yield from self._split.finish()
@@ -328,8 +336,9 @@ def tcp(host: str = "127.0.0.1", port: int = 0, **kw) -> Tcp:
     return Tcp(host, port, **kw)
 
 
-def stdin(**kw) -> Stream:
-    return Stream(sys.stdin.buffer, **kw)
+def stdin(path: str | None = None, **kw) -> Stream:
+    """This process's stdin, or `path` (a launcher hands its own stdin to an actor as /proc/PID/fd/0)."""
+    return Stream(open(path, "rb", buffering=0) if path else sys.stdin.buffer, **kw)
 
 
 def parse(fmt: str, source: Iterable[Line], max_record_bytes: int = 64 * 1024) -> Iterator[records.Record]:

@@ -9,6 +9,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from kernels.ring import RingSpec
 from kernels.sampling import SamplingParams
 from models.convert import load_card
 from models.registry import converted_dir
@@ -109,18 +110,38 @@ class Analyst:
         return res
 
 
-def make_analyst(cfg) -> Analyst:
+@dataclass(frozen=True)
+class Frame:
+    """What the replay's engines (serial, or target and draft actors) are built from: one source for the ring."""
+    tok: Tokenizer
+    head: np.ndarray
+    ask: np.ndarray
+    params: SamplingParams
+    spec: RingSpec
+
+
+def replay_frame(cfg) -> Frame:
+    """The sinks grow to hold the system prompt; the slack holds the scratch span (question and answer) plus the
+    uncommitted rows beyond it: a target block, or two draft blocks when the draft runs a block ahead."""
     c = cfg
     params = SamplingParams(c.sampling.temperature, c.sampling.top_k, c.sampling.top_p, c.sampling.seed)
     tok = Tokenizer.from_gguf(resolve_gguf(c.model.gguf))
     head, ask = chat_frame(tok, c.replay.system_prompt, c.replay.question)
-    scratch = len(ask) + c.replay.max_new_tokens + 8
-    engine = make_engine(c.model.gguf, sink=max(c.cache.sink, len(head)), window=c.cache.window,
-                         slack=max(c.cache.slack, scratch), max_rows=c.model.max_rows, threads=c.model.threads,
-                         draft=c.draft.kind, draft_gguf=c.draft.model, draft_len=c.draft.length, params=params,
+    scratch = len(ask) + c.replay.max_new_tokens
+    slack = max(c.cache.slack, scratch + max(c.model.max_rows, 2 * (c.draft.length + 1)))
+    return Frame(tok, head, ask, params, RingSpec(max(c.cache.sink, len(head)), c.cache.window,
+                                                  c.cache.window + slack))
+
+
+def make_analyst(cfg) -> Analyst:
+    """The single-process analyst: target and draft in this process (`replay --launcher serial`)."""
+    c, f = cfg, replay_frame(cfg)
+    engine = make_engine(c.model.gguf, sink=f.spec.sink, window=f.spec.window, slack=f.spec.slack,
+                         max_rows=c.model.max_rows, threads=c.model.threads, draft=c.draft.kind,
+                         draft_gguf=c.draft.model, draft_len=c.draft.length, params=f.params,
                          draft_threads=c.draft.threads)
-    engine.feed(head)
-    return Analyst(engine, tok, ask, params, c.replay.max_new_tokens)
+    engine.feed(f.head)
+    return Analyst(engine, f.tok, f.ask, f.params, c.replay.max_new_tokens)
 
 
 def replay(log: str, fmt: str, cfg, emit, max_lines: int = 0) -> dict:

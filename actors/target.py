@@ -1,0 +1,66 @@
+"""Target actor: owns the target model's session and its KV pool, and judges blocks.
+
+Receives from the cache owner fully specified passes: a stream or prompt chunk to prefill, or a block to verify (rows,
+positions, the mask, the recent section's slots, the slots committed rows go to). Runs the pass, stores the K/V the
+owner said to keep, and for a block answers with a verdict (rows accepted, next token). Never decides positions,
+slots or what is committed: the owner does, from its ring index; this actor's only state is the pool's contents and
+its sampler.
+"""
+from __future__ import annotations
+
+import time
+
+import numpy as np
+
+from actors.common import Figures, attach_when_ready, figures_on_request, messages, pin
+from pipeline.channel import Channel, ChannelSpec
+
+
+def run(inbox: ChannelSpec, outbox: str, cfg, spec, stop) -> None:
+    from kernels.sampling import SamplingParams, sample, target_probs
+    from models.registry import converted_dir
+    from models.runner import Runner, RunnerOptions
+    from pipeline.assemble import resolve_gguf
+    from pipeline.blocks import Block, judge
+
+    pin(cfg.actors.target_cpus)
+    figures = Figures("target")
+    figures_on_request(figures)
+    runner = Runner(converted_dir(resolve_gguf(cfg.model.gguf)), spec,
+                    RunnerOptions(threads=cfg.model.threads, max_rows=cfg.model.max_rows,
+                                  accuracy_level=cfg.model.accuracy_level))
+    s = cfg.sampling
+    params = SamplingParams(s.temperature, s.top_k, s.top_p, s.seed)
+    rng = np.random.default_rng(s.seed)                       # consumed in the serial engine's order: pick, judge
+    probs = np.zeros((cfg.model.max_rows, runner.vocab), np.float64)
+    last_row = np.zeros(1, np.int64)
+    with Channel.create(inbox) as inp, attach_when_ready(outbox, stop) as out:
+        for msg in messages(inp, stop):
+            with figures.busy(), msg:
+                h, a = msg.header, msg.arrays
+                if h["kind"] == "eof":
+                    figures.extra.update(forward_s=runner.forward_s, forward_calls=runner.forward_calls,
+                                         forward_rows=runner.forward_rows, kv_pool_mb=runner.pool_bytes / 2**20)
+                    out.send({"kind": "eof", "figures": figures.snapshot()}, timeout=60.0)
+                    return
+                ids, pos, recent = a["ids"], a["pos"], a["recent"]
+                T, m = len(ids), len(recent)
+                np.copyto(runner.mask_buffer(T, m), a["mask"])
+                t0 = time.perf_counter()
+                if h["kind"] == "prefill":
+                    last_row[0] = T - 1
+                    logits = runner.forward(ids, pos, last_row, recent_slots=recent if m else None)
+                    runner.store(np.arange(T), a["slots"])
+                    if h["pick"]:
+                        nxt = int(np.argmax(logits[0])) if params.greedy else \
+                            sample(target_probs(logits[0], params, out=probs[0]), rng)
+                        out.send({"kind": "picked", "next": nxt}, timeout=60.0)
+                elif h["kind"] == "verify":
+                    logits = runner.forward(ids, pos, recent_slots=recent if m else None)
+                    blk = Block(ids, a["parent"], a.get("q"), pos, None, recent, a["slots"])
+                    rows, nxt = judge(logits, blk, params, probs, rng)
+                    runner.store(rows, a["slots"][:len(rows)])
+                    out.send({"kind": "verdict", "epoch": h["epoch"], "block": h["block"], "rows": rows.tolist(),
+                              "next": nxt, "t0": t0, "t1": time.perf_counter()}, timeout=60.0)
+                else:
+                    raise ValueError(f"target: unknown message kind {h['kind']!r}")

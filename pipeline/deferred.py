@@ -1,0 +1,213 @@
+"""Deferred speculative decoding across actors, as the cache owner runs it: the same algorithm as `Engine`, with the
+target and the draft in processes of their own.
+
+Owns the target's sequence state (its `RingIndex`, the pending token), the draft's committed position (by telling
+it what was committed), and the pipelining: block b+1, drafted ahead from the draft's guess while the target verifies
+block b, is verified next if the verdict on b bore the guess out (every proposal accepted, bonus == the guess);
+otherwise the draft restarts at the verdict under a new epoch and every proposal of the old epoch is discarded. Never
+runs a model and never touches a pool: it sends fully specified passes (rows, positions, mask, slots) and reads
+verdicts.
+
+Identity: masks, blocks and acceptance are those of `Engine` (pipeline/blocks.py), so greedy output is the serial
+engine's bit for bit.
+"""
+from __future__ import annotations
+
+import time
+
+import numpy as np
+
+from kernels.ring import RingIndex, slot_of
+from kernels.sampling import SamplingParams
+from pipeline.blocks import BLOCK, plan_block
+from pipeline.channel import Selector
+from pipeline.drafts import Proposal
+from pipeline.engine import GenerateResult, Stats
+
+TIMEOUT_S = 120.0
+
+
+class ActorSilent(RuntimeError):
+    pass
+
+
+class DeferredEngine:
+    def __init__(self, spec, max_rows: int, draft_len: int, to_target, from_target, to_draft, from_draft,
+                 max_recent: int = 64):
+        self.spec, self.max_rows, self.draft_len = spec, max_rows, draft_len
+        self.index = RingIndex(spec)
+        self.pending: int | None = None
+        self.epoch = 0
+        self.to_target, self.from_target, self.to_draft, self.from_draft = to_target, from_target, to_draft, from_draft
+        self._selector = Selector([from_target, from_draft])
+        self._mask = np.empty(max_rows * (spec.pool_slots + max_recent + max_rows), np.float32)
+        self._early: list = []          # proposals that arrived while waiting for something else (header, arrays)
+        self.totals = Stats()           # every generation's stats, summed (for the run-time figures)
+
+    def _mask_for(self, T: int, m: int) -> np.ndarray:
+        return self._mask[: T * (self.spec.pool_slots + m + T)].reshape(T, -1)
+
+    # -- feeding text into the cache -------------------------------------------------------------------------------
+    def feed(self, ids, pick: bool = False) -> int | None:
+        """Commit tokens (the pending one first, if any) in chunks; with `pick`, the target's next token."""
+        ids = np.asarray(ids, np.int64).reshape(-1)
+        if self.pending is not None:
+            ids = np.concatenate([[self.pending], ids])
+            self.pending = None
+        if pick and not len(ids):
+            raise ValueError("generate needs a non-empty prompt or context")
+        for start in range(0, len(ids), self.max_rows):
+            chunk = ids[start:start + self.max_rows]
+            T = len(chunk)
+            pos = self.index.n + np.arange(T, dtype=np.int64)
+            mask = self.index.visible_mask(pos, None, out=self._mask_for(T, 0))
+            slots = self.index.write(pos)
+            self.index.commit(T)
+            last = pick and start + T == len(ids)
+            self.to_target.send({"kind": "prefill", "pick": last},
+                                {"ids": chunk, "pos": pos, "mask": mask, "recent": pos[:0], "slots": slots},
+                                timeout=TIMEOUT_S)
+            self.to_draft.send({"kind": "observe"}, {"ids": chunk}, timeout=TIMEOUT_S)
+        if pick:
+            return self._await("picked")[0]["next"]
+        return None
+
+    def append(self, ids) -> None:
+        self.feed(ids)
+
+    def mark(self) -> int:
+        if self.pending is not None:
+            self.feed([])
+        return self.index.n
+
+    def rollback(self, mark: int) -> None:
+        self.index.rollback(mark)
+        self.pending = None
+        self.to_draft.send({"kind": "rollback", "position": int(mark)}, timeout=TIMEOUT_S)
+
+    # -- generation ------------------------------------------------------------------------------------------------
+    def generate(self, prompt_ids, max_tokens: int, params: SamplingParams = SamplingParams(),
+                 stop_ids=()) -> GenerateResult:
+        stats = Stats(prompt_tokens=len(prompt_ids))
+        t0 = time.perf_counter()
+        self.pending = self.feed(prompt_ids, pick=True)
+        stats.prefill_s = time.perf_counter() - t0
+        stats.ttft_ms = stats.prefill_s * 1000.0
+        start = self.index.n
+        out = [self.pending]
+        stops = set(int(s) for s in stop_ids)
+        t1 = time.perf_counter()
+        self._restart(max_tokens - len(out))
+        block, last_verify = 0, None
+        while len(out) < max_tokens and out[-1] not in stops:
+            head, arrays = self._proposal(block)
+            if head["n"] != self.index.n or head["pending"] != self.pending:    # the guess was wrong
+                stats.wasted_draft_s += head["t1"] - head["t0"]
+                self._restart(max_tokens - len(out))
+                block = 0
+                continue
+            prop = Proposal(arrays["tokens"], arrays["parent"], arrays.get("q"))
+            blk = self._verify(prop, block)
+            verdict, _ = self._await("verdict")
+            if last_verify is not None:      # draft work for this block done while the target verified the last one
+                stats.overlap_s += max(0.0, min(head["t1"], last_verify[1]) - max(head["t0"], last_verify[0]))
+                stats.target_idle_s += verdict["t0"] - last_verify[1]
+            stats.draft_s += head["t1"] - head["t0"]
+            stats.verify_s += verdict["t1"] - verdict["t0"]
+            last_verify = (verdict["t0"], verdict["t1"])
+            rows = np.asarray(verdict["rows"], np.int64)
+            n = self.index.n
+            self.index.write(n + np.arange(len(rows), dtype=np.int64))
+            self.index.commit(len(rows))
+            committed = blk.tokens[rows]
+            stats.count_block(blk, len(rows) - 1, self.spec, self.max_rows)
+            self.pending = verdict["next"]
+            out.extend([int(t) for t in committed[1:]] + [self.pending])
+            self.to_draft.send({"kind": "commit", "epoch": self.epoch}, {"ids": committed}, timeout=TIMEOUT_S)
+            if len(rows) - 1 == len(blk.proposals):
+                block += 1                   # the draft's next block stands if its guess equals self.pending
+            else:
+                self._restart(max_tokens - len(out))
+                block = 0
+        stats.decode_s = time.perf_counter() - t1
+        self.to_draft.send({"kind": "halt"}, timeout=TIMEOUT_S)
+        end = next((i + 1 for i, t in enumerate(out) if t in stops), len(out))
+        out = out[:min(end, max_tokens)]
+        if self.index.n > start + len(out) - 1:        # a block ran past the end: the cache must hold exactly out[:-1]
+            self.rollback(start + len(out) - 1)
+        self.pending = out[-1]
+        stats.generated = len(out)
+        self.totals.add(stats)
+        return GenerateResult(out, stats)
+
+    def _restart(self, budget: int) -> None:
+        self.epoch += 1
+        self.to_draft.send({"kind": "start", "epoch": self.epoch, "n": self.index.n, "pending": int(self.pending),
+                            "budget": int(budget)}, timeout=TIMEOUT_S)
+
+    def _verify(self, prop: Proposal, block: int):
+        n = self.index.n
+        blk = plan_block(n, self.pending, prop, BLOCK, self.spec.sink, self.spec.ring)
+        T, m = len(blk.tokens), len(blk.recent)
+        mask = self.index.visible_mask(blk.pos, blk.anc, out=self._mask_for(T, m), recent_from=n - m)
+        arrays = {"ids": blk.tokens, "pos": blk.pos, "mask": mask, "parent": blk.parent,
+                  "recent": slot_of(blk.recent, self.spec.sink, self.spec.ring), "slots": blk.slots}
+        if blk.q is not None:
+            arrays["q"] = blk.q
+        self.to_target.send({"kind": "verify", "epoch": self.epoch, "block": block}, arrays, timeout=TIMEOUT_S)
+        return blk
+
+    def _proposal(self, block: int) -> tuple[dict, dict]:
+        """The current epoch's proposal for `block` (copied out of the channel); stale ones are dropped."""
+        while True:
+            for i, (head, arrays) in enumerate(self._early):
+                if head["epoch"] == self.epoch and head["block"] == block:
+                    del self._early[i]
+                    return head, arrays
+            self._early = [(h, a) for h, a in self._early if h["epoch"] == self.epoch and h["block"] > block]
+            self._receive(want_target=False)
+
+    def _await(self, kind: str) -> tuple[dict, dict]:
+        while True:
+            got = self._receive(want_target=True)
+            if got is not None:
+                if got[0]["kind"] != kind:
+                    raise RuntimeError(f"cache owner: expected {kind!r} from the target, got {got[0]['kind']!r}")
+                return got
+
+    def _receive(self, want_target: bool):
+        """Take one message: a draft proposal goes to `_early`; a target message is returned (when wanted)."""
+        channels = [self.from_target, self.from_draft] if want_target else [self.from_draft]
+        deadline = time.monotonic() + TIMEOUT_S
+        while True:
+            ready = [ch for ch in self._selector.wait(0.5) if ch in channels]
+            if ready:
+                break
+            if time.monotonic() > deadline:
+                raise ActorSilent(f"cache owner: no message from the {'target' if want_target else 'draft'} "
+                                  f"within {TIMEOUT_S:.0f} s")
+        ch = ready[0]
+        with ch.recv(timeout=1.0) as msg:
+            head = dict(msg.header)
+            arrays = {k: np.array(v) for k, v in msg.arrays.items()}
+        if ch is self.from_draft:
+            if head["kind"] != "proposal":
+                raise RuntimeError(f"cache owner: unexpected {head['kind']!r} from the draft")
+            if head["epoch"] == self.epoch:
+                self._early.append((head, arrays))
+            return None
+        return head, arrays
+
+    def close(self) -> list[dict]:
+        """End of stream: ask both model actors for their figures."""
+        figures = []
+        for to, name in ((self.to_target, "target"), (self.to_draft, "draft")):
+            to.send({"kind": "eof"}, timeout=TIMEOUT_S)
+        for ch in (self.from_target, self.from_draft):
+            deadline = time.monotonic() + TIMEOUT_S
+            while True:
+                with ch.recv(timeout=max(0.1, deadline - time.monotonic())) as msg:
+                    if msg.header["kind"] == "eof":
+                        figures.append(dict(msg.header["figures"]))
+                        break
+        return figures

@@ -1,0 +1,261 @@
+"""Launchers: the five actors as local processes (multiprocessing, spawn) or as named Ray actors, one topology.
+
+Owns the topology (which actor creates which channel, the channels' sizes) and process lifetimes: start, the
+operator's signals (SIGINT/SIGTERM drain the pipeline: the source stops, what was read is processed, the journal is
+flushed; a second signal or a stuck drain stops everything; SIGUSR1 makes every actor print its figures), the death of
+an actor (everything stops, the cause is reported, no orphan process and no leftover segment). Nothing numeric here.
+
+    ingest --lines--> cache owner --events--> output
+                       |  ^   |  ^
+            to_target  |  |   |  | from_draft
+                       v  |   v  |
+                     target   draft
+                    from_target  to_draft
+
+Each channel is created by its consumer; producers attach when it appears (models take seconds to load).
+"""
+from __future__ import annotations
+
+import importlib
+import multiprocessing as mp
+import os
+import shutil
+import signal
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+
+from actors.common import StopFlag
+from pipeline.channel import ChannelSpec, cleanup_stale
+
+DRAIN_S = 60.0        # a drain that takes longer than this is cut short
+
+
+class ActorDied(RuntimeError):
+    pass
+
+
+@dataclass
+class ActorPlan:
+    name: str
+    module: str           # actors.<name>: its run(**kwargs) is the actor
+    kwargs: dict
+
+
+def plan(cfg, source: dict, journal: str | None, pub: str | None, quiet_lines: bool, run_dir: str,
+         tag: str) -> list[ActorPlan]:
+    """The five actors and their channels, sized once here from the config and the model's card."""
+    from models.convert import load_card
+    from models.registry import converted_dir
+    from pipeline.assemble import resolve_gguf
+    from pipeline.tasks import replay_frame
+
+    card = load_card(converted_dir(resolve_gguf(cfg.model.gguf)))      # converts on first use, with progress
+    vocab = card["config"]["vocab_size"]
+    if cfg.draft.kind == "model":
+        draft_vocab = load_card(converted_dir(resolve_gguf(cfg.draft.model)))["config"]["vocab_size"]
+        if draft_vocab != vocab:
+            raise ValueError(f"draft vocabulary {draft_vocab} != target vocabulary {vocab}: a draft must share the "
+                             f"target's tokenizer")
+    spec = replay_frame(cfg).spec
+    rows = cfg.model.max_rows
+    mask_bytes = rows * (spec.pool_slots + 64 + rows) * 4
+    q_bytes = cfg.draft.length * vocab * 8 if cfg.draft.kind == "model" and cfg.sampling.temperature > 0 else 0
+    small = dict(header_bytes=4 << 10)
+
+    def ch(name, slots, payload, **kw):
+        return ChannelSpec(f"{tag}_{name}", slots=slots, payload_bytes=payload, **(kw or small))
+
+    lines = ch("lines", 64, 64 << 10, header_bytes=16 << 10)
+    events = ch("events", 64, 64 << 10, header_bytes=16 << 10)
+    links = {"to_target": ch("to_target", 8, mask_bytes + q_bytes + (16 << 10)),
+             "from_target": ch("from_target", 16, 1 << 10),
+             "to_draft": ch("to_draft", 256, 1 << 10),
+             "from_draft": ch("from_draft", 8, q_bytes + (4 << 10))}
+    stop, drain = StopFlag(f"{run_dir}/stop"), f"{run_dir}/drain"
+    return [
+        ActorPlan("output", "actors.output", dict(in_spec=events, gguf=cfg.model.gguf, journal=journal, pub=pub,
+                                                  quiet_lines=quiet_lines, cpus=cfg.actors.output_cpus, stop=stop)),
+        ActorPlan("target", "actors.target", dict(inbox=links["to_target"], outbox=links["from_target"].name,
+                                                  cfg=cfg, spec=spec, stop=stop)),
+        ActorPlan("draft", "actors.draft", dict(inbox=links["to_draft"], outbox=links["from_draft"].name, cfg=cfg,
+                                                spec=spec, vocab=vocab, stop=stop)),
+        ActorPlan("cache_owner", "actors.cache_owner",
+                  dict(inbox=lines, outbox=events.name, cfg=cfg, spec=spec, stop=stop,
+                       model_links={"from_target": links["from_target"], "from_draft": links["from_draft"],
+                                    "to_target": links["to_target"].name, "to_draft": links["to_draft"].name})),
+        ActorPlan("ingest", "actors.ingest", dict(out_name=lines.name, source=source, gguf=cfg.model.gguf,
+                                                  cpus=cfg.actors.ingest_cpus, stop=StopFlag(stop.paths[0], drain))),
+    ]
+
+
+def enter(module: str, kwargs: dict) -> None:
+    """An actor's entry point, in its own process: run it; a failure is one line on stderr and exit code 1."""
+    try:
+        importlib.import_module(module).run(**kwargs)
+    except Exception as exc:                           # noqa: BLE001 -- reported, then the launcher stops the rest
+        print(f"ringspec: error: actor {module.split('.')[-1]}: {type(exc).__name__}: {exc}", file=sys.stderr,
+              flush=True)
+        raise SystemExit(1) from None
+
+
+def run_pipeline(cfg, source: dict, journal: str | None = None, pub: str | None = None,
+                 quiet_lines: bool = False) -> None:
+    """Run the actors with the configured launcher until the stream ends (or a signal drains or stops it)."""
+    run_dir = tempfile.mkdtemp(prefix="ringspec_run_")
+    tag = f"p{os.getpid()}_{int(time.time() * 1000) % 1_000_000}"
+    try:
+        plans = plan(cfg, source, journal, pub, quiet_lines, run_dir, tag)
+        launcher = _ray if cfg.actors.launcher == "ray" else _local
+        launcher(plans, run_dir, cfg)
+    finally:
+        shutil.rmtree(run_dir, ignore_errors=True)
+        cleanup_stale()
+
+
+class _Signals:
+    """SIGINT/SIGTERM: the first drains, the second stops; SIGUSR1 is forwarded to every actor (figures)."""
+
+    def __init__(self, run_dir: str, pids):
+        self.drain, self.stop = StopFlag(f"{run_dir}/drain"), StopFlag(f"{run_dir}/stop")
+        self.pids = pids
+        self.drain_since: float | None = None
+        self.previous = {sig: signal.signal(sig, self._on_stop) for sig in (signal.SIGINT, signal.SIGTERM)}
+        self.previous[signal.SIGUSR1] = signal.signal(signal.SIGUSR1, self._on_usr1)
+
+    def _on_stop(self, signum, frame):
+        if self.drain_since is None:
+            self.drain_since = time.monotonic()
+            self.drain.set()
+            print(f"ringspec: {signal.Signals(signum).name}: draining (again to stop now)", file=sys.stderr,
+                  flush=True)
+        else:
+            self.stop.set()
+
+    def _on_usr1(self, signum, frame):
+        for pid in self.pids():
+            try:
+                os.kill(pid, signal.SIGUSR1)
+            except ProcessLookupError:
+                pass
+
+    def overdue(self) -> bool:
+        return self.drain_since is not None and time.monotonic() - self.drain_since > DRAIN_S
+
+    def restore(self) -> None:
+        for sig, handler in self.previous.items():
+            signal.signal(sig, handler)
+
+
+def _cause(name: str, pid: int, code: int) -> str:
+    how = f"signal {-code} ({signal.Signals(-code).name})" if code < 0 else f"exit code {code}"
+    return f"actor {name} (pid {pid}) died: {how}; the pipeline was stopped"
+
+
+def _local(plans: list[ActorPlan], run_dir: str, cfg) -> None:
+    ctx = mp.get_context("spawn")
+    procs = {p.name: ctx.Process(target=enter, args=(p.module, p.kwargs), name=f"ringspec-{p.name}") for p in plans}
+    signals = _Signals(run_dir, lambda: [p.pid for p in procs.values() if p.pid])
+    stop = signals.stop
+    try:
+        for proc in procs.values():
+            proc.start()
+        while any(p.is_alive() for p in procs.values()) and not stop.is_set():
+            for name, proc in procs.items():
+                if proc.exitcode not in (None, 0) and not stop.is_set():
+                    stop.set()
+                    raise ActorDied(_cause(name, proc.pid, proc.exitcode))
+            if signals.overdue():
+                stop.set()
+            time.sleep(0.05)
+    finally:
+        signals.restore()
+        stop.set()
+        deadline = time.monotonic() + 10.0                 # actors see `stop` within a poll interval
+        for proc in procs.values():
+            if proc.pid is not None:
+                proc.join(timeout=max(0.1, deadline - time.monotonic()))
+        for proc in procs.values():
+            if proc.is_alive():
+                proc.kill()
+                proc.join()
+
+
+class RayActor:
+    """The Ray face of an actor: the same module's run(**kwargs), in a Ray worker process."""
+
+    def pid(self) -> int:
+        return os.getpid()
+
+    def run(self, module: str, kwargs: dict, console_pid: int) -> None:
+        """console_pid: the launcher, whose stdout and stderr this actor writes to when it shares its node (the
+        operator reads the output actor's lines as they are, not through Ray's prefixed log forwarding)."""
+        for fd in (1, 2):
+            try:
+                target = os.open(f"/proc/{console_pid}/fd/{fd}", os.O_WRONLY | os.O_APPEND)
+            except OSError:
+                continue                                 # another node: Ray forwards this worker's log
+            sys.stdout.flush() if fd == 1 else sys.stderr.flush()
+            os.dup2(target, fd)
+            os.close(target)
+        enter(module, kwargs)
+
+
+def _ray(plans: list[ActorPlan], run_dir: str, cfg) -> None:
+    import ray
+    from ray.util.placement_group import placement_group, remove_placement_group
+    from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
+
+    address = cfg.actors.ray_address or None
+    started = not ray.is_initialized()
+    if started:
+        root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+        from models.registry import home
+        ray.init(address=address, include_dashboard=False, log_to_driver=True, namespace="ringspec",
+                 num_cpus=None if address else os.cpu_count(), configure_logging=False,
+                 runtime_env={"env_vars": {"PYTHONPATH": root, "RINGSPEC_HOME": str(home())}})
+    share = 1.0 / len(plans)                          # one node, fractional CPUs: the five fit on one core's worth
+    pg = placement_group([{"CPU": share}] * len(plans), strategy="STRICT_PACK")
+    handles, refs, pids = {}, {}, {}
+    signals = _Signals(run_dir, lambda: list(pids.values()))
+    stop = signals.stop
+    try:
+        ray.get(pg.ready(), timeout=120)
+        remote = ray.remote(RayActor)
+        for i, p in enumerate(plans):
+            handles[p.name] = remote.options(
+                name=f"ringspec-{p.name}-{os.path.basename(run_dir)}", num_cpus=share, max_restarts=0,
+                scheduling_strategy=PlacementGroupSchedulingStrategy(pg, placement_group_bundle_index=i)).remote()
+        pids.update({name: ray.get(h.pid.remote(), timeout=120) for name, h in handles.items()})
+        refs = {handles[p.name].run.remote(p.module, p.kwargs, os.getpid()): p.name for p in plans}
+        todo = list(refs)
+        while todo and not stop.is_set():
+            done, todo = ray.wait(todo, num_returns=1, timeout=0.1)
+            for ref in done:
+                try:
+                    ray.get(ref)
+                except Exception as exc:                # noqa: BLE001 -- the actor's death, reported as ours
+                    stop.set()
+                    name = refs[ref]
+                    code = _exit_of(pids[name])
+                    raise ActorDied(_cause(name, pids[name], code) if code is not None else
+                                    f"actor {name} (pid {pids[name]}) died: {type(exc).__name__}; the pipeline "
+                                    f"was stopped") from None
+            if signals.overdue():
+                stop.set()
+    finally:
+        signals.restore()
+        stop.set()
+        if refs:
+            ray.wait(list(refs), num_returns=len(refs), timeout=10.0)
+        for h in handles.values():
+            ray.kill(h, no_restart=True)
+        remove_placement_group(pg)
+        if started:
+            ray.shutdown()
+
+
+def _exit_of(pid: int) -> int | None:
+    """-9 when a Ray worker was SIGKILLed (its pid gone), else unknown: Ray does not hand back exit codes."""
+    return -signal.SIGKILL if not os.path.exists(f"/proc/{pid}") else None
