@@ -30,7 +30,7 @@ def run(inbox, outbox: str, model_links: dict, cfg, spec, stop) -> None:
     figures_on_request(figures)
     frame = replay_frame(cfg)
     seen: deque = deque()                  # (last position, offset, tags) of the lines in the ring, oldest first
-    lines = 0
+    lines, first_line = 0, None
     with Channel.create(inbox) as inp, Channel.create(model_links["from_target"]) as from_target, \
             Channel.create(model_links["from_draft"]) as from_draft, \
             attach_when_ready(model_links["to_target"], stop) as to_target, \
@@ -47,11 +47,12 @@ def run(inbox, outbox: str, model_links: dict, cfg, spec, stop) -> None:
                     ids = None if "ids" not in msg.arrays else np.array(msg.arrays["ids"], np.int64)
                 if header["kind"] == "eof":
                     model_figures = engine.close()
-                    figures.extra.update(lines=lines, **{k: v for k, v in engine.totals.as_dict().items()
-                                                         if k in _TOTALS})
+                    figures.extra.update(lines=lines, stream_wall_s=time.perf_counter() - (first_line or 0.0),
+                                         **{k: v for k, v in engine.totals.as_dict().items() if k in _TOTALS})
                     header["figures"] = header.get("figures", []) + [figures.snapshot()] + model_figures
                     out.send(header, timeout=60.0)
                     return
+                first_line = first_line or time.perf_counter()
                 engine.feed(ids)
                 lines += 1
                 seen.append((engine.index.n - 1, header["offset"], header.get("tags", [])))
@@ -69,4 +70,5 @@ def run(inbox, outbox: str, model_links: dict, cfg, spec, stop) -> None:
 
 
 _TOTALS = ("tokens_per_s", "generated", "decode_s", "verify_calls", "accepted_per_verify", "acceptance_rate",
-           "draft_s", "overlap_s", "overlap_share", "wasted_draft_s", "verify_s", "target_idle_s")
+           "draft_s", "overlap_s", "overlap_share", "wasted_draft_s", "verify_s", "target_idle_s", "verify_forward_s",
+           "decode_overhead_share")

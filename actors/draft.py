@@ -51,7 +51,9 @@ def run(inbox: ChannelSpec, outbox: str, cfg, spec, vocab: int, stop) -> None:
                     elif kind == "rollback":
                         draft.rollback(h["position"])
                         run_ = None
-                    elif kind == "start":
+                    elif kind == "start":                     # (after committing the verdict's tokens, if any)
+                        if len(msg.arrays["ids"]):
+                            draft.observe(msg.arrays["ids"])
                         draft.rollback(h["n"])               # drop any speculation past the committed text
                         run_ = {"epoch": h["epoch"], "block": 0, "n": h["n"], "pending": h["pending"], "path": [],
                                 "budget": h["budget"], "out": 0}

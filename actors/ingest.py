@@ -52,8 +52,8 @@ def run(out_name: str, source: dict, gguf: str, cpus: str, stop, drop_after_s: f
     dropped = sent = 0
     limit = source.get("max_lines") or 0
     with attach_when_ready(out_name, stop) as out:
-        for i, rec in enumerate(sources.parse(fmt, src)):
-            if stop.is_set() or (limit and i >= limit):
+        for rec in sources.parse(fmt, src):
+            if stop.is_set():
                 break
             with figures.busy():
                 ids = tok.encode(rec.text + "\n").astype(np.int32)
@@ -63,6 +63,8 @@ def run(out_name: str, source: dict, gguf: str, cpus: str, stop, drop_after_s: f
                     sent += 1
                 except TimeoutError:
                     dropped += 1
+            if limit and sent + dropped >= limit:
+                break
         st = src.stats
         out.send({"kind": "eof", "sent": sent, "dropped_full": dropped, "invalid_utf8": st.invalid_utf8,
                   "nul_bytes": st.nul_bytes, "oversized": st.oversized, "lines": st.lines,

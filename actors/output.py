@@ -92,7 +92,7 @@ def print_summary(figures: list[dict]) -> None:
     """The pipeline's run-time figures, for an operator: decode speed, drafting, overlap and overhead."""
     by = {f["actor"]: f for f in figures}
     owner, target = by.get("cache_owner"), by.get("target")
-    if not owner or not target or not owner["busy_s"]:
+    if not owner or not target or not owner["decode_s"] or not owner["stream_wall_s"]:
         return
     print(f"decode {owner['tokens_per_s']:.0f} tok/s over {owner['generated']} tokens, "
           f"{owner['accepted_per_verify']:.2f} tokens/verify (acceptance {owner['acceptance_rate']:.0%}); "
@@ -100,5 +100,7 @@ def print_summary(figures: list[dict]) -> None:
     print(f"draft {owner['draft_s']:.2f} s on verified blocks, {owner['overlap_s']:.2f} s of it while the target "
           f"verified ({owner['overlap_share']:.0%} overlap), {owner['wasted_draft_s']:.2f} s on stale blocks; target "
           f"idle {owner['target_idle_s']:.2f} s between verifies", file=sys.stderr)
-    print(f"cache owner busy {owner['busy_s']:.1f} s, target forward passes {target['forward_s']:.1f} s: pipeline "
-          f"overhead share {1 - target['forward_s'] / owner['busy_s']:.1%}", file=sys.stderr, flush=True)
+    print(f"pipeline overhead share (wall time outside the target's forward passes): decoding "
+          f"{owner['decode_overhead_share']:.1%} of {owner['decode_s']:.1f} s; whole stream "
+          f"{1 - target['forward_s'] / owner['stream_wall_s']:.1%} of {owner['stream_wall_s']:.1f} s",
+          file=sys.stderr, flush=True)

@@ -28,7 +28,8 @@ def run(inbox: ChannelSpec, outbox: str, cfg, spec, stop) -> None:
     figures_on_request(figures)
     runner = Runner(converted_dir(resolve_gguf(cfg.model.gguf)), spec,
                     RunnerOptions(threads=cfg.model.threads, max_rows=cfg.model.max_rows,
-                                  accuracy_level=cfg.model.accuracy_level))
+                                  accuracy_level=cfg.model.accuracy_level,
+                                  spin=cfg.model.spin))
     s = cfg.sampling
     params = SamplingParams(s.temperature, s.top_k, s.top_p, s.seed)
     rng = np.random.default_rng(s.seed)                       # consumed in the serial engine's order: pick, judge
@@ -56,11 +57,13 @@ def run(inbox: ChannelSpec, outbox: str, cfg, spec, stop) -> None:
                             sample(target_probs(logits[0], params, out=probs[0]), rng)
                         out.send({"kind": "picked", "next": nxt}, timeout=60.0)
                 elif h["kind"] == "verify":
+                    f0 = runner.forward_s
                     logits = runner.forward(ids, pos, recent_slots=recent if m else None)
                     blk = Block(ids, a["parent"], a.get("q"), pos, None, recent, a["slots"])
                     rows, nxt = judge(logits, blk, params, probs, rng)
                     runner.store(rows, a["slots"][:len(rows)])
                     out.send({"kind": "verdict", "epoch": h["epoch"], "block": h["block"], "rows": rows.tolist(),
-                              "next": nxt, "t0": t0, "t1": time.perf_counter()}, timeout=60.0)
+                              "next": nxt, "t0": t0, "t1": time.perf_counter(),
+                              "forward_s": runner.forward_s - f0}, timeout=60.0)
                 else:
                     raise ValueError(f"target: unknown message kind {h['kind']!r}")

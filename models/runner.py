@@ -27,6 +27,7 @@ class RunnerOptions:
     max_recent: int = 64        # largest "recent" section (committed positions passed beside the new rows)
     accuracy_level: int = 4     # MatMulNBits int8 activations: the fast exact-weight path (DESIGN.md)
     rope_angles: str = "float64"  # "float32" only for the naive baseline of eval-stream (DESIGN.md says: don't)
+    spin: bool = True           # ORT's intra-op threads spin between ops (fast alone; steals cores from neighbours)
 
 
 class Runner:
@@ -41,7 +42,7 @@ class Runner:
         so = ort.SessionOptions()
         so.intra_op_num_threads = opts.threads
         so.inter_op_num_threads = 1
-        so.add_session_config_entry("session.intra_op.allow_spinning", "1")
+        so.add_session_config_entry("session.intra_op.allow_spinning", "1" if opts.spin else "0")
         self.session = ort.InferenceSession(str(graph), so, providers=["CPUExecutionProvider"])
 
         self.sink_k = np.zeros((L, KVH, S, D), np.float32)

@@ -25,6 +25,7 @@ class ModelSection:
     threads: int = 2
     max_rows: int = 32               # largest block or prefill chunk in one target pass
     accuracy_level: int = 4
+    spin: bool = True                # ONNX Runtime's threads spin-wait between ops
 
 
 @dataclass(frozen=True)

@@ -114,21 +114,22 @@ class DeferredEngine:
                 stats.target_idle_s += verdict["t0"] - last_verify[1]
             stats.draft_s += head["t1"] - head["t0"]
             stats.verify_s += verdict["t1"] - verdict["t0"]
+            stats.verify_forward_s += verdict["forward_s"]
             last_verify = (verdict["t0"], verdict["t1"])
             rows = np.asarray(verdict["rows"], np.int64)
-            n = self.index.n
-            self.index.write(n + np.arange(len(rows), dtype=np.int64))
-            self.index.commit(len(rows))
             committed = blk.tokens[rows]
-            stats.count_block(blk, len(rows) - 1, self.spec, self.max_rows)
             self.pending = verdict["next"]
             out.extend([int(t) for t in committed[1:]] + [self.pending])
-            self.to_draft.send({"kind": "commit", "epoch": self.epoch}, {"ids": committed}, timeout=TIMEOUT_S)
             if len(rows) - 1 == len(blk.proposals):
                 block += 1                   # the draft's next block stands if its guess equals self.pending
-            else:
-                self._restart(max_tokens - len(out))
+                self.to_draft.send({"kind": "commit", "epoch": self.epoch}, {"ids": committed}, timeout=TIMEOUT_S)
+            else:                            # a rejection: the draft restarts at the correction, in one message
                 block = 0
+                self._restart(max_tokens - len(out), committed)
+            n = self.index.n                 # bookkeeping while the draft drafts
+            self.index.write(n + np.arange(len(rows), dtype=np.int64))
+            self.index.commit(len(rows))
+            stats.count_block(blk, len(rows) - 1, self.spec, self.max_rows)
         stats.decode_s = time.perf_counter() - t1
         self.to_draft.send({"kind": "halt"}, timeout=TIMEOUT_S)
         end = next((i + 1 for i, t in enumerate(out) if t in stops), len(out))
@@ -140,10 +141,12 @@ class DeferredEngine:
         self.totals.add(stats)
         return GenerateResult(out, stats)
 
-    def _restart(self, budget: int) -> None:
+    def _restart(self, budget: int, committed=None) -> None:
+        """Start the draft at the pending token under a new epoch (after committing `committed`, if given)."""
         self.epoch += 1
-        self.to_draft.send({"kind": "start", "epoch": self.epoch, "n": self.index.n, "pending": int(self.pending),
-                            "budget": int(budget)}, timeout=TIMEOUT_S)
+        ids = np.zeros(0, np.int64) if committed is None else committed
+        self.to_draft.send({"kind": "start", "epoch": self.epoch, "n": self.index.n + len(ids),
+                            "pending": int(self.pending), "budget": int(budget)}, {"ids": ids}, timeout=TIMEOUT_S)
 
     def _verify(self, prop: Proposal, block: int):
         n = self.index.n

@@ -42,10 +42,12 @@ class Stats:
     draft_s: float = 0.0
     # pipelined runs only (pipeline/deferred.py): draft time spent while the target verified the previous block
     # (counted only for proposals that were verified), draft time on proposals discarded as stale, the target's time
-    # inside verify passes, and its idle time between consecutive verify passes of one generation
+    # handling verify messages and inside their forward passes, its idle time between consecutive verify passes of
+    # one generation; decode_overhead_share = the decode wall time not spent inside the target's forward passes
     overlap_s: float = 0.0
     wasted_draft_s: float = 0.0
     verify_s: float = 0.0
+    verify_forward_s: float = 0.0
     target_idle_s: float = 0.0
 
     def add(self, other: "Stats") -> None:
@@ -77,7 +79,9 @@ class Stats:
                 "draft_s": self.draft_s, "decode_s": self.decode_s, "prefill_s": self.prefill_s,
                 "overlap_s": self.overlap_s, "overlap_share": self.overlap_s / self.draft_s if self.draft_s else 0.0,
                 "wasted_draft_s": self.wasted_draft_s, "verify_s": self.verify_s,
-                "target_idle_s": self.target_idle_s}
+                "target_idle_s": self.target_idle_s, "verify_forward_s": self.verify_forward_s,
+                "decode_overhead_share": 1.0 - self.verify_forward_s / self.decode_s
+                if self.decode_s and self.verify_forward_s else 0.0}
 
 
 @dataclass
@@ -191,10 +195,11 @@ class Engine:
         start = self.index.n                           # position of the first generated token
         out = [self.pending]
         stops = set(int(s) for s in stop_ids)
-        t1 = time.perf_counter()
+        t1, f1 = time.perf_counter(), self.runner.forward_s
         while len(out) < max_tokens and out[-1] not in stops:
             out.extend(self.step(params, stats))
         stats.decode_s = time.perf_counter() - t1
+        stats.verify_forward_s = self.runner.forward_s - f1
         end = next((i + 1 for i, t in enumerate(out) if t in stops), len(out))
         out = out[:min(end, max_tokens)]
         if self.index.n > start + len(out) - 1:        # a block ran past the end: the cache must hold exactly out[:-1]

@@ -91,13 +91,23 @@ def plan(cfg, source: dict, journal: str | None, pub: str | None, quiet_lines: b
 
 
 def enter(module: str, kwargs: dict) -> None:
-    """An actor's entry point, in its own process: run it; a failure is one line on stderr and exit code 1."""
+    """An actor's entry point, in its own process: run it; a failure is one line on stderr and exit code 1.
+    The process is named rs:<actor> (what `top` and `ps -o comm` show)."""
+    _name_process(f"rs:{module.split('.')[-1]}")
     try:
         importlib.import_module(module).run(**kwargs)
     except Exception as exc:                           # noqa: BLE001 -- reported, then the launcher stops the rest
         print(f"ringspec: error: actor {module.split('.')[-1]}: {type(exc).__name__}: {exc}", file=sys.stderr,
               flush=True)
         raise SystemExit(1) from None
+
+
+def _name_process(name: str) -> None:
+    try:
+        import ctypes
+        ctypes.CDLL(None).prctl(15, name.encode()[:15], 0, 0, 0)      # PR_SET_NAME
+    except (OSError, AttributeError):
+        pass
 
 
 def run_pipeline(cfg, source: dict, journal: str | None = None, pub: str | None = None,

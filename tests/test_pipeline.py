@@ -1,0 +1,307 @@
+"""The actor pipeline, end to end on the real model and real processes, under both launchers: the same assessments as
+the serial engine (with the stream proposer and with a draft model running ahead), CPU affinity, the sources (tail
+rotation, a socket client that disconnects, bad bytes on stdin), and clean exits (normal end, SIGTERM drain, an actor
+SIGKILLed): no orphan process, no leftover shared-memory segment."""
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.tiny_gguf import truncate_layers
+
+ROOT = Path(__file__).resolve().parents[1]
+LOG = ROOT / "data" / "tep_demo.csv"
+
+
+def segments() -> set[str]:
+    return {name for name in os.listdir("/dev/shm") if name.startswith("ringspec_")}
+
+
+def processes(marker: bytes) -> list[int]:
+    """Pids whose command line holds `marker`."""
+    found = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                if marker in Path(f"/proc/{entry}/cmdline").read_bytes():
+                    found.append(int(entry))
+            except OSError:
+                continue
+    return found
+
+
+def parent_of(pid: int) -> int:
+    return int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
+
+
+def alive(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return False
+    return state != "Z"
+
+
+def actor_pids(proc, launcher: str, n: int = 5, timeout: float = 180.0) -> dict[str, int]:
+    """{actor name: pid} once all n actors run (local: spawned children; ray: the RayActor workers)."""
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        if launcher == "local":
+            pids = [p for p in processes(b"multiprocessing.spawn") if alive(p) and parent_of(p) == proc.pid]
+        else:
+            pids = [p for p in processes(b"ray::RayActor.run") if alive(p)]
+        if len(pids) >= n:
+            names = {Path(f"/proc/{p}/comm").read_text().strip().removeprefix("rs:"): p for p in pids}
+            if len(names) >= n:
+                return names
+        time.sleep(0.2)
+    raise AssertionError(f"the {n} actors did not start")
+
+
+_launched: list[subprocess.Popen] = []
+
+
+@pytest.fixture(autouse=True)
+def no_stray_pipelines():
+    """A failing test must not leave its pipeline running: stop (then kill) whatever it launched."""
+    yield
+    while _launched:
+        proc = _launched.pop()
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGTERM)
+            proc.send_signal(signal.SIGTERM)
+            try:
+                proc.communicate(timeout=30)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.communicate()
+
+
+def launch(*args, launcher: str = "local", stdin=None, text: bool = True) -> subprocess.Popen:
+    proc = subprocess.Popen([sys.executable, str(ROOT / "run.py"), "replay", *args, "--launcher", launcher],
+                            stdin=stdin, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=text)
+    _launched.append(proc)
+    return proc
+
+
+def journal_of(path: Path) -> list[dict]:
+    return [json.loads(line) for line in path.read_text().splitlines()]
+
+
+def serial_assessments(max_lines: int, config_path=None) -> list[str]:
+    from pipeline import config, tasks
+
+    out = []
+    tasks.replay(str(LOG), None, config.load(config_path), lambda kind, p: out.append(p["text"])
+                 if kind == "assessment" else None, max_lines=max_lines)
+    return out
+
+
+@pytest.mark.parametrize("launcher,lines", [("local", 30), ("ray", 20)])
+def test_pipelined_assessments_equal_the_serial_engine(default_gguf, tmp_path, launcher, lines):
+    before = segments()
+    journal = tmp_path / "journal.jsonl"
+    proc = launch(str(LOG), "--quiet-lines", "--max-lines", str(lines), "--journal", str(journal), launcher=launcher)
+    out, err = proc.communicate(timeout=600)
+    assert proc.returncode == 0, err
+    records = journal_of(journal)
+    assert records[-1]["kind"] == "eof" and records[-1]["sent"] == lines
+    pipelined = [r["text"] for r in records if r["kind"] == "assessment"]
+    assert pipelined == serial_assessments(lines) and len(pipelined) == lines // 10
+    figures = {f["actor"] for f in records[-1]["figures"]}
+    assert figures == {"ingest", "cache_owner", "target", "draft", "output"}
+    assert "pipeline overhead share" in err
+    assert segments() <= before
+    if launcher == "ray":
+        assert not processes(b"ray::RayActor") and not processes(b"raylet")
+
+
+@pytest.fixture(scope="module")
+def skip20_profile(default_gguf, tmp_path_factory):
+    """A draft model that runs ahead for real: SmolLM2 without block 20 (accepts about 60%, so rejections, restarts
+    and stale blocks all happen)."""
+    where = tmp_path_factory.mktemp("draft")
+    keep = [i for i in range(30) if i != 20]
+    gguf = truncate_layers(default_gguf, where / "smollm2-skip20.gguf", keep)
+    profile = where / "model_draft.toml"
+    profile.write_text(f'[draft]\nkind = "model"\nmodel = "{gguf}"\nlength = 4\n[replay]\nmax_new_tokens = 40\n')
+    return profile
+
+
+def test_a_draft_model_running_ahead_changes_nothing_in_the_output(skip20_profile, tmp_path):
+    journal = tmp_path / "journal.jsonl"
+    proc = launch(str(LOG), "--quiet-lines", "--max-lines", "20", "--journal", str(journal), "--config",
+                  str(skip20_profile))
+    out, err = proc.communicate(timeout=600)
+    assert proc.returncode == 0, err
+    records = journal_of(journal)
+    analyses = [r for r in records if r["kind"] == "assessment"]
+    target_only = skip20_profile.parent / "target_only.toml"
+    target_only.write_text('[draft]\nkind = "none"\n[replay]\nmax_new_tokens = 40\n')
+    assert [r["text"] for r in analyses] == serial_assessments(20, target_only)
+    stats = [r["stats"] for r in analyses]
+    assert sum(s["rejections"] for s in stats) > 0                  # restarts after rejections were exercised
+    assert sum(s["accepted"] for s in stats) > 0
+    assert all(0.0 <= s["overlap_s"] <= s["draft_s"] for s in stats)
+
+
+def test_sigkill_of_an_actor_stops_the_pipeline_cleanly(default_gguf):
+    before = segments()
+    proc = launch(str(LOG), "--quiet-lines", "--speed", "0.01")      # slow replay: mid-stream when killed
+    actors = actor_pids(proc, "local")
+    time.sleep(3.0)
+    os.kill(actors["target"], signal.SIGKILL)
+    out, err = proc.communicate(timeout=60)
+    assert proc.returncode == 2
+    assert "actor target" in err and "died: signal 9 (SIGKILL)" in err and "Traceback" not in err
+    assert not any(alive(pid) for pid in actors.values())
+    assert segments() <= before
+
+
+def test_sigkill_of_a_ray_actor_stops_the_pipeline_cleanly(default_gguf):
+    before = segments()
+    proc = launch(str(LOG), "--quiet-lines", "--speed", "0.01", launcher="ray")
+    actors = actor_pids(proc, "ray")
+    time.sleep(3.0)
+    os.kill(actors["draft"], signal.SIGKILL)
+    out, err = proc.communicate(timeout=120)
+    assert proc.returncode == 2, err
+    assert "died" in err and "the pipeline was stopped" in err and "Traceback" not in err
+    assert not any(alive(pid) for pid in actors.values())
+    assert not processes(b"raylet")
+    assert segments() <= before
+
+
+def test_sigterm_drains_the_pipeline_and_flushes_the_journal(default_gguf, tmp_path):
+    before = segments()
+    journal = tmp_path / "journal.jsonl"
+    proc = launch(str(LOG), "--quiet-lines", "--speed", "0.01", "--journal", str(journal))
+    actors = actor_pids(proc, "local")
+    time.sleep(3.0)
+    proc.send_signal(signal.SIGTERM)
+    out, err = proc.communicate(timeout=90)
+    assert proc.returncode == 0, err
+    assert "draining" in err
+    last = journal_of(journal)[-1]
+    assert last["kind"] == "eof" and last["stopped"] and 0 < last["sent"] < 243
+    assert not any(alive(pid) for pid in actors.values())
+    assert segments() <= before
+
+
+def cpus_allowed(pid: int) -> str:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("Cpus_allowed_list:"):
+            return line.split(":", 1)[1].strip()
+    raise AssertionError("no Cpus_allowed_list")
+
+
+def test_per_actor_cpu_affinity_from_the_config_is_applied(default_gguf, tmp_path):
+    if len(os.sched_getaffinity(0)) < 2:
+        pytest.skip("needs two CPUs")
+    profile = tmp_path / "pinned.toml"
+    want = {"ingest": "1", "cache_owner": "1", "target": "0", "draft": "1", "output": "1"}
+    profile.write_text("[actors]\n" + "".join(f'{k.replace("cache_", "")}_cpus = "{v}"\n' for k, v in want.items()))
+    proc = launch(str(LOG), "--speed", "0.01", "--config", str(profile))
+    try:
+        actors = actor_pids(proc, "local")
+        deadline = time.time() + 120
+        seen = {}
+        while time.time() < deadline and seen != want:                  # each actor pins itself on start-up
+            time.sleep(0.5)
+            seen = {name: cpus_allowed(pid) for name, pid in actors.items() if alive(pid)}
+        assert seen == want
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        proc.send_signal(signal.SIGTERM)
+        proc.communicate(timeout=60)
+
+
+def test_runner_threads_come_from_the_options(default_gguf):
+    from kernels.ring import RingSpec
+    from models.registry import converted_dir
+    from models.runner import Runner, RunnerOptions
+
+    def threads() -> int:
+        return int(next(line.split()[1] for line in Path("/proc/self/status").read_text().splitlines()
+                        if line.startswith("Threads:")))
+
+    base = threads()
+    one = Runner(converted_dir(default_gguf), RingSpec(4, 64, 96), RunnerOptions(threads=1))
+    with_one = threads()
+    three = Runner(converted_dir(default_gguf), RingSpec(4, 64, 96), RunnerOptions(threads=3))
+    assert threads() - with_one == (with_one - base) + 2            # a pool of n threads: the caller + n - 1
+    del one, three
+
+
+def test_follow_through_the_pipeline_survives_rotation_without_loss(default_gguf, tmp_path):
+    log = tmp_path / "plant.log"
+    log.write_text("")
+    sent = [f"12:{i // 60:02d}:{i % 60:02d} PIC{i:03d} H PRESSURE HIGH" for i in range(12)]
+    proc = launch(str(log), "--follow", "--format", "plain", "--every", "1000", "--max-lines", "12")
+    actor_pids(proc, "local")
+    time.sleep(2.0)
+    with open(log, "a") as f:
+        f.write("\n".join(sent[:5]) + "\n")
+    time.sleep(1.0)
+    log.rename(tmp_path / "plant.log.1")                                 # rename rotation
+    with open(log, "w") as f:
+        f.write("\n".join(sent[5:9]) + "\n")
+    time.sleep(1.0)
+    with open(log, "r+") as f:                                           # copytruncate
+        f.truncate(0)
+    with open(log, "a") as f:
+        f.write("\n".join(sent[9:]) + "\n")
+    out, err = proc.communicate(timeout=120)
+    assert proc.returncode == 0, err
+    assert [line.strip() for line in out.splitlines() if line.strip()] == sent
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_a_socket_client_that_disconnects_mid_line_loses_nothing_received(default_gguf):
+    port = free_port()
+    proc = launch(f"tcp://127.0.0.1:{port}", "--every", "1000", "--max-lines", "5")
+    deadline = time.time() + 120
+    while True:
+        try:
+            first = socket.create_connection(("127.0.0.1", port), timeout=1.0)
+            break
+        except OSError:
+            assert time.time() < deadline, "the TCP source never listened"
+            time.sleep(0.3)
+    first.sendall(b"ALM1 FIC101 HIGH\nALM2 TIC202 LOW\nALM3 half a li")
+    first.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, b"\x01\x00\x00\x00\x00\x00\x00\x00")
+    first.close()                                                        # reset mid-line
+    with socket.create_connection(("127.0.0.1", port)) as second:
+        second.sendall(b"ALM4 PIC303 HIGH\nALM5 LIC404 LOW\n")
+    out, err = proc.communicate(timeout=120)
+    assert proc.returncode == 0, err
+    assert [line.strip() for line in out.splitlines() if line.strip()] == [
+        "ALM1 FIC101 HIGH", "ALM2 TIC202 LOW", "ALM3 half a li", "ALM4 PIC303 HIGH", "ALM5 LIC404 LOW"]
+
+
+def test_bad_bytes_on_stdin_are_counted_never_fatal(default_gguf, tmp_path):
+    journal = tmp_path / "journal.jsonl"
+    data = (b"ok one\n" + b"bad \xff\xfe utf8\n" + b"nul \x00 inside\n" + b"X" * 100_000 + b"\n"
+            + bytes(range(1, 9)) + b" junk\n" + b"ok last\n")
+    proc = launch("-", "--format", "plain", "--every", "1000", "--quiet-lines", "--journal", str(journal),
+                  stdin=subprocess.PIPE, text=False)
+    out, err = proc.communicate(data, timeout=120)
+    err = err.decode()
+    assert proc.returncode == 0, err
+    eof = journal_of(journal)[-1]
+    assert eof["kind"] == "eof" and eof["sent"] == 6
+    assert (eof["invalid_utf8"], eof["nul_bytes"], eof["oversized"]) == (1, 1, 1)
+    assert "1 invalid UTF-8, 1 with NUL, 1 oversized" in err
