@@ -173,7 +173,7 @@ def cmd_replay(args) -> int:
         elif kind == "assessment":
             st = payload["stats"]
             text = payload["text"].replace("\n", "\n   ")
-            print(f"\n>> [after line {payload['offset'] + 1}] {text}\n"
+            print(f"\n>> [after line {payload['lines']}, {payload['trigger']}] {text}\n"
                   f"   ({st['generated']} tokens, {st['tokens_per_s']:.0f} tok/s, ttft {st['ttft_ms']:.0f} ms, "
                   f"{st['accepted_per_verify']:.2f} tokens/verify)\n", flush=True)
 

@@ -15,7 +15,7 @@ from collections import deque
 
 import numpy as np
 
-from actors.common import Figures, attach_when_ready, figures_on_request, messages, pin
+from actors.common import Figures, attach_when_ready, figures_on_request, pin
 from pipeline.channel import Channel
 
 
@@ -24,6 +24,7 @@ def run(inbox, outbox: str, model_links: dict, cfg, spec, stop) -> None:
     (to_target, to_draft)."""
     from pipeline.deferred import DeferredEngine
     from pipeline.tasks import Analyst, replay_frame
+    from pipeline.triggers import Triggers
 
     pin(cfg.actors.owner_cpus)
     figures = Figures("cache_owner")
@@ -40,7 +41,26 @@ def run(inbox, outbox: str, model_links: dict, cfg, spec, stop) -> None:
                                 from_draft)
         engine.feed(frame.head)
         analyst = Analyst(engine, frame.tok, frame.ask, frame.params, cfg.replay.max_new_tokens)
-        for msg in messages(inp, stop):
+        triggers = Triggers(cfg.replay.every_lines, cfg.replay.trigger_pattern, cfg.replay.idle_s)
+        last_line = time.monotonic()
+
+        def assess(reason: str) -> None:
+            t0 = time.perf_counter()
+            res = analyst.assess()
+            out.send({"kind": "assessment", "trigger": reason, "offsets": [seen[0][1], seen[-1][1]], "lines": lines,
+                      "window_lines": len(seen), "window_tags": sorted({t for _, _, tags in seen for t in tags}),
+                      "latency_ms": (time.perf_counter() - t0) * 1000.0, "stats": res.stats.as_dict()},
+                     {"ids": np.asarray(res.token_ids, np.int32)}, timeout=60.0)
+
+        while not stop.is_set():
+            try:
+                msg = inp.recv(timeout=0.2)
+            except TimeoutError:
+                reason = triggers.on_quiet(time.monotonic() - last_line)
+                if reason:
+                    with figures.busy():
+                        assess(reason)
+                continue
             with figures.busy():
                 with msg:
                     header = dict(msg.header)
@@ -48,25 +68,22 @@ def run(inbox, outbox: str, model_links: dict, cfg, spec, stop) -> None:
                 if header["kind"] == "eof":
                     model_figures = engine.close()
                     figures.extra.update(lines=lines, stream_wall_s=time.perf_counter() - (first_line or 0.0),
+                                         inbox_max_depth=inp.max_depth,
                                          **{k: v for k, v in engine.totals.as_dict().items() if k in _TOTALS})
                     header["figures"] = header.get("figures", []) + [figures.snapshot()] + model_figures
                     out.send(header, timeout=60.0)
                     return
                 first_line = first_line or time.perf_counter()
+                last_line = time.monotonic()
                 engine.feed(ids)
                 lines += 1
                 seen.append((engine.index.n - 1, header["offset"], header.get("tags", [])))
                 while seen and seen[0][0] < engine.index.n - engine.spec.window:
                     seen.popleft()
                 out.send(header, timeout=60.0)
-                if lines % cfg.replay.every_lines:
-                    continue
-                t0 = time.perf_counter()
-                res = analyst.assess()
-                out.send({"kind": "assessment", "offsets": [seen[0][1], seen[-1][1]], "lines": lines,
-                          "window_lines": len(seen), "window_tags": sorted({t for _, _, tags in seen for t in tags}),
-                          "latency_ms": (time.perf_counter() - t0) * 1000.0, "stats": res.stats.as_dict()},
-                         {"ids": np.asarray(res.token_ids, np.int32)}, timeout=60.0)
+                reason = triggers.after_line(header["text"])
+                if reason:
+                    assess(reason)
 
 
 _TOTALS = ("tokens_per_s", "generated", "decode_s", "verify_calls", "accepted_per_verify", "acceptance_rate",

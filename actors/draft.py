@@ -54,6 +54,9 @@ def run(inbox: ChannelSpec, outbox: str, cfg, spec, vocab: int, stop) -> None:
                     elif kind == "start":                     # (after committing the verdict's tokens, if any)
                         if len(msg.arrays["ids"]):
                             draft.observe(msg.arrays["ids"])
+                        if draft.committed != h["n"]:
+                            raise RuntimeError(f"draft out of lockstep: it holds {draft.committed} committed "
+                                               f"tokens, the cache owner {h['n']}")
                         draft.rollback(h["n"])               # drop any speculation past the committed text
                         run_ = {"epoch": h["epoch"], "block": 0, "n": h["n"], "pending": h["pending"], "path": [],
                                 "budget": h["budget"], "out": 0}
@@ -69,7 +72,7 @@ def run(inbox: ChannelSpec, outbox: str, cfg, spec, vocab: int, stop) -> None:
                     elif kind == "halt":
                         run_ = None
                     elif kind == "eof":
-                        figures.extra.update(proposals=proposals, drafted_s=drafted_s,
+                        figures.extra.update(proposals=proposals, drafted_s=drafted_s, inbox_max_depth=inp.max_depth,
                                              forward_s=getattr(getattr(draft, "runner", None), "forward_s", 0.0))
                         out.send({"kind": "eof", "figures": figures.snapshot()}, timeout=60.0)
                         return

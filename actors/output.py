@@ -50,6 +50,7 @@ def run(in_spec: ChannelSpec, gguf: str, journal: str | None, pub: str | None, q
                         event["tags_mentioned"] = mentioned
                         event["tags_hallucinated"] = [t for t in mentioned if t not in set(event["window_tags"])]
                     if event["kind"] == "eof":
+                        figures.extra["inbox_max_depth"] = inp.max_depth
                         event["figures"] = event.get("figures", []) + [figures.snapshot()]
                     _emit(event, quiet_lines)
                     if log and event["kind"] != "line":
@@ -72,7 +73,8 @@ def _emit(event: dict, quiet_lines: bool) -> None:
     elif event["kind"] == "assessment":
         st = event["stats"]
         text = event["text"].replace("\n", "\n   ")
-        print(f"\n>> [after line {event['lines']}, bytes {event['offsets'][0]}-{event['offsets'][1]}] {text}\n"
+        print(f"\n>> [after line {event['lines']}, {event['trigger']}; offsets {event['offsets'][0]}-"
+              f"{event['offsets'][1]}] {text}\n"
               f"   ({st['generated']} tokens, {st['tokens_per_s']:.0f} tok/s, {event['latency_ms']:.0f} ms, "
               f"{st['accepted_per_verify']:.2f} tokens/verify; tags {len(event['tags_mentioned'])} mentioned, "
               f"{len(event['tags_hallucinated'])} not in view)\n", flush=True)
@@ -80,11 +82,13 @@ def _emit(event: dict, quiet_lines: bool) -> None:
         print(f"end of stream: {event['sent']} records, dropped {event['dropped_full']} (queue full), "
               f"{event['invalid_utf8']} invalid UTF-8, {event['nul_bytes']} with NUL, {event['oversized']} "
               f"oversized", file=sys.stderr, flush=True)
-        print(f"{'actor':12s} {'pid':>7s} {'cpus':>6s} {'busy':>6s} {'wall s':>7s} {'RSS MB':>7s} {'thr':>4s}",
+        print(f"{'actor':12s} {'pid':>7s} {'cpus':>6s} {'busy':>6s} {'wall s':>7s} {'RSS MB':>7s} {'thr':>4s} "
+              f"{'queue':>5s}",
               file=sys.stderr)
         for f in event.get("figures", []):
             print(f"{f['actor']:12s} {f['pid']:7d} {','.join(map(str, f['cpus'])):>6s} {f['busy_share']:6.0%} "
-                  f"{f['wall_s']:7.1f} {f['vmrss_mb']:7.0f} {f['threads']:4d}", file=sys.stderr)
+                  f"{f['wall_s']:7.1f} {f['vmrss_mb']:7.0f} {f['threads']:4d} {f.get('inbox_max_depth', 0):5d}",
+                  file=sys.stderr)
         print_summary(event.get("figures", []))
 
 

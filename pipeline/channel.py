@@ -124,6 +124,7 @@ class Channel:
         self._head = int(self._ctl[_W_HEAD])          # producer: next seq to write
         self._next = int(self._ctl[_W_TAIL])          # consumer: next seq to receive
         self._announced = self._next                  # consumer: seqs a notification announced, + 1
+        self.max_depth = 0                            # consumer: most messages seen waiting at one receive
         self._tail = self._next                       # consumer: first seq not yet released
         self._released: set[int] = set()
         self._pid = os.getpid()
@@ -317,6 +318,7 @@ class Channel:
         self._drain_notes()                            # wake-ups for messages head already announced
         seq = self._next
         self._next = seq + 1
+        self.max_depth = max(self.max_depth, max(int(self._ctl[_W_HEAD]), self._announced) - seq)
         base = _CONTROL_BYTES + (seq % self.spec.slots) * self.spec.stride
         length, = _LEN.unpack_from(self._mv, base)
         slot_seq, header, descr = msgpack.unpackb(self._mv[base + _LEN.size:base + _LEN.size + length], raw=False)

@@ -55,7 +55,9 @@ class SamplingSection:
 class ReplaySection:
     log: str = "data/tep_demo.csv"
     format: str = "csv"
-    every_lines: int = 10            # an assessment after this many stream lines
+    every_lines: int = 10            # an assessment after this many stream lines (since the last one)
+    trigger_pattern: str = ""        # regex on a rendered line: assess right after a matching line ("" = off)
+    idle_s: float = 0.0              # assess unassessed lines after this many quiet seconds (0 = off)
     max_new_tokens: int = 60
     max_lines: int = 0               # 0 = the whole file
     system_prompt: str = ("You are the alarm analyst of a chemical plant. You read the operator console's alarm "
@@ -106,7 +108,7 @@ _CHOICES = {("draft", "kind"): ("none", "suffix", "model"), ("replay", "format")
 _MIN = {("model", "threads"): 1, ("model", "max_rows"): 2, ("cache", "sink"): 0, ("cache", "window"): 1,
         ("cache", "slack"): 0, ("draft", "length"): 0, ("draft", "threads"): 1, ("sampling", "temperature"): 0.0,
         ("sampling", "top_k"): 0, ("replay", "every_lines"): 1, ("replay", "max_new_tokens"): 1,
-        ("replay", "max_lines"): 0, ("model", "accuracy_level"): 0}
+        ("replay", "max_lines"): 0, ("replay", "idle_s"): 0.0, ("model", "accuracy_level"): 0}
 
 
 def load(path: str | Path | None = None, overrides: dict | None = None) -> Config:
@@ -146,6 +148,12 @@ def parse(raw: dict, source: str = "<dict>") -> Config:
         if cpus - usable:
             raise ConfigError(f"{source}: actors.{key} = {getattr(cfg.actors, key)!r} names CPUs "
                               f"{sorted(cpus - usable)} this machine does not offer (usable: {sorted(usable)})")
+    import re
+    try:
+        re.compile(cfg.replay.trigger_pattern)
+    except re.error as exc:
+        raise ConfigError(f"{source}: replay.trigger_pattern {cfg.replay.trigger_pattern!r} is not a valid regular "
+                          f"expression: {exc}") from None
     if not 0.0 < cfg.sampling.top_p <= 1.0:
         raise ConfigError(f"{source}: [sampling] top_p must be in (0, 1], got {cfg.sampling.top_p}")
     return cfg

@@ -33,11 +33,17 @@ class Proposal:
 
 
 class NoDraft:
+    """No proposals. Counts the committed tokens it was told of, like every draft (`committed`: the lockstep check)."""
     name = "none"
 
-    def observe(self, tokens) -> None: ...
+    def __init__(self):
+        self.committed = 0
 
-    def rollback(self, position: int) -> None: ...
+    def observe(self, tokens) -> None:
+        self.committed += np.asarray(tokens).size
+
+    def rollback(self, position: int) -> None:
+        self.committed = min(self.committed, position)
 
     def propose(self, pending: int, k: int, max_depth: int | None = None, ahead=()) -> Proposal:
         return Proposal.chain([])
@@ -52,12 +58,16 @@ class SuffixDraft:
 
     def __init__(self, capacity: int = 16384):
         self.index = SuffixIndex(capacity)
+        self.committed = 0
 
     def observe(self, tokens) -> None:
         self.index.append(tokens)
+        self.committed += np.asarray(tokens).size
 
     def rollback(self, position: int) -> None:
-        """Nothing to undo: text that was rolled back may still be proposed, and verification keeps output exact."""
+        """Text that was rolled back stays in the index: it may still be proposed, and verification keeps output
+        exact."""
+        self.committed = min(self.committed, position)
 
     def propose(self, pending: int, k: int, max_depth: int | None = None, ahead=()) -> Proposal:
         k = k if max_depth is None else min(k, max_depth)
@@ -106,6 +116,10 @@ class ModelDraft:
         else:
             self.backlog = []
             self.index.rollback(position)
+
+    @property
+    def committed(self) -> int:
+        return self.index.n + len(self.backlog)
 
     def _drop_speculation(self) -> None:
         self.fed = []

@@ -94,6 +94,8 @@ def enter(module: str, kwargs: dict) -> None:
     """An actor's entry point, in its own process: run it; a failure is one line on stderr and exit code 1.
     The process is named rs:<actor> (what `top` and `ps -o comm` show)."""
     _name_process(f"rs:{module.split('.')[-1]}")
+    signal.signal(signal.SIGUSR1, signal.SIG_IGN)       # until the actor installs its figures handler
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGUSR1})
     try:
         importlib.import_module(module).run(**kwargs)
     except Exception as exc:                           # noqa: BLE001 -- reported, then the launcher stops the rest
@@ -169,8 +171,14 @@ def _local(plans: list[ActorPlan], run_dir: str, cfg) -> None:
     signals = _Signals(run_dir, lambda: [p.pid for p in procs.values() if p.pid])
     stop = signals.stop
     try:
-        for proc in procs.values():
-            proc.start()
+        # children inherit a blocked SIGUSR1 through fork+exec, so an early operator request cannot kill an actor
+        # that has not installed its handler yet; `enter` unblocks it
+        signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGUSR1})
+        try:
+            for proc in procs.values():
+                proc.start()
+        finally:
+            signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGUSR1})
         while any(p.is_alive() for p in procs.values()) and not stop.is_set():
             for name, proc in procs.items():
                 if proc.exitcode not in (None, 0) and not stop.is_set():
@@ -194,6 +202,9 @@ def _local(plans: list[ActorPlan], run_dir: str, cfg) -> None:
 
 class RayActor:
     """The Ray face of an actor: the same module's run(**kwargs), in a Ray worker process."""
+
+    def __init__(self):
+        signal.signal(signal.SIGUSR1, signal.SIG_IGN)   # until the actor installs its figures handler
 
     def pid(self) -> int:
         return os.getpid()

@@ -16,6 +16,7 @@ from models.registry import converted_dir
 from models.tokenizer import Tokenizer
 from pipeline.assemble import make_engine, resolve_gguf
 from pipeline.records import read_log
+from pipeline.triggers import Triggers
 
 
 class ContextTooLong(ValueError):
@@ -145,18 +146,20 @@ def make_analyst(cfg) -> Analyst:
 
 
 def replay(log: str, fmt: str, cfg, emit, max_lines: int = 0) -> dict:
-    """Stream a captured log through the single-process engine; every `every_lines` lines ask for an assessment.
+    """Stream a captured log through the single-process engine, asking for assessments when the triggers say.
     emit(kind, payload) receives "line" and "assessment" events."""
     records = read_log(log, fmt)[: max_lines or None]
     analyst = make_analyst(cfg)
     engine, tok = analyst.engine, analyst.tok
     t0 = time.perf_counter()
     totals = {"lines": 0, "stream_tokens": 0, "assessments": 0, "generated": 0, "decode_s": 0.0}
-    for i, rec in enumerate(records):
+    triggers = Triggers(cfg.replay.every_lines, cfg.replay.trigger_pattern)
+    for rec in records:
         totals["stream_tokens"] += engine.append(rec.text + "\n")
         totals["lines"] += 1
         emit("line", rec)
-        if (i + 1) % cfg.replay.every_lines:
+        reason = triggers.after_line(rec.text)
+        if reason is None:
             continue
         res = analyst.assess()
         st = res.stats.as_dict()
@@ -164,7 +167,8 @@ def replay(log: str, fmt: str, cfg, emit, max_lines: int = 0) -> dict:
         totals["generated"] += st["generated"]
         totals["decode_s"] += st["decode_s"]
         text = tok.decode([t for t in res.token_ids if t not in tok.stop_ids]).strip()
-        emit("assessment", {"offset": rec.offset, "text": text, "stats": st})
+        emit("assessment", {"offset": rec.offset, "lines": totals["lines"], "trigger": reason, "text": text,
+                            "stats": st})
     totals["wall_s"] = time.perf_counter() - t0
     totals["tokens_per_s"] = totals["generated"] / totals["decode_s"] if totals["decode_s"] else 0.0
     return totals

@@ -23,6 +23,9 @@ def test_default_profile_loads_and_sizes_the_ring_for_the_largest_block():
     ("[sampling]\ntop_p = 1.5\n", ["top_p must be in (0, 1]"]),
     ("[model]\nthreads = true\n", ["model.threads must be int"]),
     ("[cache\nwindow = 3\n", ["not valid TOML"]),
+    ("[replay]\ntrigger_pattern = \"(HH\"\n", ["replay.trigger_pattern", "not a valid regular expression"]),
+    ("[actors]\nlauncher = \"k8s\"\n", ["actors.launcher", "'k8s'", "ray"]),
+    ("[replay]\nidle_s = -1\n", ["replay.idle_s", ">= 0"]),
 ])
 def test_bad_profiles_are_refused_with_a_precise_message(tmp_path, text, words):
     path = tmp_path / "p.toml"

@@ -180,15 +180,19 @@ def test_sigkill_of_a_ray_actor_stops_the_pipeline_cleanly(default_gguf):
     assert segments() <= before
 
 
-def test_sigterm_drains_the_pipeline_and_flushes_the_journal(default_gguf, tmp_path):
+def test_sigusr1_prints_figures_and_sigterm_drains_and_flushes_the_journal(default_gguf, tmp_path):
     before = segments()
     journal = tmp_path / "journal.jsonl"
     proc = launch(str(LOG), "--quiet-lines", "--speed", "0.01", "--journal", str(journal))
     actors = actor_pids(proc, "local")
     time.sleep(3.0)
+    proc.send_signal(signal.SIGUSR1)                                     # figures on request
+    time.sleep(1.0)
     proc.send_signal(signal.SIGTERM)
     out, err = proc.communicate(timeout=90)
     assert proc.returncode == 0, err
+    on_request = [json.loads(line.split(" ", 1)[1]) for line in err.splitlines() if line.startswith("figures {")]
+    assert {f["actor"] for f in on_request} == {"ingest", "cache_owner", "target", "draft", "output"}
     assert "draining" in err
     last = journal_of(journal)[-1]
     assert last["kind"] == "eof" and last["stopped"] and 0 < last["sent"] < 243
@@ -261,7 +265,7 @@ def test_follow_through_the_pipeline_survives_rotation_without_loss(default_gguf
         f.write("\n".join(sent[9:]) + "\n")
     out, err = proc.communicate(timeout=120)
     assert proc.returncode == 0, err
-    assert [line.strip() for line in out.splitlines() if line.strip()] == sent
+    assert stream_lines(out) == sent
 
 
 def free_port() -> int:
@@ -270,9 +274,17 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def test_a_socket_client_that_disconnects_mid_line_loses_nothing_received(default_gguf):
+def stream_lines(out: str) -> list[str]:
+    """The log lines the output actor echoed (two-space indent; assessments are marked otherwise)."""
+    return [line[2:] for line in out.splitlines() if line.startswith("  ") and not line.startswith("   ")]
+
+
+def test_a_socket_client_that_disconnects_mid_line_loses_nothing_and_triggers_fire(default_gguf, tmp_path):
     port = free_port()
-    proc = launch(f"tcp://127.0.0.1:{port}", "--every", "1000", "--max-lines", "5")
+    journal = tmp_path / "journal.jsonl"
+    profile = tmp_path / "triggers.toml"
+    profile.write_text("[replay]\nevery_lines = 1000\ntrigger_pattern = '\\bHH\\b'\nidle_s = 1.0\n")
+    proc = launch(f"tcp://127.0.0.1:{port}", "--max-lines", "5", "--config", str(profile), "--journal", str(journal))
     deadline = time.time() + 120
     while True:
         try:
@@ -284,12 +296,15 @@ def test_a_socket_client_that_disconnects_mid_line_loses_nothing_received(defaul
     first.sendall(b"ALM1 FIC101 HIGH\nALM2 TIC202 LOW\nALM3 half a li")
     first.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, b"\x01\x00\x00\x00\x00\x00\x00\x00")
     first.close()                                                        # reset mid-line
+    time.sleep(5.0)                                                      # quiet: the idle trigger fires
     with socket.create_connection(("127.0.0.1", port)) as second:
-        second.sendall(b"ALM4 PIC303 HIGH\nALM5 LIC404 LOW\n")
+        second.sendall(b"ALM4 PIC303 HH PRESSURE\nALM5 LIC404 LOW\n")   # HH: the pattern trigger fires
     out, err = proc.communicate(timeout=120)
     assert proc.returncode == 0, err
-    assert [line.strip() for line in out.splitlines() if line.strip()] == [
-        "ALM1 FIC101 HIGH", "ALM2 TIC202 LOW", "ALM3 half a li", "ALM4 PIC303 HIGH", "ALM5 LIC404 LOW"]
+    assert stream_lines(out) == ["ALM1 FIC101 HIGH", "ALM2 TIC202 LOW", "ALM3 half a li", "ALM4 PIC303 HH PRESSURE",
+                                 "ALM5 LIC404 LOW"]
+    analyses = [r for r in journal_of(journal) if r["kind"] == "assessment"]
+    assert [(a["trigger"], a["lines"]) for a in analyses] == [("idle", 3), ("pattern", 4)]
 
 
 def test_bad_bytes_on_stdin_are_counted_never_fatal(default_gguf, tmp_path):

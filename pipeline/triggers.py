@@ -1,0 +1,34 @@
+"""When the model writes an assessment: every N lines, on a line matching a pattern (alarm severity), on idle.
+
+Owns the counting only; the serial replay and the cache owner both ask it after each line (and the owner when the
+stream is quiet), so both write their assessments after the same lines. Never reads a clock itself.
+"""
+from __future__ import annotations
+
+import re
+
+
+class Triggers:
+    def __init__(self, every_lines: int, pattern: str = "", idle_s: float = 0.0):
+        self.every, self.idle_s = every_lines, idle_s
+        self.pattern = re.compile(pattern) if pattern else None
+        self.since = 0            # lines since the last assessment
+
+    def after_line(self, text: str) -> str | None:
+        """The reason to assess now ("every", "pattern"), or None."""
+        self.since += 1
+        if self.since >= self.every:
+            return self._fire("every")
+        if self.pattern is not None and self.pattern.search(text):
+            return self._fire("pattern")
+        return None
+
+    def on_quiet(self, quiet_s: float) -> str | None:
+        """"idle" when lines came since the last assessment and none for idle_s seconds."""
+        if self.idle_s > 0 and self.since and quiet_s >= self.idle_s:
+            return self._fire("idle")
+        return None
+
+    def _fire(self, reason: str) -> str:
+        self.since = 0
+        return reason
