@@ -8,6 +8,7 @@
   python run.py convert MODEL.gguf   convert a llama/qwen2 GGUF into ONNX graphs + weights + model card
   python run.py baseline             decode/prompt speed vs llama.cpp (if installed), side by side
   python run.py eval-stream --log F  streaming perplexity under sink/window/recompute/naive/dense policies
+  python run.py pipeline-bench       the actor pipeline vs the serial engine with the same draft, side by side
 """
 from __future__ import annotations
 
@@ -114,6 +115,18 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--offsets", type=int, default=3, help="distinct prompt slices of the log")
     p.add_argument("--window", type=int, default=1024, help="ring window (default pool: 4 sinks + 1024)")
     p.add_argument("--threads", type=int, default=2)
+    p.add_argument("--json", action="store_true")
+
+    p = sub.add_parser("pipeline-bench", help="pipelined (actors) vs serial (one process), same draft, one run",
+                       description="Replays a log through the serial engine and through the local actor pipeline, "
+                                   "alternating, with the same profile (so the same draft); prints medians of "
+                                   "decode speed, tokens per verify, the pipeline overhead share (decode wall time "
+                                   "outside the target's forward passes) and the draft/verify overlap, and whether "
+                                   "every assessment was the same text in every run.")
+    p.add_argument("--log", default=str(SHARED / "data/tep_alarms/filter/text_alarms_filter_5.csv"))
+    p.add_argument("--config", help="TOML profile for both sides (default: configs/default.toml)")
+    p.add_argument("--max-lines", type=int, default=100)
+    p.add_argument("--repeats", type=int, default=3)
     p.add_argument("--json", action="store_true")
 
     p = sub.add_parser("eval-stream", help="streaming perplexity of a log under several cache policies",
@@ -276,6 +289,31 @@ def cmd_baseline(args) -> int:
     return 0
 
 
+def cmd_pipeline_bench(args) -> int:
+    from pipeline import config, pipebench
+
+    cfg = config.load(args.config)
+
+    def progress(name, repeat, res):
+        print(f"  repeat {repeat} {name:9s} decode {res['decode_tok_s']:6.1f} tok/s, {res['tokens_per_verify']:.2f} "
+              f"tok/verify, overhead {res['overhead_share']:.1%}, overlap {res['overlap_share']:.0%}, wall "
+              f"{res['wall_s']:.1f} s", file=sys.stderr, flush=True)
+
+    out = pipebench.compare(args.log, cfg, args.config, args.max_lines, args.repeats, progress)
+    if args.json:
+        print(json.dumps(out))
+        return 0
+    print(f"{'system':10s} {'decode tok/s':>12s} {'tok/verify':>10s} {'overhead':>9s} {'overlap':>8s} {'draft s':>8s} "
+          f"{'wall s':>7s}")
+    for name in ("serial", "pipelined"):
+        row = out[name]
+        print(f"{name:10s} {row['decode_tok_s']:12.1f} {row['tokens_per_verify']:10.2f} {row['overhead_share']:9.1%} "
+              f"{row['overlap_share']:8.0%} {row['draft_s']:8.2f} {row['wall_s']:7.1f}")
+    print(f"pipelined whole-stream overhead share {out['pipelined']['stream_overhead_share']:.1%}; assessments "
+          f"identical in every run: {out['identical']}")
+    return 0
+
+
 def cmd_eval_stream(args) -> int:
     from pipeline import evaluate
 
@@ -317,7 +355,7 @@ def _sink(args):
 
 
 VERBS = {"replay": cmd_replay, "generate": cmd_generate, "score": cmd_score, "convert": cmd_convert,
-         "baseline": cmd_baseline, "eval-stream": cmd_eval_stream}
+         "baseline": cmd_baseline, "eval-stream": cmd_eval_stream, "pipeline-bench": cmd_pipeline_bench}
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import sys
 import threading
+import time
 
 import numpy as np
 
@@ -57,12 +58,14 @@ def run(out_name: str, source: dict, gguf: str, cpus: str, stop, drop_after_s: f
                 break
             with figures.busy():
                 ids = tok.encode(rec.text + "\n").astype(np.int32)
-                try:
-                    out.send({"kind": "line", "offset": rec.offset, "time": rec.time, "tags": list(rec.tags),
-                              "text": rec.text}, {"ids": ids}, timeout=drop_after_s)
-                    sent += 1
-                except TimeoutError:
-                    dropped += 1
+            t0 = time.perf_counter()                 # waiting on a full queue is back-pressure, not work
+            try:
+                out.send({"kind": "line", "offset": rec.offset, "time": rec.time, "tags": list(rec.tags),
+                          "text": rec.text}, {"ids": ids}, timeout=drop_after_s)
+                sent += 1
+            except TimeoutError:
+                dropped += 1
+            figures.extra["blocked_s"] = figures.extra.get("blocked_s", 0.0) + time.perf_counter() - t0
             if limit and sent + dropped >= limit:
                 break
         st = src.stats

@@ -40,8 +40,9 @@ def run(inbox: ChannelSpec, outbox: str, cfg, spec, stop) -> None:
             with figures.busy(), msg:
                 h, a = msg.header, msg.arrays
                 if h["kind"] == "eof":
-                    figures.extra.update(forward_s=runner.forward_s, inbox_max_depth=inp.max_depth, forward_calls=runner.forward_calls,
-                                         forward_rows=runner.forward_rows, kv_pool_mb=runner.pool_bytes / 2**20)
+                    figures.extra.update(forward_s=runner.forward_s, inbox_max_depth=inp.max_depth,
+                                         forward_calls=runner.forward_calls, forward_rows=runner.forward_rows,
+                                         kv_pool_mb=runner.pool_bytes / 2**20)
                     out.send({"kind": "eof", "figures": figures.snapshot()}, timeout=60.0)
                     return
                 ids, pos, recent = a["ids"], a["pos"], a["recent"]

