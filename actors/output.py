@@ -105,6 +105,7 @@ def print_summary(figures: list[dict]) -> None:
           f"verified ({owner['overlap_share']:.0%} overlap), {owner['wasted_draft_s']:.2f} s on stale blocks; target "
           f"idle {owner['target_idle_s']:.2f} s between verifies", file=sys.stderr)
     print(f"pipeline overhead share (wall time outside the target's forward passes): decoding "
-          f"{owner['decode_overhead_share']:.1%} of {owner['decode_s']:.1f} s; whole stream "
-          f"{1 - target['forward_s'] / owner['stream_wall_s']:.1%} of {owner['stream_wall_s']:.1f} s",
+          f"{owner['decode_overhead_share']:.1%} of {owner['decode_s']:.1f} s (target handling around its passes "
+          f"{owner['verify_s'] - owner['verify_forward_s']:.2f} s, between passes {owner['target_idle_s']:.2f} s); "
+          f"whole stream {1 - target['forward_s'] / owner['stream_wall_s']:.1%} of {owner['stream_wall_s']:.1f} s",
           file=sys.stderr, flush=True)

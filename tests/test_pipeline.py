@@ -180,16 +180,17 @@ def test_sigkill_of_a_ray_actor_stops_the_pipeline_cleanly(default_gguf):
     assert segments() <= before
 
 
-def test_sigusr1_prints_figures_and_sigterm_drains_and_flushes_the_journal(default_gguf, tmp_path):
+@pytest.mark.parametrize("launcher", ["local", "ray"])
+def test_sigusr1_prints_figures_and_sigterm_drains_and_flushes_the_journal(default_gguf, tmp_path, launcher):
     before = segments()
     journal = tmp_path / "journal.jsonl"
-    proc = launch(str(LOG), "--quiet-lines", "--speed", "0.01", "--journal", str(journal))
-    actors = actor_pids(proc, "local")
+    proc = launch(str(LOG), "--quiet-lines", "--speed", "0.01", "--journal", str(journal), launcher=launcher)
+    actors = actor_pids(proc, launcher)
     time.sleep(3.0)
     proc.send_signal(signal.SIGUSR1)                                     # figures on request
     time.sleep(1.0)
     proc.send_signal(signal.SIGTERM)
-    out, err = proc.communicate(timeout=90)
+    out, err = proc.communicate(timeout=120)
     assert proc.returncode == 0, err
     on_request = [json.loads(line.split(" ", 1)[1]) for line in err.splitlines() if line.startswith("figures {")]
     assert {f["actor"] for f in on_request} == {"ingest", "cache_owner", "target", "draft", "output"}
@@ -198,6 +199,8 @@ def test_sigusr1_prints_figures_and_sigterm_drains_and_flushes_the_journal(defau
     assert last["kind"] == "eof" and last["stopped"] and 0 < last["sent"] < 243
     assert not any(alive(pid) for pid in actors.values())
     assert segments() <= before
+    if launcher == "ray":
+        assert not processes(b"raylet")
 
 
 def cpus_allowed(pid: int) -> str:
@@ -207,25 +210,21 @@ def cpus_allowed(pid: int) -> str:
     raise AssertionError("no Cpus_allowed_list")
 
 
-def test_per_actor_cpu_affinity_from_the_config_is_applied(default_gguf, tmp_path):
+@pytest.mark.parametrize("launcher", ["local", "ray"])
+def test_per_actor_cpu_affinity_from_the_config_is_applied(default_gguf, tmp_path, launcher):
     if len(os.sched_getaffinity(0)) < 2:
         pytest.skip("needs two CPUs")
     profile = tmp_path / "pinned.toml"
     want = {"ingest": "1", "cache_owner": "1", "target": "0", "draft": "1", "output": "1"}
     profile.write_text("[actors]\n" + "".join(f'{k.replace("cache_", "")}_cpus = "{v}"\n' for k, v in want.items()))
-    proc = launch(str(LOG), "--speed", "0.01", "--config", str(profile))
-    try:
-        actors = actor_pids(proc, "local")
-        deadline = time.time() + 120
-        seen = {}
-        while time.time() < deadline and seen != want:                  # each actor pins itself on start-up
-            time.sleep(0.5)
-            seen = {name: cpus_allowed(pid) for name, pid in actors.items() if alive(pid)}
-        assert seen == want
-    finally:
-        proc.send_signal(signal.SIGTERM)
-        proc.send_signal(signal.SIGTERM)
-        proc.communicate(timeout=60)
+    proc = launch(str(LOG), "--speed", "0.01", "--config", str(profile), launcher=launcher)
+    actors = actor_pids(proc, launcher)
+    deadline = time.time() + 120
+    seen = {}
+    while time.time() < deadline and seen != want:                      # each actor pins itself on start-up
+        time.sleep(0.5)
+        seen = {name: cpus_allowed(pid) for name, pid in actors.items() if alive(pid)}
+    assert seen == want
 
 
 def test_runner_threads_come_from_the_options(default_gguf):
@@ -320,3 +319,29 @@ def test_bad_bytes_on_stdin_are_counted_never_fatal(default_gguf, tmp_path):
     assert eof["kind"] == "eof" and eof["sent"] == 6
     assert (eof["invalid_utf8"], eof["nul_bytes"], eof["oversized"]) == (1, 1, 1)
     assert "1 invalid UTF-8, 1 with NUL, 1 oversized" in err
+
+
+def test_ray_launcher_joins_an_existing_cluster_and_leaves_it_running(default_gguf, tmp_path):
+    ray = [sys.executable, "-m", "ray.scripts.scripts"]
+    start = subprocess.run([*ray, "start", "--head", "--num-cpus", "2", "--include-dashboard=false",
+                            "--disable-usage-stats"], capture_output=True, text=True, timeout=180, cwd=tmp_path)
+    assert start.returncode == 0, start.stderr
+    try:
+        before = segments()
+        proc = launch(str(LOG), "--quiet-lines", "--max-lines", "10", "--ray-address", "auto", launcher="ray")
+        out, err = proc.communicate(timeout=300)
+        assert proc.returncode == 0, err
+        assert out.count(">> [after line 10") == 1
+        assert processes(b"gcs_server"), "the cluster we joined was shut down"
+        assert not processes(b"ray::RayActor") and segments() <= before
+    finally:
+        subprocess.run([*ray, "stop", "--force"], capture_output=True, timeout=120)
+
+
+def test_a_start_up_error_names_its_cause_and_starts_nothing(tmp_path):
+    profile = tmp_path / "missing_draft.toml"
+    profile.write_text('[draft]\nkind = "model"\nmodel = "/nonexistent/draft.gguf"\n')
+    proc = launch(str(LOG), "--config", str(profile))
+    out, err = proc.communicate(timeout=120)
+    assert proc.returncode == 2
+    assert "model file /nonexistent/draft.gguf does not exist" in err and "Traceback" not in err
