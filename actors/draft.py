@@ -36,8 +36,13 @@ def run(inbox: ChannelSpec, outbox: str, cfg, spec, vocab: int, stop) -> None:
     run_ = None      # the generation being drafted: epoch, next block's number, n and pending, the assumed path
     proposals = drafted_s = 0
     with Channel.create(inbox) as inp, attach_when_ready(outbox, stop) as out:
+        catching_up = hasattr(draft, "catch_up")
         while not stop.is_set():
             busy = run_ is not None and run_["out"] < AHEAD and run_["budget"] > 0
+            if not busy and catching_up and not inp.ready():
+                with figures.busy():
+                    if draft.catch_up():                  # idle: bring the pool up to the committed text
+                        continue
             if not busy or inp.ready():
                 try:
                     msg = inp.recv(timeout=0.2)

@@ -121,6 +121,17 @@ class ModelDraft:
     def committed(self) -> int:
         return self.index.n + len(self.backlog)
 
+    def catch_up(self) -> bool:
+        """Run one chunk of committed text not yet in the pool (the draft actor does this while idle, so an analysis
+        does not wait for it); False when there was nothing to do."""
+        if self.fed or not self.backlog:
+            return False
+        chunk, self.backlog = self.backlog[:self.runner.opts.max_rows], self.backlog[self.runner.opts.max_rows:]
+        self._run(chunk)
+        self.index.commit(len(chunk))
+        self.fed = []
+        return True
+
     def _drop_speculation(self) -> None:
         self.fed = []
         self.index.rollback(self.index.n)
