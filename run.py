@@ -136,9 +136,10 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--log", required=True, help="log file (plain lines, TEP alarm CSV or JSON lines)")
     p.add_argument("--format", choices=("plain", "csv", "jsonl"), help="log format (default: from the extension)")
     p.add_argument("--max-tokens", type=int, default=0, help="score at most N tokens of the stream (0: all)")
-    p.add_argument("--sink", type=int, default=4, help="attention sinks S (default 4)")
-    p.add_argument("--window", type=int, default=256, help="window W (default 256)")
-    p.add_argument("--modes", default="sink,window,recompute,naive,dense", help="comma-separated modes")
+    p.add_argument("--sink", default="4", help="attention sinks S (default 4); a list (0,1,2,4,8) runs an ablation")
+    p.add_argument("--window", default="256", help="window W (default 256); a list (128,256,512) runs an ablation")
+    p.add_argument("--modes", default="sink,window,recompute,naive,dense",
+                   help="comma-separated modes (an ablation runs sink per (S, W), plus recompute per W if listed)")
     p.add_argument("--stride", type=int, help="recompute stride (default W//8, at most W/8)")
     p.add_argument("--naive-offset", type=int, default=1_000_000, help="naive: first absolute position")
     p.add_argument("--dense-budget-mb", type=float, default=1024.0, help="dense: KV memory budget in MB")
@@ -314,9 +315,36 @@ def cmd_pipeline_bench(args) -> int:
     return 0
 
 
+def _int_list(text: str, what: str) -> list[int]:
+    try:
+        values = [int(v) for v in text.split(",") if v.strip()]
+    except ValueError:
+        raise ValueError(f"--{what} {text!r}: expected an integer or a comma-separated list") from None
+    if not values or min(values) < 0:
+        raise ValueError(f"--{what} {text!r}: expected non-negative integers")
+    return values
+
+
 def cmd_eval_stream(args) -> int:
     from pipeline import evaluate
 
+    sinks, windows = _int_list(args.sink, "sink"), _int_list(args.window, "window")
+    if len(sinks) > 1 or len(windows) > 1:
+        rows = evaluate.ablate(args.log, args.format, sinks, windows, args.max_tokens,
+                               "recompute" in args.modes.split(","), args.model, args.threads, not args.quiet)
+        if args.out:
+            Path(args.out).write_text(json.dumps(rows))
+        if args.json:
+            print(json.dumps(rows))
+            return 0
+        print(f"{'policy':10s} {'S':>3s} {'W':>5s} {'ppl':>9s} {'post-wrap':>10s} {'tok/s':>7s}")
+        for row in rows:
+            post = "-" if row["ppl_post_wrap"] is None else f"{row['ppl_post_wrap']:.3f}"
+            s = "-" if row["sink"] is None else str(row["sink"])
+            print(f"{row['policy']:10s} {s:>3s} {row['window']:5d} {row['ppl']:9.3f} {post:>10s} "
+                  f"{row['tokens_per_s']:7.1f}")
+        return 0
+    args.sink, args.window = sinks[0], windows[0]
     out = evaluate.evaluate_stream(args.log, args.format, args.modes.split(","), args.sink, args.window,
                                    args.max_tokens, args.stride, args.naive_offset, args.dense_budget_mb, args.model,
                                    threads=args.threads, progress=not args.quiet)

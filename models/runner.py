@@ -72,10 +72,10 @@ class Runner:
         self.forward_s = 0.0          # wall time inside ONNX Runtime (the pipeline's "model" share)
 
     def _bind_in(self, name: str, array: np.ndarray) -> None:
-        self._io.bind_input(name, "cpu", 0, array.dtype, list(array.shape), array.ctypes.data)
+        self._io.bind_input(name, "cpu", 0, array.dtype, array.shape, array.ctypes.data)
 
     def _bind_out(self, name: str, array: np.ndarray) -> None:
-        self._io.bind_output(name, "cpu", 0, array.dtype, list(array.shape), array.ctypes.data)
+        self._io.bind_output(name, "cpu", 0, array.dtype, array.shape, array.ctypes.data)
 
     def mask_buffer(self, T: int, recent: int = 0) -> np.ndarray:
         """The [T, S+R+recent+T] mask the next forward will read; fill it (RingIndex.visible_mask) before calling."""

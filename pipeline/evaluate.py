@@ -206,6 +206,29 @@ def evaluate_stream(log: str, fmt: str | None = None, modes=MODES, sink: int = 4
     return {"_meta": meta, "modes": results}
 
 
+def ablate(log: str, fmt: str | None, sinks, windows, max_tokens: int = 0, recompute: bool = True,
+           gguf: str = "default", threads: int = 2, progress: bool = True) -> list[dict]:
+    """The sink policy for every (S, W) (S = 0 is the window policy), plus the recompute reference per W: one row
+    each, PPL over all tokens and after the first wrap, on the same tokens."""
+    ids = stream_ids(log, fmt, gguf, max_tokens)
+    rows = []
+    for window in windows:
+        if recompute:
+            ref = summary(evaluate_stream(log, fmt, ["recompute"], 0, window, gguf=gguf, threads=threads,
+                                          progress=progress, ids=ids))["recompute"]
+            rows.append({"policy": "recompute", "sink": None, "window": window, "ppl": ref["ppl"],
+                         "ppl_post_wrap": ref["ppl_post_wrap"], "tokens_per_s": ref["tokens_per_s"]})
+        for sink in sinks:
+            res = evaluate_stream(log, fmt, ["sink"], sink, window, gguf=gguf, threads=threads, progress=progress,
+                                  ids=ids)
+            row = summary(res)["sink"]
+            rows.append({"policy": "window" if sink == 0 else "sink", "sink": sink, "window": window,
+                         "ppl": row["ppl"], "ppl_post_wrap": row["ppl_post_wrap"],
+                         "tokens_per_s": row["tokens_per_s"], "n_tokens": res["_meta"]["n_tokens"],
+                         "post_wrap_target_met": res["_meta"]["post_wrap_target_met"]})
+    return rows
+
+
 def _mean(values: np.ndarray) -> float | None:
     values = values[~np.isnan(values)]
     return float(values.mean()) if len(values) else None
