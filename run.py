@@ -9,6 +9,7 @@
   python run.py baseline             decode/prompt speed vs llama.cpp (if installed), side by side
   python run.py eval-stream --log F  streaming perplexity under sink/window/recompute/naive/dense policies
   python run.py pipeline-bench       the actor pipeline vs the serial engine with the same draft, side by side
+  python run.py soak --tokens N      a log looped through the pipeline: memory slopes, descriptors, PPL drift
 """
 from __future__ import annotations
 
@@ -128,6 +129,21 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--max-lines", type=int, default=100)
     p.add_argument("--repeats", type=int, default=3)
     p.add_argument("--json", action="store_true")
+
+    p = sub.add_parser("soak", help="loop a log through the pipeline at full speed; sample memory and quality",
+                       description="Replays a real log over and over through the local actor pipeline (analyses as "
+                                   "configured), samples every actor's resident and anonymous memory, descriptors, "
+                                   "threads and the shared-memory segments every few thousand tokens, and reports "
+                                   "slopes after a 10%% warm-up, the spread, and the PPL of the last complete loop "
+                                   "against the first.")
+    p.add_argument("--tokens", type=int, required=True, help="stream tokens to push through")
+    p.add_argument("--log", default=str(ROOT / "data" / "tep_demo.csv"),
+                   help="the log to loop (its loop period should be at least 4 x the window)")
+    p.add_argument("--config", help="TOML profile (default: configs/default.toml)")
+    p.add_argument("--every", type=int, default=5000, help="sample every N stream tokens")
+    p.add_argument("--json", action="store_true")
+    p.add_argument("--out", help="write the full result (samples included) as JSON")
+    p.add_argument("--plot", help="resident memory per actor over tokens, .svg")
 
     p = sub.add_parser("eval-stream", help="streaming perplexity of a log under several cache policies",
                        description="Teacher-forced NLL of a rendered log under each policy (sink, window, "
@@ -325,6 +341,41 @@ def _int_list(text: str, what: str) -> list[int]:
     return values
 
 
+def cmd_soak(args) -> int:
+    from pipeline import config, soak
+
+    def progress(row):
+        rss = sum(a["rss_kb"] for a in row["actors"].values()) / 1024
+        print(f"  {row['tokens']:>10,} tokens {row['t']:8.0f} s  rss {rss:7.1f} MB  segments {row['segments']}",
+              file=sys.stderr, flush=True)
+
+    out = soak.soak(config.load(args.config), args.log, args.tokens, args.every, progress)
+    if args.out:
+        Path(args.out).write_text(json.dumps(out))
+    if args.plot:
+        soak.write_plot(out, args.plot)
+    summary = {k: v for k, v in out.items() if k != "series"}
+    if args.json:
+        print(json.dumps(summary))
+        return 0
+    print(f"{out['tokens']:,} tokens in {out['wall_s']:.0f} s, {out['assessments']} assessments, {out['samples']} "
+          f"samples; warm-up {out['warmup_tokens']:,} tokens")
+    print(f"{'actor':12s} {'rss MB':>7s} {'slope KiB/1k tok':>17s} {'anon slope':>11s} {'spread KiB':>11s} "
+          f"{'fds +':>6s} {'thr +':>6s}")
+    for name, a in out["actors"].items():
+        print(f"{name:12s} {a['rss_last_mb']:7.1f} {a['rss_slope_kib_per_1k_tokens']:17.3f} "
+              f"{a['anon_slope_kib_per_1k_tokens']:11.3f} {a['rss_spread_kib']:11.0f} {a['fds_growth']:6d} "
+              f"{a['threads_growth']:6d}")
+    ratio = out["ppl_last_over_first"]
+    print(f"all actors: slope {out['rss_slope_kib_per_1k_tokens']:.3f} KiB per 1,000 tokens, spread "
+          f"{out['rss_spread_kib']:.0f} KiB; segments {out['segments_growth']:+d}; PPL first loop "
+          f"{out['ppl_first_loop'] or float('nan'):.3f}, last {out['ppl_last_loop'] or float('nan'):.3f} "
+          f"({'-' if ratio is None else f'{ratio:.3f}x'}, {out['loops_complete']} complete loops); KV pool "
+          f"{out['kv_pool_bytes']:,} B, formula {out['kv_pool_formula_bytes']:,} B")
+    print("goals: " + ", ".join(f"{k} {'yes' if v else 'NO'}" for k, v in out["goals"].items()))
+    return 0
+
+
 def cmd_eval_stream(args) -> int:
     from pipeline import evaluate
 
@@ -383,7 +434,8 @@ def _sink(args):
 
 
 VERBS = {"replay": cmd_replay, "generate": cmd_generate, "score": cmd_score, "convert": cmd_convert,
-         "baseline": cmd_baseline, "eval-stream": cmd_eval_stream, "pipeline-bench": cmd_pipeline_bench}
+         "baseline": cmd_baseline, "eval-stream": cmd_eval_stream, "pipeline-bench": cmd_pipeline_bench,
+         "soak": cmd_soak}
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -75,7 +75,10 @@ def run(inbox, outbox: str, model_links: dict, cfg, spec, stop) -> None:
                     return
                 first_line = first_line or time.perf_counter()
                 last_line = time.monotonic()
-                engine.feed(ids)
+                if cfg.replay.score_stream:
+                    header["nll_sum"], header["nll_n"] = engine.feed(ids, score=True)
+                else:
+                    engine.feed(ids)
                 lines += 1
                 seen.append((engine.index.n - 1, header["offset"], header.get("tags", [])))
                 while seen and seen[0][0] < engine.index.n - engine.spec.window:

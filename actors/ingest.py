@@ -5,7 +5,8 @@ ids), then an "eof" carrying its counts and figures. Bounded: when the owner's c
 dropped and counted, never buffered without limit. Never touches a model or the cache.
 
 Sources (`source["kind"]`): replay (a captured file at `speed` times its original pace), follow (`tail -f`, across
-rotations), tcp (a line server on host:port), stdin (the launcher's stdin, reopened through /proc).
+rotations), tcp (a line server on host:port), stdin (the launcher's stdin, reopened through /proc), loop (a file
+replayed over and over at full speed: the soak).
 """
 from __future__ import annotations
 
@@ -24,6 +25,8 @@ def open_source(source: dict, stop_event: threading.Event):
     kind = source.get("kind", "replay")
     if kind == "replay":
         return sources.replay(source["path"], source.get("speed", 0.0), fmt=source.get("format"), stop=stop_event)
+    if kind == "loop":
+        return _Loop(source, stop_event)
     if kind == "follow":
         return sources.follow(source["path"], stop=stop_event, from_start=source.get("from_start", False))
     if kind == "tcp":
@@ -34,6 +37,25 @@ def open_source(source: dict, stop_event: threading.Event):
     if kind == "stdin":
         return sources.stdin(source.get("path"), stop=stop_event)
     raise ValueError(f"unknown source kind {kind!r} (replay, follow, tcp, stdin)")
+
+
+class _Loop:
+    """A captured file replayed over and over (the soak): records carry their pass in `loop`."""
+
+    def __init__(self, source: dict, stop_event: threading.Event):
+        from pipeline import sources
+
+        self.source, self.stop_event, self.loop = source, stop_event, 0
+        self.stats = sources.SourceStats()
+        self._sources = sources
+
+    def records(self, fmt: str):
+        while not self.stop_event.is_set():
+            src = self._sources.replay(self.source["path"], 0.0, fmt=fmt, stop=self.stop_event)
+            yield from self._sources.parse(fmt, src)
+            for key, value in vars(src.stats).items():
+                setattr(self.stats, key, getattr(self.stats, key) + value)
+            self.loop += 1
 
 
 def run(out_name: str, source: dict, gguf: str, cpus: str, stop, drop_after_s: float = 5.0) -> None:
@@ -50,10 +72,11 @@ def run(out_name: str, source: dict, gguf: str, cpus: str, stop, drop_after_s: f
     watcher.start()
     src = open_source(source, stop_event)
     fmt = source["format"]
-    dropped = sent = 0
-    limit = source.get("max_lines") or 0
+    dropped = sent = tokens = 0
+    limit, token_limit = source.get("max_lines") or 0, source.get("max_tokens") or 0
+    records = src.records(fmt) if isinstance(src, _Loop) else sources.parse(fmt, src)
     with attach_when_ready(out_name, stop) as out:
-        for rec in sources.parse(fmt, src):
+        for rec in records:
             if stop.is_set():
                 break
             with figures.busy():
@@ -61,17 +84,19 @@ def run(out_name: str, source: dict, gguf: str, cpus: str, stop, drop_after_s: f
             t0 = time.perf_counter()                 # waiting on a full queue is back-pressure, not work
             try:
                 out.send({"kind": "line", "offset": rec.offset, "time": rec.time, "tags": list(rec.tags),
-                          "text": rec.text}, {"ids": ids}, timeout=drop_after_s)
+                          "text": rec.text, "loop": getattr(src, "loop", 0), "n_tokens": len(ids)},
+                         {"ids": ids}, timeout=drop_after_s)
                 sent += 1
+                tokens += len(ids)
             except TimeoutError:
                 dropped += 1
             figures.extra["blocked_s"] = figures.extra.get("blocked_s", 0.0) + time.perf_counter() - t0
-            if limit and sent + dropped >= limit:
+            if (limit and sent + dropped >= limit) or (token_limit and tokens >= token_limit):
                 break
         st = src.stats
-        out.send({"kind": "eof", "sent": sent, "dropped_full": dropped, "invalid_utf8": st.invalid_utf8,
-                  "nul_bytes": st.nul_bytes, "oversized": st.oversized, "lines": st.lines,
-                  "stopped": stop.is_set(), "figures": [figures.snapshot()]}, timeout=60.0)
+        out.send({"kind": "eof", "sent": sent, "tokens": tokens, "dropped_full": dropped,
+                  "invalid_utf8": st.invalid_utf8, "nul_bytes": st.nul_bytes, "oversized": st.oversized,
+                  "lines": st.lines, "stopped": stop.is_set(), "figures": [figures.snapshot()]}, timeout=60.0)
     stop_event.set()
 
 

@@ -51,8 +51,16 @@ def run(inbox: ChannelSpec, outbox: str, cfg, spec, stop) -> None:
                 t0 = time.perf_counter()
                 if h["kind"] == "prefill":
                     last_row[0] = T - 1
-                    logits = runner.forward(ids, pos, last_row, recent_slots=recent if m else None)
+                    logits = runner.forward(ids, pos, None if h["score"] else last_row,
+                                            recent_slots=recent if m else None)
                     runner.store(np.arange(T), a["slots"])
+                    if h["score"]:                    # row r predicts token r + 1 of the chunk
+                        rows = logits[:T - 1].astype(np.float64)
+                        top = rows.max(axis=1)
+                        logz = top + np.log(np.exp(rows - top[:, None]).sum(axis=1))
+                        nll = logz - rows[np.arange(T - 1), ids[1:]]
+                        out.send({"kind": "scored", "nll_sum": float(nll.sum()), "nll_n": T - 1}, timeout=60.0)
+                        logits = logits[T - 1:]
                     if h["pick"]:
                         nxt = int(np.argmax(logits[0])) if params.greedy else \
                             sample(target_probs(logits[0], params, out=probs[0]), rng)

@@ -58,6 +58,7 @@ class ReplaySection:
     every_lines: int = 10            # an assessment after this many stream lines (since the last one)
     trigger_pattern: str = ""        # regex on a rendered line: assess right after a matching line ("" = off)
     idle_s: float = 0.0              # assess unassessed lines after this many quiet seconds (0 = off)
+    score_stream: bool = False       # report each stream line's teacher-forced NLL (logits for every row: slower)
     max_new_tokens: int = 60
     max_lines: int = 0               # 0 = the whole file
     system_prompt: str = ("You are the alarm analyst of a chemical plant. You read the operator console's alarm "

@@ -48,14 +48,16 @@ class DeferredEngine:
         return self._mask[: T * (self.spec.pool_slots + m + T)].reshape(T, -1)
 
     # -- feeding text into the cache -------------------------------------------------------------------------------
-    def feed(self, ids, pick: bool = False) -> int | None:
-        """Commit tokens (the pending one first, if any) in chunks; with `pick`, the target's next token."""
+    def feed(self, ids, pick: bool = False, score: bool = False):
+        """Commit tokens (the pending one first, if any) in chunks; with `pick`, the target's next token; with
+        `score`, (sum, count) of the NLL of every token but each chunk's first, teacher-forced."""
         ids = np.asarray(ids, np.int64).reshape(-1)
         if self.pending is not None:
             ids = np.concatenate([[self.pending], ids])
             self.pending = None
         if pick and not len(ids):
             raise ValueError("generate needs a non-empty prompt or context")
+        nll_sum, nll_n = 0.0, 0
         for start in range(0, len(ids), self.max_rows):
             chunk = ids[start:start + self.max_rows]
             T = len(chunk)
@@ -64,13 +66,16 @@ class DeferredEngine:
             slots = self.index.write(pos)
             self.index.commit(T)
             last = pick and start + T == len(ids)
-            self.to_target.send({"kind": "prefill", "pick": last},
+            self.to_target.send({"kind": "prefill", "pick": last, "score": score},
                                 {"ids": chunk, "pos": pos, "mask": mask, "recent": pos[:0], "slots": slots},
                                 timeout=TIMEOUT_S)
             self.to_draft.send({"kind": "observe"}, {"ids": chunk}, timeout=TIMEOUT_S)
+            if score:
+                scored = self._await("scored")[0]
+                nll_sum, nll_n = nll_sum + scored["nll_sum"], nll_n + scored["nll_n"]
         if pick:
             return self._await("picked")[0]["next"]
-        return None
+        return (nll_sum, nll_n) if score else None
 
     def append(self, ids) -> None:
         self.feed(ids)

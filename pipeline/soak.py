@@ -1,0 +1,211 @@
+"""The soak: a real log looped through the full pipeline at full speed while memory and quality are sampled.
+
+Owns the sampling (every actor's resident and anonymous memory, open descriptors and threads from /proc, and the
+shared-memory segments, every `every_tokens` stream tokens) and the verdict figures: slopes and spread after a
+warm-up, growth of descriptors, threads and segments, the PPL of the first and the last complete loop period, the
+KV pool against its formula. Runs the local launcher in this process and listens to the output actor's zmq PUB
+socket; never touches an actor's state.
+"""
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+import os
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+import numpy as np
+
+WARMUP = 0.10        # the first 10% of the tokens are warm-up
+
+
+def _actor_pids() -> dict[str, int]:
+    """This launcher's actor processes by name (rs:<name>, set on entry)."""
+    me, out = os.getpid(), {}
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            stat = Path(f"/proc/{entry}/stat").read_text()
+            if int(stat.rsplit(")", 1)[1].split()[1]) != me:
+                continue
+            name = Path(f"/proc/{entry}/comm").read_text().strip()
+        except OSError:
+            continue
+        if name.startswith("rs:"):
+            out[name[3:]] = int(entry)
+    return out
+
+
+def _read(pid: int) -> dict | None:
+    try:
+        fields = {}
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+            key, _, value = line.partition(":")
+            if key in ("VmRSS", "RssAnon", "Threads"):
+                fields[key] = int(value.split()[0])
+        return {"rss_kb": fields["VmRSS"], "anon_kb": fields["RssAnon"], "threads": fields["Threads"],
+                "fds": len(os.listdir(f"/proc/{pid}/fd"))}
+    except (OSError, KeyError):
+        return None
+
+
+def _segments() -> int:
+    return sum(1 for name in os.listdir("/dev/shm") if name.startswith("ringspec_"))
+
+
+class _Listener(threading.Thread):
+    """Counts stream tokens and NLL per loop from the PUB socket; samples /proc every `every` tokens."""
+
+    def __init__(self, endpoint: str, every: int, progress=None):
+        super().__init__(daemon=True)
+        import zmq
+
+        self.sock = zmq.Context.instance().socket(zmq.SUB)
+        self.sock.setsockopt(zmq.SUBSCRIBE, b"")
+        self.sock.setsockopt(zmq.RCVHWM, 0)
+        self.sock.connect(endpoint)
+        self.every, self.progress = every, progress
+        self.tokens, self.next_sample = 0, 0
+        self.samples: list[dict] = []
+        self.loops: dict[int, list[float]] = {}          # loop -> [nll sum, count]
+        self.assessments = 0
+        self.eof: dict | None = None
+        self.done = threading.Event()
+        self.t0 = time.monotonic()
+
+    def run(self) -> None:
+        while not self.done.is_set():
+            if not self.sock.poll(200):
+                continue
+            kind, body = self.sock.recv_multipart()
+            event = json.loads(body)
+            if kind == b"line":
+                self.tokens += event.get("n_tokens", 0)
+                acc = self.loops.setdefault(event.get("loop", 0), [0.0, 0])
+                acc[0] += event.get("nll_sum", 0.0)
+                acc[1] += event.get("nll_n", 0)
+                if self.tokens >= self.next_sample:
+                    self.sample()
+                    self.next_sample += self.every
+            elif kind == b"assessment":
+                self.assessments += 1
+            elif kind == b"eof":                    # not sampled: the model actors are already shutting down
+                self.eof = event
+                self.done.set()
+
+    def sample(self) -> None:
+        actors = {name: _read(pid) for name, pid in _actor_pids().items()}
+        row = {"tokens": self.tokens, "t": time.monotonic() - self.t0, "segments": _segments(),
+               "actors": {k: v for k, v in actors.items() if v is not None}}
+        self.samples.append(row)
+        if self.progress:
+            self.progress(row)
+
+
+def _slope(x: np.ndarray, y: np.ndarray) -> float:
+    """Least-squares slope of y over x."""
+    if len(x) < 2 or np.ptp(x) == 0:
+        return 0.0
+    return float(np.polyfit(x, y, 1)[0])
+
+
+def report(samples: list[dict], loops: dict, tokens: int, eof: dict | None, kv_formula_bytes: int) -> dict:
+    # samples with every actor up (the ingest exits at its token limit while the rest still drain), after warm-up
+    names = sorted({n for s in samples for n in s["actors"]})
+    warm = [s for s in samples if s["tokens"] >= WARMUP * tokens and sorted(s["actors"]) == names]
+    per_actor = {}
+    for name in names:
+        rows = [(s["tokens"], s["actors"][name]) for s in warm if name in s["actors"]]
+        x = np.array([t for t, _ in rows], float) / 1000.0
+        get = lambda key: np.array([a[key] for _, a in rows], float)   # noqa: E731
+        per_actor[name] = {"rss_slope_kib_per_1k_tokens": _slope(x, get("rss_kb")),
+                           "anon_slope_kib_per_1k_tokens": _slope(x, get("anon_kb")),
+                           "rss_spread_kib": float(np.ptp(get("rss_kb"))) if rows else 0.0,
+                           "rss_last_mb": float(get("rss_kb")[-1]) / 1024 if rows else 0.0,
+                           "fds_growth": int(get("fds").max() - get("fds")[0]) if rows else 0,
+                           "threads_growth": int(get("threads").max() - get("threads")[0]) if rows else 0}
+    x = np.array([s["tokens"] for s in warm], float) / 1000.0
+    total = np.array([sum(a["rss_kb"] for a in s["actors"].values()) for s in warm], float)
+    complete = sorted(k for k in loops if k + 1 in loops)              # the last loop is partial
+    ppl = {k: math.exp(loops[k][0] / loops[k][1]) if loops[k][1] else None for k in complete}
+    first, last = (ppl[complete[0]], ppl[complete[-1]]) if complete else (None, None)
+    figures = {f["actor"]: f for f in (eof or {}).get("figures", [])}
+    pool = figures.get("target", {}).get("kv_pool_mb", 0.0) * 2**20
+    out = {"tokens": tokens, "samples": len(samples), "warmup_tokens": int(WARMUP * tokens), "actors": per_actor,
+           "rss_slope_kib_per_1k_tokens": _slope(x, total), "rss_spread_kib": float(np.ptp(total)) if len(total)
+           else 0.0, "segments_growth": max(s["segments"] for s in warm) - warm[0]["segments"] if warm else 0,
+           "loops_complete": len(complete), "ppl_first_loop": first, "ppl_last_loop": last,
+           "ppl_last_over_first": last / first if first and last else None, "assessments": None,
+           "kv_pool_bytes": int(pool), "kv_pool_formula_bytes": kv_formula_bytes}
+    out["goals"] = {
+        "rss_slope_below_1_kib_per_1k_tokens": out["rss_slope_kib_per_1k_tokens"] < 1.0,
+        "no_growth_in_fds_threads_segments": out["segments_growth"] == 0 and all(
+            a["fds_growth"] <= 0 and a["threads_growth"] <= 0 for a in per_actor.values()),
+        "last_loop_ppl_within_10_percent": out["ppl_last_over_first"] is not None and
+        abs(out["ppl_last_over_first"] - 1.0) <= 0.10,
+        "kv_pool_matches_formula": abs(out["kv_pool_bytes"] - kv_formula_bytes) < 2**20 * 0.001 + 1}
+    return out
+
+
+def soak(cfg, log: str, tokens: int, every_tokens: int = 5000, progress=None) -> dict:
+    """Loop `log` through the pipeline until `tokens` stream tokens went in; sample, then report."""
+    from models.convert import load_card
+    from models.registry import converted_dir
+    from pipeline.assemble import resolve_gguf
+    from pipeline.launch import run_pipeline
+    from pipeline.records import format_of
+    from pipeline.tasks import replay_frame
+
+    cfg = dataclasses.replace(cfg, replay=dataclasses.replace(cfg.replay, score_stream=True),
+                              actors=dataclasses.replace(cfg.actors, launcher="local"))
+    card = load_card(converted_dir(resolve_gguf(cfg.model.gguf)))["config"]
+    spec = replay_frame(cfg).spec
+    kv_formula = card["n_layers"] * 2 * card["n_kv_heads"] * (spec.sink + spec.ring) * card["head_dim"] * 4
+    with tempfile.TemporaryDirectory(prefix="ringspec_soak_") as tmp:
+        endpoint = f"ipc://{tmp}/events"
+        listener = _Listener(endpoint, every_tokens, progress)
+        listener.start()
+        t0 = time.perf_counter()
+        run_pipeline(cfg, {"kind": "loop", "path": str(Path(log).resolve()), "format": format_of(log),
+                           "max_tokens": tokens}, pub=endpoint, quiet_lines=True)
+        wall = time.perf_counter() - t0
+        listener.done.wait(10.0)
+        listener.done.set()
+        listener.join(2.0)
+        listener.sock.close(0)
+    out = report(listener.samples, listener.loops, listener.tokens, listener.eof, kv_formula)
+    out.update(assessments=listener.assessments, wall_s=wall, log=str(log), sink=spec.sink, ring=spec.ring,
+               window=spec.window, series=listener.samples)
+    return out
+
+
+def write_plot(result: dict, path: str) -> str:
+    """Resident memory of each actor over stream tokens, as SVG."""
+    series = result["series"]
+    names = sorted({n for s in series for n in s["actors"]})
+    w, h, pad = 720, 360, 50
+    xmax = max(1, max(s["tokens"] for s in series))
+    ymax = max(1.0, max(a["rss_kb"] for s in series for a in s["actors"].values()) / 1024 * 1.1)
+    colors = ["#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#8c564b"]
+    parts = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{w}" height="{h}" font-family="sans-serif" '
+             f'font-size="11"><rect width="100%" height="100%" fill="white"/>',
+             f'<text x="{w / 2}" y="16" text-anchor="middle">resident memory per actor (MB) over stream tokens</text>',
+             f'<line x1="{pad}" y1="{h - pad}" x2="{w - 10}" y2="{h - pad}" stroke="black"/>',
+             f'<line x1="{pad}" y1="20" x2="{pad}" y2="{h - pad}" stroke="black"/>',
+             f'<text x="{w / 2}" y="{h - 12}" text-anchor="middle">tokens (max {xmax:,})</text>',
+             f'<text x="{pad - 6}" y="24" text-anchor="end">{ymax:.0f}</text>',
+             f'<text x="{pad - 6}" y="{h - pad}" text-anchor="end">0</text>']
+    for i, name in enumerate(names):
+        pts = " ".join(f"{pad + (s['tokens'] / xmax) * (w - pad - 10):.1f},"
+                       f"{h - pad - (s['actors'][name]['rss_kb'] / 1024 / ymax) * (h - pad - 20):.1f}"
+                       for s in series if name in s["actors"])
+        color = colors[i % len(colors)]
+        parts.append(f'<polyline fill="none" stroke="{color}" stroke-width="1.5" points="{pts}"/>')
+        parts.append(f'<text x="{w - 120}" y="{40 + 14 * i}" fill="{color}">{name}</text>')
+    parts.append("</svg>")
+    Path(path).write_text("\n".join(parts))
+    return path
