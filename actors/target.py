@@ -35,6 +35,8 @@ def run(inbox: ChannelSpec, outbox: str, cfg, spec, stop) -> None:
     rng = np.random.default_rng(s.seed)                       # consumed in the serial engine's order: pick, judge
     probs = np.zeros((cfg.model.max_rows, runner.vocab), np.float64)
     last_row = np.zeros(1, np.int64)
+    shifted = np.zeros((cfg.model.max_rows, runner.vocab), np.float64)     # scoring buffers, allocated once
+    top, total, picked = (np.zeros(cfg.model.max_rows, np.float64) for _ in range(3))
     with Channel.create(inbox) as inp, attach_when_ready(outbox, stop) as out:
         for msg in messages(inp, stop):
             with figures.busy(), msg:
@@ -55,12 +57,10 @@ def run(inbox: ChannelSpec, outbox: str, cfg, spec, stop) -> None:
                                             recent_slots=recent if m else None)
                     runner.store(np.arange(T), a["slots"])
                     if h["score"]:                    # row r predicts token r + 1 of the chunk
-                        rows = logits[:T - 1].astype(np.float64)
-                        top = rows.max(axis=1)
-                        logz = top + np.log(np.exp(rows - top[:, None]).sum(axis=1))
-                        nll = logz - rows[np.arange(T - 1), ids[1:]]
-                        out.send({"kind": "scored", "nll_sum": float(nll.sum()), "nll_n": T - 1}, timeout=60.0)
-                        logits = logits[T - 1:]
+                        n = T - 1
+                        nll = _nll(logits[:n], ids[1:], shifted[:n], top[:n], total[:n], picked[:n])
+                        out.send({"kind": "scored", "nll_sum": nll, "nll_n": n}, timeout=60.0)
+                        logits = logits[n:]
                     if h["pick"]:
                         nxt = int(np.argmax(logits[0])) if params.greedy else \
                             sample(target_probs(logits[0], params, out=probs[0]), rng)
@@ -76,3 +76,15 @@ def run(inbox: ChannelSpec, outbox: str, cfg, spec, stop) -> None:
                               "forward_s": runner.forward_s - f0}, timeout=60.0)
                 else:
                     raise ValueError(f"target: unknown message kind {h['kind']!r}")
+
+
+def _nll(logits, targets, shifted, top, total, picked) -> float:
+    """Sum over rows of -log softmax(logits[r])[targets[r]], in float64, in preallocated buffers."""
+    np.copyto(shifted, logits)
+    picked[:] = shifted[np.arange(len(targets)), targets]
+    shifted.max(axis=1, out=top)
+    shifted -= top[:, None]
+    np.exp(shifted, out=shifted)
+    shifted.sum(axis=1, out=total)
+    np.log(total, out=total)
+    return float((total + top - picked).sum())
