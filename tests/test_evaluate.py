@@ -105,3 +105,16 @@ def test_png_plot_is_a_valid_png(result, tmp_path):
     idat = data.index(b"IDAT")
     size = int.from_bytes(data[idat - 4:idat], "big")
     assert len(zlib.decompress(data[idat + 4:idat + 4 + size])) == 400 * (900 * 3 + 1)
+
+
+def test_ablation_prints_one_row_per_sink_and_window(default_gguf, tmp_path):
+    log = tmp_path / "a.log"
+    log.write_text("".join(f"12:00:{i % 60:02d} PIC{i % 9:03d} H PRESSURE HIGH ALM\n" for i in range(40)))
+    proc = subprocess.run([sys.executable, str(ROOT / "run.py"), "eval-stream", "--log", str(log), "--sink", "0,2",
+                           "--window", "32,48", "--modes", "sink", "--max-tokens", "300", "--json", "--quiet"],
+                          capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr
+    rows = json.loads(proc.stdout)
+    assert [(r["policy"], r["sink"], r["window"]) for r in rows] == [
+        ("window", 0, 32), ("sink", 2, 32), ("window", 0, 48), ("sink", 2, 48)]
+    assert all(r["ppl"] > 1.0 and r["ppl_post_wrap"] > 1.0 for r in rows)
