@@ -1,16 +1,18 @@
 """Draft actor: owns the draft (the stream proposer, or a draft model with its own KV pool) and runs ahead.
 
 Receives from the cache owner: committed text (`observe`), scratch rollbacks, and during a generation `start` (the
-pending token at committed position n), `commit` (the tokens a verdict committed) and `halt`. Emits proposals, each
-tagged (epoch, block, n, pending): block b+1 is drafted from the draft's own guess of the token after block b while
-the target verifies block b; at most `AHEAD` blocks are out at once (block b being verified, b+1 drafted ahead).
+pending token at committed position n, after committing a verdict's tokens), `commit` (the tokens a verdict
+committed) and `halt`. Emits proposals tagged (epoch, block, n, pending): block b+1 is drafted from the draft's own
+guess of the token after block b while the target verifies block b; at most `AHEAD` blocks are out at once. While
+idle it brings a draft model's pool up to the committed text, so an analysis does not wait for it.
 
-Never moves the committed position on its own: its ring commits exactly what the owner says was committed, and a
-`start` with a new epoch drops every speculative row. Stale proposals are the owner's to discard, by epoch.
+Never moves the committed position on its own: its ring commits exactly what the owner says was committed (checked
+at every `start`), and a `start` drops every speculative row. Stale proposals are the owner's to discard, by epoch.
 """
 from __future__ import annotations
 
 import time
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -21,10 +23,92 @@ AHEAD = 2
 EMPTY = np.zeros(0, np.int64)
 
 
+@dataclass
+class Lookahead:
+    """The generation being drafted: the next block to draft (number, position n of its pending token) and the
+    uncommitted path the draft assumes before it (earlier blocks' pending tokens and proposals)."""
+    epoch: int
+    n: int
+    pending: int | None             # None: running ahead, the pending token is the draft's guess after `path`
+    budget: int                     # tokens the generation may still emit
+    block: int = 0
+    path: list[int] = field(default_factory=list)
+    out: int = 0                    # blocks sent and not yet committed
+
+    def wants_block(self) -> bool:
+        return self.out < AHEAD and self.budget > 0
+
+
+class Drafter:
+    def __init__(self, draft, k: int, out, figures: Figures):
+        from pipeline.blocks import BLOCK, room_of
+
+        self.draft, self.k, self.out, self.figures = draft, k, out, figures
+        self.room = lambda n: room_of(n, BLOCK)
+        self.run: Lookahead | None = None
+        self.proposals, self.drafted_s = 0, 0.0
+
+    @property
+    def busy(self) -> bool:
+        return self.run is not None and self.run.wants_block()
+
+    def handle(self, kind: str, h: dict, arrays: dict) -> None:
+        draft, run = self.draft, self.run
+        if kind == "observe":
+            draft.observe(arrays["ids"])
+        elif kind == "rollback":
+            draft.rollback(h["position"])
+            self.run = None
+        elif kind == "start":
+            if len(arrays["ids"]):
+                draft.observe(arrays["ids"])
+            if draft.committed != h["n"]:
+                raise RuntimeError(f"draft out of lockstep: it holds {draft.committed} committed tokens, the "
+                                   f"cache owner {h['n']}")
+            draft.rollback(h["n"])                        # drop any speculation past the committed text
+            self.run = Lookahead(h["epoch"], h["n"], h["pending"], h["budget"])
+        elif kind == "commit":
+            ids = [int(t) for t in arrays["ids"]]
+            draft.observe(ids)
+            if run is not None and h["epoch"] == run.epoch:
+                if run.path[:len(ids)] == ids:            # the block we assumed: keep running ahead
+                    run.path = run.path[len(ids):]
+                    run.out -= 1
+                else:                                     # a rejection: the owner restarts us with a new epoch
+                    self.run = None
+        elif kind == "halt":
+            self.run = None
+        else:
+            raise ValueError(f"draft: unknown message kind {kind!r}")
+
+    def draft_block(self) -> None:
+        """Draft the next block of the current generation and send it."""
+        r = self.run
+        t0 = time.perf_counter()
+        if r.pending is None:                             # running ahead: the block starts at our own guess
+            r.pending = self.draft.guess(r.path)
+            if r.pending is None:                         # no guess: say so; the owner restarts us at its verdict
+                self._send(r, EMPTY, EMPTY, None, n=-1, pending=-1, t0=t0)
+                self.run = None
+                return
+        prop = self.draft.propose(r.pending, min(self.k, r.budget - 1), self.room(r.n), ahead=r.path)
+        self._send(r, prop.tokens, prop.parent, prop.q, n=r.n, pending=r.pending, t0=t0)
+        depth = len(prop.tokens)                          # a chain: trees are not drafted ahead
+        r.path = [*r.path, r.pending, *map(int, prop.tokens)]
+        r.block, r.n, r.pending, r.out, r.budget = r.block + 1, r.n + depth + 1, None, r.out + 1, r.budget - depth - 1
+
+    def _send(self, r: Lookahead, tokens, parent, q, n: int, pending: int, t0: float) -> None:
+        t1 = time.perf_counter()
+        arrays = {"tokens": tokens, "parent": parent} | ({} if q is None else {"q": q})
+        self.out.send({"kind": "proposal", "epoch": r.epoch, "block": r.block, "n": n, "pending": pending,
+                       "t0": t0, "t1": t1}, arrays, timeout=60.0)
+        self.proposals += 1
+        self.drafted_s += t1 - t0
+
+
 def run(inbox: ChannelSpec, outbox: str, cfg, spec, vocab: int, stop) -> None:
     from kernels.sampling import SamplingParams
     from pipeline.assemble import make_draft
-    from pipeline.blocks import BLOCK, room_of
 
     pin(cfg.actors.draft_cpus)
     figures = Figures("draft")
@@ -32,79 +116,27 @@ def run(inbox: ChannelSpec, outbox: str, cfg, spec, vocab: int, stop) -> None:
     s = cfg.sampling
     params = SamplingParams(s.temperature, s.top_k, s.top_p, s.seed)
     draft = make_draft(cfg.draft.kind, spec, params, cfg.draft.model, cfg.model.max_rows, cfg.draft.threads, vocab)
-    k = min(cfg.draft.length, cfg.model.max_rows - 1)
-    run_ = None      # the generation being drafted: epoch, next block's number, n and pending, the assumed path
-    proposals = drafted_s = 0
+    catch_up = getattr(draft, "catch_up", lambda: False)
     with Channel.create(inbox) as inp, attach_when_ready(outbox, stop) as out:
-        catching_up = hasattr(draft, "catch_up")
+        drafter = Drafter(draft, min(cfg.draft.length, cfg.model.max_rows - 1), out, figures)
         while not stop.is_set():
-            busy = run_ is not None and run_["out"] < AHEAD and run_["budget"] > 0
-            if not busy and catching_up and not inp.ready():
-                with figures.busy():
-                    if draft.catch_up():                  # idle: bring the pool up to the committed text
-                        continue
-            if not busy or inp.ready():
+            if inp.ready() or not drafter.busy:
+                if not inp.ready():
+                    with figures.busy():
+                        if catch_up():                    # idle: bring the pool up to the committed text
+                            continue
                 try:
                     msg = inp.recv(timeout=0.2)
                 except TimeoutError:
                     continue
                 with figures.busy(), msg:
-                    h = msg.header
-                    kind = h["kind"]
-                    if kind == "observe":
-                        draft.observe(msg.arrays["ids"])
-                    elif kind == "rollback":
-                        draft.rollback(h["position"])
-                        run_ = None
-                    elif kind == "start":                     # (after committing the verdict's tokens, if any)
-                        if len(msg.arrays["ids"]):
-                            draft.observe(msg.arrays["ids"])
-                        if draft.committed != h["n"]:
-                            raise RuntimeError(f"draft out of lockstep: it holds {draft.committed} committed "
-                                               f"tokens, the cache owner {h['n']}")
-                        draft.rollback(h["n"])               # drop any speculation past the committed text
-                        run_ = {"epoch": h["epoch"], "block": 0, "n": h["n"], "pending": h["pending"], "path": [],
-                                "budget": h["budget"], "out": 0}
-                    elif kind == "commit":
-                        ids = [int(t) for t in msg.arrays["ids"]]
-                        draft.observe(ids)
-                        if run_ is not None and h["epoch"] == run_["epoch"]:
-                            if run_["path"][:len(ids)] == ids:
-                                run_["path"] = run_["path"][len(ids):]
-                                run_["out"] -= 1
-                            else:                             # a rejection: the owner restarts us with a new epoch
-                                run_ = None
-                    elif kind == "halt":
-                        run_ = None
-                    elif kind == "eof":
-                        figures.extra.update(proposals=proposals, drafted_s=drafted_s, inbox_max_depth=inp.max_depth,
+                    if msg.header["kind"] == "eof":
+                        figures.extra.update(proposals=drafter.proposals, drafted_s=drafter.drafted_s,
+                                             inbox_max_depth=inp.max_depth,
                                              forward_s=getattr(getattr(draft, "runner", None), "forward_s", 0.0))
                         out.send({"kind": "eof", "figures": figures.snapshot()}, timeout=60.0)
                         return
-                    else:
-                        raise ValueError(f"draft: unknown message kind {kind!r}")
+                    drafter.handle(msg.header["kind"], msg.header, msg.arrays)
                 continue
-            with figures.busy():                          # draft the next block of the current generation
-                r = run_
-                t0 = time.perf_counter()
-                if r["pending"] is None:                  # running ahead: the next block starts at our own guess
-                    r["pending"] = draft.guess(r["path"])
-                    if r["pending"] is None:              # no guess: say so; the owner restarts us at its verdict
-                        out.send({"kind": "proposal", "epoch": r["epoch"], "block": r["block"], "n": -1,
-                                  "pending": -1, "t0": t0, "t1": time.perf_counter()},
-                                 {"tokens": EMPTY, "parent": EMPTY}, timeout=60.0)
-                        run_ = None
-                        continue
-                prop = draft.propose(r["pending"], min(k, r["budget"] - 1), room_of(r["n"], BLOCK), ahead=r["path"])
-                t1 = time.perf_counter()
-                arrays = {"tokens": prop.tokens, "parent": prop.parent}
-                if prop.q is not None:
-                    arrays["q"] = prop.q
-                out.send({"kind": "proposal", "epoch": r["epoch"], "block": r["block"], "n": r["n"],
-                          "pending": r["pending"], "t0": t0, "t1": t1}, arrays, timeout=60.0)
-                proposals += 1
-                drafted_s += t1 - t0
-                depth = len(prop.tokens)                  # a chain; trees are not drafted ahead
-                r["path"] = [*r["path"], r["pending"], *map(int, prop.tokens)]
-                r.update(block=r["block"] + 1, n=r["n"] + depth + 1, pending=None, out=r["out"] + 1,
-                         budget=r["budget"] - depth - 1)
+            with figures.busy():
+                drafter.draft_block()
