@@ -75,9 +75,13 @@ class StopFlag:
 
 def figures_on_request(figures: Figures) -> None:
     """SIGUSR1 prints this actor's figures as one JSON line on stderr (the launcher forwards the operator's signal)."""
-    def show(signum, frame):
-        print(f"figures {json.dumps(figures.snapshot())}", file=sys.stderr, flush=True)
+    def show(signum, frame):      # one write(2) per line: actors share the launcher's stderr
+        os.write(sys.stderr.fileno(), f"figures {json.dumps(figures.snapshot())}\n".encode())
     signal.signal(signal.SIGUSR1, show)
+
+
+class Stopped(Exception):
+    """The pipeline was stopped while this actor was still waiting for a peer."""
 
 
 def attach_when_ready(name: str, stop, timeout: float = 300.0):
@@ -89,8 +93,10 @@ def attach_when_ready(name: str, stop, timeout: float = 300.0):
         try:
             return Channel.attach(name, timeout=0.5)
         except TimeoutError:
-            if stop.is_set() or time.monotonic() > deadline:
-                raise TimeoutError(f"channel {name} did not appear (stopped or {timeout:.0f} s passed)") from None
+            if stop.is_set():
+                raise Stopped(name) from None
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"channel {name} did not appear within {timeout:.0f} s") from None
 
 
 def messages(channel, stop, poll_s: float = 0.2):

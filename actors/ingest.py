@@ -16,7 +16,7 @@ import time
 
 import numpy as np
 
-from actors.common import Figures, attach_when_ready, figures_on_request, pin
+from actors.common import Figures, StopFlag, attach_when_ready, figures_on_request, pin
 
 
 def open_source(source: dict, stop_event: threading.Event):
@@ -58,7 +58,8 @@ class _Loop:
             self.loop += 1
 
 
-def run(out_name: str, source: dict, gguf: str, cpus: str, stop, drop_after_s: float = 5.0) -> None:
+def run(out_name: str, source: dict, gguf: str, cpus: str, stop, drain, drop_after_s: float = 5.0) -> None:
+    """stop: the pipeline's stop flag; drain: the operator asked to drain (stop reading, still hand over an eof)."""
     from models.tokenizer import Tokenizer
     from pipeline import sources
     from pipeline.assemble import resolve_gguf
@@ -68,7 +69,8 @@ def run(out_name: str, source: dict, gguf: str, cpus: str, stop, drop_after_s: f
     figures_on_request(figures)
     tok = Tokenizer.from_gguf(resolve_gguf(gguf))
     stop_event = threading.Event()              # the sources wait on an Event; the pipeline's flag sets it
-    watcher = threading.Thread(target=_watch, args=(stop, stop_event), daemon=True)
+    reading = StopFlag(*stop.paths, *drain.paths)         # the source stops on either
+    watcher = threading.Thread(target=_watch, args=(reading, stop_event), daemon=True)
     watcher.start()
     src = open_source(source, stop_event)
     fmt = source["format"]
@@ -77,7 +79,7 @@ def run(out_name: str, source: dict, gguf: str, cpus: str, stop, drop_after_s: f
     records = src.records(fmt) if isinstance(src, _Loop) else sources.parse(fmt, src)
     with attach_when_ready(out_name, stop) as out:
         for rec in records:
-            if stop.is_set():
+            if reading.is_set():
                 break
             with figures.busy():
                 ids = tok.encode(rec.text + "\n").astype(np.int32)
@@ -96,7 +98,7 @@ def run(out_name: str, source: dict, gguf: str, cpus: str, stop, drop_after_s: f
         st = src.stats
         out.send({"kind": "eof", "sent": sent, "tokens": tokens, "dropped_full": dropped,
                   "invalid_utf8": st.invalid_utf8, "nul_bytes": st.nul_bytes, "oversized": st.oversized,
-                  "lines": st.lines, "stopped": stop.is_set(), "figures": [figures.snapshot()]}, timeout=60.0)
+                  "lines": st.lines, "stopped": reading.is_set(), "figures": [figures.snapshot()]}, timeout=60.0)
     stop_event.set()
 
 

@@ -26,7 +26,7 @@ import tempfile
 import time
 from dataclasses import dataclass
 
-from actors.common import StopFlag
+from actors.common import StopFlag, Stopped
 from pipeline.channel import ChannelSpec, cleanup_stale
 
 DRAIN_S = 60.0        # a drain that takes longer than this is cut short
@@ -86,7 +86,7 @@ def plan(cfg, source: dict, journal: str | None, pub: str | None, quiet_lines: b
                        model_links={"from_target": links["from_target"], "from_draft": links["from_draft"],
                                     "to_target": links["to_target"].name, "to_draft": links["to_draft"].name})),
         ActorPlan("ingest", "actors.ingest", dict(out_name=lines.name, source=source, gguf=cfg.model.gguf,
-                                                  cpus=cfg.actors.ingest_cpus, stop=StopFlag(stop.paths[0], drain))),
+                                                  cpus=cfg.actors.ingest_cpus, stop=stop, drain=StopFlag(drain))),
     ]
 
 
@@ -98,6 +98,8 @@ def enter(module: str, kwargs: dict) -> None:
     signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGUSR1})
     try:
         importlib.import_module(module).run(**kwargs)
+    except Stopped:
+        pass                                           # stopped before its peers were up: a clean exit
     except Exception as exc:                           # noqa: BLE001 -- reported, then the launcher stops the rest
         print(f"ringspec: error: actor {module.split('.')[-1]}: {type(exc).__name__}: {exc}", file=sys.stderr,
               flush=True)

@@ -50,6 +50,14 @@ def alive(pid: int) -> bool:
     return state != "Z"
 
 
+def catches(pid: int, sig: int) -> bool:
+    """The process has a handler installed for `sig` (SigCgt in /proc/PID/status)."""
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("SigCgt:"):
+            return bool(int(line.split()[1], 16) >> (sig - 1) & 1)
+    return False
+
+
 def actor_pids(proc, launcher: str, n: int = 5, timeout: float = 180.0) -> dict[str, int]:
     """{actor name: pid} once all n actors run (local: spawned children; ray: the RayActor workers)."""
     deadline = time.time() + timeout
@@ -184,11 +192,16 @@ def test_sigkill_of_a_ray_actor_stops_the_pipeline_cleanly(default_gguf):
 def test_sigusr1_prints_figures_and_sigterm_drains_and_flushes_the_journal(default_gguf, tmp_path, launcher):
     before = segments()
     journal = tmp_path / "journal.jsonl"
-    proc = launch(str(LOG), "--quiet-lines", "--speed", "0.01", "--journal", str(journal), launcher=launcher)
+    proc = launch(str(LOG), "--quiet-lines", "--speed", "0.01", "--every", "2", "--journal", str(journal),
+                  launcher=launcher)
     actors = actor_pids(proc, launcher)
-    time.sleep(3.0)
+    deadline = time.time() + 180
+    while not (journal.exists() and journal.read_text().strip()):        # streaming: a first assessment is out
+        assert time.time() < deadline and proc.poll() is None, "no assessment was written"
+        time.sleep(0.2)
+    assert all(catches(pid, signal.SIGUSR1) for pid in actors.values())  # every actor answers SIGUSR1
     proc.send_signal(signal.SIGUSR1)                                     # figures on request
-    time.sleep(1.0)
+    time.sleep(2.0)
     proc.send_signal(signal.SIGTERM)
     out, err = proc.communicate(timeout=120)
     assert proc.returncode == 0, err
