@@ -54,7 +54,9 @@ def _read(pid: int) -> dict | None:
 
 
 def _segments() -> int:
-    return sum(1 for name in os.listdir("/dev/shm") if name.startswith("ringspec_"))
+    """This run's shared-memory segments (their names carry the launcher's pid)."""
+    mine = f"ringspec_p{os.getpid()}_"
+    return sum(1 for name in os.listdir("/dev/shm") if name.startswith(mine))
 
 
 class _Listener(threading.Thread):
