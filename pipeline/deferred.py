@@ -22,7 +22,7 @@ from kernels.sampling import SamplingParams
 from pipeline.blocks import BLOCK, plan_block
 from pipeline.channel import Selector
 from pipeline.drafts import Proposal
-from pipeline.engine import GenerateResult, Stats
+from pipeline.engine import GenerateResult, Sequence, Stats
 
 TIMEOUT_S = 120.0
 
@@ -31,7 +31,7 @@ class ActorSilent(RuntimeError):
     pass
 
 
-class DeferredEngine:
+class DeferredEngine(Sequence):
     def __init__(self, spec, max_rows: int, draft_len: int, to_target, from_target, to_draft, from_draft,
                  max_recent: int = 64):
         self.spec, self.max_rows, self.draft_len = spec, max_rows, draft_len
@@ -77,17 +77,7 @@ class DeferredEngine:
             return self._await("picked")[0]["next"]
         return (nll_sum, nll_n) if score else None
 
-    def append(self, ids) -> None:
-        self.feed(ids)
-
-    def mark(self) -> int:
-        if self.pending is not None:
-            self.feed([])
-        return self.index.n
-
-    def rollback(self, mark: int) -> None:
-        self.index.rollback(mark)
-        self.pending = None
+    def _rollback_draft(self, mark: int) -> None:
         self.to_draft.send({"kind": "rollback", "position": int(mark)}, timeout=TIMEOUT_S)
 
     # -- generation ------------------------------------------------------------------------------------------------
@@ -137,14 +127,9 @@ class DeferredEngine:
             stats.count_block(blk, len(rows) - 1, self.spec, self.max_rows)
         stats.decode_s = time.perf_counter() - t1
         self.to_draft.send({"kind": "halt"}, timeout=TIMEOUT_S)
-        end = next((i + 1 for i, t in enumerate(out) if t in stops), len(out))
-        out = out[:min(end, max_tokens)]
-        if self.index.n > start + len(out) - 1:        # a block ran past the end: the cache must hold exactly out[:-1]
-            self.rollback(start + len(out) - 1)
-        self.pending = out[-1]
-        stats.generated = len(out)
+        result = self._finish(out, start, stops, max_tokens, stats)
         self.totals.add(stats)
-        return GenerateResult(out, stats)
+        return result
 
     def _restart(self, budget: int, committed=None) -> None:
         """Start the draft at the pending token under a new epoch (after committing `committed`, if given)."""

@@ -90,7 +90,37 @@ class GenerateResult:
     stats: Stats = field(default_factory=Stats)
 
 
-class Engine:
+class Sequence:
+    """What the serial `Engine` and the cache owner's `DeferredEngine` share: a committed ring index, the pending
+    token, marks and scratch rollbacks (the draft told to follow), and how a generation ends. Subclasses provide
+    `feed` and `_rollback_draft`."""
+    index: RingIndex
+    pending: int | None
+
+    def mark(self) -> int:
+        """A committed position to roll back to later (the pending token, if any, is committed first)."""
+        if self.pending is not None:
+            self.feed([])
+        return self.index.n
+
+    def rollback(self, mark: int) -> None:
+        """Forget everything after `mark` (a scratch span: a question and its answer); target and draft alike."""
+        self.index.rollback(mark)
+        self.pending = None
+        self._rollback_draft(mark)
+
+    def _finish(self, out: list[int], start: int, stops: set, max_tokens: int, stats: Stats) -> GenerateResult:
+        """Cut the output after the first stop token or max_tokens; the cache then holds exactly out[:-1]."""
+        end = next((i + 1 for i, t in enumerate(out) if t in stops), len(out))
+        out = out[:min(end, max_tokens)]
+        if self.index.n > start + len(out) - 1:        # a block ran past the end
+            self.rollback(start + len(out) - 1)
+        self.pending = out[-1]
+        stats.generated = len(out)
+        return GenerateResult(out, stats)
+
+
+class Engine(Sequence):
     def __init__(self, runner, tokenizer, draft=None, draft_len: int = 4, seed: int = 0, block: int = BLOCK):
         self.runner, self.tok = runner, tokenizer
         if not 1 <= block <= runner.opts.max_recent + 1:
@@ -138,16 +168,7 @@ class Engine:
         self.feed(ids)
         return len(ids)
 
-    def mark(self) -> int:
-        """A committed position to roll back to later (the pending token, if any, is committed first)."""
-        if self.pending is not None:
-            self.feed([])
-        return self.index.n
-
-    def rollback(self, mark: int) -> None:
-        """Forget everything after `mark` (a scratch span: a question and its answer); target and draft alike."""
-        self.index.rollback(mark)
-        self.pending = None
+    def _rollback_draft(self, mark: int) -> None:
         self.draft.rollback(mark)
 
     def _commit(self, rows: np.ndarray, positions: np.ndarray) -> None:
@@ -200,12 +221,5 @@ class Engine:
             out.extend(self.step(params, stats))
         stats.decode_s = time.perf_counter() - t1
         stats.verify_forward_s = self.runner.forward_s - f1
-        end = next((i + 1 for i, t in enumerate(out) if t in stops), len(out))
-        out = out[:min(end, max_tokens)]
-        if self.index.n > start + len(out) - 1:        # a block ran past the end: the cache must hold exactly out[:-1]
-            self.index.rollback(start + len(out) - 1)
-            self.draft.rollback(start + len(out) - 1)
-        self.pending = out[-1]
-        stats.generated = len(out)
-        return GenerateResult(out, stats)
+        return self._finish(out, start, stops, max_tokens, stats)
 
