@@ -261,9 +261,8 @@ def _ray(plans: list[ActorPlan], run_dir: str, cfg) -> None:
                 except Exception as exc:                # noqa: BLE001 -- the actor's death, reported as ours
                     stop.set()
                     name = refs[ref]
-                    code = _exit_of(pids[name])
-                    raise ActorDied(_cause(name, pids[name], code) if code is not None else
-                                    f"actor {name} (pid {pids[name]}) died: {type(exc).__name__}; the pipeline "
+                    # Ray hands back no exit code or signal: name what it reported, never a guessed cause
+                    raise ActorDied(f"actor {name} (pid {pids[name]}) died: {type(exc).__name__}; the pipeline "
                                     f"was stopped") from None
             if signals.overdue():
                 stop.set()
@@ -278,7 +277,3 @@ def _ray(plans: list[ActorPlan], run_dir: str, cfg) -> None:
         if started:
             ray.shutdown()
 
-
-def _exit_of(pid: int) -> int | None:
-    """-9 when a Ray worker was SIGKILLed (its pid gone), else unknown: Ray does not hand back exit codes."""
-    return -signal.SIGKILL if not os.path.exists(f"/proc/{pid}") else None
