@@ -149,7 +149,8 @@ def parser() -> argparse.ArgumentParser:
                        description="Teacher-forced NLL of a rendered log under each policy (sink, window, "
                                    "recompute, naive, dense); --json prints one object mapping each mode to its "
                                    "figures (ppl, ppl_post_wrap, ...); run metadata and NLL series go to --out.")
-    p.add_argument("--log", required=True, help="log file (plain lines, TEP alarm CSV or JSON lines)")
+    p.add_argument("--log", required=True, help="log file (plain lines, TEP alarm CSV or JSON lines), or a "
+                   "directory whose files are read as one stream in natural order (filter_2 before filter_10)")
     p.add_argument("--format", choices=("plain", "csv", "jsonl"), help="log format (default: from the extension)")
     p.add_argument("--max-tokens", type=int, default=0, help="score at most N tokens of the stream (0: all)")
     p.add_argument("--sink", default="4", help="attention sinks S (default 4); a list (0,1,2,4,8) runs an ablation")
@@ -161,7 +162,7 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--dense-budget-mb", type=float, default=1024.0, help="dense: KV memory budget in MB")
     p.add_argument("--json", action="store_true", help="print exactly one JSON object: mode -> figures")
     p.add_argument("--out", help="write figures, NLL series and run metadata (_meta) to this JSON file")
-    p.add_argument("--plot", help="NLL over position: .svg (labelled) or .png")
+    p.add_argument("--plot", help="NLL over position: .svg (labelled) or .png; for an ablation, PPL over S or W (SVG)")
     p.add_argument("--quiet", action="store_true", help="no progress bars on stderr")
     _add_model(p)
     return top
@@ -344,10 +345,15 @@ def _int_list(text: str, what: str) -> list[int]:
 def cmd_soak(args) -> int:
     from pipeline import config, soak
 
+    seen: list[set] = []
+
     def progress(row):
         rss = sum(a["rss_kb"] for a in row["actors"].values()) / 1024
-        print(f"  {row['tokens']:>10,} tokens {row['t']:8.0f} s  rss {rss:7.1f} MB  segments {row['segments']}",
-              file=sys.stderr, flush=True)
+        names = set(row["segment_names"])
+        change = f" (+{sorted(names - seen[0])} -{sorted(seen[0] - names)})" if seen and names != seen[0] else ""
+        seen[:] = [names]
+        print(f"  {row['tokens']:>10,} tokens {row['t']:8.0f} s  rss {rss:7.1f} MB  segments {row['segments']}"
+              f"{change}", file=sys.stderr, flush=True)
 
     out = soak.soak(config.load(args.config), args.log, args.tokens, args.every, progress)
     if args.out:
@@ -381,10 +387,14 @@ def cmd_eval_stream(args) -> int:
 
     sinks, windows = _int_list(args.sink, "sink"), _int_list(args.window, "window")
     if len(sinks) > 1 or len(windows) > 1:
+        if args.plot and not args.plot.endswith(".svg"):
+            raise ValueError(f"--plot {args.plot!r}: an ablation plot is SVG; name it .svg")
         rows = evaluate.ablate(args.log, args.format, sinks, windows, args.max_tokens,
                                "recompute" in args.modes.split(","), args.model, args.threads, not args.quiet)
         if args.out:
             Path(args.out).write_text(json.dumps(rows))
+        if args.plot:
+            print(f"plot {evaluate.write_ablation_plot(rows, args.plot)}", file=sys.stderr)
         if args.json:
             print(json.dumps(rows))
             return 0

@@ -337,3 +337,49 @@ def _write_png(path: str, img: np.ndarray) -> None:
     with open(path, "wb") as f:
         f.write(b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", struct.pack(">IIBBBBB", w, h, 8, 2, 0, 0, 0))
                 + chunk(b"IDAT", zlib.compress(raw, 6)) + chunk(b"IEND", b""))
+
+
+def write_ablation_plot(rows: list[dict], path: str) -> str:
+    """Post-wrap PPL of an ablation as SVG, log-scaled: over W (one line per S, and recompute) when several windows
+    ran, else over S (recompute as a level line)."""
+    windows = sorted({r["window"] for r in rows})
+    sinks = sorted({r["sink"] for r in rows if r["sink"] is not None})
+    over_w = len(windows) > 1
+    xs = windows if over_w else sinks
+    lines: dict[str, dict] = {}
+    for r in rows:
+        if r["ppl_post_wrap"] is None:
+            continue
+        name = "recompute" if r["sink"] is None else ("window (S=0)" if r["sink"] == 0 else f"sink S={r['sink']}")
+        if over_w:
+            lines.setdefault(name, {})[r["window"]] = r["ppl_post_wrap"]
+        elif r["sink"] is None:
+            lines[name] = dict.fromkeys(xs, r["ppl_post_wrap"])
+        else:
+            lines.setdefault("sink", {})[r["sink"]] = r["ppl_post_wrap"]
+    values = [v for line in lines.values() for v in line.values()]
+    lo, hi = math.log(min(values) * 0.95), math.log(max(values) * 1.05)
+    width, height, pad = 720, 380, 60
+    fx = lambda i: pad + (width - 2 * pad - 110) * i / max(len(xs) - 1, 1)                   # noqa: E731
+    fy = lambda v: height - pad - (height - 2 * pad) * (math.log(v) - lo) / max(hi - lo, 1e-9)  # noqa: E731
+    palette = ["#2ca02c", "#d62728", "#1f77b4", "#9467bd", "#ff7f0e", "#8c564b", "#17becf"]
+    parts = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" font-family="sans-serif" '
+             'font-size="11">', f'<rect width="{width}" height="{height}" fill="white"/>',
+             f'<text x="{width / 2}" y="18" text-anchor="middle">PPL after the first wrap (log scale) over '
+             f'{"window W" if over_w else "sinks S, W = " + str(windows[0])}</text>',
+             f'<line x1="{pad}" y1="{height - pad}" x2="{width - pad - 110}" y2="{height - pad}" stroke="black"/>',
+             f'<line x1="{pad}" y1="{pad}" x2="{pad}" y2="{height - pad}" stroke="black"/>']
+    for i, x in enumerate(xs):
+        parts.append(f'<text x="{fx(i):.1f}" y="{height - pad + 16}" text-anchor="middle">{x}</text>')
+    for v in sorted({min(values), max(values), *(round(math.exp(lo + (hi - lo) * k / 4), 2) for k in (1, 2, 3))}):
+        parts.append(f'<text x="{pad - 6}" y="{fy(v) + 4:.1f}" text-anchor="end">{v:.3g}</text>')
+    for k, (name, line) in enumerate(lines.items()):
+        color = palette[k % len(palette)]
+        pts = " ".join(f"{fx(xs.index(x)):.1f},{fy(v):.1f}" for x, v in sorted(line.items()))
+        dash = ' stroke-dasharray="5"' if name == "recompute" else ""
+        parts.append(f'<polyline fill="none" stroke="{color}" stroke-width="1.8"{dash} points="{pts}"/>')
+        parts.append(f'<text x="{width - pad - 100}" y="{pad + 16 * k}" fill="{color}">{name}</text>')
+    parts.append("</svg>")
+    with open(path, "w") as f:
+        f.write("\n".join(parts))
+    return path

@@ -11,6 +11,7 @@ from __future__ import annotations
 import csv
 import io
 import json
+import re
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -84,11 +85,23 @@ def format_of(path: str | Path) -> str:
     return {".csv": "csv", ".jsonl": "jsonl"}.get(Path(path).suffix, "plain")
 
 
-def read_log(path: str | Path, fmt: str | None = None) -> list[Record]:
+def log_files(path: str | Path) -> list[Path]:
+    """A file, or a directory's files in natural order (filter_2 before filter_10): one stream, read in that order."""
     path = Path(path)
-    fmt = fmt or format_of(path)
-    text = path.read_bytes().decode("utf-8", errors="replace")
-    return PARSERS[fmt](text)
+    if not path.is_dir():
+        return [path]
+    key = lambda p: [int(part) if part.isdigit() else part for part in re.split(r"(\d+)", p.name)]
+    files = sorted((p for p in path.iterdir() if p.is_file() and not p.name.startswith(".")), key=key)
+    if not files:
+        raise ValueError(f"{path}: the directory holds no log files")
+    return files
+
+
+def read_log(path: str | Path, fmt: str | None = None) -> list[Record]:
+    """The records of a log file, or of a directory's files concatenated in natural order (see `log_files`)."""
+    files = log_files(path)
+    fmt = fmt or format_of(files[0])
+    return [r for f in files for r in PARSERS[fmt](f.read_bytes().decode("utf-8", errors="replace"))]
 
 
 def render(records) -> str:

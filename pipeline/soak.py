@@ -53,10 +53,10 @@ def _read(pid: int) -> dict | None:
         return None
 
 
-def _segments() -> int:
+def _segments() -> list[str]:
     """This run's shared-memory segments (their names carry the launcher's pid)."""
     mine = f"ringspec_p{os.getpid()}_"
-    return sum(1 for name in os.listdir("/dev/shm") if name.startswith(mine))
+    return sorted(name for name in os.listdir("/dev/shm") if name.startswith(mine))
 
 
 class _Listener(threading.Thread):
@@ -101,7 +101,8 @@ class _Listener(threading.Thread):
 
     def sample(self) -> None:
         actors = {name: _read(pid) for name, pid in _actor_pids().items()}
-        row = {"tokens": self.tokens, "t": time.monotonic() - self.t0, "segments": _segments(),
+        names = _segments()
+        row = {"tokens": self.tokens, "t": time.monotonic() - self.t0, "segments": len(names), "segment_names": names,
                "actors": {k: v for k, v in actors.items() if v is not None}}
         self.samples.append(row)
         if self.progress:
@@ -123,7 +124,9 @@ def report(samples: list[dict], loops: dict, tokens: int, eof: dict | None, kv_f
     for name in names:
         rows = [(s["tokens"], s["actors"][name]) for s in warm if name in s["actors"]]
         x = np.array([t for t, _ in rows], float) / 1000.0
-        get = lambda key: np.array([a[key] for _, a in rows], float)   # noqa: E731
+
+        def get(key, rows=rows):
+            return np.array([a[key] for _, a in rows], float)
         per_actor[name] = {"rss_slope_kib_per_1k_tokens": _slope(x, get("rss_kb")),
                            "anon_slope_kib_per_1k_tokens": _slope(x, get("anon_kb")),
                            "rss_spread_kib": float(np.ptp(get("rss_kb"))) if rows else 0.0,
@@ -193,8 +196,8 @@ def write_plot(result: dict, path: str) -> str:
     xmax = max(1, max(s["tokens"] for s in series))
     ymax = max(1.0, max(a["rss_kb"] for s in series for a in s["actors"].values()) / 1024 * 1.1)
     colors = ["#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#8c564b"]
-    parts = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{w}" height="{h}" font-family="sans-serif" '
-             f'font-size="11"><rect width="100%" height="100%" fill="white"/>',
+    parts = [(f'<svg xmlns="http://www.w3.org/2000/svg" width="{w}" height="{h}" font-family="sans-serif" '
+              f'font-size="11"><rect width="100%" height="100%" fill="white"/>'),
              f'<text x="{w / 2}" y="16" text-anchor="middle">resident memory per actor (MB) over stream tokens</text>',
              f'<line x1="{pad}" y1="{h - pad}" x2="{w - 10}" y2="{h - pad}" stroke="black"/>',
              f'<line x1="{pad}" y1="20" x2="{pad}" y2="{h - pad}" stroke="black"/>',

@@ -111,10 +111,13 @@ def test_ablation_prints_one_row_per_sink_and_window(default_gguf, tmp_path):
     log = tmp_path / "a.log"
     log.write_text("".join(f"12:00:{i % 60:02d} PIC{i % 9:03d} H PRESSURE HIGH ALM\n" for i in range(40)))
     proc = subprocess.run([sys.executable, str(ROOT / "run.py"), "eval-stream", "--log", str(log), "--sink", "0,2",
-                           "--window", "32,48", "--modes", "sink", "--max-tokens", "300", "--json", "--quiet"],
+                           "--window", "32,48", "--modes", "sink", "--max-tokens", "300", "--json", "--quiet",
+                           "--plot", str(tmp_path / "ablation.svg")],
                           capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr
     rows = json.loads(proc.stdout)
     assert [(r["policy"], r["sink"], r["window"]) for r in rows] == [
         ("window", 0, 32), ("sink", 2, 32), ("window", 0, 48), ("sink", 2, 48)]
     assert all(r["ppl"] > 1.0 and r["ppl_post_wrap"] > 1.0 for r in rows)
+    svg = (tmp_path / "ablation.svg").read_text()
+    assert svg.count("<polyline") == 2 and "window (S=0)" in svg and "sink S=2" in svg   # one line per S, over W
