@@ -6,7 +6,7 @@
   python run.py generate --prompt .. generate text (optionally with a draft), --json for scripts
   python run.py score --text-file F  teacher-forced mean NLL of a text, full cache or ring policy
   python run.py convert MODEL.gguf   convert a llama/qwen2 GGUF into ONNX graphs + weights + model card
-  python run.py baseline             decode/prompt speed vs llama.cpp (if installed), side by side
+  python run.py bench                every system's decode speed on the same prompts (llama.cpp too), one run
   python run.py eval-stream --log F  streaming perplexity under sink/window/recompute/naive/dense policies
   python run.py pipeline-bench       the actor pipeline vs the serial engine with the same draft, side by side
   python run.py soak --tokens N      a log looped through the pipeline: memory slopes, descriptors, PPL drift
@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import signal
 import sys
 import textwrap
 from pathlib import Path
@@ -105,18 +106,24 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--out", required=True, help="output directory (weights.bin, card.json, graphs on demand)")
     p.add_argument("--graph", action="append", default=[], metavar="T,S,R",
                    help="also build the static-shape graph for T rows, S sinks, R ring slots (repeatable)")
-    p = sub.add_parser("baseline", help="speed of ringspec (target-only, suffix draft) vs llama.cpp, one run",
-                       description="Greedy decoding on rendered prefixes of a log, systems alternated within each "
-                                   "repeat, medians printed. llama.cpp joins when llama-cpp-python is installed "
-                                   "(pip install -e '.[bench]').")
-    p.add_argument("--log", default=str(SHARED / "data/tep_alarms/filter/text_alarms_filter_5.csv"))
-    p.add_argument("--prompt-tokens", type=int, default=512)
-    p.add_argument("--new-tokens", type=int, default=128)
+    p = sub.add_parser("bench", help="speed of every system (ringspec modes, llama.cpp) side by side, one run",
+                       description="Greedy decoding of the same prompts by every system, each in its own worker "
+                                   "process confined to the same two cores, alternated per prompt; medians "
+                                   "printed. Tasks: log (line-aligned 512-token prefixes, 256 tokens, no wrap) and "
+                                   "analysis (the replay's chat frame around a 512-token window, 'summarise the "
+                                   "most severe alarms above', 128 tokens). llama.cpp joins when llama-cpp-python "
+                                   "is installed (pip install -e '.[bench]'). Exits 3 if a ringspec system's tokens "
+                                   "differ from target_only's.")
+    p.add_argument("--task", choices=("log", "analysis", "all"), default="all")
+    p.add_argument("--log", default=str(ROOT / "data/tep_demo.csv"), help="log to take prompts from")
+    p.add_argument("--offsets", type=int, default=5, help="prompts per task, spread over the log (at least 5)")
     p.add_argument("--repeats", type=int, default=3)
-    p.add_argument("--offsets", type=int, default=3, help="distinct prompt slices of the log")
-    p.add_argument("--window", type=int, default=1024, help="ring window (default pool: 4 sinks + 1024)")
+    p.add_argument("--window", type=int, default=1024, help="ring window (pool: 4 sinks + W; nothing wraps)")
     p.add_argument("--threads", type=int, default=2)
-    p.add_argument("--json", action="store_true")
+    p.add_argument("--draft-model", default="", help="a draft GGUF for the draft_serial system")
+    p.add_argument("--no-llama-cpp", action="store_true", help="leave llama.cpp out even when installed")
+    p.add_argument("--json", action="store_true", help="print {task: {system: figures}} as one JSON object")
+    p.add_argument("--out", help="also write the result (with run metadata) to this JSON file")
 
     p = sub.add_parser("pipeline-bench", help="pipelined (actors) vs serial (one process), same draft, one run",
                        description="Replays a log through the serial engine and through the local actor pipeline, "
@@ -288,22 +295,39 @@ def cmd_convert(args) -> int:
     return 0
 
 
-def cmd_baseline(args) -> int:
-    from pipeline.baseline import run_baseline
+def cmd_bench(args) -> int:
+    from pipeline import bench
 
-    def progress(name, repeat, start, result):
-        print(f"  repeat {repeat} offset {start:6d} {name:22s} decode {result['tokens_per_s']:7.1f} tok/s  "
-              f"prompt {result['prompt_tokens_per_s']:7.1f} tok/s", file=sys.stderr, flush=True)
+    if args.offsets < 1 or args.repeats < 1:
+        raise ValueError("--offsets and --repeats must be at least 1")
 
-    out = run_baseline(args.log, args.prompt_tokens, args.new_tokens, args.repeats, args.window, args.threads,
-                       args.offsets, progress)
+    def progress(task, repeat, k, name, res):
+        print(f"  {task:8s} repeat {repeat} prompt {k} {name:18s} {res['tokens_per_s']:7.1f} tok/s  ttft "
+              f"{res['ttft_ms']:6.0f} ms", file=sys.stderr, flush=True)
+
+    tasks = bench.TASKS if args.task == "all" else (args.task,)
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))      # unwind: the workers are closed on the way out
+    try:
+        out = bench.bench(args.log, tasks, args.offsets, args.repeats, args.threads, args.window, args.draft_model,
+                          False if args.no_llama_cpp else None, progress)
+    except bench.Disagreement as exc:
+        print(f"ringspec: bench: {exc}", file=sys.stderr)
+        return 3
+    if args.out:
+        Path(args.out).write_text(json.dumps(out))
     if args.json:
-        print(json.dumps(out))
+        print(json.dumps({k: v for k, v in out.items() if k != "_meta"}))
         return 0
-    print(f"{'system':24s} {'decode tok/s':>12s} {'prompt tok/s':>12s} {'tok/verify':>10s} {'agree':>6s}")
-    for name, row in out["systems"].items():
-        print(f"{name:24s} {row['tokens_per_s']:12.1f} {row['prompt_tokens_per_s']:12.1f} "
-              f"{row['accepted_per_verify']:10.2f} {row['greedy_prefix_agreement_with_target_only']:6.0f}")
+    fmt = lambda v, spec: "-" if v is None else format(v, spec)   # noqa: E731
+    for task in tasks:
+        print(f"\n{task}: {out['_meta'][task + '_offsets']} offsets, medians of {args.repeats} repeats")
+        print(f"{'system':18s} {'tok/s':>7s} {'ttft ms':>8s} {'tok/verify':>10s} {'overhead':>8s} {'peak MB':>8s} "
+              f"{'loops':>6s} {'=target':>8s} {'~llama':>7s}")
+        for name, r in out[task].items():
+            print(f"{name:18s} {r['tokens_per_s']:7.1f} {r['ttft_ms']:8.0f} {fmt(r['accepted_per_verify'], '10.2f'):>10s} "
+                  f"{fmt(r['overhead_share'], '8.1%'):>8s} {r['peak_mb']:8.0f} {r['loop_share']:6.1%} "
+                  f"{r['identical_to_target_only']:>4d}/{r['prompts']:<3d} "
+                  f"{fmt(r['agreement_with_llama_cpp'], '7.0%'):>7s}")
     return 0
 
 
@@ -444,7 +468,7 @@ def _sink(args):
 
 
 VERBS = {"replay": cmd_replay, "generate": cmd_generate, "score": cmd_score, "convert": cmd_convert,
-         "baseline": cmd_baseline, "eval-stream": cmd_eval_stream, "pipeline-bench": cmd_pipeline_bench,
+         "bench": cmd_bench, "eval-stream": cmd_eval_stream, "pipeline-bench": cmd_pipeline_bench,
          "soak": cmd_soak}
 
 if __name__ == "__main__":

@@ -1,0 +1,294 @@
+"""The speed benchmark: every system on the same prompts in one run, alternated, confined to the same two cores.
+
+Owns the protocol (tasks, prompts, repeats, medians) and the figures per system: decode tokens/s, TTFT, tokens per
+verify, decode overhead share, peak resident memory, the share of generated tokens inside repetition loops, and
+agreement of greedy tokens with `target_only` and with llama.cpp. Each system lives in its own worker process (so
+its peak memory is its own) and keeps its model loaded across prompts. Never asserts a speed; raises `Disagreement`
+when a ringspec system's greedy tokens differ from `target_only`'s, which is a correctness failure.
+
+Tasks:
+  log       N offsets of the rendered log (line-aligned), each a 512-token prefix, 256 greedy tokens, no wrap
+  analysis  the replay's chat frame around a 512-token window, "summarise the most severe alarms above", 128 tokens
+"""
+from __future__ import annotations
+
+import multiprocessing as mp
+import os
+import statistics
+import time
+from dataclasses import dataclass
+
+import numpy as np
+
+TASKS = ("log", "analysis")
+QUESTION = "Summarise the most severe alarms above."
+PROMPT_TOKENS = {"log": 512, "analysis": 512}
+NEW_TOKENS = {"log": 256, "analysis": 128}
+
+
+class Disagreement(RuntimeError):
+    pass
+
+
+@dataclass(frozen=True)
+class System:
+    """A way of generating: a ringspec engine with a proposer, or llama.cpp with or without its lookup draft."""
+    name: str
+    kind: str                     # "ringspec" | "llama_cpp"
+    draft: str = "none"           # ringspec: none | suffix | model; llama_cpp: none | lookup
+    draft_gguf: str = ""
+    draft_len: int = 6
+
+
+def systems(draft_gguf: str = "", llama_cpp: bool = True) -> list[System]:
+    out = [System("target_only", "ringspec"), System("suffix_serial", "ringspec", "suffix")]
+    if draft_gguf:
+        out.append(System("draft_serial", "ringspec", "model", draft_gguf, 4))
+    if llama_cpp:
+        out += [System("llama_cpp_plain", "llama_cpp"), System("llama_cpp_lookup", "llama_cpp", "lookup")]
+    return out
+
+
+def llama_cpp_available() -> bool:
+    try:
+        import llama_cpp  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+# -- what a system sees --------------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Prompt:
+    task: str
+    offset: int                   # first stream token of the window
+    ids: tuple[int, ...]
+    new_tokens: int
+    stop_ids: tuple[int, ...]
+
+
+def prompts(log: str, task: str, n: int, gguf: str = "default", fmt: str | None = None) -> list[Prompt]:
+    """`n` line-aligned windows of the rendered log, evenly spread over it, framed for `task`."""
+    from models.tokenizer import Tokenizer
+    from pipeline.assemble import resolve_gguf
+    from pipeline.config import ReplaySection
+    from pipeline.records import read_log
+    from pipeline.tasks import chat_frame
+
+    tok = Tokenizer.from_gguf(resolve_gguf(gguf))
+    lines = [tok.encode(r.text + "\n") for r in read_log(log, fmt)]
+    starts = np.cumsum([0] + [len(x) for x in lines])
+    ids = np.concatenate(lines) if lines else np.zeros(0, np.int64)
+    want = PROMPT_TOKENS[task]
+    if len(ids) < want + 1:
+        raise ValueError(f"{log} renders to {len(ids)} tokens; the {task} task needs more than {want}")
+    line_starts = starts[:-1][starts[:-1] <= len(ids) - want]
+    picks = np.unique(line_starts[np.linspace(0, len(line_starts) - 1, n).round().astype(int)])
+    head, ask = chat_frame(tok, ReplaySection().system_prompt, QUESTION)
+    out = []
+    for s in picks:
+        window = ids[s:s + want]
+        if task == "log":
+            out.append(Prompt(task, int(s), tuple(int(t) for t in window), NEW_TOKENS[task], ()))
+        else:
+            full = np.concatenate([head, window, ask])
+            out.append(Prompt(task, int(s), tuple(int(t) for t in full), NEW_TOKENS[task], tuple(tok.stop_ids)))
+    return out
+
+
+# -- figures -------------------------------------------------------------------------------------------------------
+def loop_share(tokens, max_period: int = 32, min_span: int = 12) -> float:
+    """Share of tokens inside a repetition loop: a stretch where the text equals itself shifted by a period p
+    (1 <= p <= max_period) for at least max(2p, min_span) tokens, i.e. a unit repeated back to back."""
+    t = np.asarray(tokens)
+    n = len(t)
+    looped = np.zeros(n, bool)
+    for p in range(1, min(max_period, n // 2) + 1):
+        same = np.concatenate([np.zeros(p, bool), t[p:] == t[:-p]])
+        edges = np.flatnonzero(np.diff(np.concatenate([[0], same.astype(np.int8), [0]])))
+        for a, b in zip(edges[::2], edges[1::2]):            # runs [a, b) where t[j] == t[j - p]
+            if b - a >= max(p, min_span - p):                # the unit t[a-p:a] and >= 1 copy: span b - a + p
+                looped[a - p:b] = True
+    return float(looped.mean()) if n else 0.0
+
+
+def _prefix_agreement(a, b) -> int:
+    """Number of leading tokens two greedy outputs share."""
+    n = 0
+    while n < min(len(a), len(b)) and a[n] == b[n]:
+        n += 1
+    return n
+
+
+def _peak_mb() -> float:
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) / 1024
+    return 0.0
+
+
+# -- workers -------------------------------------------------------------------------------------------------------
+def _ringspec_runner(system: System, threads: int, window: int):
+    from kernels.sampling import SamplingParams
+    from pipeline.assemble import make_engine
+
+    engine = make_engine(sink=4, window=window, draft=system.draft, draft_gguf=system.draft_gguf,
+                         draft_len=system.draft_len, threads=threads)
+
+    def run(prompt: Prompt) -> dict:
+        engine.rollback(0)                                   # a fresh context: nothing carried between prompts
+        res = engine.generate(np.asarray(prompt.ids, np.int64), prompt.new_tokens, SamplingParams(),
+                              stop_ids=prompt.stop_ids)
+        st = res.stats.as_dict()
+        return {"token_ids": res.token_ids, "tokens_per_s": st["tokens_per_s"], "ttft_ms": st["ttft_ms"],
+                "accepted_per_verify": st["accepted_per_verify"], "overhead_share": st["decode_overhead_share"]}
+    return run
+
+
+def _llama_cpp_runner(system: System, threads: int, window: int):
+    from llama_cpp import Llama
+
+    from pipeline.assemble import resolve_gguf
+
+    draft = None
+    if system.draft == "lookup":
+        from llama_cpp.llama_speculative import LlamaPromptLookupDecoding
+        draft = LlamaPromptLookupDecoding(num_pred_tokens=system.draft_len)
+    llm = Llama(model_path=str(resolve_gguf("default")), n_ctx=window + 4, n_threads=threads,
+                n_threads_batch=threads, n_batch=512, flash_attn=True, draft_model=draft, verbose=False)
+
+    def run(prompt: Prompt) -> dict:
+        llm.reset()                                          # no prompt-cache hit: TTFT includes the prefill
+        out, stamps = [], []
+        t0 = time.perf_counter()
+        for token in llm.generate(list(prompt.ids), top_k=1, top_p=1.0, min_p=0.0, temp=0.0, repeat_penalty=1.0):
+            out.append(int(token))
+            stamps.append(time.perf_counter())
+            if len(out) >= prompt.new_tokens or token in prompt.stop_ids:
+                break
+        decode_s = stamps[-1] - stamps[0]
+        return {"token_ids": out, "tokens_per_s": (len(out) - 1) / decode_s if decode_s > 0 else 0.0,
+                "ttft_ms": (stamps[0] - t0) * 1000.0, "accepted_per_verify": None, "overhead_share": None}
+    return run
+
+
+def _worker(system: System, threads: int, window: int, cpus: list[int], conn) -> None:
+    import ctypes
+    import signal
+    ctypes.CDLL(None).prctl(1, signal.SIGKILL)               # PR_SET_PDEATHSIG: never outlive the bench
+    os.sched_setaffinity(0, cpus)
+    try:
+        run = (_ringspec_runner if system.kind == "ringspec" else _llama_cpp_runner)(system, threads, window)
+        conn.send(("ready", None))
+        while (prompt := conn.recv()) is not None:
+            result = run(prompt)
+            result["peak_mb"] = _peak_mb()
+            conn.send(("result", result))
+    except (EOFError, BrokenPipeError):                      # the bench went away
+        return
+    except Exception as exc:                                 # reported to the parent, which stops the run
+        conn.send(("error", f"{type(exc).__name__}: {exc}"))
+
+
+class _Worker:
+    def __init__(self, system: System, threads: int, window: int, cpus: list[int]):
+        ctx = mp.get_context("spawn")
+        self.system = system
+        self.conn, child = ctx.Pipe()
+        self.proc = ctx.Process(target=_worker, args=(system, threads, window, cpus, child), daemon=True,
+                                name=f"bench:{system.name}")
+        self.proc.start()
+
+    def _reply(self, timeout: float = 600.0):
+        if not self.conn.poll(timeout):
+            raise TimeoutError(f"bench worker {self.system.name} gave no answer in {timeout:.0f} s")
+        kind, body = self.conn.recv()
+        if kind == "error":
+            raise RuntimeError(f"bench worker {self.system.name}: {body}")
+        return body
+
+    def run(self, prompt: Prompt) -> dict:
+        self.conn.send(prompt)
+        return self._reply()
+
+    def close(self) -> None:
+        try:
+            self.conn.send(None)
+        except OSError:
+            pass
+        self.proc.join(10)
+        if self.proc.is_alive():
+            self.proc.kill()
+
+
+# -- the run -------------------------------------------------------------------------------------------------------
+def bench(log: str, tasks=TASKS, n_offsets: int = 5, repeats: int = 3, threads: int = 2, window: int = 1024,
+          draft_gguf: str = "", use_llama_cpp: bool | None = None, progress=None) -> dict:
+    """{task: {system: figures}} plus "_meta"; medians over repeats x offsets, systems alternated per prompt."""
+    use_llama_cpp = llama_cpp_available() if use_llama_cpp is None else use_llama_cpp
+    chosen = systems(draft_gguf, use_llama_cpp)
+    cpus = sorted(os.sched_getaffinity(0))[:2]
+    task_prompts = {task: prompts(log, task, n_offsets) for task in tasks}
+    need = max(len(p.ids) + p.new_tokens for ps in task_prompts.values() for p in ps)
+    if need > window:
+        raise ValueError(f"a prompt plus its new tokens needs {need} positions; the pool window is {window}")
+    workers = [_Worker(s, threads, window, cpus) for s in chosen]
+    try:
+        for w in workers:
+            w._reply()
+        out: dict = {"_meta": {"log": str(log), "offsets": n_offsets, "repeats": repeats, "threads": threads,
+                               "cpus": cpus, "pool": {"sink": 4, "window": window},
+                               "systems": [s.name for s in chosen]}}
+        for task, ps in task_prompts.items():
+            runs: dict[str, list[dict]] = {s.name: [] for s in chosen}
+            for r in range(repeats):
+                for k, prompt in enumerate(ps):
+                    order = workers[k % len(workers):] + workers[:k % len(workers)]   # rotate who goes first
+                    for w in order:
+                        res = w.run(prompt)
+                        res["prompt"] = k
+                        runs[w.system.name].append(res)
+                        if progress:
+                            progress(task, r, k, w.system.name, res)
+            out[task] = _table(chosen, runs)
+            out["_meta"][f"{task}_offsets"] = [p.offset for p in ps]
+    finally:
+        for w in workers:
+            w.close()
+    return out
+
+
+def _table(chosen: list[System], runs: dict[str, list[dict]]) -> dict:
+    def by_prompt(name):
+        return {r["prompt"]: r["token_ids"] for r in runs[name]}
+
+    ref = by_prompt("target_only")
+    llama = by_prompt("llama_cpp_plain") if "llama_cpp_plain" in runs else None
+    table = {}
+    for s in chosen:
+        rs = runs[s.name]
+        mine = by_prompt(s.name)
+        same = [mine[k] == ref[k] for k in ref]
+        if s.kind == "ringspec" and not all(same):
+            bad = next(k for k in ref if mine[k] != ref[k])
+            raise Disagreement(f"{s.name} differs from target_only on prompt {bad} at token "
+                               f"{_prefix_agreement(mine[bad], ref[bad])}: speculative output must be the "
+                               f"target's")
+
+        def med(key):
+            vals = [r[key] for r in rs if r[key] is not None]
+            return statistics.median(vals) if vals else None
+
+        generated = sum(len(t) for t in mine.values())
+        table[s.name] = {
+            "tokens_per_s": med("tokens_per_s"), "ttft_ms": med("ttft_ms"),
+            "accepted_per_verify": med("accepted_per_verify"), "overhead_share": med("overhead_share"),
+            "peak_mb": max(r["peak_mb"] for r in rs),
+            "loop_share": sum(loop_share(t) * len(t) for t in mine.values()) / generated if generated else 0.0,
+            "identical_to_target_only": sum(same), "prompts": len(ref),
+            "agreement_with_target_only": statistics.mean(
+                _prefix_agreement(mine[k], ref[k]) / max(len(ref[k]), 1) for k in ref),
+            "agreement_with_llama_cpp": None if llama is None else statistics.mean(
+                _prefix_agreement(mine[k], llama[k]) / max(len(llama[k]), 1) for k in llama)}
+    return table

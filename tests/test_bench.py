@@ -1,0 +1,67 @@
+"""The speed benchmark's protocol: prompts, the repetition-loop measure, the agreement rule, and one real run."""
+import json
+import subprocess
+import sys
+
+import pytest
+
+from pipeline import bench
+
+ROOT = bench.__file__.rsplit("/pipeline/", 1)[0]
+
+
+def test_loop_share_counts_back_to_back_repeats_only():
+    assert bench.loop_share([1, 2, 3] * 10) == 1.0
+    assert bench.loop_share(list(range(50))) == 0.0
+    text = list(range(20)) + [7, 8] * 8 + list(range(100, 120))     # 16 looped tokens out of 56
+    assert bench.loop_share(text) == pytest.approx(16 / 56)
+    assert bench.loop_share([5, 6, 5, 6] + list(range(30))) == 0.0  # two copies, shorter than the minimum span
+
+
+def test_prompts_are_line_aligned_windows_framed_per_task(default_gguf):
+    from models.tokenizer import Tokenizer
+    tok = Tokenizer.from_gguf(default_gguf)
+    log = f"{ROOT}/data/tep_demo.csv"
+    logs, asks = bench.prompts(log, "log", 5), bench.prompts(log, "analysis", 5)
+    assert len(logs) == 5 and all(len(p.ids) == 512 and p.new_tokens == 256 and not p.stop_ids for p in logs)
+    assert [p.offset for p in logs] == [p.offset for p in asks]
+    first = tok.decode(list(logs[2].ids[:12]))
+    assert first[2] == ":" and first[5] == ":"                          # starts at a line: "HH:MM:SS ..."
+    text = tok.decode(list(asks[0].ids))
+    assert text.endswith("Summarise the most severe alarms above.<|im_end|>\n<|im_start|>assistant\n")
+    assert asks[0].new_tokens == 128 and asks[0].stop_ids
+
+
+def _runs(ids_by_system):
+    return {name: [{"prompt": k, "token_ids": ids, "tokens_per_s": 10.0, "ttft_ms": 5.0, "accepted_per_verify": 1.0,
+                    "overhead_share": 0.1, "peak_mb": 100.0} for k, ids in enumerate(prompts)]
+            for name, prompts in ids_by_system.items()}
+
+
+def test_a_ringspec_system_that_differs_from_target_only_is_an_error():
+    chosen = [bench.System("target_only", "ringspec"), bench.System("suffix_serial", "ringspec", "suffix"),
+              bench.System("llama_cpp_plain", "llama_cpp")]
+    fine = bench._table(chosen, _runs({"target_only": [[1, 2, 3]], "suffix_serial": [[1, 2, 3]],
+                                      "llama_cpp_plain": [[1, 2, 4]]}))
+    assert fine["llama_cpp_plain"]["identical_to_target_only"] == 0          # llama.cpp may differ: reported
+    assert fine["suffix_serial"]["agreement_with_llama_cpp"] == pytest.approx(2 / 3)
+    with pytest.raises(bench.Disagreement, match="suffix_serial differs from target_only on prompt 0 at token 2"):
+        bench._table(chosen, _runs({"target_only": [[1, 2, 3]], "suffix_serial": [[1, 2, 9]],
+                                    "llama_cpp_plain": [[1, 2, 3]]}))
+
+
+def test_bench_runs_every_system_on_the_real_model_and_prints_the_json_contract(default_gguf, tmp_path):
+    proc = subprocess.run([sys.executable, f"{ROOT}/run.py", "bench", "--offsets", "1", "--repeats", "1", "--json",
+                           "--out", str(tmp_path / "bench.json")], capture_output=True, text=True, timeout=900)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    out = json.loads(proc.stdout)
+    assert set(out) == {"log", "analysis"}
+    names = {"target_only", "suffix_serial"} | ({"llama_cpp_plain", "llama_cpp_lookup"}
+                                                if bench.llama_cpp_available() else set())
+    for task in out.values():
+        assert set(task) == names
+        for name, row in task.items():
+            assert row["tokens_per_s"] > 0 and row["ttft_ms"] > 0 and row["peak_mb"] > 50
+            if name in ("target_only", "suffix_serial"):
+                assert row["identical_to_target_only"] == row["prompts"] == 1
+    assert json.loads((tmp_path / "bench.json").read_text())["_meta"]["systems"]
