@@ -276,7 +276,7 @@ def _table(chosen: list[System], runs: dict[str, list[dict]]) -> dict:
                                f"{_prefix_agreement(mine[bad], ref[bad])}: speculative output must be the "
                                f"target's")
 
-        def med(key):
+        def med(key, rs=rs):
             vals = [r[key] for r in rs if r[key] is not None]
             return statistics.median(vals) if vals else None
 
