@@ -156,7 +156,8 @@ def _llama_cpp_runner(system: System, threads: int, window: int):
         from llama_cpp.llama_speculative import LlamaPromptLookupDecoding
         draft = LlamaPromptLookupDecoding(num_pred_tokens=system.draft_len)
     llm = Llama(model_path=str(resolve_gguf("default")), n_ctx=window + 4, n_threads=threads,
-                n_threads_batch=threads, n_batch=512, flash_attn=True, draft_model=draft, verbose=False)
+                n_threads_batch=threads, n_batch=512, flash_attn=True, draft_model=draft,
+                logits_all=draft is not None, verbose=False)          # a draft's rows are verified from all logits
 
     def run(prompt: Prompt) -> dict:
         llm.reset()                                          # no prompt-cache hit: TTFT includes the prefill
