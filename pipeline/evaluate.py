@@ -28,6 +28,7 @@ from actors.common import proc_status
 from models.convert import load_card
 from models.registry import converted_dir
 from models.tokenizer import Tokenizer
+from pipeline import svg
 from pipeline.assemble import make_engine, resolve_gguf
 from pipeline.records import read_log, render
 
@@ -291,12 +292,9 @@ def write_plot(result: dict, path: str, span: int = 64) -> str:
     wrap = result["_meta"]["wrap_position"] - 1
     legend = ", ".join(f"{m}=rgb{COLORS[m]}" for m in series)
     if str(path).endswith(".svg"):
-        parts = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}">',
-                 f'<rect width="{width}" height="{height}" fill="white"/>',
-                 f'<line x1="{pad}" y1="{height - pad}" x2="{width - pad}" y2="{height - pad}" stroke="black"/>',
-                 f'<line x1="{pad}" y1="{pad}" x2="{pad}" y2="{height - pad}" stroke="black"/>',
-                 f'<text x="{width / 2}" y="{height - 15}" text-anchor="middle">position (tokens, 0..{n})</text>',
-                 f'<text x="10" y="{pad - 10}">NLL (nats, trailing mean of {span}); y max {ymax:.2f}</text>']
+        parts = svg.frame(width, height, f"NLL (nats, trailing mean of {span}) over position; y max {ymax:.2f}", pad,
+                          pad, width - pad, height - pad)
+        parts.append(svg.label(width / 2, height - 15, f"position (tokens, 0..{n})", anchor="middle"))
         if 0 <= wrap < n:
             parts.append(f'<line x1="{fx(wrap):.1f}" y1="{pad}" x2="{fx(wrap):.1f}" y2="{height - pad}" '
                          f'stroke="gray" stroke-dasharray="4"/>')
@@ -304,11 +302,8 @@ def write_plot(result: dict, path: str, span: int = 64) -> str:
             rgb = "rgb({},{},{})".format(*COLORS[mode])
             step = max(1, n // 1500)                                 # a readable file: <= ~1500 points a line
             pts = " ".join(f"{fx(i):.1f},{fy(s[i]):.1f}" for i in range(0, len(s), step) if not np.isnan(s[i]))
-            parts.append(f'<polyline fill="none" stroke="{rgb}" stroke-width="1.2" points="{pts}"/>')
-            parts.append(f'<text x="{width - pad - 100}" y="{pad + 16 * k}" fill="{rgb}">{mode}</text>')
-        parts.append("</svg>")
-        with open(path, "w") as f:
-            f.write("\n".join(parts))
+            parts += [svg.polyline(pts, rgb, 1.2), svg.label(width - pad - 100, pad + 16 * k, mode, rgb)]
+        svg.save(parts, path)
         return legend
     img = np.full((height, width, 3), 255, np.uint8)
     img[height - pad, pad:width - pad] = 0
@@ -364,23 +359,17 @@ def write_ablation_plot(rows: list[dict], path: str) -> str:
     fx = lambda i: pad + (width - 2 * pad - 110) * i / max(len(xs) - 1, 1)                   # noqa: E731
     fy = lambda v: height - pad - (height - 2 * pad) * (math.log(v) - lo) / max(hi - lo, 1e-9)  # noqa: E731
     palette = ["#2ca02c", "#d62728", "#1f77b4", "#9467bd", "#ff7f0e", "#8c564b", "#17becf"]
-    parts = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" font-family="sans-serif" '
-             'font-size="11">', f'<rect width="{width}" height="{height}" fill="white"/>',
-             f'<text x="{width / 2}" y="18" text-anchor="middle">PPL after the first wrap (log scale) over '
-             f'{"window W" if over_w else "sinks S, W = " + str(windows[0])}</text>',
-             f'<line x1="{pad}" y1="{height - pad}" x2="{width - pad - 110}" y2="{height - pad}" stroke="black"/>',
-             f'<line x1="{pad}" y1="{pad}" x2="{pad}" y2="{height - pad}" stroke="black"/>']
+    over = "window W" if over_w else f"sinks S, W = {windows[0]}"
+    parts = svg.frame(width, height, f"PPL after the first wrap (log scale) over {over}", pad, pad, width - pad - 110,
+                      height - pad)
     for i, x in enumerate(xs):
-        parts.append(f'<text x="{fx(i):.1f}" y="{height - pad + 16}" text-anchor="middle">{x}</text>')
+        parts.append(svg.label(fx(i), height - pad + 16, x, anchor="middle"))
     for v in sorted({min(values), max(values), *(round(math.exp(lo + (hi - lo) * k / 4), 2) for k in (1, 2, 3))}):
-        parts.append(f'<text x="{pad - 6}" y="{fy(v) + 4:.1f}" text-anchor="end">{v:.3g}</text>')
+        parts.append(svg.label(pad - 6, fy(v) + 4, f"{v:.3g}", anchor="end"))
     for k, (name, line) in enumerate(lines.items()):
         color = palette[k % len(palette)]
         pts = " ".join(f"{fx(xs.index(x)):.1f},{fy(v):.1f}" for x, v in sorted(line.items()))
-        dash = ' stroke-dasharray="5"' if name == "recompute" else ""
-        parts.append(f'<polyline fill="none" stroke="{color}" stroke-width="1.8"{dash} points="{pts}"/>')
-        parts.append(f'<text x="{width - pad - 100}" y="{pad + 16 * k}" fill="{color}">{name}</text>')
-    parts.append("</svg>")
-    with open(path, "w") as f:
-        f.write("\n".join(parts))
+        parts += [svg.polyline(pts, color, 1.8, dash=name == "recompute"),
+                  svg.label(width - pad - 100, pad + 16 * k, name, color)]
+    svg.save(parts, path)
     return path

@@ -19,6 +19,8 @@ from pathlib import Path
 
 import numpy as np
 
+from pipeline import svg
+
 WARMUP = 0.10        # the first 10% of the tokens are warm-up
 
 
@@ -196,21 +198,14 @@ def write_plot(result: dict, path: str) -> str:
     xmax = max(1, max(s["tokens"] for s in series))
     ymax = max(1.0, max(a["rss_kb"] for s in series for a in s["actors"].values()) / 1024 * 1.1)
     colors = ["#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#8c564b"]
-    parts = [(f'<svg xmlns="http://www.w3.org/2000/svg" width="{w}" height="{h}" font-family="sans-serif" '
-              f'font-size="11"><rect width="100%" height="100%" fill="white"/>'),
-             f'<text x="{w / 2}" y="16" text-anchor="middle">resident memory per actor (MB) over stream tokens</text>',
-             f'<line x1="{pad}" y1="{h - pad}" x2="{w - 10}" y2="{h - pad}" stroke="black"/>',
-             f'<line x1="{pad}" y1="20" x2="{pad}" y2="{h - pad}" stroke="black"/>',
-             f'<text x="{w / 2}" y="{h - 12}" text-anchor="middle">tokens (max {xmax:,})</text>',
-             f'<text x="{pad - 6}" y="24" text-anchor="end">{ymax:.0f}</text>',
-             f'<text x="{pad - 6}" y="{h - pad}" text-anchor="end">0</text>']
+    parts = svg.frame(w, h, "resident memory per actor (MB) over stream tokens", pad, 20, w - 10, h - pad)
+    parts += [svg.label(w / 2, h - 12, f"tokens (max {xmax:,})", anchor="middle"),
+              svg.label(pad - 6, 24, f"{ymax:.0f}", anchor="end"), svg.label(pad - 6, h - pad, "0", anchor="end")]
     for i, name in enumerate(names):
         pts = " ".join(f"{pad + (s['tokens'] / xmax) * (w - pad - 10):.1f},"
                        f"{h - pad - (s['actors'][name]['rss_kb'] / 1024 / ymax) * (h - pad - 20):.1f}"
                        for s in series if name in s["actors"])
         color = colors[i % len(colors)]
-        parts.append(f'<polyline fill="none" stroke="{color}" stroke-width="1.5" points="{pts}"/>')
-        parts.append(f'<text x="{w - 120}" y="{40 + 14 * i}" fill="{color}">{name}</text>')
-    parts.append("</svg>")
-    Path(path).write_text("\n".join(parts))
+        parts += [svg.polyline(pts, color), svg.label(w - 120, 40 + 14 * i, name, color)]
+    svg.save(parts, path)
     return path
