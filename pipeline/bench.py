@@ -12,6 +12,7 @@ Tasks:
 """
 from __future__ import annotations
 
+import functools
 import multiprocessing as mp
 import os
 import statistics
@@ -67,18 +68,25 @@ class Prompt:
     stop_ids: tuple[int, ...]
 
 
-def prompts(log: str, task: str, n: int, gguf: str = "default", fmt: str | None = None) -> list[Prompt]:
-    """`n` line-aligned windows of the rendered log, evenly spread over it, framed for `task`."""
+@functools.lru_cache(maxsize=4)
+def _rendered(log: str, gguf: str, fmt: str | None):
+    """(tokenizer, token ids of the rendered log, the token index where each line starts): read once per log."""
     from models.tokenizer import Tokenizer
     from pipeline.assemble import resolve_gguf
-    from pipeline.config import ReplaySection
     from pipeline.records import read_log
-    from pipeline.tasks import chat_frame
 
     tok = Tokenizer.from_gguf(resolve_gguf(gguf))
     lines = [tok.encode(r.text + "\n") for r in read_log(log, fmt)]
     starts = np.cumsum([0] + [len(x) for x in lines])
-    ids = np.concatenate(lines) if lines else np.zeros(0, np.int64)
+    return tok, (np.concatenate(lines) if lines else np.zeros(0, np.int64)), starts
+
+
+def prompts(log: str, task: str, n: int, gguf: str = "default", fmt: str | None = None) -> list[Prompt]:
+    """`n` line-aligned windows of the rendered log, evenly spread over it, framed for `task`."""
+    from pipeline.config import ReplaySection
+    from pipeline.tasks import chat_frame
+
+    tok, ids, starts = _rendered(str(log), gguf, fmt)
     want = PROMPT_TOKENS[task]
     if len(ids) < want + 1:
         raise ValueError(f"{log} renders to {len(ids)} tokens; the {task} task needs more than {want}")
@@ -118,14 +126,6 @@ def _prefix_agreement(a, b) -> int:
     while n < min(len(a), len(b)) and a[n] == b[n]:
         n += 1
     return n
-
-
-def _peak_mb() -> float:
-    with open("/proc/self/status") as f:
-        for line in f:
-            if line.startswith("VmHWM:"):
-                return int(line.split()[1]) / 1024
-    return 0.0
 
 
 # -- workers -------------------------------------------------------------------------------------------------------
@@ -177,6 +177,8 @@ def _llama_cpp_runner(system: System, threads: int, window: int):
 def _worker(system: System, threads: int, window: int, cpus: list[int], conn) -> None:
     import ctypes
     import signal
+
+    from actors.common import proc_status
     ctypes.CDLL(None).prctl(1, signal.SIGKILL)               # PR_SET_PDEATHSIG: never outlive the bench
     os.sched_setaffinity(0, cpus)
     try:
@@ -184,7 +186,7 @@ def _worker(system: System, threads: int, window: int, cpus: list[int], conn) ->
         conn.send(("ready", None))
         while (prompt := conn.recv()) is not None:
             result = run(prompt)
-            result["peak_mb"] = _peak_mb()
+            result["peak_mb"] = proc_status()["vmhwm_mb"]
             conn.send(("result", result))
     except (EOFError, BrokenPipeError):                      # the bench went away
         return
@@ -261,21 +263,20 @@ def bench(log: str, tasks=TASKS, n_offsets: int = 5, repeats: int = 3, threads: 
 
 
 def _table(chosen: list[System], runs: dict[str, list[dict]]) -> dict:
-    def by_prompt(name):
-        return {r["prompt"]: r["token_ids"] for r in runs[name]}
-
-    ref = by_prompt("target_only")
-    llama = by_prompt("llama_cpp_plain") if "llama_cpp_plain" in runs else None
+    ref = {r["prompt"]: r["token_ids"] for r in reversed(runs["target_only"])}      # its first run per prompt
+    llama = ({r["prompt"]: r["token_ids"] for r in runs["llama_cpp_plain"]}
+             if "llama_cpp_plain" in runs else None)
     table = {}
     for s in chosen:
         rs = runs[s.name]
-        mine = by_prompt(s.name)
+        if s.kind == "ringspec":                          # every run, every repeat: exactly the target's tokens
+            bad = next((r for r in rs if r["token_ids"] != ref[r["prompt"]]), None)
+            if bad is not None:
+                raise Disagreement(f"{s.name} differs from target_only on prompt {bad['prompt']} at token "
+                                   f"{_prefix_agreement(bad['token_ids'], ref[bad['prompt']])}: speculative "
+                                   f"output must be the target's")
+        mine = {r["prompt"]: r["token_ids"] for r in rs}
         same = [mine[k] == ref[k] for k in ref]
-        if s.kind == "ringspec" and not all(same):
-            bad = next(k for k in ref if mine[k] != ref[k])
-            raise Disagreement(f"{s.name} differs from target_only on prompt {bad} at token "
-                               f"{_prefix_agreement(mine[bad], ref[bad])}: speculative output must be the "
-                               f"target's")
 
         def med(key, rs=rs):
             vals = [r[key] for r in rs if r[key] is not None]

@@ -48,6 +48,10 @@ def test_a_ringspec_system_that_differs_from_target_only_is_an_error():
     with pytest.raises(bench.Disagreement, match="suffix_serial differs from target_only on prompt 0 at token 2"):
         bench._table(chosen, _runs({"target_only": [[1, 2, 3]], "suffix_serial": [[1, 2, 9]],
                                     "llama_cpp_plain": [[1, 2, 3]]}))
+    runs = _runs({"target_only": [[1, 2, 3]], "suffix_serial": [[1, 9, 9]], "llama_cpp_plain": [[1, 2, 3]]})
+    runs["suffix_serial"].append({**runs["suffix_serial"][0], "token_ids": [1, 2, 3]})   # a later repeat agrees
+    with pytest.raises(bench.Disagreement, match="at token 1"):                         # the first still counts
+        bench._table(chosen, runs)
 
 
 def test_bench_runs_every_system_on_the_real_model_and_prints_the_json_contract(default_gguf, tmp_path):
