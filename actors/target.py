@@ -49,11 +49,11 @@ def run(inbox: ChannelSpec, outbox: str, cfg, spec, stop) -> None:
                     return
                 ids, pos, recent = a["ids"], a["pos"], a["recent"]
                 T, m = len(ids), len(recent)
-                np.copyto(runner.mask_buffer(T, m), a["mask"])
+                mask = a["mask"]                      # the pass reads it where the message left it
                 t0 = time.perf_counter()
                 if h["kind"] == "prefill":
                     last_row[0] = T - 1
-                    logits = runner.forward(ids, pos, None if h["score"] else last_row,
+                    logits = runner.forward(ids, pos, mask, None if h["score"] else last_row,
                                             recent_slots=recent if m else None)
                     runner.store(np.arange(T), a["slots"])
                     if h["score"]:                    # row r predicts token r + 1 of the chunk
@@ -67,7 +67,7 @@ def run(inbox: ChannelSpec, outbox: str, cfg, spec, stop) -> None:
                         out.send({"kind": "picked", "next": nxt}, timeout=60.0)
                 elif h["kind"] == "verify":
                     f0 = runner.forward_s
-                    logits = runner.forward(ids, pos, recent_slots=recent if m else None)
+                    logits = runner.forward(ids, pos, mask, recent_slots=recent if m else None)
                     blk = Block(ids, a["parent"], a.get("q"), pos, None, recent, a["slots"])
                     rows, nxt = judge(logits, blk, params, probs, rng)
                     runner.store(rows, a["slots"][:len(rows)])

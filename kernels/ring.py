@@ -14,6 +14,7 @@ from dataclasses import dataclass
 import numpy as np
 
 EMPTY = -1
+BLOCK = 32              # pool reads are widened to a multiple of this many ring slots
 NEG = np.float32(-1e30)  # finite on purpose: a fully masked -inf row is NaN after softmax, and -inf - -inf is NaN
 
 
@@ -120,6 +121,7 @@ class RingIndex:
         self.n = 0
         self.ring_start = 0
         self.slot_pos = np.full(spec.pool_slots, EMPTY, dtype=np.int64)
+        self.column_step = BLOCK      # pool_columns' rounding (tests lower it to exercise the cut)
 
     def _protected_from(self, n: int) -> int:
         """First ring position a query at any u >= n can still see."""
@@ -181,8 +183,23 @@ class RingIndex:
         self.slot_pos[self.spec.sink:] = EMPTY
         self.n = self.ring_start = int(position)
 
+    def pool_columns(self, before: int) -> int:
+        """How many leading pool slots a pass must read when every pool position it may see is below `before`.
+
+        Depends only on (`before`, ring_start): every pass holding a row at u reads the same columns (before is
+        the row's aligned block start), so its attention sums the same terms. Until the ring wraps, the positions
+        [max(ring_start, S), before) fill a prefix of it; rounded up to `column_step` slots so widths repeat.
+        """
+        S, R = self.spec.sink, self.spec.ring
+        lo = max(self.ring_start, S)
+        first = (lo - S) % R
+        end = first + max(before - lo, 0)
+        return S + (R if end > R else min(R, -(-max(end, 1) // self.column_step) * self.column_step))
+
     def visible_mask(self, row_pos, ancestors=None, out=None, recent_from: int | None = None) -> np.ndarray:
-        """The mask [T, S+R+m+T] for rows at `row_pos` (see the module function `visible_mask`).
+        """The mask [T, P+m+T] for rows at `row_pos`, P = pool_columns(recent_from) (see `visible_mask`).
+
+        out: a flat float32 buffer with room for it (its leading elements are used), or None.
 
         recent_from = s (<= n): the committed positions [s, n) are not read from their slots but handed to the pass
         as a separate "recent" section (m = n - s columns) placed just before the new rows. A row at u then sums
@@ -192,7 +209,8 @@ class RingIndex:
         t = len(row_pos)
         s = self.n if recent_from is None else int(recent_from)
         recent = np.arange(s, self.n, dtype=np.int64)
-        if out is None:
-            out = np.empty((t, self.spec.pool_slots + len(recent) + t), dtype=np.float32)
-        return visible_mask(row_pos, ancestors, self.slot_pos, s, self.ring_start,
-                            self.spec.sink, self.spec.window, out, recent)
+        p = self.pool_columns(s)
+        size = t * (p + len(recent) + t)
+        out = np.empty(size, np.float32) if out is None else out.reshape(-1)[:size]
+        return visible_mask(row_pos, ancestors, self.slot_pos[:p], s, self.ring_start,
+                            self.spec.sink, self.spec.window, out.reshape(t, -1), recent)

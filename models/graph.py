@@ -1,9 +1,11 @@
 """ONNX graph of one forward pass over T new rows against fixed-capacity sink and ring KV pools (static shapes).
 
-Owns the computation: embedding, RMSNorm, fused QKV, RoPE from host-made cos/sin tables, masked attention over
-[S sink slots | R ring slots | P recent positions | T new rows], SwiGLU, head. Never decides which slot holds what:
-the host passes the per-row mask, the rotation tables and the recent positions' K/V (copied from the pool), and
-receives the new rows' K/V as outputs to write where it chooses.
+Owns the computation: embedding, RMSNorm (the residual add fused in), fused QKV, RoPE from host-made cos/sin tables,
+masked attention over [S sink slots | the first C of R ring slots | P recent positions | T new rows], SwiGLU, head.
+Never decides which slot holds what: the host passes the per-row mask, the rotation tables and the recent positions'
+K/V (copied from the pool), binds as many ring slots as the mask covers, and receives the new rows' K/V as outputs
+to write where it chooses. K/V are float16 by default (half the bytes a pass reads from the pool, as llama.cpp);
+the new rows are rounded to that type before any row attends to them, so a pool read and a same-pass read agree.
 
 Sinks stay rotated at their own positions; each row scores them with a second query rotated at min(u, S+W-1)
 (`cos_sink`/`sin_sink`), so they sit at StreamingLLM's positions within the cache. Window keys are rotated at their
@@ -19,10 +21,10 @@ import onnx
 from onnx import TensorProto, helper
 
 MS = "com.microsoft"
-GRAPH_VERSION = 2          # part of every graph file name: a changed builder never reuses an old file
+GRAPH_VERSION = 3          # part of every graph file name: a changed builder never reuses an old file
 STATIC_RECENT = 32         # recent-section columns of a static graph (an NPU host pads it, masked)
 _END = np.iinfo(np.int64).max
-_NP2ONNX = {"float32": TensorProto.FLOAT, "uint8": TensorProto.UINT8, "int8": TensorProto.INT8,
+_NP2ONNX = {"float32": TensorProto.FLOAT, "float16": TensorProto.FLOAT16, "uint8": TensorProto.UINT8, "int8": TensorProto.INT8,
             "int64": TensorProto.INT64}
 
 
@@ -69,7 +71,8 @@ class _Builder:
                         K=spec["K"], N=spec["N"], bits=spec["bits"], block_size=32, accuracy_level=accuracy_level)
             if spec.get("offsets"):
                 # Q4_1's per-block offset: x's 32-wide block sums (x @ ones-blocks), times (8d + m) (models/quant.py).
-                sums = self.op("MatMul", [x, self.block_sum(spec["K"])])
+                blocks = self.op("Reshape", [x, self.const([1, -1, spec["K"] // 32, 32])])
+                sums = self.op("ReduceSum", [blocks, self.const([-1])], keepdims=0)
                 y = self.op("Add", [y, self.op("MatMul", [sums, self.weight(spec["offsets"])])])
         else:
             y = self.op("MatMul", [x, self.weight(spec["W"])])
@@ -77,12 +80,24 @@ class _Builder:
             y = self.op("Add", [y, self.weight(spec["bias"])])
         return y
 
+    def norm(self, h: str, delta: str | None, gamma: str, eps: float) -> tuple[str, str]:
+        """RMSNorm of the residual stream h (+ delta, added here: one fused node) -> (normed, new h)."""
+        if delta is None:
+            return self.op("SimplifiedLayerNormalization", [h, gamma], axis=-1, epsilon=eps, stash_type=1), h
+        out = self.op("SkipSimplifiedLayerNormalization", [h, delta, gamma], n_out=4, domain=MS, epsilon=eps)
+        self.nodes[-1].output[1:3] = ["", ""]                            # mean and 1/std: not needed
+        return out[0], out[3]
+
+    def cast(self, x: str, to: int) -> str:
+        """x as element type `to`; x itself when the K/V type is already float32."""
+        return x if to == TensorProto.FLOAT and self.kv == TensorProto.FLOAT else self.op("Cast", [x], to=to)
+
     def rope(self, x: str, cos: str, sin: str, heads: int, interleaved: bool) -> str:
         return self.op("RotaryEmbedding", [x, "position_ids", cos, sin], domain=MS,
                        interleaved=int(interleaved), num_heads=heads)
 
 
-def build_graph(card: dict, T: int | None, sink: int, ring: int, accuracy_level: int = 4,
+def build_graph(card: dict, T: int | None, sink: int, ring: int, accuracy_level: int = 4, kv_dtype: str = "float16",
                 weights_file: str = "weights.bin") -> onnx.ModelProto:
     """One pass over T rows (None: a symbolic row count) against `sink` + `ring` pool slots.
 
@@ -97,29 +112,34 @@ def build_graph(card: dict, T: int | None, sink: int, ring: int, accuracy_level:
     cols = S + R + STATIC_RECENT + T if T is not None else "N"
     interleaved = cfg["rope_pairing"] == "interleaved"
     b = _Builder(card, weights_file)
-    f32 = TensorProto.FLOAT
+    f32 = TensorProto.FLOAT                                # activations
+    kv = b.kv = _NP2ONNX[kv_dtype]                         # K/V: the pool, the recent section, the new rows' output
     inputs = [helper.make_tensor_value_info("input_ids", TensorProto.INT64, [rows])]
     inputs += [helper.make_tensor_value_info(n, f32, [rows, D // 2]) for n in ("cos", "sin", "cos_sink", "sin_sink")]
     inputs += [helper.make_tensor_value_info("mask", f32, [rows, cols]),
                helper.make_tensor_value_info("logit_rows", TensorProto.INT64, ["M" if T is None else T])]
     b.inits["position_ids"] = onnx.numpy_helper.from_array(np.zeros(1, np.int64), "position_ids")  # row r -> cos[r]
 
-    h = _embed(b, card, d)
+    h, delta = _embed(b, card, d), None                                  # residual stream, its pending addend
     mask_shape = b.op("Shape", ["mask"])                                  # [T, N], symbolic or not
     shape4 = b.op("Concat", [b.const([KVH, G]), mask_shape], axis=0)
     shape3 = b.op("Concat", [b.const([KVH, -1]), b.op("Slice", [mask_shape, b.const([1]), b.const([2])])], axis=0)
     scale = 1.0 / math.sqrt(D)
     new_k, new_v = [], []
-    inputs += [helper.make_tensor_value_info(n, f32, [L * KVH, "P" if T is None else STATIC_RECENT, D])
+    inputs += [helper.make_tensor_value_info(n, kv, [L * KVH, "P" if T is None else STATIC_RECENT, D])
                for n in ("recent_k", "recent_v")]
     recent_k = b.op("Split", ["recent_k"], n_out=L, axis=0) if L > 1 else ["recent_k"]
     recent_v = b.op("Split", ["recent_v"], n_out=L, axis=0) if L > 1 else ["recent_v"]
+    # Pool slots are [slot, KVH, D]: a pass binds only the leading C ring slots it can see (C symbolic in a dynamic
+    # graph), and FusedMatMul's transBatchB reads that layout as [KVH, slot, D] without a copy.
+    ring_cols = "C" if T is None else R
+    ring_end = b.op("Add", [b.op("Slice", [b.op("Shape", ["ring_k.0"]), b.const([0]), b.const([1])]), b.const([S])])
     for i, layer in enumerate(card["layers"]):
         names = {k: f"{k}.{i}" for k in ("sink_k", "sink_v", "ring_k", "ring_v")}
-        inputs += [helper.make_tensor_value_info(names[k], f32, [KVH, S if k.startswith("sink") else R, D])
+        inputs += [helper.make_tensor_value_info(names[k], kv, [S if k.startswith("sink") else ring_cols, KVH, D])
                    for k in names if S > 0 or k.startswith("ring")]
-        x = b.op("SimplifiedLayerNormalization", [h, b.weight(layer["attn_norm"])], axis=-1,
-                 epsilon=cfg["rms_eps"], stash_type=1)
+        pool = {k: b.cast(v, f32) for k, v in names.items() if S > 0 or k.startswith("ring")}
+        x, h = b.norm(h, delta, b.weight(layer["attn_norm"]), cfg["rms_eps"])
         qkv = b.linear(x, layer["qkv"], accuracy_level)
         q3, k3, v = b.op("Split", [qkv, b.const([H * D, KVH * D, KVH * D])], n_out=3, axis=-1)
 
@@ -131,43 +151,43 @@ def build_graph(card: dict, T: int | None, sink: int, ring: int, accuracy_level:
             t = b.op("Transpose", [t], perm=[1, 2, 0, 3])
             return b.op("Reshape", [t, b.const([KVH, -1, D])])
 
+        def scores_of(q, keys, pool):
+            return b.op("FusedMatMul", [q, keys], domain=MS, alpha=scale, transB=1, transBatchB=int(pool))
+
         qw = heads_first(b.rope(q3, "cos", "sin", H, interleaved), H)
-        kn = heads_first(b.rope(k3, "cos", "sin", KVH, interleaved), KVH)
-        vn = heads_first(v, KVH)
+        kn = b.cast(heads_first(b.rope(k3, "cos", "sin", KVH, interleaved), KVH), kv)
+        vn = b.cast(heads_first(v, KVH), kv)
         new_k.append(kn)
         new_v.append(vn)
         # The recent committed positions travel with the new rows as one section, in position order, so a row's
-        # attention sums the same terms in the same columns whether its predecessors are new or committed.
-        kn = b.op("Concat", [recent_k[i], kn], axis=1)
-        vn = b.op("Concat", [recent_v[i], vn], axis=1)
+        # attention sums the same terms in the same columns whether its predecessors are new or committed (new rows
+        # are rounded to the pool's type first).
+        kn = b.cast(b.op("Concat", [recent_k[i], kn], axis=1), f32)
+        vn = b.cast(b.op("Concat", [recent_v[i], vn], axis=1), f32)
         # Scores against [sink slots | ring slots | new rows]; the mask broadcasts over heads in the 4-D view.
-        scores = [b.op("FusedMatMul", [qw, names["ring_k"]], domain=MS, alpha=scale, transB=1),
-                  b.op("FusedMatMul", [qw, kn], domain=MS, alpha=scale, transB=1)]
+        scores = [scores_of(qw, pool["ring_k"], True), scores_of(qw, kn, False)]
         if S > 0:
             qs = heads_first(b.rope(q3, "cos_sink", "sin_sink", H, interleaved), H)
-            scores.insert(0, b.op("FusedMatMul", [qs, names["sink_k"]], domain=MS, alpha=scale, transB=1))
+            scores.insert(0, scores_of(qs, pool["sink_k"], True))
         s4 = b.op("Reshape", [b.op("Concat", scores, axis=-1), shape4])
         p = b.op("Reshape", [b.op("Softmax", [b.op("Add", [s4, "mask"])], axis=-1), shape3])
-        bounds = ([0, S] if S else [0]) + [S + R, _END]
-        values = ([names["sink_v"]] if S else []) + [names["ring_v"], vn]
+        bounds = ([b.const([0]), b.const([S])] if S else [b.const([0])]) + [ring_end, b.const([_END])]
+        values = ([(pool["sink_v"], 1)] if S else []) + [(pool["ring_v"], 1), (vn, 0)]
         o = None
-        for lo, hi, val in zip(bounds[:-1], bounds[1:], values):
-            part = b.op("Slice", [p, b.const([lo]), b.const([hi]), b.const([-1])])
-            term = b.op("MatMul", [part, val])
+        for lo, hi, (val, pool) in zip(bounds[:-1], bounds[1:], values):
+            part = b.op("Slice", [p, lo, hi, b.const([-1])])
+            term = b.op("FusedMatMul", [part, val], domain=MS, transBatchB=pool)
             o = term if o is None else b.op("Add", [o, term])
         o = b.op("Reshape", [o, b.const([KVH, G, -1, D])])
         o = b.op("Transpose", [o], perm=[2, 0, 1, 3])                      # [T, KVH, G, D]
         o = b.op("Reshape", [o, b.const([1, -1, H * D])])
-        h = b.op("Add", [h, b.linear(o, layer["o"], accuracy_level)])
-
-        x = b.op("SimplifiedLayerNormalization", [h, b.weight(layer["ffn_norm"])], axis=-1,
-                 epsilon=cfg["rms_eps"], stash_type=1)
+        x, h = b.norm(h, b.linear(o, layer["o"], accuracy_level), b.weight(layer["ffn_norm"]), cfg["rms_eps"])
         gate, up = b.op("Split", [b.linear(x, layer["gate_up"], accuracy_level), b.const([cfg["d_ff"]] * 2)],
                         n_out=2, axis=-1)
         act = b.op("Mul", [b.op("Mul", [gate, b.op("Sigmoid", [gate])]), up])
-        h = b.op("Add", [h, b.linear(act, layer["down"], accuracy_level)])
+        delta = b.linear(act, layer["down"], accuracy_level)
 
-    h = b.op("Gather", [h, "logit_rows"], axis=1)
+    h = b.op("Gather", [b.op("Add", [h, delta]), "logit_rows"], axis=1)
     x = b.op("SimplifiedLayerNormalization", [h, b.weight(card["output_norm"])], axis=-1, epsilon=cfg["rms_eps"],
              stash_type=1)
     out_logits = b.linear(x, card["linears"][card["head"]], accuracy_level)
@@ -175,8 +195,8 @@ def build_graph(card: dict, T: int | None, sink: int, ring: int, accuracy_level:
     b.nodes.append(helper.make_node("Concat", new_k, ["new_k"], axis=0))
     b.nodes.append(helper.make_node("Concat", new_v, ["new_v"], axis=0))
     outputs = [helper.make_tensor_value_info("logits", f32, [1, "M" if T is None else T, V]),
-               helper.make_tensor_value_info("new_k", f32, [L * KVH, rows, D]),    # = [L, KVH, T, D] in memory
-               helper.make_tensor_value_info("new_v", f32, [L * KVH, rows, D])]
+               helper.make_tensor_value_info("new_k", kv, [L * KVH, rows, D]),    # = [L, KVH, T, D] in memory
+               helper.make_tensor_value_info("new_v", kv, [L * KVH, rows, D])]
     graph = helper.make_graph(b.nodes, f"ringspec_T{rows}_S{S}_R{R}", inputs, outputs, list(b.inits.values()))
     return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid(MS, 1)],
                              producer_name="ringspec")
@@ -195,15 +215,18 @@ def _embed(b: _Builder, card: dict, d: int) -> str:
     return b.op("Reshape", [rows, b.const([1, -1, d])])
 
 
-def graph_path(model_dir: Path, T: int | None, sink: int, ring: int, accuracy_level: int) -> Path:
-    return Path(model_dir) / f"graph_v{GRAPH_VERSION}_T{T or 'dyn'}_S{sink}_R{ring}_a{accuracy_level}.onnx"
+def graph_path(model_dir: Path, T: int | None, sink: int, ring: int, accuracy_level: int,
+               kv_dtype: str = "float16") -> Path:
+    kv = {"float16": "kv16", "float32": "kv32"}[kv_dtype]
+    return Path(model_dir) / f"graph_v{GRAPH_VERSION}_T{T or 'dyn'}_S{sink}_R{ring}_a{accuracy_level}_{kv}.onnx"
 
 
-def ensure_graph(model_dir: Path, card: dict, T: int | None, sink: int, ring: int, accuracy_level: int = 4) -> Path:
+def ensure_graph(model_dir: Path, card: dict, T: int | None, sink: int, ring: int, accuracy_level: int = 4,
+                 kv_dtype: str = "float16") -> Path:
     """The graph file for this shape, built on first use beside the shared weights."""
-    path = graph_path(model_dir, T, sink, ring, accuracy_level)
+    path = graph_path(model_dir, T, sink, ring, accuracy_level, kv_dtype)
     if not path.exists():
-        model = build_graph(card, T, sink, ring, accuracy_level)
+        model = build_graph(card, T, sink, ring, accuracy_level, kv_dtype)
         tmp = path.with_suffix(".part")
         onnx.save(model, tmp)
         tmp.replace(path)

@@ -27,7 +27,13 @@ class RunnerOptions:
     max_recent: int = 64        # largest "recent" section (committed positions passed beside the new rows)
     accuracy_level: int = 4     # MatMulNBits int8 activations: the fast exact-weight path (DESIGN.md)
     rope_angles: str = "float64"  # "float32" only for the naive baseline of eval-stream (DESIGN.md says: don't)
+    kv_dtype: str = "float16"   # the K/V pools' type (llama.cpp's default too); "float32" for converter checks
     spin: bool = True           # ORT's intra-op threads spin between ops (fast alone; steals cores from neighbours)
+
+
+def kv_bytes_per_slot(cfg: dict, kv_dtype: str = RunnerOptions.kv_dtype) -> int:
+    """Bytes of one pool slot: K and V of one position in every layer."""
+    return 2 * cfg["n_layers"] * cfg["n_kv_heads"] * cfg["head_dim"] * np.dtype(kv_dtype).itemsize
 
 
 class Runner:
@@ -38,16 +44,17 @@ class Runner:
         L, KVH, D = cfg["n_layers"], cfg["n_kv_heads"], cfg["head_dim"]
         S, R, T = spec.sink, spec.ring, opts.max_rows
         self.vocab = cfg["vocab_size"]
-        graph = ensure_graph(self.model_dir, self.card, None, S, R, opts.accuracy_level)
+        graph = ensure_graph(self.model_dir, self.card, None, S, R, opts.accuracy_level, opts.kv_dtype)
         so = ort.SessionOptions()
         so.intra_op_num_threads = opts.threads
         so.inter_op_num_threads = 1
         so.add_session_config_entry("session.intra_op.allow_spinning", "1" if opts.spin else "0")
         self.session = ort.InferenceSession(str(graph), so, providers=["CPUExecutionProvider"])
 
-        self.sink_k = np.zeros((L, KVH, S, D), np.float32)
-        self.sink_v = np.zeros_like(self.sink_k)
-        self.ring_k = np.zeros((L, KVH, R, D), np.float32)
+        kv = np.dtype(opts.kv_dtype)
+        self.sink_k = np.zeros((L, S, KVH, D), kv)       # [layer, slot, kv head, D]: a slot prefix is
+        self.sink_v = np.zeros_like(self.sink_k)                  # contiguous, so a pass binds only what it reads
+        self.ring_k = np.zeros((L, R, KVH, D), kv)
         self.ring_v = np.zeros_like(self.ring_k)
         self.inv_freq = rope_inv_freq(D, cfg["rope_base"])
         self._ids = np.zeros(T, np.int64)
@@ -55,18 +62,18 @@ class Runner:
         self._sink_pos = np.zeros(T, np.int64)
         self._tables = np.zeros((4, T, D // 2), np.float32)           # cos, sin, cos_sink, sin_sink
         self._mask = np.zeros(T * (S + R + opts.max_recent + T), np.float32)
-        self._recent = np.zeros((2, L * KVH * opts.max_recent * D), np.float32)
+        self._recent = np.zeros((2, L * KVH * opts.max_recent * D), kv)
+        self._gathered = np.zeros((L, opts.max_recent, KVH, D), kv)
         self._rows = np.zeros(T, np.int64)
         self._logits = np.zeros((1, T, self.vocab), np.float32)
-        self._new_kv = np.zeros((2, L * KVH * T * D), np.float32)   # flat: each call views a contiguous [L,KVH,T,D]
+        self._new_kv = np.zeros((2, L * KVH * T * D), kv)   # flat: each call views a contiguous [L,KVH,T,D]
         self.new_k = self.new_v = self._new_kv[:, :0]
         self._io = self.session.io_binding()
         for l in range(L):
             if S:
                 self._bind_in(f"sink_k.{l}", self.sink_k[l])
                 self._bind_in(f"sink_v.{l}", self.sink_v[l])
-            self._bind_in(f"ring_k.{l}", self.ring_k[l])
-            self._bind_in(f"ring_v.{l}", self.ring_v[l])
+        self._ring_bound = -1
         self.forward_calls = 0
         self.forward_rows = 0
         self.forward_s = 0.0          # wall time inside ONNX Runtime (the pipeline's "model" share)
@@ -77,15 +84,16 @@ class Runner:
     def _bind_out(self, name: str, array: np.ndarray) -> None:
         self._io.bind_output(name, "cpu", 0, array.dtype, array.shape, array.ctypes.data)
 
-    def mask_buffer(self, T: int, recent: int = 0) -> np.ndarray:
-        """The [T, S+R+recent+T] mask the next forward will read; fill it (RingIndex.visible_mask) before calling."""
-        n = self.spec.pool_slots + recent + T
-        return self._mask[: T * n].reshape(T, n)
+    def mask_buffer(self) -> np.ndarray:
+        """A flat scratch buffer large enough for any pass's mask (RingIndex.visible_mask fills a prefix of it)."""
+        return self._mask
 
-    def forward(self, tokens: np.ndarray, positions: np.ndarray, logit_rows: np.ndarray | None = None,
-                recent_slots: np.ndarray | None = None) -> np.ndarray:
-        """Run T rows (tokens at int64 positions) against the pools; the mask must be in `mask_buffer(T, m)`.
+    def forward(self, tokens: np.ndarray, positions: np.ndarray, mask: np.ndarray,
+                logit_rows: np.ndarray | None = None, recent_slots: np.ndarray | None = None) -> np.ndarray:
+        """Run T rows (tokens at int64 positions) against the pools.
 
+        mask: float32 [T, P + m + T], C-contiguous (RingIndex.visible_mask): the pass reads pool slots [0, P) only,
+        so P - S must be the same for every pass that contains a given row (`RingIndex.pool_columns`).
         recent_slots: the pool slots of m committed positions handed to the pass as the "recent" section (their
         K/V are copied out of the pool, in the given order, to sit just before the new rows).
 
@@ -118,7 +126,10 @@ class Runner:
             self._bind_in(name, table)
         m = 0 if recent_slots is None else len(recent_slots)
         self._bind_recent(recent_slots)
-        self._bind_in("mask", self.mask_buffer(T, m))
+        if mask.dtype != np.float32 or not mask.flags.c_contiguous or mask.shape[0] != T:
+            raise ValueError(f"mask must be C-contiguous float32 with {T} rows, got {mask.dtype} {mask.shape}")
+        self._bind_pool(mask.shape[1] - m - T)
+        self._bind_in("mask", mask)
         self._bind_in("logit_rows", rows)
         self._bind_out("logits", logits)
         logits = logits[0]
@@ -133,6 +144,18 @@ class Runner:
         self.forward_rows += T
         return logits
 
+    def _bind_pool(self, columns: int) -> None:
+        """Bind the leading `columns - S` ring slots (rebinding only when the width changes)."""
+        width = columns - self.spec.sink
+        if not 0 < width <= self.spec.ring:
+            raise ValueError(f"the mask gives {columns} pool columns; this pool has {self.spec.sink} sink slots and "
+                             f"{self.spec.ring} ring slots")
+        if width != self._ring_bound:
+            for l in range(self.cfg["n_layers"]):
+                self._bind_in(f"ring_k.{l}", self.ring_k[l, :width])
+                self._bind_in(f"ring_v.{l}", self.ring_v[l, :width])
+            self._ring_bound = width
+
     def _bind_recent(self, slots) -> None:
         L, KVH, D = self.cfg["n_layers"], self.cfg["n_kv_heads"], self.cfg["head_dim"]
         m = 0 if slots is None else len(slots)
@@ -142,11 +165,13 @@ class Runner:
         if m:
             S = self.spec.sink
             slots = np.asarray(slots)
+            gathered = self._gathered[:, :m]
             for out, sink_pool, ring_pool in ((k, self.sink_k, self.ring_k), (v, self.sink_v, self.ring_v)):
                 if slots.min() >= S:
-                    np.take(ring_pool, slots - S, axis=2, out=out)
+                    np.take(ring_pool, slots - S, axis=1, out=gathered)
                 else:
-                    out[:] = np.concatenate([sink_pool, ring_pool], axis=2)[:, :, slots]
+                    gathered[:] = np.concatenate([sink_pool, ring_pool], axis=1)[:, slots]
+                np.copyto(out, gathered.transpose(0, 2, 1, 3))
         self._bind_in("recent_k", k.reshape(L * KVH, m, D))
         self._bind_in("recent_v", v.reshape(L * KVH, m, D))
 
@@ -156,12 +181,12 @@ class Runner:
         rows, slots = np.asarray(rows), np.asarray(slots)
         sink = slots < S
         if sink.any():
-            self.sink_k[:, :, slots[sink]] = self.new_k[:, :, rows[sink]]
-            self.sink_v[:, :, slots[sink]] = self.new_v[:, :, rows[sink]]
+            self.sink_k[:, slots[sink]] = self.new_k[:, :, rows[sink]].transpose(0, 2, 1, 3)
+            self.sink_v[:, slots[sink]] = self.new_v[:, :, rows[sink]].transpose(0, 2, 1, 3)
         ring = ~sink
         if ring.any():
-            self.ring_k[:, :, slots[ring] - S] = self.new_k[:, :, rows[ring]]
-            self.ring_v[:, :, slots[ring] - S] = self.new_v[:, :, rows[ring]]
+            self.ring_k[:, slots[ring] - S] = self.new_k[:, :, rows[ring]].transpose(0, 2, 1, 3)
+            self.ring_v[:, slots[ring] - S] = self.new_v[:, :, rows[ring]].transpose(0, 2, 1, 3)
 
     @property
     def pool_bytes(self) -> int:

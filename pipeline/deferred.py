@@ -44,9 +44,6 @@ class DeferredEngine(Sequence):
         self._early: list = []          # proposals that arrived while waiting for something else (header, arrays)
         self.totals = Stats()           # every generation's stats, summed (for the run-time figures)
 
-    def _mask_for(self, T: int, m: int) -> np.ndarray:
-        return self._mask[: T * (self.spec.pool_slots + m + T)].reshape(T, -1)
-
     # -- feeding text into the cache -------------------------------------------------------------------------------
     def feed(self, ids, pick: bool = False, score: bool = False):
         """Commit tokens (the pending one first, if any) in chunks; with `pick`, the target's next token; with
@@ -62,7 +59,7 @@ class DeferredEngine(Sequence):
             chunk = ids[start:start + self.max_rows]
             T = len(chunk)
             pos = self.index.n + np.arange(T, dtype=np.int64)
-            mask = self.index.visible_mask(pos, None, out=self._mask_for(T, 0))
+            mask = self.index.visible_mask(pos, None, out=self._mask)
             slots = self.index.write(pos)
             self.index.commit(T)
             last = pick and start + T == len(ids)
@@ -141,8 +138,7 @@ class DeferredEngine(Sequence):
     def _verify(self, prop: Proposal, block: int):
         n = self.index.n
         blk = plan_block(n, self.pending, prop, BLOCK, self.spec.sink, self.spec.ring)
-        T, m = len(blk.tokens), len(blk.recent)
-        mask = self.index.visible_mask(blk.pos, blk.anc, out=self._mask_for(T, m), recent_from=n - m)
+        mask = self.index.visible_mask(blk.pos, blk.anc, out=self._mask, recent_from=n - len(blk.recent))
         arrays = {"ids": blk.tokens, "pos": blk.pos, "mask": mask, "parent": blk.parent,
                   "recent": slot_of(blk.recent, self.spec.sink, self.spec.ring), "slots": blk.slots}
         if blk.q is not None:

@@ -142,9 +142,10 @@ class ModelDraft:
         pos = np.arange(start, start + len(tokens), dtype=np.int64)
         ix, spec = self.index, self.runner.spec
         # The speculative rows already written (index.n .. start-1) are visible to these queries, like committed ones.
-        visible_mask(pos, None, ix.slot_pos, start, ix.ring_start, spec.sink, spec.window,
-                     self.runner.mask_buffer(len(tokens)))
-        logits = self.runner.forward(np.asarray(tokens, np.int64), pos, logit_rows=np.array([len(tokens) - 1]))
+        cols, t = ix.pool_columns(start), len(tokens)
+        mask = self.runner.mask_buffer()[: t * (cols + t)].reshape(t, -1)
+        visible_mask(pos, None, ix.slot_pos[:cols], start, ix.ring_start, spec.sink, spec.window, mask)
+        logits = self.runner.forward(np.asarray(tokens, np.int64), pos, mask, logit_rows=np.array([len(tokens) - 1]))
         self.runner.store(np.arange(len(tokens)), self.index.write(pos))
         self.fed.extend(tokens)
         self.forward_calls += 1

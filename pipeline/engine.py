@@ -154,8 +154,8 @@ class Engine(Sequence):
             chunk = ids[start:start + step]
             T = len(chunk)
             pos = self.index.n + np.arange(T, dtype=np.int64)
-            self.index.visible_mask(pos, None, out=self.runner.mask_buffer(T))
-            logits = self.runner.forward(chunk, pos, None if all_logits else np.array([T - 1]))
+            mask = self.index.visible_mask(pos, None, out=self.runner.mask_buffer())
+            logits = self.runner.forward(chunk, pos, mask, None if all_logits else np.array([T - 1]))
             if on_logits is not None:
                 on_logits(start, logits)
             self._commit(np.arange(T), pos)
@@ -189,11 +189,10 @@ class Engine(Sequence):
         prop: Proposal = self.draft.propose(self.pending, k, room_of(n, self.block))
         stats.draft_s += time.perf_counter() - t0
         blk = plan_block(n, self.pending, prop, self.block, self.spec.sink, self.spec.ring)
-        T = len(blk.tokens)
-        self.index.visible_mask(blk.pos, blk.anc, out=self.runner.mask_buffer(T, len(blk.recent)),
-                                recent_from=n - len(blk.recent))
-        logits = self.runner.forward(blk.tokens, blk.pos, recent_slots=slot_of(blk.recent, self.spec.sink,
-                                                                               self.spec.ring))
+        mask = self.index.visible_mask(blk.pos, blk.anc, out=self.runner.mask_buffer(),
+                                       recent_from=n - len(blk.recent))
+        logits = self.runner.forward(blk.tokens, blk.pos, mask,
+                                     recent_slots=slot_of(blk.recent, self.spec.sink, self.spec.ring))
         rows, nxt = judge(logits, blk, params, self._probs, self.rng)
         self._commit(rows, n + np.arange(len(rows), dtype=np.int64))
         committed = blk.tokens[rows]

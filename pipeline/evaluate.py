@@ -27,6 +27,7 @@ import numpy as np
 from actors.common import proc_status
 from models.convert import load_card
 from models.registry import converted_dir
+from models.runner import kv_bytes_per_slot
 from models.tokenizer import Tokenizer
 from pipeline import svg
 from pipeline.assemble import make_engine, resolve_gguf
@@ -134,7 +135,7 @@ def evaluate_stream(log: str, fmt: str | None = None, modes=MODES, sink: int = 4
     if n < 2:
         raise ValueError(f"the stream has {n} token(s); scoring needs at least 2")
     wrap = sink + window
-    kv_bytes = 2 * cfg["n_layers"] * cfg["n_kv_heads"] * cfg["head_dim"] * 4     # K and V, float32, per position
+    kv_bytes = kv_bytes_per_slot(cfg)
     meta = {"log": str(log), "n_tokens": n, "sink": sink, "window": window, "chunk": chunk, "threads": threads,
             "wrap_position": wrap, "n_scored_post_wrap": max(0, n - wrap),
             "post_wrap_target": 10 * wrap, "post_wrap_target_met": n - wrap >= 10 * wrap,

@@ -162,6 +162,7 @@ def soak(cfg, log: str, tokens: int, every_tokens: int = 5000, progress=None) ->
     """Loop `log` through the pipeline until `tokens` stream tokens went in; sample, then report."""
     from models.convert import load_card
     from models.registry import converted_dir
+    from models.runner import kv_bytes_per_slot
     from pipeline.assemble import resolve_gguf
     from pipeline.launch import run_pipeline
     from pipeline.records import format_of
@@ -171,7 +172,7 @@ def soak(cfg, log: str, tokens: int, every_tokens: int = 5000, progress=None) ->
                               actors=dataclasses.replace(cfg.actors, launcher="local"))
     card = load_card(converted_dir(resolve_gguf(cfg.model.gguf)))["config"]
     spec = replay_frame(cfg).spec
-    kv_formula = card["n_layers"] * 2 * card["n_kv_heads"] * (spec.sink + spec.ring) * card["head_dim"] * 4
+    kv_formula = kv_bytes_per_slot(card) * (spec.sink + spec.ring)
     with tempfile.TemporaryDirectory(prefix="ringspec_soak_") as tmp:
         endpoint = f"ipc://{tmp}/events"
         listener = _Listener(endpoint, every_tokens, progress)

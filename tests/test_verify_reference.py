@@ -117,11 +117,11 @@ def _step(engine: Engine, proposal: Proposal, tamper=None):
     runner, seen = engine.runner, {}
     forward = runner.forward
 
-    def spy(tokens, positions, logit_rows=None, recent_slots=None):
+    def spy(tokens, positions, mask, logit_rows=None, recent_slots=None):
         m = 0 if recent_slots is None else len(recent_slots)
         if tamper is not None:
-            tamper(runner.mask_buffer(len(tokens), m), np.asarray(positions), engine.index, m)
-        logits = forward(tokens, positions, logit_rows, recent_slots)
+            tamper(mask, np.asarray(positions), engine.index, m)
+        logits = forward(tokens, positions, mask, logit_rows, recent_slots)
         seen.update(logits=logits.copy(), k=runner.new_k.copy(), v=runner.new_v.copy())
         return logits
 
@@ -155,8 +155,9 @@ def _leak_slot_outside_window(mask, positions, index, m):
 
 def _leak_uncle(mask, positions, index, m):
     """The branch's second node (last row) also sees the chain's first node (row 1), not its ancestor."""
-    assert mask[-1, S + R + m + 1] < 0
-    mask[-1, S + R + m + 1] = 0.0
+    new_rows = mask.shape[1] - len(positions)
+    assert mask[-1, new_rows + 1] < 0
+    mask[-1, new_rows + 1] = 0.0
 
 
 def _sink_query_at_u(row_pos, sink, window, out=None):
@@ -207,8 +208,12 @@ class Lab:
 
     def runner(self, level: int) -> Runner:
         if level not in self._runners:
+            # Level 0 holds K/V as float32: float16 rounding flips with 1e-7 changes of its input, which alone moves
+            # logits by ~4e-3 and would hide a leaked slot. Level 4 runs the default float16 pool.
+            kv = "float32" if level == 0 else "float16"
             self._runners[level] = Runner(self.model_dir, RingSpec(S, W, R),
-                                          RunnerOptions(threads=2, max_rows=MAX_ROWS, accuracy_level=level))
+                                          RunnerOptions(threads=2, max_rows=MAX_ROWS, accuracy_level=level,
+                                                        kv_dtype=kv))
         return self._runners[level]
 
     def scenario(self, where: str) -> Scenario:
@@ -263,8 +268,8 @@ class Lab:
         run.logits["next block"] = _probe(engine, Proposal.chain(run.next_block))
         # Planted bug (the article's scheduler): g3 paired with the rejected x3's K/V (row 3 of the partial pass).
         slot = engine.index.write([n + 3])[0]
-        engine.runner.ring_k[:, :, slot - S] = k[:, :, 3]
-        engine.runner.ring_v[:, :, slot - S] = v[:, :, 3]
+        engine.runner.ring_k[:, slot - S] = k[:, :, 3]
+        engine.runner.ring_v[:, slot - S] = v[:, :, 3]
         engine.index.commit(1)
         engine.pending = int(run.next_block[0])
         run.logits["x3 for g3"] = _probe(engine, Proposal.chain(run.next_block[1:]))
