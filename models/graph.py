@@ -4,8 +4,8 @@ Owns the computation: embedding, RMSNorm (the residual add fused in), fused QKV,
 masked attention over [S sink slots | the first C of R ring slots | P recent positions | T new rows], SwiGLU, head.
 Never decides which slot holds what: the host passes the per-row mask, the rotation tables and the recent positions'
 K/V (copied from the pool), binds as many ring slots as the mask covers, and receives the new rows' K/V as outputs
-to write where it chooses. K/V are float16 by default (half the bytes a pass reads from the pool, as llama.cpp);
-the new rows are rounded to that type before any row attends to them, so a pool read and a same-pass read agree.
+to write where it chooses. K/V may be float16 (half the pool; cast to float32 per pass): the new rows are then
+rounded to float16 before any row attends to them, so a pool read and a same-pass read still agree.
 
 Sinks stay rotated at their own positions; each row scores them with a second query rotated at min(u, S+W-1)
 (`cos_sink`/`sin_sink`), so they sit at StreamingLLM's positions within the cache. Window keys are rotated at their
@@ -24,8 +24,8 @@ MS = "com.microsoft"
 GRAPH_VERSION = 3          # part of every graph file name: a changed builder never reuses an old file
 STATIC_RECENT = 32         # recent-section columns of a static graph (an NPU host pads it, masked)
 _END = np.iinfo(np.int64).max
-_NP2ONNX = {"float32": TensorProto.FLOAT, "float16": TensorProto.FLOAT16, "uint8": TensorProto.UINT8, "int8": TensorProto.INT8,
-            "int64": TensorProto.INT64}
+_NP2ONNX = {"float32": TensorProto.FLOAT, "float16": TensorProto.FLOAT16, "uint8": TensorProto.UINT8,
+            "int8": TensorProto.INT8, "int64": TensorProto.INT64}
 
 
 class _Builder:
@@ -56,13 +56,6 @@ class _Builder:
     def const(self, value, dtype=np.int64) -> str:
         name = f"const_{len(self.inits)}"
         self.inits[name] = onnx.numpy_helper.from_array(np.asarray(value, dtype=dtype), name)
-        return name
-
-    def block_sum(self, k: int) -> str:
-        name = f"block_sum_{k}"
-        if name not in self.inits:
-            ones = np.kron(np.eye(k // 32, dtype=np.float32), np.ones((32, 1), np.float32))   # [K, K/32]
-            self.inits[name] = onnx.numpy_helper.from_array(ones, name)
         return name
 
     def linear(self, x: str, spec: dict, accuracy_level: int) -> str:
@@ -97,7 +90,7 @@ class _Builder:
                        interleaved=int(interleaved), num_heads=heads)
 
 
-def build_graph(card: dict, T: int | None, sink: int, ring: int, accuracy_level: int = 4, kv_dtype: str = "float16",
+def build_graph(card: dict, T: int | None, sink: int, ring: int, accuracy_level: int = 4, kv_dtype: str = "float32",
                 weights_file: str = "weights.bin") -> onnx.ModelProto:
     """One pass over T rows (None: a symbolic row count) against `sink` + `ring` pool slots.
 
@@ -216,13 +209,13 @@ def _embed(b: _Builder, card: dict, d: int) -> str:
 
 
 def graph_path(model_dir: Path, T: int | None, sink: int, ring: int, accuracy_level: int,
-               kv_dtype: str = "float16") -> Path:
+               kv_dtype: str = "float32") -> Path:
     kv = {"float16": "kv16", "float32": "kv32"}[kv_dtype]
     return Path(model_dir) / f"graph_v{GRAPH_VERSION}_T{T or 'dyn'}_S{sink}_R{ring}_a{accuracy_level}_{kv}.onnx"
 
 
 def ensure_graph(model_dir: Path, card: dict, T: int | None, sink: int, ring: int, accuracy_level: int = 4,
-                 kv_dtype: str = "float16") -> Path:
+                 kv_dtype: str = "float32") -> Path:
     """The graph file for this shape, built on first use beside the shared weights."""
     path = graph_path(model_dir, T, sink, ring, accuracy_level, kv_dtype)
     if not path.exists():

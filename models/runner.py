@@ -27,7 +27,7 @@ class RunnerOptions:
     max_recent: int = 64        # largest "recent" section (committed positions passed beside the new rows)
     accuracy_level: int = 4     # MatMulNBits int8 activations: the fast exact-weight path (DESIGN.md)
     rope_angles: str = "float64"  # "float32" only for the naive baseline of eval-stream (DESIGN.md says: don't)
-    kv_dtype: str = "float16"   # the K/V pools' type (llama.cpp's default too); "float32" for converter checks
+    kv_dtype: str = "float32"   # K/V pools; "float16" halves them but is slower on x86 (docs/speed.md)
     spin: bool = True           # ORT's intra-op threads spin between ops (fast alone; steals cores from neighbours)
 
 

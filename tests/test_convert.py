@@ -56,7 +56,6 @@ def full_cache(max_rows: int) -> RingSpec:
 
 
 def make_runner(model_dir: Path, accuracy_level: int, max_rows: int = 16, kv_dtype: str = "float32") -> Runner:
-    """float32 K/V unless asked: these tests pin the weights' mapping, not the pool's rounding."""
     return Runner(model_dir, full_cache(max_rows), RunnerOptions(threads=1, max_rows=max_rows,
                                                                  accuracy_level=accuracy_level, kv_dtype=kv_dtype))
 
@@ -124,7 +123,7 @@ def test_float_activation_logits_match_transformers(converted, case):
 
 @pytest.mark.parametrize("case", CASE_IDS)
 def test_float16_pool_costs_only_its_rounding(converted, case):
-    """K/V held as float16 (the default pool): logits move by the rounding of K and V (2^-11 relative), far less
+    """K/V held as float16 (the half-size pool): logits move by the rounding of K and V (2^-11 relative), far less
     than int8 activations, and the second chunk (which reads the first from the pool) moves no more than the first."""
     model_dir, ids, ref = converted[case]
     exact = run_prompt(model_dir, ids, accuracy_level=0, chunks=[12, 8])
@@ -321,9 +320,7 @@ def random_inputs(session: ort.InferenceSession, card: dict, rng) -> dict:
     for value in session.get_inputs():
         if value.name.startswith(("sink_", "ring_", "recent_")):
             feeds[value.name] = rng.standard_normal(value.shape)
-    kv = {k for k in feeds if k.startswith(("sink_", "ring_", "recent_"))}
-    return {k: np.asarray(v, np.int64 if k in ("input_ids", "logit_rows") else np.float16 if k in kv else np.float32)
-            for k, v in feeds.items()}
+    return {k: np.asarray(v, np.int64 if k in ("input_ids", "logit_rows") else np.float32) for k, v in feeds.items()}
 
 
 def test_cli_static_graph_runs_and_matches_the_dynamic_graph(cli_static):

@@ -208,8 +208,8 @@ class Lab:
 
     def runner(self, level: int) -> Runner:
         if level not in self._runners:
-            # Level 0 holds K/V as float32: float16 rounding flips with 1e-7 changes of its input, which alone moves
-            # logits by ~4e-3 and would hide a leaked slot. Level 4 runs the default float16 pool.
+            # Level 4 also runs a float16 pool: its rounding (flipped by 1e-7 changes of the input, ~4e-3 on the
+            # logits) stays under level 4's bound but would hide a leaked slot from level 0's.
             kv = "float32" if level == 0 else "float16"
             self._runners[level] = Runner(self.model_dir, RingSpec(S, W, R),
                                           RunnerOptions(threads=2, max_rows=MAX_ROWS, accuracy_level=level,
