@@ -125,6 +125,19 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--json", action="store_true", help="print {task: {system: figures}} as one JSON object")
     p.add_argument("--out", help="also write the result (with run metadata) to this JSON file")
 
+    p = sub.add_parser("draft-scan", help="acceptance and cost of drafts cut from the target's blocks",
+                       description="Cuts drafts from the default model (a subset of its transformer blocks; "
+                                   "embeddings, final norm and head shared), caches them under $RINGSPEC_HOME/drafts "
+                                   "and runs each as the serial engine's draft on the bench prompts beside "
+                                   "target-only. Candidates: block lists like 0-5,12-29 or strided ranges like "
+                                   "0-29:2, separated by spaces.")
+    p.add_argument("candidates", nargs="*", help="block lists (default: six early-exit, strided and range cuts)")
+    p.add_argument("--log", default=str(ROOT / "data/tep_demo.csv"))
+    p.add_argument("--task", choices=("log", "analysis"), default="log")
+    p.add_argument("--offsets", type=int, default=3)
+    p.add_argument("--draft-len", type=int, default=3, help="proposals per verify")
+    p.add_argument("--json", action="store_true")
+
     p = sub.add_parser("pipeline-bench", help="pipelined (actors) vs serial (one process), same draft, one run",
                        description="Replays a log through the serial engine and through the local actor pipeline, "
                                    "alternating, with the same profile (so the same draft); prints medians of "
@@ -331,6 +344,32 @@ def cmd_bench(args) -> int:
     return 0
 
 
+def cmd_draft_scan(args) -> int:
+    from pipeline import draftscan
+
+    def progress(spec, row):
+        print(f"  {spec:14s} accepted {row['acceptance_rate']:6.1%}  {row['accepted_per_verify']:.2f} tokens/verify  "
+              f"draft {row['draft_ms_per_token']:5.1f} ms/token ({row['relative_cost']:.2f} of a target pass)  "
+              f"{row['tokens_per_s']:6.1f} tok/s ({row['speedup']:.2f}x)", file=sys.stderr, flush=True)
+
+    out = draftscan.scan(args.log, tuple(args.candidates) or draftscan.DEFAULT_CANDIDATES, args.offsets,
+                         args.draft_len, task=args.task, progress=progress)
+    if args.json:
+        print(json.dumps(out))
+        return 0
+    rows = out["candidates"]
+    print(f"target_only: {rows['target_only']['tokens_per_s']:.1f} tok/s "
+          f"({rows['target_only']['target_ms_per_pass']:.1f} ms a token)")
+    print(f"{'blocks kept':16s} {'n':>3s} {'accepted':>9s} {'tok/verify':>10s} {'draft ms':>9s} {'cost':>6s} "
+          f"{'tok/s':>7s} {'speedup':>8s}")
+    for spec, r in rows.items():
+        if spec != "target_only":
+            print(f"{spec:16s} {r['blocks']:3d} {r['acceptance_rate']:9.1%} {r['accepted_per_verify']:10.2f} "
+                  f"{r['draft_ms_per_token']:9.1f} {r['relative_cost']:6.2f} {r['tokens_per_s']:7.1f} "
+                  f"{r['speedup']:7.2f}x")
+    return 0
+
+
 def cmd_pipeline_bench(args) -> int:
     from pipeline import config, pipebench
 
@@ -468,7 +507,7 @@ def _sink(args):
 
 
 VERBS = {"replay": cmd_replay, "generate": cmd_generate, "score": cmd_score, "convert": cmd_convert,
-         "bench": cmd_bench, "eval-stream": cmd_eval_stream, "pipeline-bench": cmd_pipeline_bench,
+         "bench": cmd_bench, "draft-scan": cmd_draft_scan, "eval-stream": cmd_eval_stream, "pipeline-bench": cmd_pipeline_bench,
          "soak": cmd_soak}
 
 if __name__ == "__main__":

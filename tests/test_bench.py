@@ -69,3 +69,24 @@ def test_bench_runs_every_system_on_the_real_model_and_prints_the_json_contract(
             if name in ("target_only", "suffix_serial"):
                 assert row["identical_to_target_only"] == row["prompts"] == 1
     assert json.loads((tmp_path / "bench.json").read_text())["_meta"]["systems"]
+
+
+def test_block_lists_parse_ranges_and_refuse_junk():
+    from models.subset import parse_blocks
+    from pipeline.draftscan import _blocks
+    assert parse_blocks("0-2,5, 7-8") == [0, 1, 2, 5, 7, 8]
+    assert _blocks("0-9:3") == [0, 3, 6, 9]
+    for bad in ("a-3", "1-", "2,2", ""):
+        with pytest.raises(ValueError):
+            parse_blocks(bad)
+
+
+def test_a_draft_holding_every_block_is_always_accepted(default_gguf, tmp_path, monkeypatch):
+    """The scan's protocol on the one candidate whose answer is known: a byte copy of the target proposes exactly
+    the target's greedy tokens, and the tokens equal target-only's."""
+    from pipeline import draftscan
+    monkeypatch.setattr(draftscan, "home", lambda: tmp_path)       # the cut GGUF goes here (its conversion is cached)
+    out = draftscan.scan(f"{ROOT}/data/tep_demo.csv", candidates=("0-29",), n_offsets=1, draft_len=3)
+    row = out["candidates"]["0-29"]
+    assert row["blocks"] == 30 and row["acceptance_rate"] == 1.0 and row["accepted_per_verify"] == 4.0
+    assert (tmp_path / "drafts").is_dir()

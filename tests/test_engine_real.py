@@ -11,7 +11,7 @@ import pipeline.blocks as blocks_mod
 from kernels.sampling import SamplingParams
 from pipeline.assemble import make_engine
 from pipeline.records import read_log, render
-from tests.tiny_gguf import truncate_layers
+from models.subset import layer_subset
 
 SHARED = Path(__file__).resolve().parents[2] / "shared"
 GREEDY = SamplingParams()
@@ -62,7 +62,7 @@ def draft_gguf(default_gguf, tmp_path_factory):
     # All blocks but block 20: accepts about 64% of its proposals on this stream, so rejections and rollbacks are
     # frequent. (Dropping the last blocks instead is far worse: the first 28 of 30 accept about 28%.)
     keep = [i for i in range(30) if i != 20]
-    return truncate_layers(default_gguf, tmp_path_factory.mktemp("draft") / "smollm2-skip20.gguf", keep)
+    return layer_subset(default_gguf, tmp_path_factory.mktemp("draft") / "smollm2-skip20.gguf", keep)
 
 
 def run_stream(engine, ids, record_gaps: bool = False):

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.tiny_gguf import truncate_layers
+from models.subset import layer_subset
 
 ROOT = Path(__file__).resolve().parents[1]
 LOG = ROOT / "data" / "tep_demo.csv"
@@ -138,7 +138,7 @@ def skip20_profile(default_gguf, tmp_path_factory):
     and stale blocks all happen)."""
     where = tmp_path_factory.mktemp("draft")
     keep = [i for i in range(30) if i != 20]
-    gguf = truncate_layers(default_gguf, where / "smollm2-skip20.gguf", keep)
+    gguf = layer_subset(default_gguf, where / "smollm2-skip20.gguf", keep)
     profile = where / "model_draft.toml"
     profile.write_text(f'[draft]\nkind = "model"\nmodel = "{gguf}"\nlength = 4\n[replay]\nmax_new_tokens = 40\n')
     return profile

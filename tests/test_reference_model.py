@@ -11,7 +11,8 @@ import torch
 from gguf import GGUFReader
 
 from tests.reference_model import ReferenceModel
-from tests.tiny_gguf import tiny_vocab, truncate_layers, write_tiny_gguf
+from models.subset import layer_subset
+from tests.tiny_gguf import tiny_vocab, write_tiny_gguf
 
 
 # ---------------------------------------------------------------------------------------------------- helpers
@@ -198,10 +199,10 @@ def test_logits_tree_rows_equal_the_linear_pass_of_each_ancestor_path(tiny_llama
         np.testing.assert_allclose(got[node], expected, rtol=0, atol=1e-12)
 
 
-def test_truncate_layers_keeps_the_first_blocks_exactly(tmp_path):
+def test_layer_subset_keeps_the_first_blocks_exactly(tmp_path):
     src, dst = tmp_path / "full.gguf", tmp_path / "draft.gguf"
     write_tiny_gguf(src, "qwen2", n_layers=4, weight_type="Q4_1", tied=False)
-    truncate_layers(src, dst, keep=2)
+    layer_subset(src, dst, keep=2)
     full, draft = ReferenceModel.from_gguf(src), ReferenceModel.from_gguf(dst)
     assert draft.config == dataclasses.replace(full.config, n_layers=2)
     first_two = full.with_config(n_layers=2)
@@ -249,7 +250,7 @@ def test_real_model_ring_rows_with_full_history_match_full_causal(real_reference
 
 
 def test_truncated_real_model_loads_and_runs(real_reference, default_gguf, tmp_path):
-    dst = truncate_layers(default_gguf, tmp_path / "draft.gguf", keep=3)
+    dst = layer_subset(default_gguf, tmp_path / "draft.gguf", keep=3)
     draft = ReferenceModel.from_gguf(dst)
     assert draft.config == dataclasses.replace(real_reference.config, n_layers=3)
     for name in ("token_embd.weight", "blk.2.attn_q.weight", "blk.2.ffn_down.weight"):

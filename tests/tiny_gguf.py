@@ -6,11 +6,10 @@ function, so a GGUF consumer can be checked against transformers without any dow
 """
 from __future__ import annotations
 
-from pathlib import Path
 
 import numpy as np
 import torch
-from gguf import GGMLQuantizationType, GGUFReader, GGUFValueType, GGUFWriter
+from gguf import GGMLQuantizationType, GGUFWriter
 from gguf.quants import dequantize, quantize
 
 CONTROL_TOKENS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]   # ids 0, 1, 2 as in SmolLM2
@@ -207,46 +206,3 @@ def write_tiny_gguf(path, arch: str = "llama", *, n_layers: int = 2, d_model: in
             "tokens": tokens, "merges": merges}
 
 
-def truncate_layers(src_gguf, dst_gguf, keep) -> Path:
-    """Copy src_gguf to dst_gguf keeping blocks 0..keep-1 (or the listed blocks, renumbered in order): tensors byte
-    for byte in their own quant types, every metadata key copied as stored except {arch}.block_count."""
-    reader = GGUFReader(str(src_gguf))
-    arch = reader.fields["general.architecture"].contents()
-    n_blocks = int(reader.fields[f"{arch}.block_count"].contents())
-    blocks = list(range(keep)) if isinstance(keep, int) else sorted(keep)
-    if not blocks or blocks[0] < 0 or blocks[-1] >= n_blocks or len(set(blocks)) != len(blocks):
-        raise ValueError(f"keep must select blocks in 0..{n_blocks - 1}, got {keep}")
-    renumber = {old: new for new, old in enumerate(blocks)}
-    keep = len(blocks)
-    writer = GGUFWriter(str(dst_gguf), arch)
-    for key, field in reader.fields.items():
-        if key.startswith("GGUF.") or key == "general.architecture":
-            continue   # header fields and the architecture are written by GGUFWriter itself
-        main = field.types[0]
-        if key == f"{arch}.block_count":
-            writer.add_key_value(key, keep, main)
-        elif main == GGUFValueType.STRING:
-            writer.add_key_value(key, bytes(field.parts[-1]), main)
-        elif main == GGUFValueType.ARRAY:
-            sub = field.types[-1]
-            if sub == GGUFValueType.ARRAY:
-                raise ValueError(f"{key}: nested arrays are not supported")
-            value = [bytes(field.parts[i]) for i in field.data] if sub == GGUFValueType.STRING else field.contents()
-            writer.add_key_value(key, value, main, sub_type=sub)
-        else:
-            writer.add_key_value(key, field.contents(), main)
-    if "general.alignment" in reader.fields:
-        writer.data_alignment = int(reader.fields["general.alignment"].contents())
-    for t in reader.tensors:
-        name = t.name
-        if name.startswith("blk."):
-            _, index, rest = name.split(".", 2)
-            if int(index) not in renumber:
-                continue
-            name = f"blk.{renumber[int(index)]}.{rest}"
-        writer.add_tensor(name, np.asarray(t.data), raw_dtype=t.tensor_type)
-    writer.write_header_to_file()
-    writer.write_kv_data_to_file()
-    writer.write_tensors_to_file()
-    writer.close()
-    return Path(dst_gguf)
