@@ -419,8 +419,18 @@ def _install_exit_hooks(exit_on_sigterm: bool) -> None:
 
 
 def cleanup_stale(prefix: str = PREFIX) -> list[str]:
-    """Unlink the /dev/shm/<prefix>* channel segments (and ipc files) whose owner process is dead; returns names."""
-    return [name for name in sorted(os.listdir(SHM_DIR)) if name.startswith(prefix) and _remove_if_stale(name)]
+    """Unlink the /dev/shm/<prefix>* channel segments (and ipc files) whose owner process is dead; returns names.
+
+    Also removes <tmp>/<prefix>*.ipc files whose segment is gone: a killed owner's resource tracker unlinks the
+    segment but not the socket file. (An owner binds its socket only after creating its segment, and unbinds before
+    unlinking it, so a socket file without a segment is always a leftover.)"""
+    names = [name for name in sorted(os.listdir(SHM_DIR)) if name.startswith(prefix) and _remove_if_stale(name)]
+    tmp = tempfile.gettempdir()
+    for entry in sorted(os.listdir(tmp)):
+        if entry.startswith(prefix) and entry.endswith(".ipc") and not os.path.exists(f"{SHM_DIR}/{entry[:-4]}"):
+            _unlink_ipc(f"ipc://{tmp}/{entry}")
+            names.append(entry)
+    return names
 
 
 def _remove_if_stale(segment_name: str) -> bool:

@@ -248,6 +248,29 @@ def test_cleanup_stale_removes_segment_of_sigkilled_owner_only():
     assert not _segment_exists(live)
 
 
+def test_cleanup_stale_removes_the_socket_file_a_resource_tracker_leaves_behind():
+    """Only the owner is killed: its resource tracker unlinks the segment but not the ipc socket file."""
+    spec = _spec("tracked")
+    code = textwrap.dedent(f"""
+        import time
+        from pipeline.channel import Channel, ChannelSpec
+        print(Channel.create(ChannelSpec({spec.name!r})).endpoint, flush=True)
+        time.sleep(60)
+    """)
+    proc = subprocess.Popen([sys.executable, "-c", code], cwd=ROOT, stdout=subprocess.PIPE, text=True,
+                            stderr=subprocess.DEVNULL)
+    endpoint_file = proc.stdout.readline().strip()[len("ipc://"):]
+    proc.kill()
+    proc.wait(10)
+    proc.stdout.close()
+    deadline = time.monotonic() + 10
+    while _segment_exists(spec) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not _segment_exists(spec) and os.path.exists(endpoint_file)
+    assert os.path.basename(endpoint_file) in cleanup_stale(PREFIX + "test_")
+    assert not os.path.exists(endpoint_file)
+
+
 def test_create_replaces_segment_of_sigkilled_owner():
     spec = _spec("replace")
     _sigkilled_owner(spec)
