@@ -87,8 +87,9 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--top-k", type=int, default=0)
     p.add_argument("--top-p", type=float, default=1.0)
     p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--draft", choices=("none", "suffix", "model"), default="none",
-                   help="none: target only; suffix: draft from the text already seen; model: a draft GGUF")
+    p.add_argument("--draft", choices=("none", "suffix", "model", "hybrid"), default="none",
+                   help="none: target only; suffix: draft from the text already seen; model: a draft GGUF; hybrid: "
+                        "suffix when the text matches, the draft GGUF otherwise")
     p.add_argument("--draft-model", default="", help="draft GGUF sharing the target's tokenizer (--draft model)")
     p.add_argument("--draft-len", type=int, default=6, help="proposals per verify pass")
     p.add_argument("--json", action="store_true", help="print exactly one JSON object")
@@ -120,7 +121,7 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--repeats", type=int, default=3)
     p.add_argument("--window", type=int, default=1024, help="ring window (pool: 4 sinks + W; nothing wraps)")
     p.add_argument("--threads", type=int, default=2)
-    p.add_argument("--draft-model", default="", help="a draft GGUF for the draft_serial system")
+    p.add_argument("--draft-model", default="", help="a draft GGUF: adds the draft_serial and hybrid_serial systems")
     p.add_argument("--no-llama-cpp", action="store_true", help="leave llama.cpp out even when installed")
     p.add_argument("--json", action="store_true", help="print {task: {system: figures}} as one JSON object")
     p.add_argument("--out", help="also write the result (with run metadata) to this JSON file")

@@ -40,8 +40,9 @@ class SuffixIndex:
         return all(self.tokens[(a_end - i) % self.capacity] == self.tokens[(b_end - i) % self.capacity]
                    for i in range(g))
 
-    def propose(self, pending, k: int) -> np.ndarray:
-        """Up to k tokens that followed the longest recent match of (stream + pending)'s suffix; may be empty.
+    def propose(self, pending, k: int, min_gram: int = 1) -> np.ndarray:
+        """Up to k tokens that followed the longest recent match of (stream + pending)'s suffix (a match of at least
+        `min_gram` tokens); may be empty.
 
         `pending` is one token or a sequence (uncommitted tokens assumed to follow the stream, the last one pending):
         it is appended temporarily so the match ends at its last token; the tables are not updated with it.
@@ -53,14 +54,14 @@ class SuffixIndex:
         saved = self.tokens[where]                    # the oldest tokens; put back below
         self.tokens[where] = tail
         try:
-            return self._continuation(self.total + len(tail) - 1, k)
+            return self._continuation(self.total + len(tail) - 1, k, min_gram)
         finally:
             self.tokens[where] = saved
 
-    def _continuation(self, end: int, k: int) -> np.ndarray:
+    def _continuation(self, end: int, k: int, min_gram: int) -> np.ndarray:
         oldest = max(0, end + 1 - self.capacity)
         for g in self.grams:
-            if end + 1 < g:
+            if end + 1 < g or g < min_gram:
                 continue
             prev = int(self.tables[g][self._hash(end, g)])
             if prev < 0 or prev - g + 1 < oldest or not self._matches(prev, end, g):

@@ -11,7 +11,7 @@ from kernels.sampling import SamplingParams
 from models.registry import converted_dir, default_model_path
 from models.runner import Runner, RunnerOptions
 from models.tokenizer import Tokenizer
-from pipeline.drafts import ModelDraft, NoDraft, SuffixDraft
+from pipeline.drafts import HybridDraft, ModelDraft, NoDraft, SuffixDraft
 from pipeline.engine import Engine
 
 
@@ -30,16 +30,17 @@ def make_draft(kind: str, spec: RingSpec, params: SamplingParams, draft_gguf: st
         return NoDraft()
     if kind == "suffix":
         return SuffixDraft()
-    if kind == "model":
+    if kind in ("model", "hybrid"):
         if not draft_gguf:
-            raise ValueError("--draft model needs --draft-model PATH.gguf")
+            raise ValueError(f"--draft {kind} needs --draft-model PATH.gguf")
         runner = Runner(converted_dir(resolve_gguf(draft_gguf)), spec, RunnerOptions(threads=threads,
                                                                                      max_rows=max_rows))
         if target_vocab is not None and runner.vocab != target_vocab:
             raise ValueError(f"draft vocabulary {runner.vocab} != target vocabulary {target_vocab}: a draft must "
                              f"share the target's tokenizer")
-        return ModelDraft(runner, params, seed=params.seed)
-    raise ValueError(f"unknown draft kind {kind!r} (none, suffix, model)")
+        model = ModelDraft(runner, params, seed=params.seed)
+        return model if kind == "model" else HybridDraft(SuffixDraft(), model)
+    raise ValueError(f"unknown draft kind {kind!r} (none, suffix, model, hybrid)")
 
 
 def make_engine(gguf: str = "default", sink: int = 4, window: int = 1024, slack: int = 0, max_rows: int = 32,

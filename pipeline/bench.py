@@ -36,7 +36,7 @@ class System:
     """A way of generating: a ringspec engine with a proposer, or llama.cpp with or without its lookup draft."""
     name: str
     kind: str                     # "ringspec" | "llama_cpp"
-    draft: str = "none"           # ringspec: none | suffix | model; llama_cpp: none | lookup
+    draft: str = "none"           # ringspec: none | suffix | model | hybrid; llama_cpp: none | lookup
     draft_gguf: str = ""
     draft_len: int = 6
 
@@ -44,7 +44,8 @@ class System:
 def systems(draft_gguf: str = "", llama_cpp: bool = True) -> list[System]:
     out = [System("target_only", "ringspec"), System("suffix_serial", "ringspec", "suffix")]
     if draft_gguf:
-        out.append(System("draft_serial", "ringspec", "model", draft_gguf, 4))
+        out += [System("draft_serial", "ringspec", "model", draft_gguf, 3),
+                System("hybrid_serial", "ringspec", "hybrid", draft_gguf, 6)]
     if llama_cpp:
         out += [System("llama_cpp_plain", "llama_cpp"), System("llama_cpp_lookup", "llama_cpp", "lookup")]
     return out
@@ -134,7 +135,7 @@ def _ringspec_runner(system: System, threads: int, window: int):
     from pipeline.assemble import make_engine
 
     engine = make_engine(sink=4, window=window, draft=system.draft, draft_gguf=system.draft_gguf,
-                         draft_len=system.draft_len, threads=threads)
+                         draft_len=system.draft_len, threads=threads, draft_threads=threads)   # serial: turns
 
     def run(prompt: Prompt) -> dict:
         engine.rollback(0)                                   # a fresh context: nothing carried between prompts

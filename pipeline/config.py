@@ -37,7 +37,7 @@ class CacheSection:
 
 @dataclass(frozen=True)
 class DraftSection:
-    kind: str = "suffix"             # none | suffix | model
+    kind: str = "suffix"             # none | suffix | model | hybrid (suffix when the stream matches, else model)
     model: str = ""                  # GGUF of the neural draft (kind = "model")
     length: int = 6                  # proposals per verify pass
     threads: int = 1
@@ -104,7 +104,7 @@ class Config:
         return self.cache.window + max(self.cache.slack, self.model.max_rows)
 
 
-_CHOICES = {("draft", "kind"): ("none", "suffix", "model"), ("replay", "format"): ("plain", "csv", "jsonl"),
+_CHOICES = {("draft", "kind"): ("none", "suffix", "model", "hybrid"), ("replay", "format"): ("plain", "csv", "jsonl"),
             ("actors", "launcher"): ("local", "ray", "serial")}
 _MIN = {("model", "threads"): 1, ("model", "max_rows"): 2, ("cache", "sink"): 0, ("cache", "window"): 1,
         ("cache", "slack"): 0, ("draft", "length"): 0, ("draft", "threads"): 1, ("sampling", "temperature"): 0.0,
@@ -137,8 +137,8 @@ def parse(raw: dict, source: str = "<dict>") -> Config:
             raise ConfigError(f"{source}: [{name}] must be a table")
         sections[name] = _section(hints[name], name, table, source)
     cfg = Config(**sections, source=source)
-    if cfg.draft.kind == "model" and not cfg.draft.model:
-        raise ConfigError(f"{source}: [draft] kind = \"model\" needs model = \"path/to/draft.gguf\"")
+    if cfg.draft.kind in ("model", "hybrid") and not cfg.draft.model:
+        raise ConfigError(f"{source}: [draft] kind = \"{cfg.draft.kind}\" needs model = \"path/to/draft.gguf\"")
     import os
     usable = os.sched_getaffinity(0)
     for key in ("ingest_cpus", "owner_cpus", "target_cpus", "draft_cpus", "output_cpus"):

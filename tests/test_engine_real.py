@@ -105,10 +105,10 @@ def assert_identical_or_near_tie(reference, gaps, outputs):
             return
 
 
-@pytest.mark.parametrize("draft", ["suffix", "model"])
+@pytest.mark.parametrize("draft", ["suffix", "model", "hybrid"])
 def test_greedy_identity_with_each_draft_while_the_ring_wraps(draft, stream_ids, target_only, draft_gguf):
     engine = make_engine(sink=SINK, window=WINDOW, max_rows=ROWS, draft=draft,
-                         draft_gguf=str(draft_gguf) if draft == "model" else "", draft_len=5)
+                         draft_gguf=str(draft_gguf) if draft != "suffix" else "", draft_len=5)
     outputs, stats, _ = run_stream(engine, stream_ids)
     ref_outputs, _, gaps = target_only
     assert_identical_or_near_tie(ref_outputs, gaps, outputs)
@@ -120,6 +120,9 @@ def test_greedy_identity_with_each_draft_while_the_ring_wraps(draft, stream_ids,
     if draft == "model":
         rate = sum(s["accepted"] for s in stats) / sum(s["proposed"] for s in stats)
         assert 0.3 <= rate <= 0.9, f"draft acceptance {rate:.2f} outside [0.3, 0.9]"
+    if draft == "hybrid":                               # both proposers took turns
+        stream, model = engine.draft.stream, engine.draft.model
+        assert model.forward_calls > 0 and stream.committed == model.committed == engine.index.n
 
 
 def test_mark_and_rollback_restore_the_stream_exactly(stream_ids):
