@@ -34,7 +34,10 @@ def layer_subset(src_gguf, dst_gguf, keep) -> Path:
     n_blocks = int(reader.fields[f"{arch}.block_count"].contents())
     blocks = list(range(keep)) if isinstance(keep, int) else sorted(keep)
     if not blocks or blocks[0] < 0 or blocks[-1] >= n_blocks or len(set(blocks)) != len(blocks):
-        raise ValueError(f"keep must select blocks in 0..{n_blocks - 1}, got {keep}")
+        outside = [b for b in blocks if not 0 <= b < n_blocks]
+        raise ValueError(f"{src_gguf} has blocks 0..{n_blocks - 1}; "
+                         + (f"block {outside[0]} is not one of them" if outside else "the block list is empty or "
+                            "repeats a block"))
     renumber = {old: new for new, old in enumerate(blocks)}
     keep = len(blocks)
     writer = GGUFWriter(str(dst_gguf), arch)

@@ -22,9 +22,12 @@ DEFAULT_CANDIDATES = ("0-5", "0-14", "0-29:2", "0-18,29", "0-9,20-29", "0-5,12-2
 def _blocks(spec: str) -> list[int]:
     """A block list, or "lo-hi:step" for a strided range."""
     if ":" in spec:
-        rng, step = spec.split(":")
-        lo, hi = (int(x) for x in rng.split("-"))
-        return list(range(lo, hi + 1, int(step)))
+        try:
+            rng, step = spec.split(":")
+            lo, hi = (int(x) for x in rng.split("-"))
+            return list(range(lo, hi + 1, int(step)))
+        except ValueError:
+            raise ValueError(f"bad strided range {spec!r}: use lo-hi:step, like 0-29:2") from None
     return parse_blocks(spec)
 
 
@@ -43,7 +46,15 @@ def scan(log: str, candidates=DEFAULT_CANDIDATES, n_offsets: int = 3, draft_len:
     from kernels.sampling import SamplingParams
     from pipeline.assemble import make_engine, resolve_gguf
 
+    from models.convert import load_card
+    from models.registry import converted_dir
+
     gguf = resolve_gguf("default")
+    n_blocks = load_card(converted_dir(gguf))["config"]["n_layers"]
+    for spec in candidates:                               # every list checked before anything runs
+        bad = [b for b in _blocks(spec) if not 0 <= b < n_blocks]
+        if bad or not _blocks(spec):
+            raise ValueError(f"candidate {spec!r}: the model has blocks 0..{n_blocks - 1}")
     ps = prompts(log, task, n_offsets)
     target = make_engine(sink=4, window=window, threads=threads)
 

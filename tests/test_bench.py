@@ -76,9 +76,11 @@ def test_block_lists_parse_ranges_and_refuse_junk():
     from pipeline.draftscan import _blocks
     assert parse_blocks("0-2,5, 7-8") == [0, 1, 2, 5, 7, 8]
     assert _blocks("0-9:3") == [0, 3, 6, 9]
-    for bad in ("a-3", "1-", "2,2", ""):
+    for bad in ("a-3", "1-", "2,2", "", "5-3"):
         with pytest.raises(ValueError):
             parse_blocks(bad)
+    with pytest.raises(ValueError, match="lo-hi:step"):
+        _blocks("0-x:2")
 
 
 def test_a_draft_holding_every_block_is_always_accepted(default_gguf, tmp_path, monkeypatch):
