@@ -342,6 +342,12 @@ def cmd_bench(args) -> int:
                   f"{fmt(r['overhead_share'], '8.1%'):>8s} {r['peak_mb']:8.0f} {r['loop_share']:6.1%} "
                   f"{r['identical_to_target_only']:>4d}/{r['prompts']:<3d} "
                   f"{fmt(r['agreement_with_llama_cpp'], '7.0%'):>7s}")
+    if out["_meta"]["goals"]:
+        print("\ngoals (decode tok/s ratios):")
+    for g in out["_meta"]["goals"]:
+        verdict = "met" if g["met"] else f"short by {1 - g['ratio'] / g['goal']:.0%}"
+        print(f"  {g['task']:8s} {g['system']:14s} / {g['against']:16s} {g['ratio']:5.2f}x  (goal {g['goal']}x: "
+              f"{verdict})")
     return 0
 
 

@@ -257,10 +257,30 @@ def bench(log: str, tasks=TASKS, n_offsets: int = 5, repeats: int = 3, threads: 
                             progress(task, r, k, w.system.name, res)
             out[task] = _table(chosen, runs)
             out["_meta"][f"{task}_offsets"] = [p.offset for p in ps]
+        out["_meta"]["goals"] = goals(out)
     finally:
         for w in workers:
             w.close()
     return out
+
+
+# (task, what, reference system, at least): the drafting issue's goals; "best" is the fastest ringspec system
+GOALS = (("log", "best", "llama_cpp_plain", 2.0), ("log", "best", "llama_cpp_lookup", 1.3),
+         ("analysis", "best", "target_only", 1.3), ("analysis", "target_only", "llama_cpp_plain", 0.9))
+
+
+def goals(out: dict) -> list[dict]:
+    """Each goal whose systems were run: the measured ratio of decode tokens/s, and whether it is met."""
+    rows = []
+    for task, what, ref, need in GOALS:
+        table = out.get(task, {})
+        ours = [s for s in table if not s.startswith("llama_cpp")]
+        name = max(ours, key=lambda s: table[s]["tokens_per_s"], default=None) if what == "best" else what
+        if name in table and ref in table and table[ref]["tokens_per_s"]:
+            ratio = table[name]["tokens_per_s"] / table[ref]["tokens_per_s"]
+            rows.append({"task": task, "system": name, "against": ref, "ratio": ratio, "goal": need,
+                         "met": ratio >= need})
+    return rows
 
 
 def _table(chosen: list[System], runs: dict[str, list[dict]]) -> dict:

@@ -54,6 +54,17 @@ def test_a_ringspec_system_that_differs_from_target_only_is_an_error():
         bench._table(chosen, runs)
 
 
+def test_goals_take_the_fastest_ringspec_system_and_say_by_how_much():
+    out = {"log": {"target_only": {"tokens_per_s": 70.0}, "suffix_serial": {"tokens_per_s": 150.0},
+                   "llama_cpp_plain": {"tokens_per_s": 100.0}, "llama_cpp_lookup": {"tokens_per_s": 200.0}},
+           "analysis": {"target_only": {"tokens_per_s": 90.0}, "suffix_serial": {"tokens_per_s": 120.0}}}
+    got = {(g["task"], g["against"]): g for g in bench.goals(out)}
+    assert set(got) == {("log", "llama_cpp_plain"), ("log", "llama_cpp_lookup"), ("analysis", "target_only")}
+    assert got["log", "llama_cpp_plain"]["system"] == "suffix_serial"           # llama.cpp never counts as ours
+    assert got["log", "llama_cpp_plain"]["ratio"] == pytest.approx(1.5) and not got["log", "llama_cpp_plain"]["met"]
+    assert got["analysis", "target_only"]["ratio"] == pytest.approx(4 / 3) and got["analysis", "target_only"]["met"]
+
+
 def test_bench_runs_every_system_on_the_real_model_and_prints_the_json_contract(default_gguf, tmp_path):
     proc = subprocess.run([sys.executable, f"{ROOT}/run.py", "bench", "--offsets", "1", "--repeats", "1", "--json",
                            "--out", str(tmp_path / "bench.json")], capture_output=True, text=True, timeout=900)
