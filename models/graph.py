@@ -216,9 +216,13 @@ def graph_path(model_dir: Path, T: int | None, sink: int, ring: int, accuracy_le
 
 def ensure_graph(model_dir: Path, card: dict, T: int | None, sink: int, ring: int, accuracy_level: int = 4,
                  kv_dtype: str = "float32") -> Path:
-    """The graph file for this shape, built on first use beside the shared weights."""
+    """The graph file for this shape, built on first use beside the shared weights (graphs of other builder
+    versions are deleted then: nothing can use them any more)."""
     path = graph_path(model_dir, T, sink, ring, accuracy_level, kv_dtype)
     if not path.exists():
+        for old in Path(model_dir).glob("graph_*.onnx"):
+            if not old.name.startswith(f"graph_v{GRAPH_VERSION}_"):
+                old.unlink(missing_ok=True)
         model = build_graph(card, T, sink, ring, accuracy_level, kv_dtype)
         tmp = path.with_suffix(".part")
         onnx.save(model, tmp)

@@ -270,6 +270,17 @@ def test_convert_is_silent_without_progress_and_idempotent(tiny_q41, tmp_path, c
     assert first["outputs"] == second["outputs"]
 
 
+def test_building_a_graph_deletes_the_graphs_of_older_builders(converted):
+    model_dir, _, _ = converted["llama-tied-Q4_0"]
+    card = load_card(model_dir)
+    stale = [model_dir / "graph_Tdyn_S0_R64_a4.onnx", model_dir / "graph_v1_Tdyn_S0_R64_a4.onnx"]
+    for path in stale:
+        path.write_bytes(b"an old builder's graph")
+    current = ensure_graph(model_dir, card, None, 2, 40, 4)
+    fresh = ensure_graph(model_dir, card, None, 3, 40, 4)
+    assert not any(path.exists() for path in stale) and current.exists() and fresh.exists()
+
+
 def test_reconverting_another_model_into_a_directory_does_not_reuse_its_graphs(converted, tmp_path):
     llama_dir, ids, _ = converted["llama-tied-Q4_0"]
     qwen_dir, _, _ = converted["qwen2-bias-untied-Q4_1"]
