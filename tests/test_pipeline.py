@@ -58,20 +58,28 @@ def catches(pid: int, sig: int) -> bool:
     return False
 
 
-def actor_pids(proc, launcher: str, n: int = 5, timeout: float = 180.0) -> dict[str, int]:
-    """{actor name: pid} once all n actors run (local: spawned children; ray: the RayActor workers)."""
-    deadline = time.time() + timeout
+ACTORS = frozenset({"ingest", "cache_owner", "target", "draft", "output"})
+
+
+def actor_pids(proc, launcher: str, timeout: float = 180.0) -> dict[str, int]:
+    """{actor name: pid} once all five actors run and have named themselves (local: spawned children; ray: the
+    RayActor workers). A just-started actor is still called "python" for a moment: wait for its name."""
+    deadline, names = time.time() + timeout, {}
     while time.time() < deadline:
         if launcher == "local":
             pids = [p for p in processes(b"multiprocessing.spawn") if alive(p) and parent_of(p) == proc.pid]
         else:
             pids = [p for p in processes(b"ray::RayActor.run") if alive(p)]
-        if len(pids) >= n:
-            names = {Path(f"/proc/{p}/comm").read_text().strip().removeprefix("rs:"): p for p in pids}
-            if len(names) >= n:
-                return names
+        names = {}
+        for p in pids:
+            try:
+                names[Path(f"/proc/{p}/comm").read_text().strip().removeprefix("rs:")] = p
+            except FileNotFoundError:                   # gone between the listing and the read
+                pass
+        if ACTORS <= set(names):
+            return {name: names[name] for name in ACTORS}
         time.sleep(0.2)
-    raise AssertionError(f"the {n} actors did not start")
+    raise AssertionError(f"the five actors did not start and name themselves ({sorted(names)} seen)")
 
 
 _launched: list[subprocess.Popen] = []
