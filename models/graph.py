@@ -63,7 +63,7 @@ class _Builder:
             y = self.op("MatMulNBits", [x, self.weight(spec["B"]), self.weight(spec["scales"])], domain=MS,
                         K=spec["K"], N=spec["N"], bits=spec["bits"], block_size=32, accuracy_level=accuracy_level)
             if spec.get("offsets"):
-                # Q4_1's per-block offset: x's 32-wide block sums (x @ ones-blocks), times (8d + m) (models/quant.py).
+                # Q4_1's per-block offset: x's 32-wide block sums times (8d + m) (models/quant.py).
                 blocks = self.op("Reshape", [x, self.const([1, -1, spec["K"] // 32, 32])])
                 sums = self.op("ReduceSum", [blocks, self.const([-1])], keepdims=0)
                 y = self.op("Add", [y, self.op("MatMul", [sums, self.weight(spec["offsets"])])])
@@ -128,10 +128,10 @@ def build_graph(card: dict, T: int | None, sink: int, ring: int, accuracy_level:
     ring_cols = "C" if T is None else R
     ring_end = b.op("Add", [b.op("Slice", [b.op("Shape", ["ring_k.0"]), b.const([0]), b.const([1])]), b.const([S])])
     for i, layer in enumerate(card["layers"]):
-        names = {k: f"{k}.{i}" for k in ("sink_k", "sink_v", "ring_k", "ring_v")}
+        names = {k: f"{k}.{i}" for k in ("sink_k", "sink_v", "ring_k", "ring_v") if S > 0 or k.startswith("ring")}
         inputs += [helper.make_tensor_value_info(names[k], kv, [S if k.startswith("sink") else ring_cols, KVH, D])
-                   for k in names if S > 0 or k.startswith("ring")]
-        pool = {k: b.cast(v, f32) for k, v in names.items() if S > 0 or k.startswith("ring")}
+                   for k in names]
+        pool = {k: b.cast(v, f32) for k, v in names.items()}
         x, h = b.norm(h, delta, b.weight(layer["attn_norm"]), cfg["rms_eps"])
         qkv = b.linear(x, layer["qkv"], accuracy_level)
         q3, k3, v = b.op("Split", [qkv, b.const([H * D, KVH * D, KVH * D])], n_out=3, axis=-1)
@@ -144,8 +144,8 @@ def build_graph(card: dict, T: int | None, sink: int, ring: int, accuracy_level:
             t = b.op("Transpose", [t], perm=[1, 2, 0, 3])
             return b.op("Reshape", [t, b.const([KVH, -1, D])])
 
-        def scores_of(q, keys, pool):
-            return b.op("FusedMatMul", [q, keys], domain=MS, alpha=scale, transB=1, transBatchB=int(pool))
+        def scores_of(q, keys, slot_major):   # slot_major: keys laid out [slot, KVH, D] (a pool input)
+            return b.op("FusedMatMul", [q, keys], domain=MS, alpha=scale, transB=1, transBatchB=int(slot_major))
 
         qw = heads_first(b.rope(q3, "cos", "sin", H, interleaved), H)
         kn = b.cast(heads_first(b.rope(k3, "cos", "sin", KVH, interleaved), KVH), kv)
@@ -167,9 +167,9 @@ def build_graph(card: dict, T: int | None, sink: int, ring: int, accuracy_level:
         bounds = ([b.const([0]), b.const([S])] if S else [b.const([0])]) + [ring_end, b.const([_END])]
         values = ([(pool["sink_v"], 1)] if S else []) + [(pool["ring_v"], 1), (vn, 0)]
         o = None
-        for lo, hi, (val, pool) in zip(bounds[:-1], bounds[1:], values):
+        for lo, hi, (val, slot_major) in zip(bounds[:-1], bounds[1:], values):
             part = b.op("Slice", [p, lo, hi, b.const([-1])])
-            term = b.op("FusedMatMul", [part, val], domain=MS, transBatchB=pool)
+            term = b.op("FusedMatMul", [part, val], domain=MS, transBatchB=slot_major)
             o = term if o is None else b.op("Add", [o, term])
         o = b.op("Reshape", [o, b.const([KVH, G, -1, D])])
         o = b.op("Transpose", [o], perm=[2, 0, 1, 3])                      # [T, KVH, G, D]

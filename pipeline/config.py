@@ -38,9 +38,14 @@ class CacheSection:
 @dataclass(frozen=True)
 class DraftSection:
     kind: str = "suffix"             # none | suffix | model | hybrid (suffix when the stream matches, else model)
-    model: str = ""                  # GGUF of the neural draft (kind = "model")
+    model: str = ""                  # GGUF of the neural draft (kind = "model" or "hybrid")
     length: int = 6                  # proposals per verify pass
     threads: int = 1
+
+    @property
+    def uses_model(self) -> bool:
+        """A draft GGUF is loaded (kind model, or hybrid's fallback)."""
+        return self.kind in ("model", "hybrid")
 
 
 @dataclass(frozen=True)
@@ -137,7 +142,7 @@ def parse(raw: dict, source: str = "<dict>") -> Config:
             raise ConfigError(f"{source}: [{name}] must be a table")
         sections[name] = _section(hints[name], name, table, source)
     cfg = Config(**sections, source=source)
-    if cfg.draft.kind in ("model", "hybrid") and not cfg.draft.model:
+    if cfg.draft.uses_model and not cfg.draft.model:
         raise ConfigError(f"{source}: [draft] kind = \"{cfg.draft.kind}\" needs model = \"path/to/draft.gguf\"")
     import os
     usable = os.sched_getaffinity(0)

@@ -53,7 +53,7 @@ def plan(cfg, source: dict, journal: str | None, pub: str | None, quiet_lines: b
 
     card = load_card(converted_dir(resolve_gguf(cfg.model.gguf)))      # converts on first use, with progress
     vocab = card["config"]["vocab_size"]
-    if cfg.draft.kind in ("model", "hybrid"):
+    if cfg.draft.uses_model:
         draft_vocab = load_card(converted_dir(resolve_gguf(cfg.draft.model)))["config"]["vocab_size"]
         if draft_vocab != vocab:
             raise ValueError(f"draft vocabulary {draft_vocab} != target vocabulary {vocab}: a draft must share the "
@@ -61,8 +61,7 @@ def plan(cfg, source: dict, journal: str | None, pub: str | None, quiet_lines: b
     spec = replay_frame(cfg).spec
     rows = cfg.model.max_rows
     mask_bytes = rows * (spec.pool_slots + 64 + rows) * 4
-    q_bytes = cfg.draft.length * vocab * 8 if cfg.draft.kind in ("model", "hybrid") and cfg.sampling.temperature > 0 \
-        else 0
+    q_bytes = cfg.draft.length * vocab * 8 if cfg.draft.uses_model and cfg.sampling.temperature > 0 else 0
     small = dict(header_bytes=4 << 10)
 
     def ch(name, slots, payload, **kw):
