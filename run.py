@@ -10,6 +10,8 @@
   python run.py eval-stream --log F  streaming perplexity under sink/window/recompute/naive/dense policies
   python run.py pipeline-bench       the actor pipeline vs the serial engine with the same draft, side by side
   python run.py soak --tokens N      a log looped through the pipeline: memory slopes, descriptors, PPL drift
+  python run.py serve                the pipeline answering operators: OpenAI-compatible HTTP API, console, zmq
+  python run.py ask "question"       ask a running server over zmq; the answer streams as it is decoded
 """
 from __future__ import annotations
 
@@ -75,6 +77,65 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--speed", type=float, default=0.0, help="replay timing: 0 = as fast as possible, 1 = real "
                                                            "time, 10 = ten times faster")
 
+    p = sub.add_parser("serve", help="the pipeline with operators' questions: OpenAI-compatible HTTP API, web "
+                                     "console, zmq questions",
+                       description="Run the pipeline over a log and answer operators' questions while it flows. A "
+                                   "question goes ahead of stream prefill and analyses, is answered from the current "
+                                   "context plus older lines retrieved from the archive (every ingested line is "
+                                   "indexed in SQLite FTS5), and streams its tokens as they are committed; the "
+                                   "stream's lines wait in a bounded backlog meanwhile. After the stream ends the "
+                                   "server keeps answering until SIGINT/SIGTERM.",
+                       formatter_class=argparse.RawDescriptionHelpFormatter,
+                       epilog=textwrap.dedent("""\
+                           endpoints (HTTP):
+                             /                         web console: live tail, analyses, chat, gauges
+                             /v1/chat/completions      OpenAI chat API ("stream": true for server-sent events)
+                             /v1/completions           OpenAI completions: the prompt continues the log
+                             /healthz, /metrics        health, Prometheus metrics
+                           zmq: python run.py ask "when did PIR108 last go HIGH HIGH?"
+                           A non-loopback --http needs --api-key (or serve.api_key); clients send
+                           Authorization: Bearer KEY."""))
+    p.add_argument("file", nargs="?", help="log file, tcp://HOST:PORT or - (default: the profile's replay.log)")
+    p.add_argument("--format", choices=("plain", "csv", "jsonl"), help="log format (default: from the extension)")
+    p.add_argument("--follow", action="store_true", help="follow the file as it grows (tail -f), from its end")
+    p.add_argument("--rate", type=float, default=0.0, help="replay at this many lines per second (0: --speed)")
+    p.add_argument("--speed", type=float, default=0.0, help="replay timing when --rate is 0: 1 = real time, "
+                                                           "0 = as fast as possible")
+    p.add_argument("--loop", action="store_true", help="replay the file over and over (a demo gateway)")
+    p.add_argument("--max-lines", type=int, default=0, help="stop reading after N lines (0: all)")
+    p.add_argument("--config", help="TOML profile (default: configs/default.toml); [serve] holds the defaults below")
+    p.add_argument("--http", help="HOST:PORT of the HTTP API and console (default 127.0.0.1:8080; \"\" = off)")
+    p.add_argument("--zmq", help="zmq request endpoint (default tcp://127.0.0.1:7701; \"\" = off)")
+    p.add_argument("--pub", help="zmq PUB endpoint of analyses and events (default tcp://127.0.0.1:7702)")
+    p.add_argument("--api-key", help="required from clients (needed for a non-loopback --http)")
+    p.add_argument("--archive", help="SQLite FTS5 archive of every line (default $RINGSPEC_HOME/archive/"
+                                     "stream.sqlite)")
+    p.add_argument("--journal", help="append-only JSONL journal of analyses, answers and the final figures")
+    p.add_argument("--quiet-lines", action="store_true", help="print only analyses and answers")
+    p.add_argument("--every", type=int, help="lines between analyses (overrides replay.every_lines)")
+    p.add_argument("--launcher", choices=("local", "ray"), help="local (default) or ray")
+
+    p = sub.add_parser("ask", help="ask a running `serve` a question over zmq; the answer streams to stdout")
+    p.add_argument("question", help="the question, e.g. \"why did the reactor pressure alarm fire?\"")
+    p.add_argument("--zmq", default="tcp://127.0.0.1:7701", help="the server's zmq endpoint (default %(default)s)")
+    p.add_argument("--max-tokens", type=int, help="answer length bound (default: the server's)")
+    p.add_argument("--timeout", type=float, default=120.0, help="give up after this many seconds without a reply")
+    p.add_argument("--json", action="store_true", help="print the final reply (text, usage, retrieved lines) as JSON")
+
+    p = sub.add_parser("eval-recall", help="questions about events that left the window: retrieval recall@k and "
+                                           "exact answers with and without the archive",
+                       description="Build questions over TEP alarm logs whose answers lie only outside the model's "
+                                   "window (\"When did AIR003_1 last go LOW?\", answered by a clock time), measure "
+                                   "how often the archive (SQLite FTS5) retrieves the answering line among k, and "
+                                   "how often the real model's answer contains the right time with and without "
+                                   "the retrieved lines.")
+    p.add_argument("--logs", default=str(SHARED / "data" / "tep_alarms"), help="a TEP CSV or a directory of them "
+                                                                            "(searched recursively)")
+    p.add_argument("--per-log", type=int, default=1, help="questions per log")
+    p.add_argument("--max-questions", type=int, default=40, help="answer at most this many (spread over the set)")
+    p.add_argument("--k", type=int, default=4, help="lines retrieved per question (serve.retrieve)")
+    p.add_argument("--json", action="store_true", help="print the result, with every answer, as JSON")
+
     p = sub.add_parser("generate", help="generate from a prompt; --json prints one JSON object",
                        description="Generate text; greedy unless --temperature > 0. With a draft, output is "
                                    "exactly what the target alone produces (lossless speculative decoding).")
@@ -115,8 +176,15 @@ def parser() -> argparse.ArgumentParser:
                                    "most severe alarms above', 128 tokens). llama.cpp joins when llama-cpp-python "
                                    "is installed (pip install -e '.[bench]'). Exits 3 if a ringspec system's tokens "
                                    "differ from target_only's.")
-    p.add_argument("--task", choices=("log", "analysis", "all"), default="all")
+    p.add_argument("--task", choices=("log", "analysis", "all", "operator"), default="all",
+                   help="operator: a real `serve` answering 30-token questions while the log replays at --rate "
+                        "lines/s (TTFT and answer tok/s, p50 and p95, with and without retrieval), then the line "
+                        "rates of --rates with a question every 5 s: does ingestion keep up?")
     p.add_argument("--log", default=str(ROOT / "data/tep_demo.csv"), help="log to take prompts from")
+    p.add_argument("--rate", type=float, default=20.0, help="operator: the stream's lines per second")
+    p.add_argument("--questions", type=int, default=20, help="operator: questions per configuration")
+    p.add_argument("--rates", default="5,10,20,30", help="operator: line rates to try for keeping up")
+    p.add_argument("--seconds", type=float, default=40.0, help="operator: seconds per line rate")
     p.add_argument("--offsets", type=int, default=5, help="prompts per task, spread over the log (at least 5)")
     p.add_argument("--repeats", type=int, default=3)
     p.add_argument("--window", type=int, default=1024, help="ring window (pool: 4 sinks + W; nothing wraps)")
@@ -243,6 +311,55 @@ def cmd_replay(args) -> int:
     return 0
 
 
+def cmd_serve(args) -> int:
+    from pipeline import config
+    from pipeline.launch import run_pipeline
+
+    overrides = {"serve.enabled": True}
+    for key in ("http", "zmq", "pub", "api_key", "archive"):
+        if getattr(args, key) is not None:
+            overrides[f"serve.{key}"] = getattr(args, key)
+    if args.every:
+        overrides["replay.every_lines"] = args.every
+    if args.launcher:
+        overrides["actors.launcher"] = args.launcher
+    cfg = config.load(args.config, overrides)
+    if cfg.actors.launcher == "serial":
+        raise ValueError("serve runs the actor pipeline: use launcher local or ray")
+    log = args.file or str(ROOT / cfg.replay.log if not Path(cfg.replay.log).is_absolute() else cfg.replay.log)
+    source = _source(log, args.format, args.max_lines, args.speed, args.follow)
+    if args.rate < 0:
+        raise ValueError("--rate must be >= 0")
+    if args.loop:
+        if source["kind"] != "replay":
+            raise ValueError("--loop replays a file; it cannot loop a socket, stdin or --follow")
+        source["kind"] = "loop"
+    source["rate"] = args.rate
+    run_pipeline(cfg, source, journal=args.journal, pub=cfg.serve.pub or None, quiet_lines=args.quiet_lines)
+    return 0
+
+
+def cmd_ask(args) -> int:
+    from pipeline.zmq_api import ask
+
+    def show(text):
+        sys.stdout.write(text)
+        sys.stdout.flush()
+
+    reply = ask(args.zmq, args.question, args.max_tokens, args.timeout, on_delta=None if args.json else show)
+    if args.json:
+        print(json.dumps(reply, indent=2))
+        return 0
+    meta = reply.get("ringspec", {})
+    print()
+    for line in meta.get("retrieved", []):
+        print(f"  [retrieved: line {line['offset']} at {line['time'] or '?'}] {line['text']}", file=sys.stderr)
+    ttft = meta.get("ttft_ms")
+    print(f"({reply['usage']['completion_tokens']} tokens, {reply['finish_reason']}, ttft "
+          f"{'-' if ttft is None else f'{ttft:.0f}'} ms, total {meta.get('total_ms', 0):.0f} ms)", file=sys.stderr)
+    return 0
+
+
 def _source(log: str, fmt: str | None, max_lines: int, speed: float, follow: bool) -> dict:
     """What the ingest actor reads, from the command line's FILE / tcp://HOST:PORT / - and flags."""
     import os
@@ -312,6 +429,8 @@ def cmd_convert(args) -> int:
 def cmd_bench(args) -> int:
     from pipeline import bench
 
+    if args.task == "operator":
+        return _bench_operator(args)
     if args.offsets < 1 or args.repeats < 1:
         raise ValueError("--offsets and --repeats must be at least 1")
 
@@ -348,6 +467,79 @@ def cmd_bench(args) -> int:
         verdict = "met" if g["met"] else f"short by {1 - g['ratio'] / g['goal']:.0%}"
         print(f"  {g['task']:8s} {g['system']:14s} / {g['against']:16s} {g['ratio']:5.2f}x  (goal {g['goal']}x: "
               f"{verdict})")
+    return 0
+
+
+def _bench_operator(args) -> int:
+    from pipeline import operatorbench as ob
+
+    rates = [float(r) for r in args.rates.split(",") if r.strip()]
+    if args.questions < 2 or args.rate <= 0 or not rates or min(rates) <= 0:
+        raise ValueError("--questions must be >= 2, --rate and every --rates value > 0")
+
+    def asked(label, i, n, row):
+        print(f"  {label} question {i}/{n}: ttft {row['ttft_ms'] or 0:6.0f} ms, {row['tokens_per_s']:5.1f} tok/s, "
+              f"{row['prompt_tokens']} prompt tokens ({row['retrieved']} retrieved lines)", file=sys.stderr,
+              flush=True)
+
+    def kept(row):
+        print(f"  rate {row['rate']:g} lines/s: {row['lines_per_s']:.1f} lines/s reached the ring, "
+              f"{row['waiting_lines']} waiting at the end, {row['dropped']} dropped, {row['questions']} questions",
+              file=sys.stderr, flush=True)
+
+    out = {"latency": [ob.latency(args.log, args.rate, args.questions, 30, k, progress=asked) for k in (0, 4)]}
+    out["keeps_up"] = ob.keeps_up(args.log, rates, args.seconds, 5.0, 30, 4, progress=kept)
+    if args.out:
+        Path(args.out).write_text(json.dumps(out))
+    if args.json:
+        print(json.dumps(out))
+        return 0
+    print(f"\noperator questions (30 tokens, 30-token answers) while the log replays at {args.rate:g} lines/s:")
+    print(f"{'retrieved lines':>16s} {'prompt tok':>10s} {'ttft p50':>9s} {'ttft p95':>9s} {'tok/s p50':>9s} "
+          f"{'tok/s p95':>9s} {'lines/s':>8s}")
+    for r in out["latency"]:
+        print(f"{r['retrieve']:>16d} {r['prompt_tokens_mean']:10.0f} {r['ttft_p50_ms']:9.0f} {r['ttft_p95_ms']:9.0f} "
+              f"{r['tokens_per_s_p50']:9.1f} {r['tokens_per_s_p95']:9.1f} {r['lines_per_s']:8.1f}")
+    print("\ningestion while answering a question every 5 s (4 retrieved lines):")
+    for r in out["keeps_up"]:
+        print(f"  {r['rate']:5g} lines/s offered: {r['lines_per_s']:5.1f} reached the ring, {r['waiting_lines']} "
+              f"waiting, {r['dropped']} dropped: {'keeps up' if r['kept_up'] else 'falls behind'}")
+    best = max((r["rate"] for r in out["keeps_up"] if r["kept_up"]), default=None)
+    print(f"highest line rate kept up: {best if best is not None else 'none of those tried'}")
+    return 0
+
+
+def cmd_eval_recall(args) -> int:
+    import tempfile
+
+    from pipeline import config, recallset
+    from pipeline.recalleval import answer_rate
+
+    root = Path(args.logs)
+    logs = sorted(str(p) for p in (root.rglob("*.csv") if root.is_dir() else [root]))
+    if not logs:
+        raise FileNotFoundError(f"no TEP CSV logs under {root}")
+    if args.per_log < 1 or args.max_questions < 1 or args.k < 1:
+        raise ValueError("--per-log, --max-questions and --k must be at least 1")
+    questions = recallset.build(logs, per_log=args.per_log)
+    step = max(1, len(questions) // args.max_questions)
+    questions = questions[::step][:args.max_questions]
+
+    def progress(i, n, row):
+        print(f"  [{i}/{n}] {row['question']} ({row['answer']}): recalled {row['recalled']}, exact with "
+              f"{row['exact_with']}, without {row['exact_without']}", file=sys.stderr, flush=True)
+
+    with tempfile.TemporaryDirectory(prefix="ringspec_recall_") as tmp:
+        recall = {k: recallset.recall_at_k(questions, k, tmp)["recall"] for k in (1, 4, 8)}
+        out = answer_rate(questions, args.k, tmp, config.load(None, {"serve.enabled": True}), progress=progress)
+    out["recall_at"] = recall
+    if args.json:
+        print(json.dumps(out))
+        return 0
+    print(f"{out['questions']} questions from {len(logs)} logs, answers outside a 40-line window")
+    print("retrieval recall@1/@4/@8: " + " / ".join(f"{recall[k]:.1%}" for k in (1, 4, 8)))
+    print(f"exact answers (the right HH:MM:SS in the answer): with the archive ({args.k} lines) "
+          f"{out['exact_with_archive']:.1%}, without {out['exact_without_archive']:.1%}  ({out['wall_s']:.0f} s)")
     return 0
 
 
@@ -515,7 +707,7 @@ def _sink(args):
 
 VERBS = {"replay": cmd_replay, "generate": cmd_generate, "score": cmd_score, "convert": cmd_convert,
          "bench": cmd_bench, "draft-scan": cmd_draft_scan, "eval-stream": cmd_eval_stream, "pipeline-bench": cmd_pipeline_bench,
-         "soak": cmd_soak}
+         "soak": cmd_soak, "serve": cmd_serve, "ask": cmd_ask, "eval-recall": cmd_eval_recall}
 
 if __name__ == "__main__":
     sys.exit(main())

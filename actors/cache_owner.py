@@ -1,12 +1,19 @@
-"""Cache-owner actor: owns the sequence state and the schedule between stream prefill and analyses.
+"""Cache-owner actor: owns the sequence state and the schedule between operator questions, analyses and the stream.
 
-Receives tokenized records from ingest; drives the target and draft actors through `DeferredEngine` (the only mover
-of committed positions, for both rings); emits "line", "assessment" and "eof" events to output. The sink region
-holds the system prompt; every analysis asks its question in a scratch span that is rolled back, so the ring holds
-only the stream. Never parses or renders text, never runs a model and never prints.
+Receives tokenized records from ingest and, when serving, framed operator questions (and cancels) from the front;
+drives the target and draft actors through `DeferredEngine` (the only mover of committed positions, for both rings);
+emits "line", "assessment", "answer_delta", "answer", "status" and "eof" events to output. Never parses or renders
+text, never runs a model and never prints.
 
-An analysis names the lines it could see (those whose tokens are still inside the ring's window), their byte offsets
-and their tags, so the output can count tags an answer mentions that none of those lines carries.
+The schedule, highest first: operator questions (fair across operators, each with a deadline), then a due analysis,
+then the stream's next line. A question arriving during an analysis preempts it between two blocks (the analysis is
+rolled back and runs again later); lines arriving while the model generates are moved into a bounded backlog and
+prefilled afterwards, in order (when the backlog is full they wait in the channel, and past that ingest drops and
+counts them).
+
+What lives in the ring (DESIGN.md): the sinks hold the system prompt; the ring holds only the stream. An analysis or
+an operator question is asked in a scratch span after the stream (retrieved older lines, the question, the answer)
+that is rolled back when the answer is done, so questions never evict stream lines and never colour later analyses.
 """
 from __future__ import annotations
 
@@ -16,77 +23,229 @@ from collections import deque
 import numpy as np
 
 from actors.common import Figures, attach_when_ready, figures_on_request, pin
-from pipeline.channel import Channel
+from pipeline.channel import Channel, Selector
+
+STATUS_EVERY_S = 1.0
 
 
-def run(inbox, outbox: str, model_links: dict, cfg, spec, stop) -> None:
+def run(inbox, outbox: str, model_links: dict, cfg, spec, stop, questions=None, drain=None) -> None:
     """model_links: the channel specs this actor creates (from_target, from_draft) and the names it attaches to
-    (to_target, to_draft)."""
-    from pipeline.deferred import DeferredEngine
-    from pipeline.tasks import Analyst, replay_frame
-    from pipeline.triggers import Triggers
-
+    (to_target, to_draft). questions: the channel spec of operator requests (serving), else None; drain: the
+    operator's drain flag (serving continues after the stream ends until it is set)."""
     pin(cfg.actors.owner_cpus)
-    figures = Figures("cache_owner")
-    figures_on_request(figures)
-    frame = replay_frame(cfg)
-    seen: deque = deque()                  # (last position, offset, tags) of the lines in the ring, oldest first
-    lines, first_line = 0, None
     with Channel.create(inbox) as inp, Channel.create(model_links["from_target"]) as from_target, \
             Channel.create(model_links["from_draft"]) as from_draft, \
+            (Channel.create(questions) if questions else _Nothing()) as asks, \
             attach_when_ready(model_links["to_target"], stop) as to_target, \
             attach_when_ready(model_links["to_draft"], stop) as to_draft, \
             attach_when_ready(outbox, stop) as out:
-        engine = DeferredEngine(spec, cfg.model.max_rows, cfg.draft.length, to_target, from_target, to_draft,
-                                from_draft)
-        engine.feed(frame.head)
-        analyst = Analyst(engine, frame.tok, frame.ask, frame.params, cfg.replay.max_new_tokens)
-        triggers = Triggers(cfg.replay.every_lines, cfg.replay.trigger_pattern, cfg.replay.idle_s)
-        last_line = time.monotonic()
+        owner = Owner(cfg, spec, inp, asks if questions else None, out,
+                      (to_target, from_target, to_draft, from_draft), stop, drain)
+        owner.loop()
 
-        def assess(reason: str) -> None:
-            t0 = time.perf_counter()
-            res = analyst.assess()
-            out.send({"kind": "assessment", "trigger": reason, "offsets": [seen[0][1], seen[-1][1]], "lines": lines,
-                      "window_lines": len(seen), "window_tags": sorted({t for _, _, tags in seen for t in tags}),
-                      "latency_ms": (time.perf_counter() - t0) * 1000.0, "stats": res.stats.as_dict()},
-                     {"ids": np.asarray(res.token_ids, np.int32)}, timeout=60.0)
 
-        while not stop.is_set():
-            try:
-                msg = inp.recv(timeout=0.2)
-            except TimeoutError:
-                reason = triggers.on_quiet(time.monotonic() - last_line)
-                if reason:
-                    with figures.busy():
-                        assess(reason)
-                continue
-            with figures.busy():
-                with msg:
-                    header = dict(msg.header)
-                    ids = None if "ids" not in msg.arrays else np.array(msg.arrays["ids"], np.int64)
-                if header["kind"] == "eof":
-                    model_figures = engine.close()
-                    figures.extra.update(lines=lines, stream_wall_s=time.perf_counter() - (first_line or 0.0),
-                                         inbox_max_depth=inp.max_depth,
-                                         **{k: v for k, v in engine.totals.as_dict().items() if k in _TOTALS})
-                    header["figures"] = header.get("figures", []) + [figures.snapshot()] + model_figures
-                    out.send(header, timeout=60.0)
-                    return
-                first_line = first_line or time.perf_counter()
-                last_line = time.monotonic()
-                if cfg.replay.score_stream:
-                    header["nll_sum"], header["nll_n"] = engine.feed(ids, score=True)
-                else:
-                    engine.feed(ids)
-                lines += 1
-                seen.append((engine.index.n - 1, header["offset"], header.get("tags", [])))
-                while seen and seen[0][0] < engine.index.n - engine.spec.window:
-                    seen.popleft()
-                out.send(header, timeout=60.0)
-                reason = triggers.after_line(header["text"])
-                if reason:
-                    assess(reason)
+class _Nothing:
+    def __enter__(self):
+        return None
+
+    def __exit__(self, *exc):
+        return None
+
+
+class Owner:
+    def __init__(self, cfg, spec, lines, asks, out, links, stop, drain):
+        from models.convert import load_card
+        from models.registry import converted_dir
+        from models.runner import kv_bytes_per_slot
+        from pipeline.assemble import resolve_gguf
+        from pipeline.deferred import DeferredEngine
+        from pipeline.operators import OperatorQueue
+        from pipeline.tasks import Analyst, replay_frame
+        from pipeline.triggers import Triggers
+
+        self.cfg, self.spec, self.lines, self.asks, self.out, self.stop, self.drain = \
+            cfg, spec, lines, asks, out, stop, drain
+        self.figures = Figures("cache_owner")
+        figures_on_request(self.figures)
+        frame = replay_frame(cfg)
+        self.stop_ids = tuple(frame.tok.stop_ids)
+        self.engine = DeferredEngine(spec, cfg.model.max_rows, cfg.draft.length, *links)
+        self.engine.feed(frame.head)
+        self.analyst = Analyst(self.engine, frame.tok, frame.ask, frame.params, cfg.replay.max_new_tokens)
+        self.triggers = Triggers(cfg.replay.every_lines, cfg.replay.trigger_pattern, cfg.replay.idle_s)
+        self.queue = OperatorQueue()
+        self.selector = Selector([lines] + ([asks] if asks is not None else []))
+        self.backlog: deque = deque()                 # (header, ids) of lines read while the model generated
+        self.backlog_max = cfg.serve.backlog_lines
+        self.seen: deque = deque()                    # (last position, offset, tags, seq) of the lines in the ring
+        self.due: str | None = None                   # an analysis to run when no question waits
+        self.cancelled: set[str] = set()              # the request being answered, when its asker cancelled it
+        self.current: str | None = None
+        self.serving, self.stream_ended = asks is not None, False
+        self.counts = dict(lines=0, answers=0, expired=0, cancelled=0, preempted=0, backlog_max_depth=0)
+        self.first_line, self.last_line, self.last_status = None, time.monotonic(), 0.0
+        card = load_card(converted_dir(resolve_gguf(cfg.model.gguf)))["config"]
+        self.kv_pool_bytes = kv_bytes_per_slot(card) * spec.pool_slots
+
+    # -- the schedule ------------------------------------------------------------------------------------------------
+    def loop(self) -> None:
+        while not self.stop.is_set():
+            self.poll()
+            if self.queue:
+                with self.figures.busy():
+                    self.answer(self.queue.pop())
+            elif self.due:
+                with self.figures.busy():
+                    self.assess(self.due)
+            elif self.backlog:
+                with self.figures.busy():
+                    if self.take_line(*self.backlog.popleft()):
+                        return
+            elif self.stream_ended:
+                if self.drain is None or self.drain.is_set():
+                    return self.close()
+                self.selector.wait(0.2)
+            elif self.lines in self.selector.wait(0.2):
+                with self.lines.recv(timeout=1.0) as msg:
+                    header, ids = dict(msg.header), _ids(msg)
+                with self.figures.busy():
+                    if self.take_line(header, ids):
+                        return
+            else:
+                self.due = self.triggers.on_quiet(time.monotonic() - self.last_line)
+            self.status()
+
+    def poll(self, lines_too: bool = False) -> bool:
+        """Take waiting questions and cancels into the queue (and, while generating, waiting lines into the
+        backlog); drop the requests whose deadline passed. True when a question waits."""
+        while self.asks is not None and self.asks.ready():
+            with self.asks.recv(timeout=1.0) as msg:
+                head, ids = dict(msg.header), _ids(msg)
+            self.take_request(head, ids)
+        while lines_too and len(self.backlog) < self.backlog_max and self.lines.ready():
+            with self.lines.recv(timeout=1.0) as msg:
+                self.backlog.append((dict(msg.header), _ids(msg)))
+            self.counts["backlog_max_depth"] = max(self.counts["backlog_max_depth"], len(self.backlog))
+        for req in self.queue.expired(time.monotonic()):
+            self.counts["expired"] += 1
+            self.send_answer(req, error=f"deadline of {req.meta['deadline_s']:.0f} s passed while queued "
+                                        f"({len(self.queue)} still waiting)")
+        return bool(self.queue)
+
+    def take_request(self, head: dict, ids) -> None:
+        from pipeline.operators import Request
+
+        if head["kind"] == "cancel":
+            if self.queue.cancel(head["id"]) is None and head["id"] == self.current:
+                self.cancelled.add(head["id"])          # being answered: stops at the next block
+            self.counts["cancelled"] += 1
+            return
+        now = time.monotonic()
+        self.queue.push(Request(head["id"], head["client"], ids, int(head["max_tokens"]),
+                                now + float(head["deadline_s"]), now, self.stop_ids,
+                                {"deadline_s": float(head["deadline_s"])}))
+
+    # -- the three kinds of work -------------------------------------------------------------------------------------
+    def answer(self, req) -> None:
+        self.current, started = req.id, time.monotonic()
+
+        def keep_going() -> bool:
+            self.poll(lines_too=True)
+            return req.id not in self.cancelled and time.monotonic() < req.deadline
+
+        def on_tokens(ids) -> None:
+            self.out.send({"kind": "answer_delta", "id": req.id}, {"ids": np.asarray(ids, np.int32)}, timeout=60.0)
+
+        mark = self.engine.mark()
+        res = self.engine.generate(req.ids, req.max_tokens, self.analyst.params, stop_ids=req.stop_ids,
+                                   on_tokens=on_tokens, keep_going=keep_going)
+        self.engine.rollback(mark)
+        ids = res.token_ids
+        finish = "stop" if ids and ids[-1] in req.stop_ids else "length" if len(ids) >= req.max_tokens else \
+            "cancelled" if req.id in self.cancelled else "deadline"
+        self.cancelled.discard(req.id)
+        self.current = None
+        self.counts["answers"] += 1
+        self.send_answer(req, finish=finish, stats=res.stats.as_dict(), queued_ms=(started - req.arrived) * 1e3,
+                         completion_tokens=len(ids))
+
+    def send_answer(self, req, error: str | None = None, **fields) -> None:
+        self.out.send({"kind": "answer", "id": req.id, "error": error, "prompt_tokens": len(req.ids), **fields},
+                      timeout=60.0)
+
+    def assess(self, reason: str) -> None:
+        t0 = time.perf_counter()
+        mark = self.engine.mark()
+        res = self.engine.generate(self.analyst.ask, self.analyst.max_new_tokens, self.analyst.params,
+                                   stop_ids=self.stop_ids, keep_going=lambda: not self.poll(lines_too=True))
+        self.engine.rollback(mark)
+        ids = res.token_ids
+        if ids[-1] not in self.stop_ids and len(ids) < self.analyst.max_new_tokens:
+            self.counts["preempted"] += 1               # a question came first: asked again after it
+            return
+        self.due = None
+        seen = self.seen
+        self.out.send({"kind": "assessment", "trigger": reason, "offsets": [seen[0][1], seen[-1][1]],
+                       "lines": self.counts["lines"], "window_lines": len(seen),
+                       "window_tags": sorted({t for _, _, tags, _ in seen for t in tags}),
+                       "latency_ms": (time.perf_counter() - t0) * 1000.0, "stats": res.stats.as_dict()},
+                      {"ids": np.asarray(res.token_ids, np.int32)}, timeout=60.0)
+
+    def take_line(self, header: dict, ids) -> bool:
+        """Prefill one stream line (or end the stream); True when this actor is done."""
+        if header["kind"] == "eof":
+            self.eof = header
+            self.stream_ended = True
+            if not self.serving:
+                self.close()
+                return True
+            self.out.send({**{k: v for k, v in header.items() if k != "figures"}, "kind": "stream_end"},
+                          timeout=60.0)
+            return False
+        engine = self.engine
+        self.first_line = self.first_line or time.perf_counter()
+        self.last_line = time.monotonic()
+        if self.cfg.replay.score_stream:
+            header["nll_sum"], header["nll_n"] = engine.feed(ids, score=True)
+        else:
+            engine.feed(ids)
+        self.counts["lines"] += 1
+        self.seen.append((engine.index.n - 1, header["offset"], header.get("tags", []), header.get("seq", 0)))
+        while self.seen and self.seen[0][0] < engine.index.n - engine.spec.window:
+            self.seen.popleft()
+        header["window_from_seq"] = self.seen[0][3]
+        header["backlog"] = len(self.backlog)
+        self.out.send(header, timeout=60.0)
+        reason = self.triggers.after_line(header["text"])
+        self.due = self.due or reason
+        return False
+
+    # -- reporting ---------------------------------------------------------------------------------------------------
+    def status(self) -> None:
+        """A few figures for the front's gauges and /metrics, about once a second while serving."""
+        now = time.monotonic()
+        if not self.serving or now - self.last_status < STATUS_EVERY_S:
+            return
+        self.last_status = now
+        totals = self.engine.totals.as_dict()
+        self.out.send({"kind": "status", "queue": len(self.queue), "backlog": len(self.backlog),
+                       "lines_inbox": self.lines.depth(),
+                       "kv_pool_bytes": self.kv_pool_bytes, "position": int(self.engine.index.n),
+                       **self.counts, **{k: totals[k] for k in ("tokens_per_s", "generated", "accepted_per_verify",
+                                                                 "acceptance_rate", "verify_calls")}}, timeout=60.0)
+
+    def close(self) -> None:
+        model_figures = self.engine.close()
+        self.figures.extra.update(stream_wall_s=time.perf_counter() - (self.first_line or 0.0),
+                                  inbox_max_depth=self.lines.max_depth, **self.counts,
+                                  **{k: v for k, v in self.engine.totals.as_dict().items() if k in _TOTALS})
+        header = dict(self.eof)
+        header["figures"] = header.get("figures", []) + [self.figures.snapshot()] + model_figures
+        self.out.send(header, timeout=60.0)
+
+
+def _ids(msg):
+    return None if "ids" not in msg.arrays else np.array(msg.arrays["ids"], np.int64)
 
 
 _TOTALS = ("tokens_per_s", "generated", "decode_s", "verify_calls", "accepted_per_verify", "acceptance_rate",

@@ -1,12 +1,13 @@
 """Ingest actor: owns the source, the parser, the renderer and the tokenizer.
 
-Receives nothing; emits one message per record to the cache owner (header: offset, time, tags, text; array: token
-ids), then an "eof" carrying its counts and figures. Bounded: when the owner's channel stays full the record is
+Receives nothing; emits one message per record to the cache owner (header: offset, time, tags, text, seq, the drop
+counts so far; array: token ids), then an "eof" carrying its counts and figures. When serving, every record also goes
+into the archive (pipeline/archive.py; `seq` is its row there), flushed at least every half second. Bounded: when the owner's channel stays full the record is
 dropped and counted, never buffered without limit. Never touches a model or the cache.
 
-Sources (`source["kind"]`): replay (a captured file at `speed` times its original pace), follow (`tail -f`, across
+Sources (`source["kind"]`): replay (a captured file at `speed` times its original pace, or at `rate` lines per second), follow (`tail -f`, across
 rotations), tcp (a line server on host:port), stdin (the launcher's stdin, reopened through /proc), loop (a file
-replayed over and over at full speed: the soak).
+replayed over and over, at full speed or at `rate` lines per second: the soak, a demo server).
 """
 from __future__ import annotations
 
@@ -24,7 +25,8 @@ def open_source(source: dict, stop_event: threading.Event):
 
     kind = source.get("kind", "replay")
     if kind == "replay":
-        return sources.replay(source["path"], source.get("speed", 0.0), fmt=source.get("format"), stop=stop_event)
+        return sources.replay(source["path"], source.get("speed", 0.0), fmt=source.get("format"), stop=stop_event,
+                              rate=source.get("rate", 0.0))
     if kind == "loop":
         return _Loop(source, stop_event)
     if kind == "follow":
@@ -51,7 +53,8 @@ class _Loop:
 
     def records(self, fmt: str):
         while not self.stop_event.is_set():
-            src = self._sources.replay(self.source["path"], 0.0, fmt=fmt, stop=self.stop_event)
+            src = self._sources.replay(self.source["path"], 0.0, fmt=fmt, stop=self.stop_event,
+                                       rate=self.source.get("rate", 0.0))
             yield from self._sources.parse(fmt, src)
             for key, value in vars(src.stats).items():
                 setattr(self.stats, key, getattr(self.stats, key) + value)
@@ -75,31 +78,58 @@ def run(out_name: str, source: dict, gguf: str, cpus: str, stop, drain, drop_aft
     src = open_source(source, stop_event)
     fmt = source["format"]
     dropped = sent = tokens = 0
+    archive_flushed = time.monotonic()
     limit, token_limit = source.get("max_lines") or 0, source.get("max_tokens") or 0
     records = src.records(fmt) if isinstance(src, _Loop) else sources.parse(fmt, src)
+    archive = _open_archive(source.get("archive"))
     with attach_when_ready(out_name, stop) as out:
         for rec in records:
             if reading.is_set():
                 break
             with figures.busy():
                 ids = tok.encode(rec.text + "\n").astype(np.int32)
+                seq = archive.add(rec.offset, rec.time, rec.text) if archive else sent + dropped + 1
+            st = src.stats
             t0 = time.perf_counter()                 # waiting on a full queue is back-pressure, not work
             try:
                 out.send({"kind": "line", "offset": rec.offset, "time": rec.time, "tags": list(rec.tags),
-                          "text": rec.text, "loop": getattr(src, "loop", 0), "n_tokens": len(ids)},
+                          "text": rec.text, "loop": getattr(src, "loop", 0), "n_tokens": len(ids), "seq": seq,
+                          "drops": {"queue_full": dropped, "invalid_utf8": st.invalid_utf8, "nul_bytes": st.nul_bytes,
+                                    "oversized": st.oversized}},
                          {"ids": ids}, timeout=drop_after_s)
                 sent += 1
                 tokens += len(ids)
             except TimeoutError:
                 dropped += 1
+                if dropped == 1 or dropped % 100 == 0:
+                    print(f"ringspec: ingest: dropped line {rec.offset} (the cache owner's queue stayed full for "
+                          f"{drop_after_s:.0f} s; {dropped} dropped so far)", file=sys.stderr, flush=True)
+            if archive and time.monotonic() - archive_flushed > ARCHIVE_FLUSH_S:
+                archive.flush()
+                archive_flushed = time.monotonic()
             figures.extra["blocked_s"] = figures.extra.get("blocked_s", 0.0) + time.perf_counter() - t0
             if (limit and sent + dropped >= limit) or (token_limit and tokens >= token_limit):
                 break
+        if archive:
+            archive.close()
         st = src.stats
         out.send({"kind": "eof", "sent": sent, "tokens": tokens, "dropped_full": dropped,
                   "invalid_utf8": st.invalid_utf8, "nul_bytes": st.nul_bytes, "oversized": st.oversized,
                   "lines": st.lines, "stopped": reading.is_set(), "figures": [figures.snapshot()]}, timeout=60.0)
     stop_event.set()
+
+
+ARCHIVE_FLUSH_S = 0.5        # a line is searchable at most this long after it was read
+
+
+def _open_archive(spec: dict | None):
+    """The archive every line also goes to (serving): None when not asked for."""
+    if not spec:
+        return None
+    from pipeline.archive import Archive
+    from pathlib import Path
+    Path(spec["path"]).parent.mkdir(parents=True, exist_ok=True)
+    return Archive(spec["path"], max_lines=spec["max_lines"], flush_every=64)
 
 
 def _watch(stop, stop_event: threading.Event) -> None:

@@ -1,8 +1,10 @@
-"""Output actor: owns stdout, the append-only JSONL journal and the zmq PUB socket.
+"""Output actor: owns stdout, the append-only JSONL journal, the zmq PUB socket and, when serving, the operators'
+front (HTTP API, console, zmq questions: pipeline/front.py).
 
 Receives events from the cache owner; detokenizes assessments and checks the tags they mention against the tags of
-the lines the model could see (a mentioned tag none of them carries is counted as hallucinated); writes each event
-once to every sink; prints the actors' figures at the end. Never touches a model or the cache.
+the lines the model could see (a mentioned tag none of them carries is counted as hallucinated); hands answer tokens
+to the front, which streams them to whoever asked; writes each event once to every sink; prints the actors' figures
+at the end. Never touches a model or the cache.
 """
 from __future__ import annotations
 
@@ -11,6 +13,8 @@ import re
 import sys
 import time
 
+import numpy as np
+
 from actors.common import Figures, figures_on_request, messages, pin
 from pipeline.channel import Channel, ChannelSpec
 
@@ -18,7 +22,9 @@ TAG = re.compile(r"\b[A-Z]{1,4}\d{2,4}(?:_\d+)?\b")   # plant tags as alarm cons
 
 
 def run(in_spec: ChannelSpec, gguf: str, journal: str | None, pub: str | None, quiet_lines: bool, cpus: str,
-        stop) -> None:
+        stop, cfg=None, serve: dict | None = None) -> None:
+    """serve: when the pipeline serves operators, {"asks": the owner's question channel, "archive": path,
+    "pids_file": path}; the HTTP and zmq interfaces then run in this process (pipeline/front.py)."""
     import zmq
 
     from models.tokenizer import Tokenizer
@@ -35,15 +41,24 @@ def run(in_spec: ChannelSpec, gguf: str, journal: str | None, pub: str | None, q
         sock.setsockopt(zmq.LINGER, 0)
         sock.bind(pub)
     log = open(journal, "a", encoding="utf-8") if journal else None
+    front = servers = None
     try:
         with Channel.create(in_spec) as inp:
+            if serve:
+                front, servers = _start_front(cfg, tok, serve, stop)
             for msg in messages(inp, stop):
                 with figures.busy():
                     with msg:
                         event = dict(msg.header)
-                        if "ids" in msg.arrays:
-                            ids = [int(t) for t in msg.arrays["ids"] if int(t) not in stops]
-                            event["text"] = tok.decode(ids).strip()
+                        raw = np.array(msg.arrays["ids"]) if "ids" in msg.arrays else None
+                    if front is not None and event["kind"] in ("answer_delta", "answer", "status", "stream_end"):
+                        record = front.on_event(event, raw)
+                        if record is not None:
+                            _emit(record, quiet_lines)
+                            _record(record, log, sock)
+                        continue
+                    if raw is not None:
+                        event["text"] = tok.decode([int(t) for t in raw if int(t) not in stops]).strip()
                     event["t"] = time.time()
                     if event["kind"] == "assessment":
                         mentioned = sorted(set(TAG.findall(event["text"])))
@@ -52,19 +67,57 @@ def run(in_spec: ChannelSpec, gguf: str, journal: str | None, pub: str | None, q
                     if event["kind"] == "eof":
                         figures.extra["inbox_max_depth"] = inp.max_depth
                         event["figures"] = event.get("figures", []) + [figures.snapshot()]
+                    if front is not None:
+                        front.on_event(event, raw)
                     _emit(event, quiet_lines)
-                    if log and event["kind"] != "line":
-                        log.write(json.dumps(event) + "\n")
-                        log.flush()
-                    if sock is not None:
-                        sock.send_multipart([event["kind"].encode(), json.dumps(event).encode()])
+                    _record(event, log, sock)
                 if event["kind"] == "eof":
                     return
     finally:
+        for server in servers or ():
+            server.shutdown() if hasattr(server, "shutdown") else server.close()
         if log:
             log.close()
         if sock is not None:
             sock.close()
+
+
+def _record(event: dict, log, sock) -> None:
+    """The journal takes every event but stream lines; PUB takes them all."""
+    if log and event["kind"] != "line":
+        log.write(json.dumps(event) + "\n")
+        log.flush()
+    if sock is not None:
+        sock.send_multipart([event["kind"].encode(), json.dumps(event).encode()])
+
+
+def _start_front(cfg, tok, serve: dict, stop):
+    """The operators' interfaces: the front (its channel to the owner), then HTTP and zmq as configured."""
+    from actors.common import attach_when_ready
+    from pipeline.front import Front
+    from pipeline.http_api import serve_http
+    from pipeline.zmq_api import ZmqFront
+
+    asks = attach_when_ready(serve["asks"], stop)
+    front = Front(cfg, tok, asks, serve["archive"], serve.get("pids_file"))
+    servers = []
+    if cfg.serve.http:
+        host, _, port = cfg.serve.http.rpartition(":")
+        try:
+            server = serve_http(front, host.strip("[]"), int(port))
+        except OSError as exc:
+            raise OSError(f"cannot serve HTTP on {cfg.serve.http}: {exc.strerror or exc}") from None
+        servers.append(server)
+        print(f"ringspec: serving http://{host}:{server.server_address[1]}/ (OpenAI API under /v1, console at /)",
+              file=sys.stderr, flush=True)
+        if serve.get("address_file"):
+            with open(serve["address_file"], "w") as f:
+                f.write(f"{host}:{server.server_address[1]}")
+    if cfg.serve.zmq:
+        servers.append(ZmqFront(front, cfg.serve.zmq))
+        print(f"ringspec: zmq questions on {cfg.serve.zmq} (python run.py ask --zmq {cfg.serve.zmq} \"...\")",
+              file=sys.stderr, flush=True)
+    return front, servers
 
 
 def _emit(event: dict, quiet_lines: bool) -> None:
@@ -78,6 +131,16 @@ def _emit(event: dict, quiet_lines: bool) -> None:
               f"   ({st['generated']} tokens, {st['tokens_per_s']:.0f} tok/s, {event['latency_ms']:.0f} ms, "
               f"{st['accepted_per_verify']:.2f} tokens/verify; tags {len(event['tags_mentioned'])} mentioned, "
               f"{len(event['tags_hallucinated'])} not in view)\n", flush=True)
+    elif event["kind"] == "answer":
+        if event["error"]:
+            print(f"\n?? [{event['client']}] {event['question'][:200]!r}: not answered: {event['error']}\n", flush=True)
+            return
+        text = event["text"].replace("\n", "\n   ")
+        ttft = "-" if event["ttft_ms"] is None else f"{event['ttft_ms']:.0f}"
+        print(f"\n?? [{event['client']}] {event['question'][:200]}\n=> {text}\n"
+              f"   ({event['completion_tokens']} tokens, ttft {ttft} ms, total {event['total_ms']:.0f} ms, queued "
+              f"{event['queued_ms']:.0f} ms, {len(event['retrieved'])} older lines retrieved, "
+              f"{event['finish_reason']})\n", flush=True)
     elif event["kind"] == "eof":
         print(f"end of stream: {event['sent']} records, dropped {event['dropped_full']} (queue full), "
               f"{event['invalid_utf8']} invalid UTF-8, {event['nul_bytes']} with NUL, {event['oversized']} "

@@ -337,6 +337,10 @@ class Channel:
         notifies, then advances head; a consumer woken in between must not sleep again)."""
         return max(int(self._ctl[_W_HEAD]), self._announced) > self._next
 
+    def depth(self) -> int:
+        """Messages waiting to be received (consumer end; never blocks)."""
+        return max(int(self._ctl[_W_HEAD]), self._announced) - self._next
+
     def _drain_notes(self) -> None:
         while self._sock.poll(0, zmq.POLLIN):
             note = self._sock.recv()

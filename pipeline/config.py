@@ -72,6 +72,25 @@ class ReplaySection:
 
 
 @dataclass(frozen=True)
+class ServeSection:
+    """Operators' questions (`python run.py serve`): interfaces, bounds, and memory beyond the ring."""
+    enabled: bool = False            # set by `serve`: the ring's slack grows to hold a question span and its answer
+    http: str = "127.0.0.1:8080"     # HOST:PORT of the HTTP API and console ("" = off)
+    zmq: str = "tcp://127.0.0.1:7701"    # zmq request socket, msgpack messages ("" = off)
+    pub: str = "tcp://127.0.0.1:7702"    # zmq PUB of analyses and stream events ("" = off)
+    api_key: str = ""                # required (Authorization: Bearer KEY) when http binds a non-loopback address
+    max_prompt_tokens: int = 384     # a question's span: the conversation plus the retrieved lines
+    max_answer_tokens: int = 256
+    max_body_bytes: int = 65536
+    max_waiting: int = 16            # requests waiting or being answered at once; more are refused with 503
+    deadline_s: float = 60.0         # a request not answered by then ends (queued: an error; answering: cut short)
+    backlog_lines: int = 4096        # stream lines held while the model answers (then the channel, then drops)
+    archive: str = ""                # SQLite FTS5 file of every ingested line ("" = $RINGSPEC_HOME/archive/stream.sqlite)
+    archive_max_lines: int = 1_000_000
+    retrieve: int = 4                # older lines retrieved into a question's span (0 = none)
+
+
+@dataclass(frozen=True)
 class ActorsSection:
     """CPU sets (taskset syntax: "0", "0-1", "0,2"; "" = not pinned) applied in each actor process."""
     ingest_cpus: str = ""
@@ -102,6 +121,7 @@ class Config:
     sampling: SamplingSection = field(default_factory=SamplingSection)
     replay: ReplaySection = field(default_factory=ReplaySection)
     actors: ActorsSection = field(default_factory=ActorsSection)
+    serve: ServeSection = field(default_factory=ServeSection)
     source: str = "<defaults>"
 
     @property
@@ -114,7 +134,10 @@ _CHOICES = {("draft", "kind"): ("none", "suffix", "model", "hybrid"), ("replay",
 _MIN = {("model", "threads"): 1, ("model", "max_rows"): 2, ("cache", "sink"): 0, ("cache", "window"): 1,
         ("cache", "slack"): 0, ("draft", "length"): 0, ("draft", "threads"): 1, ("sampling", "temperature"): 0.0,
         ("sampling", "top_k"): 0, ("replay", "every_lines"): 1, ("replay", "max_new_tokens"): 1,
-        ("replay", "max_lines"): 0, ("replay", "idle_s"): 0.0, ("model", "accuracy_level"): 0}
+        ("replay", "max_lines"): 0, ("replay", "idle_s"): 0.0, ("model", "accuracy_level"): 0,
+        ("serve", "max_prompt_tokens"): 16, ("serve", "max_answer_tokens"): 1, ("serve", "max_body_bytes"): 1024,
+        ("serve", "max_waiting"): 1, ("serve", "deadline_s"): 0.1, ("serve", "backlog_lines"): 0,
+        ("serve", "archive_max_lines"): 1, ("serve", "retrieve"): 0}
 
 
 def load(path: str | Path | None = None, overrides: dict | None = None) -> Config:
@@ -160,9 +183,33 @@ def parse(raw: dict, source: str = "<dict>") -> Config:
     except re.error as exc:
         raise ConfigError(f"{source}: replay.trigger_pattern {cfg.replay.trigger_pattern!r} is not a valid regular "
                           f"expression: {exc}") from None
+    for key in ("http",):
+        value = getattr(cfg.serve, key)
+        host, _, port = value.rpartition(":")
+        if value and (not host or not port.isdigit() or not 0 <= int(port) < 65536):
+            raise ConfigError(f"{source}: serve.{key} = {value!r}; expected HOST:PORT, e.g. \"127.0.0.1:8080\"")
+    for key in ("zmq", "pub"):
+        value = getattr(cfg.serve, key)
+        if value and not re.fullmatch(r"(tcp://[^:/]+:\d+|ipc://.+|inproc://.+)", value):
+            raise ConfigError(f"{source}: serve.{key} = {value!r}; expected a zmq endpoint like "
+                              f"\"tcp://127.0.0.1:7701\" or \"ipc:///tmp/ringspec.sock\"")
+    if cfg.serve.http and not is_loopback(cfg.serve.http.rpartition(":")[0]) and not cfg.serve.api_key:
+        raise ConfigError(f"{source}: serve.http = {cfg.serve.http!r} is not a loopback address: set serve.api_key "
+                          f"(clients send Authorization: Bearer KEY)")
     if not 0.0 < cfg.sampling.top_p <= 1.0:
         raise ConfigError(f"{source}: [sampling] top_p must be in (0, 1], got {cfg.sampling.top_p}")
     return cfg
+
+
+def is_loopback(host: str) -> bool:
+    import ipaddress
+    host = host.strip("[]")
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
 
 
 def _section_names() -> list[str]:

@@ -79,7 +79,10 @@ class DeferredEngine(Sequence):
 
     # -- generation ------------------------------------------------------------------------------------------------
     def generate(self, prompt_ids, max_tokens: int, params: SamplingParams = SamplingParams(),
-                 stop_ids=()) -> GenerateResult:
+                 stop_ids=(), on_tokens=None, keep_going=None) -> GenerateResult:
+        """Prefill, then decode up to max_tokens (stopping after a stop token). on_tokens(ids) sees the tokens of the
+        answer as each verdict commits them (stop token included, nothing past it or past max_tokens); keep_going()
+        is asked before each block, and False ends the generation there (a preempted analysis, a deadline)."""
         stats = Stats(prompt_tokens=len(prompt_ids))
         t0 = time.perf_counter()
         self.pending = self.feed(prompt_ids, pick=True)
@@ -88,10 +91,12 @@ class DeferredEngine(Sequence):
         start = self.index.n
         out = [self.pending]
         stops = set(int(s) for s in stop_ids)
+        shown = _show(out, 0, stops, max_tokens, on_tokens)
         t1 = time.perf_counter()
         self._restart(max_tokens - len(out))
         block, last_verify = 0, None
-        while len(out) < max_tokens and out[-1] not in stops:
+        while len(out) < max_tokens and not stops.intersection(out[-self.max_rows:]) and \
+                (keep_going is None or keep_going()):
             head, arrays = self._proposal(block)
             if head["n"] != self.index.n or head["pending"] != self.pending:    # the guess was wrong
                 stats.wasted_draft_s += head["t1"] - head["t0"]
@@ -112,6 +117,7 @@ class DeferredEngine(Sequence):
             committed = blk.tokens[rows]
             self.pending = verdict["next"]
             out.extend([int(t) for t in committed[1:]] + [self.pending])
+            shown = _show(out, shown, stops, max_tokens, on_tokens)
             if len(rows) - 1 == len(blk.proposals):
                 block += 1                   # the draft's next block stands if its guess equals self.pending
                 self.to_draft.send({"kind": "commit", "epoch": self.epoch}, {"ids": committed}, timeout=TIMEOUT_S)
@@ -200,3 +206,14 @@ class DeferredEngine(Sequence):
                         figures.append(dict(msg.header["figures"]))
                         break
         return figures
+
+
+def _show(out: list[int], shown: int, stops: set, max_tokens: int, on_tokens) -> int:
+    """Hand on_tokens the answer's tokens past `shown`, up to the first stop token and max_tokens; the new count."""
+    if on_tokens is None:
+        return shown
+    end = next((i + 1 for i, t in enumerate(out) if t in stops), len(out))
+    end = min(end, max_tokens)
+    if end > shown:
+        on_tokens(out[shown:end])
+    return max(end, shown)

@@ -74,9 +74,19 @@ def plan(cfg, source: dict, journal: str | None, pub: str | None, quiet_lines: b
              "to_draft": ch("to_draft", 256, 1 << 10),
              "from_draft": ch("from_draft", 8, q_bytes + (4 << 10))}
     stop, drain = StopFlag(f"{run_dir}/stop"), f"{run_dir}/drain"
+    owner_serve, output_serve = {}, {}
+    if cfg.serve.enabled:                 # operators' questions: the front (in output) -> the owner
+        from models.registry import home
+        asks = ch("asks", 64, cfg.serve.max_prompt_tokens * 4 + (4 << 10))
+        archive = cfg.serve.archive or str(home() / "archive" / "stream.sqlite")
+        source = {**source, "archive": {"path": archive, "max_lines": cfg.serve.archive_max_lines}}
+        owner_serve = dict(questions=asks, drain=StopFlag(drain))
+        output_serve = dict(cfg=cfg, serve={"asks": asks.name, "archive": archive, "pids_file": pids_file(run_dir),
+                                            "address_file": f"{run_dir}/http_address"})
     return [
         ActorPlan("output", "actors.output", dict(in_spec=events, gguf=cfg.model.gguf, journal=journal, pub=pub,
-                                                  quiet_lines=quiet_lines, cpus=cfg.actors.output_cpus, stop=stop)),
+                                                  quiet_lines=quiet_lines, cpus=cfg.actors.output_cpus, stop=stop,
+                                                  **output_serve)),
         ActorPlan("target", "actors.target", dict(inbox=links["to_target"], outbox=links["from_target"].name,
                                                   cfg=cfg, spec=spec, stop=stop)),
         ActorPlan("draft", "actors.draft", dict(inbox=links["to_draft"], outbox=links["from_draft"].name, cfg=cfg,
@@ -84,10 +94,23 @@ def plan(cfg, source: dict, journal: str | None, pub: str | None, quiet_lines: b
         ActorPlan("cache_owner", "actors.cache_owner",
                   dict(inbox=lines, outbox=events.name, cfg=cfg, spec=spec, stop=stop,
                        model_links={"from_target": links["from_target"], "from_draft": links["from_draft"],
-                                    "to_target": links["to_target"].name, "to_draft": links["to_draft"].name})),
+                                    "to_target": links["to_target"].name, "to_draft": links["to_draft"].name},
+                       **owner_serve)),
         ActorPlan("ingest", "actors.ingest", dict(out_name=lines.name, source=source, gguf=cfg.model.gguf,
                                                   cpus=cfg.actors.ingest_cpus, stop=stop, drain=StopFlag(drain))),
     ]
+
+
+def pids_file(run_dir: str) -> str:
+    """Where the launcher lists the actors' pids ({name: pid}) once they run: the front's memory gauges read it."""
+    return f"{run_dir}/pids.json"
+
+
+def _write_pids(run_dir: str, pids: dict) -> None:
+    import json
+    with open(pids_file(run_dir) + ".tmp", "w") as f:
+        json.dump(pids, f)
+    os.replace(pids_file(run_dir) + ".tmp", pids_file(run_dir))
 
 
 def enter(module: str, kwargs: dict) -> None:
@@ -181,6 +204,7 @@ def _local(plans: list[ActorPlan], run_dir: str, cfg) -> None:
                 proc.start()
         finally:
             signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGUSR1})
+        _write_pids(run_dir, {name: p.pid for name, p in procs.items()})
         while any(p.is_alive() for p in procs.values()) and not stop.is_set():
             for name, proc in procs.items():
                 if proc.exitcode not in (None, 0) and not stop.is_set():
@@ -251,6 +275,7 @@ def _ray(plans: list[ActorPlan], run_dir: str, cfg) -> None:
                 name=f"ringspec-{p.name}-{os.path.basename(run_dir)}", num_cpus=share, max_restarts=0,
                 scheduling_strategy=PlacementGroupSchedulingStrategy(pg, placement_group_bundle_index=i)).remote()
         pids.update({name: ray.get(h.pid.remote(), timeout=120) for name, h in handles.items()})
+        _write_pids(run_dir, pids)
         refs = {handles[p.name].run.remote(p.module, p.kwargs, os.getpid()): p.name for p in plans}
         todo = list(refs)
         while todo and not stop.is_set():

@@ -137,29 +137,34 @@ class Source:
 
 
 class Replay(Source):
-    """A captured file with its original timing divided by `speed` (0: as fast as possible).
+    """A captured file with its original timing divided by `speed` (0: as fast as possible), or at a fixed `rate` of
+    lines per second.
 
     Timed lines (CSV `timestamp` column, JSON `timestamp`/`time` field) are due at first + (t - t_first) / speed on the
     monotonic clock, so waits never accumulate drift; untimed lines follow the previous one after `pace / speed` s.
     """
 
-    def __init__(self, path: str | Path, speed: float = 0.0, fmt: str | None = None, pace: float = 0.0, **kw):
+    def __init__(self, path: str | Path, speed: float = 0.0, fmt: str | None = None, pace: float = 0.0,
+                 rate: float = 0.0, **kw):
         super().__init__(**kw)
-        if speed < 0:
-            raise ValueError("speed must be >= 0")
-        self.path, self.speed, self.pace = Path(path), speed, pace
+        if speed < 0 or rate < 0:
+            raise ValueError("speed and rate must be >= 0")
+        self.path, self.speed, self.pace, self.rate = Path(path), speed, pace, rate
         self.fmt = fmt or records.format_of(self.path)
 
     def _lines(self) -> Iterator[Line]:
         stop, clock = self.stop_event, _Clock(self.fmt)
         origin = None               # (wall, stream seconds) of the first timed line
-        last = time.monotonic()
+        last = start = time.monotonic()
+        count = 0
         with open(self.path, "rb", buffering=0) as f:
             while True:
                 chunk = f.read(CHUNK)
                 for line in self._split.feed(chunk) if chunk else self._split.finish():
                     due = None
-                    if self.speed > 0:
+                    if self.rate > 0:                   # a fixed line rate instead of the file's timing
+                        due, count = start + count / self.rate, count + 1
+                    elif self.speed > 0:
                         t = clock.seconds(line)
                         if t is not None:
                             origin = origin or (time.monotonic(), t)

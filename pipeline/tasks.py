@@ -15,6 +15,7 @@ from models.convert import load_card
 from models.registry import converted_dir
 from models.tokenizer import Tokenizer
 from pipeline.assemble import make_engine, resolve_gguf
+from pipeline.prompts import chat_frame  # noqa: F401 -- the replay's frame; bench imports it from here
 from pipeline.records import read_log
 from pipeline.triggers import Triggers
 
@@ -83,17 +84,6 @@ def generate(prompt: str, chat: bool = False, max_tokens: int = 64, params: Samp
     return {"token_ids": result.token_ids, "text": tok.decode(result.token_ids), "stats": result.stats.as_dict()}
 
 
-def chat_frame(tok, system: str, question: str) -> tuple[np.ndarray, np.ndarray]:
-    """(head, ask): head opens a user turn after the system turn ("...<|im_start|>user\nAlarm log:\n"), to be
-    continued by log lines; ask closes that turn, asks `question` and opens the assistant's turn."""
-    turns = [{"role": "system", "content": system}, {"role": "user", "content": "Alarm log:\n"}]
-    closed = tok.render_chat(turns, add_generation_prompt=False)
-    longer = tok.render_chat([turns[0], {"role": "user", "content": "Alarm log:\nzz"}], add_generation_prompt=False)
-    open_len = next(i for i, (a, b) in enumerate(zip(closed, longer)) if a != b)
-    asked = tok.render_chat(turns + [{"role": "user", "content": question}], add_generation_prompt=True)
-    return closed[:open_len], np.concatenate([closed[open_len:], asked[len(closed):]])
-
-
 @dataclass
 class Analyst:
     """The replay's engine, primed: system prompt and the open user turn in the sinks; `assess` asks the question
@@ -129,6 +119,8 @@ def replay_frame(cfg) -> Frame:
     tok = Tokenizer.from_gguf(resolve_gguf(c.model.gguf))
     head, ask = chat_frame(tok, c.replay.system_prompt, c.replay.question)
     scratch = len(ask) + c.replay.max_new_tokens
+    if c.serve.enabled:                    # an operator's question span and its answer
+        scratch = max(scratch, c.serve.max_prompt_tokens + c.serve.max_answer_tokens)
     slack = max(c.cache.slack, scratch + max(c.model.max_rows, 2 * (c.draft.length + 1)))
     return Frame(tok, head, ask, params, RingSpec(max(c.cache.sink, len(head)), c.cache.window,
                                                   c.cache.window + slack))

@@ -66,6 +66,7 @@ def actor_pids(proc, launcher: str, timeout: float = 180.0) -> dict[str, int]:
     RayActor workers). A just-started actor is still called "python" for a moment: wait for its name."""
     deadline, names = time.time() + timeout, {}
     while time.time() < deadline:
+        assert proc.poll() is None, f"the pipeline exited with {proc.returncode} before its actors ran"
         if launcher == "local":
             pids = [p for p in processes(b"multiprocessing.spawn") if alive(p) and parent_of(p) == proc.pid]
         else:

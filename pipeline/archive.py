@@ -1,0 +1,190 @@
+"""Memory beyond the ring: an SQLite FTS5 file holding every ingested line, searchable by an operator question.
+
+Owns the archive file: one writer (`Archive`, in the ingest process) appends lines and evicts the oldest past
+`max_lines`; any number of readers (`search`, in the HTTP front end) open it read-only while the writer runs (WAL).
+Never tokenizes for the model, never touches the ring or a model; a reader never writes.
+
+Ranking: FTS5 MATCH with the OR of the question's terms picks `candidates` rows by bm25 (ties to the most recent),
+then those are ordered by coordinate match (distinct query terms the line contains, descending), then, unless the
+question asks about recoveries, alarm lines before "NR" recovery lines (which repeat the alarm's words), then recency
+(seq descending); only lines matching as many terms as the best one are kept, at most k. "When did PIR108 last go
+HH?" wants the newest line with both PIR108 and HH, not lines that share one word with it.
+"""
+from __future__ import annotations
+
+import re
+import sqlite3
+import unicodedata
+from dataclasses import dataclass
+from pathlib import Path
+
+SCHEMA = ("CREATE VIRTUAL TABLE lines USING fts5(text, time UNINDEXED, offset UNINDEXED, "
+          "tokenize = \"unicode61 tokenchars '_'\")")   # rowid is the seq; '_' keeps AIR003_3 one token
+BUSY_MS = 5000
+
+# Question and filler words that name no line. "alarm" is here too: every line of an alarm log is one (the TEP log
+# writes ALM), so the word separates nothing and would only add a point to every line's coordinate match.
+STOP_WORDS = frozenset("""
+    a an the and or but not no of to in on at by for from with about into than then there this that these those it its
+    is are was were be been being do does did done has have had can could will would should shall may might must
+    i me my we our you your he she they them what when where which who whom whose why how
+    last latest recent recently most ever time times first go goes went gone going come came get got
+    fire fires fired firing happen happens happened raise raises raised trip tripped occur occurred show tell give
+    return returns returned back alarm alarms alm
+""".split())
+CODES = {"recover": "nr", "recovers": "nr", "recovered": "nr", "recovery": "nr", "normal": "nr"}
+PAIRS = {("high", "high"): "hh", ("low", "low"): "ll"}
+_WORD = re.compile(r"\w+")
+
+
+@dataclass(frozen=True)
+class Hit:
+    seq: int          # the line's sequence number in the archive (monotonic across runs)
+    offset: int       # the record's index in its source (pipeline.records.Record.offset)
+    time: str         # the record's timestamp as the source wrote it ("" if none)
+    text: str         # the rendered line (what the model sees)
+    matched: int      # how many distinct query terms the line contains
+
+
+def _words(text: str) -> list[str]:
+    """Lowercased words with diacritics removed, as FTS5's unicode61 tokenizer folds them."""
+    folded = unicodedata.normalize("NFKD", text.lower())
+    return _WORD.findall("".join(ch for ch in folded if not unicodedata.combining(ch)))
+
+
+def query_terms(question: str) -> list[str]:
+    """Distinct search terms of a question, in order: operator phrases mapped to the log's codes ("high high" -> hh,
+    "low low" -> ll, recovered/normal -> nr), stop words dropped, and 1-character words dropped (in the TEP log they
+    are component letters and digits shared by many lines; the H and L alarm types are asked as HIGH and LOW)."""
+    words, terms, i = _words(question), [], 0
+    while i < len(words):
+        pair = PAIRS.get(tuple(words[i:i + 2]))
+        word = pair or CODES.get(words[i], words[i])
+        i += 2 if pair else 1
+        if len(word) > 1 and word not in STOP_WORDS and word not in terms:
+            terms.append(word)
+    return terms
+
+
+def _fts_query(terms: list[str]) -> str:
+    return " OR ".join('"' + t.replace('"', '""') + '"' for t in terms)   # quoted: FTS5 syntax is plain text
+
+
+def _clean(text: str) -> str:
+    """Lone surrogates -> U+FFFD (SQLite stores UTF-8 only), NULs -> spaces (FTS5 would cut the line there)."""
+    return text.encode("utf-16", "surrogatepass").decode("utf-16", "replace").replace("\0", " ")
+
+
+def _is_archive(con: sqlite3.Connection, path) -> bool:
+    """True for an archive, False for an empty database (the writer has not made its table yet), else ValueError."""
+    try:
+        tables = dict(con.execute("SELECT name, sql FROM sqlite_master WHERE type = 'table'"))
+    except sqlite3.OperationalError:
+        raise                                   # locked, unreadable: not a question of what the file is
+    except sqlite3.DatabaseError as e:
+        raise ValueError(f"{path}: not a ringspec archive: {e}") from e
+    if tables and tables.get("lines") != SCHEMA:
+        raise ValueError(f"{path}: not a ringspec archive: its table lines is {tables.get('lines') or 'missing'}")
+    return bool(tables)
+
+
+class Archive:
+    """Writer side: buffers lines, commits every `flush_every`, keeps only the newest `max_lines`."""
+
+    def __init__(self, path, max_lines: int = 1_000_000, flush_every: int = 256):
+        if max_lines < 1 or flush_every < 1:
+            raise ValueError(f"max_lines ({max_lines}) and flush_every ({flush_every}) must be at least 1")
+        self.path, self.max_lines, self.flush_every = Path(path), max_lines, flush_every
+        self.con = sqlite3.connect(self.path, isolation_level=None)   # autocommit; flush opens its own transaction
+        try:
+            if not _is_archive(self.con, self.path):
+                self.con.execute(SCHEMA)
+            self.con.execute(f"PRAGMA busy_timeout = {BUSY_MS}")
+            self.con.execute("PRAGMA journal_mode = WAL")
+            self.con.execute("PRAGMA synchronous = NORMAL")    # WAL: a crash may lose the last flush, never corrupt
+            last = self.con.execute("SELECT rowid FROM lines ORDER BY rowid DESC LIMIT 1").fetchone()
+        except BaseException:
+            self.con.close()
+            raise
+        self._next = last[0] + 1 if last else 1
+        self.pending: list[tuple[int, str, str, int]] = []
+        self.stats = {"added": 0, "evicted": 0, "flushes": 0}
+
+    @property
+    def next_seq(self) -> int:
+        return self._next
+
+    def add(self, offset: int, time: str, text: str) -> int:
+        seq, self._next = self._next, self._next + 1
+        self.pending.append((seq, _clean(text), _clean(time), int(offset)))
+        self.stats["added"] += 1
+        if len(self.pending) >= self.flush_every:
+            self.flush()
+        return seq
+
+    def flush(self) -> None:
+        """Insert the buffered lines and evict the oldest past max_lines, in one transaction (readers see both)."""
+        if not self.pending:
+            return
+        with self.con:
+            self.con.execute("BEGIN IMMEDIATE")
+            self.con.executemany("INSERT INTO lines(rowid, text, time, offset) VALUES (?, ?, ?, ?)", self.pending)
+            gone = self.con.execute("DELETE FROM lines WHERE rowid < ?", (self._next - self.max_lines,))
+        self.stats["evicted"] += gone.rowcount
+        self.stats["flushes"] += 1
+        self.pending = []
+
+    def close(self) -> None:
+        if self.con is not None:
+            self.flush()
+            self.con.close()
+            self.con = None
+
+    def __enter__(self) -> Archive:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+
+def _open_reader(path: Path) -> sqlite3.Connection | None:
+    """A read-only connection, or None when there is no archive yet (no file, or the writer has not made the table)."""
+    try:
+        con = sqlite3.connect(path.absolute().as_uri() + "?mode=ro", uri=True)
+    except sqlite3.OperationalError:
+        if path.exists():
+            raise
+        return None                                  # removed between the caller's check and here
+    try:
+        con.execute(f"PRAGMA busy_timeout = {BUSY_MS}")
+        if _is_archive(con, path):
+            return con
+    except BaseException:
+        con.close()
+        raise
+    con.close()
+    return None
+
+
+def search(path, question: str, k: int = 8, before_seq: int | None = None, candidates: int = 200) -> list[Hit]:
+    """Reader side: the k lines most relevant to `question`, among lines with seq < before_seq when given (the lines
+    still inside the model's window are excluded by the caller passing the window's first seq). Ranking: see above."""
+    terms, path = query_terms(question), Path(path)
+    if not terms or k < 1 or not path.exists():
+        return []
+    con = _open_reader(path)
+    if con is None:
+        return []
+    bound = before_seq if before_seq is not None else 2**63 - 1
+    try:
+        rows = con.execute("SELECT rowid, offset, time, text FROM lines WHERE lines MATCH ? AND rowid < ? "
+                           "ORDER BY bm25(lines), rowid DESC LIMIT ?", (_fts_query(terms), bound, candidates))
+        hits = [Hit(seq, int(offset), time, text, len(set(terms) & set(_words(text))))
+                for seq, offset, time, text in rows]
+    finally:
+        con.close()
+    # coordinate match, then (when the question is not about recoveries) alarms before their recoveries, then recency
+    asks_recovery = "nr" in terms
+    hits.sort(key=lambda h: (-h.matched, not asks_recovery and "nr" in _words(h.text), -h.seq))
+    best = hits[0].matched if hits else 0
+    return [h for h in hits if h.matched == best][:k]

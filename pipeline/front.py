@@ -1,0 +1,270 @@
+"""The operators' front, inside the output actor: requests in flight, their framing, retrieval and their answers.
+
+Owns what the interfaces (HTTP in `pipeline/http_api.py`, zmq in `pipeline/zmq_api.py`) share: a question becomes a
+request to the cache owner (older lines retrieved from the archive, the span framed and bounded, a deadline), and the
+owner's answer events become text deltas for whoever asked. Also keeps what the console and /metrics show: the
+stream's tail, the analyses, the owner's latest status, request counts and latencies. Never runs a model and never
+touches the cache: the owner decides when a question is answered.
+
+Threads: the interfaces call `ask`/`cancel` from their own threads; the output actor's event loop calls `on_event`.
+The channel to the owner has one producer, so sends go through a lock.
+"""
+from __future__ import annotations
+
+import itertools
+import os
+import queue
+import threading
+import time
+from collections import Counter, deque
+from dataclasses import dataclass, field
+
+import numpy as np
+
+LATENCIES_KEPT = 1000       # recent requests whose latencies /metrics summarises
+
+
+class RequestError(Exception):
+    """A request refused before it reached the owner: `status` is the HTTP code, the message says why."""
+
+    def __init__(self, status: int, message: str, kind: str = "invalid_request_error"):
+        super().__init__(message)
+        self.status, self.kind = status, kind
+
+
+@dataclass
+class Answer:
+    """One request's answer as it arrives: `items` yields ("delta", text) and finally ("done", info)."""
+    id: str
+    client: str
+    question: str
+    prompt_tokens: int
+    retrieved: list
+    t_request: float                                  # monotonic, when the front took it
+    stop_strings: tuple = ()
+    items: queue.Queue = field(default_factory=queue.Queue)
+    ids: list = field(default_factory=list)
+    text: str = ""
+    t_first: float | None = None
+    finished: bool = False
+    stopped_by_string: bool = False
+
+
+class Front:
+    def __init__(self, cfg, tok, asks, archive_path: str | None, pids_file: str | None = None):
+        from pipeline.prompts import question_span
+
+        self.cfg, self.serve, self.tok, self.asks = cfg, cfg.serve, tok, asks
+        self.archive_path, self.pids_file = archive_path, pids_file
+        self._span = question_span
+        self.stops = set(tok.stop_ids)
+        self._lock = threading.Lock()
+        self._ids = itertools.count(1)
+        self.answers: dict[str, Answer] = {}
+        self.window_from_seq: int | None = None
+        self.tail: deque = deque(maxlen=200)           # recent line events, for a console that connects late
+        self.analyses: deque = deque(maxlen=20)
+        self.status: dict = {}
+        self.drops: dict = {}
+        self.stream_end: dict | None = None
+        self.subscribers: list[queue.Queue] = []
+        self.counts: Counter = Counter()               # requests by (endpoint, code), disconnects, dropped events
+        self.ttft_ms: deque = deque(maxlen=LATENCIES_KEPT)
+        self.total_ms: deque = deque(maxlen=LATENCIES_KEPT)
+        self.tokens_per_s: deque = deque(maxlen=LATENCIES_KEPT)
+
+    # -- from the interfaces -----------------------------------------------------------------------------------------
+    def ask(self, client: str, messages: list[dict] | None = None, prompt: str | None = None,
+            max_tokens: int | None = None, deadline_s: float | None = None, stop=()) -> Answer:
+        """Frame, bound and send a question (chat `messages`, or a raw `prompt` continuing the log); RequestError
+        when it cannot be taken."""
+        s = self.serve
+        max_tokens = s.max_answer_tokens if max_tokens is None else max_tokens
+        if not isinstance(max_tokens, int) or isinstance(max_tokens, bool) or not 1 <= max_tokens <= \
+                s.max_answer_tokens:
+            raise RequestError(400, f"max_tokens must be an integer in 1..{s.max_answer_tokens}, got {max_tokens!r}")
+        deadline_s = s.deadline_s if deadline_s is None else deadline_s
+        if not isinstance(deadline_s, (int, float)) or isinstance(deadline_s, bool) or not 0 < deadline_s <= \
+                s.deadline_s:
+            raise RequestError(400, f"deadline_s must be a number in (0, {s.deadline_s:g}], got {deadline_s!r}")
+        if messages is not None:
+            question = _check_messages(messages)
+            retrieved = self.retrieve(question)
+            span = self._span(self.tok, self.cfg.replay.system_prompt, messages, [h.text for h in retrieved])
+            while len(span) > s.max_prompt_tokens and retrieved:      # the conversation first, then old lines
+                retrieved = retrieved[:-1]
+                span = self._span(self.tok, self.cfg.replay.system_prompt, messages, [h.text for h in retrieved])
+        else:
+            if not isinstance(prompt, str) or not prompt:
+                raise RequestError(400, "prompt must be a non-empty string")
+            question, retrieved, span = prompt, [], self.tok.encode(prompt).astype(np.int32)
+        if len(span) > s.max_prompt_tokens:
+            raise RequestError(400, f"the prompt takes {len(span)} tokens; this server takes at most "
+                                    f"{s.max_prompt_tokens} (serve.max_prompt_tokens)", "context_length_exceeded")
+        with self._lock:
+            if sum(not a.finished for a in self.answers.values()) >= s.max_waiting:
+                raise RequestError(503, f"{s.max_waiting} requests are already waiting or being answered; retry "
+                                        f"shortly", "server_busy")
+            answer = Answer(f"q{os.getpid()}-{next(self._ids)}", client, question, len(span),
+                            [h.__dict__ for h in retrieved], time.monotonic(), tuple(stop))
+            self.answers[answer.id] = answer
+            self.asks.send({"kind": "question", "id": answer.id, "client": client, "max_tokens": max_tokens,
+                            "deadline_s": float(deadline_s)}, {"ids": np.asarray(span, np.int32)}, timeout=5.0)
+        return answer
+
+    def retrieve(self, question: str) -> list:
+        """Older lines about the question, from the archive (none of those still inside the model's window)."""
+        if not self.serve.retrieve or not self.archive_path:
+            return []
+        from pipeline.archive import search
+        return search(self.archive_path, question, self.serve.retrieve, before_seq=self.window_from_seq)
+
+    def cancel(self, answer: Answer, why: str) -> None:
+        """The asker went away: the owner stops at its next block, and nobody waits for the rest."""
+        self.counts[why] += 1
+        with self._lock:
+            if self.answers.pop(answer.id, None) is not None:
+                self.asks.send({"kind": "cancel", "id": answer.id}, timeout=5.0)
+            answer.finished = True
+
+    def subscribe(self) -> queue.Queue:
+        """The console's live feed: line, assessment and status events (a slow reader loses events, counted)."""
+        q: queue.Queue = queue.Queue(maxsize=2000)
+        with self._lock:
+            self.subscribers.append(q)
+        return q
+
+    def unsubscribe(self, q: queue.Queue) -> None:
+        with self._lock:
+            if q in self.subscribers:
+                self.subscribers.remove(q)
+
+    # -- from the event loop -----------------------------------------------------------------------------------------
+    def on_event(self, event: dict, ids) -> dict | None:
+        """Route one owner event; returns the finished answer's record (for the journal and PUB) on "answer"."""
+        kind = event["kind"]
+        if kind == "answer_delta":
+            answer = self.answers.get(event["id"])
+            if answer is not None:
+                self._delta(answer, ids)
+            return None
+        if kind == "answer":
+            return self._done(event)
+        if kind == "line":
+            self.window_from_seq = event.get("window_from_seq", self.window_from_seq)
+            self.drops = event.get("drops", self.drops)
+            self.tail.append(_line_view(event))
+            self._publish("line", _line_view(event))
+        elif kind == "assessment":
+            view = {k: event[k] for k in ("trigger", "lines", "offsets", "text", "latency_ms", "t") if k in event}
+            self.analyses.append(view)
+            self._publish("assessment", view)
+        elif kind == "status":
+            self.status = event
+            self._publish("status", self.gauges())
+        elif kind == "stream_end":
+            self.stream_end = event
+            self._publish("stream_end", {"sent": event.get("sent", 0)})
+        return None
+
+    def _delta(self, answer: Answer, ids) -> None:
+        if answer.stopped_by_string:
+            return
+        if answer.t_first is None:
+            answer.t_first = time.monotonic()
+        answer.ids.extend(int(t) for t in ids if int(t) not in self.stops)
+        text = self.tok.decode(answer.ids)
+        if text.endswith("\ufffd"):                   # a character split across tokens: wait for the rest
+            return
+        cut = min((i for i in (text.find(s) for s in answer.stop_strings if s) if i >= 0), default=-1)
+        if cut >= 0:
+            text = text[:cut]
+        if len(text) > len(answer.text):
+            answer.items.put(("delta", text[len(answer.text):]))
+            answer.text = text
+        if cut >= 0:                                  # the owner stops; its "answer" event still ends this one
+            answer.stopped_by_string = True
+            with self._lock:
+                self.asks.send({"kind": "cancel", "id": answer.id}, timeout=5.0)
+
+    def _done(self, event: dict) -> dict | None:
+        with self._lock:
+            answer = self.answers.pop(event["id"], None)
+        if answer is None:                           # cancelled by its asker: nobody waits
+            return None
+        now = time.monotonic()
+        finish = "stop" if answer.stopped_by_string else event.get("finish")
+        info = {"error": event.get("error"), "finish_reason": finish,
+                "prompt_tokens": event.get("prompt_tokens", answer.prompt_tokens),
+                "completion_tokens": event.get("completion_tokens", 0), "queued_ms": event.get("queued_ms"),
+                "ttft_ms": None if answer.t_first is None else (answer.t_first - answer.t_request) * 1e3,
+                "total_ms": (now - answer.t_request) * 1e3, "retrieved": answer.retrieved,
+                "stats": event.get("stats", {})}
+        answer.finished = True
+        answer.items.put(("done", info))
+        if info["error"] is None and info["ttft_ms"] is not None:
+            self.ttft_ms.append(info["ttft_ms"])
+            self.total_ms.append(info["total_ms"])
+            self.tokens_per_s.append(info["stats"].get("tokens_per_s", 0.0))
+        return {"kind": "answer", "id": answer.id, "client": answer.client, "question": answer.question,
+                "text": answer.text, **info}
+
+    def _publish(self, kind: str, data: dict) -> None:
+        with self._lock:
+            for q in self.subscribers:
+                try:
+                    q.put_nowait((kind, data))
+                except queue.Full:
+                    self.counts["console_events_dropped"] += 1
+
+    # -- what /metrics and the console's gauges show ------------------------------------------------------------------
+    def gauges(self) -> dict:
+        st = self.status
+        return {"tokens_per_s": st.get("tokens_per_s", 0.0), "acceptance_rate": st.get("acceptance_rate", 0.0),
+                "accepted_per_verify": st.get("accepted_per_verify", 0.0), "queue": st.get("queue", 0),
+                "backlog": st.get("backlog", 0), "lines": st.get("lines", 0), "answers": st.get("answers", 0),
+                "kv_pool_bytes": st.get("kv_pool_bytes", 0), "position": st.get("position", 0),
+                "resident_bytes": sum(self.resident_bytes().values()), "drops": self.drops,
+                "ttft_p50_ms": _quantile(self.ttft_ms, 0.5), "in_flight": sum(not a.finished
+                                                                              for a in list(self.answers.values()))}
+
+    def resident_bytes(self) -> dict[str, int]:
+        """Resident memory of each actor of this pipeline on this node (from the launcher's pid list)."""
+        import json
+        try:
+            with open(self.pids_file) as f:
+                pids = json.load(f)
+        except (OSError, TypeError, ValueError):
+            pids = {"output": os.getpid()}
+        out = {}
+        for name, pid in pids.items():
+            try:
+                with open(f"/proc/{pid}/status") as f:
+                    kb = next(int(line.split()[1]) for line in f if line.startswith("VmRSS:"))
+                out[name] = kb * 1024
+            except (OSError, StopIteration, ValueError):
+                continue
+        return out
+
+
+def _check_messages(messages) -> str:
+    if not isinstance(messages, list) or not messages:
+        raise RequestError(400, "messages must be a non-empty list of {role, content} objects")
+    for i, m in enumerate(messages):
+        if not isinstance(m, dict) or m.get("role") not in ("system", "user", "assistant") or \
+                not isinstance(m.get("content"), str):
+            raise RequestError(400, f"messages[{i}] must be {{\"role\": system|user|assistant, \"content\": string}}")
+    if messages[-1]["role"] != "user":
+        raise RequestError(400, "the last message must be the user's question")
+    messages[:] = [m for m in messages if m["role"] != "system"]    # the gateway's own system prompt is in the sinks
+    return messages[-1]["content"]
+
+
+def _line_view(event: dict) -> dict:
+    return {k: event.get(k) for k in ("seq", "offset", "time", "text", "backlog")}
+
+
+def _quantile(values, q: float) -> float | None:
+    if not values:
+        return None
+    return float(np.quantile(np.fromiter(values, float), q))

@@ -1,0 +1,267 @@
+"""The HTTP face of the front: an OpenAI-compatible API, health, Prometheus metrics and the web console.
+
+Owns the HTTP protocol only: routes, request bounds (body size, JSON shape, the API key), OpenAI's response and
+server-sent-event shapes, and what a client that goes away costs (its request is cancelled, counted). Everything a
+request means is `Front`'s. Never touches a model or a channel.
+
+    GET  /                       the console (pipeline/console.html)
+    GET  /healthz                {"status": "ok", ...}; never needs the key
+    GET  /metrics                Prometheus text format
+    GET  /v1/models              the one model served
+    GET  /v1/status              the console's gauges as JSON
+    GET  /v1/events              server-sent events: line, assessment, status (the console's live feed)
+    POST /v1/chat/completions    OpenAI chat completions, "stream": true as SSE ending with "data: [DONE]"
+    POST /v1/completions         OpenAI completions: the prompt continues the log
+"""
+from __future__ import annotations
+
+import json
+import queue
+import threading
+import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from urllib.parse import parse_qs, urlparse
+
+from pipeline.front import Front, RequestError
+
+CONSOLE = Path(__file__).with_name("console.html")
+MODEL_NAME = "ringspec"
+KEEPALIVE_S = 15.0
+
+
+def serve_http(front: Front, host: str, port: int) -> ThreadingHTTPServer:
+    """Start the server in a daemon thread; `shutdown()` stops it."""
+    server = _Server((host, port), _Handler)
+    server.front = front
+    threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.2}, daemon=True,
+                     name="http").start()
+    return server
+
+
+class _Server(ThreadingHTTPServer):
+    daemon_threads = True
+    allow_reuse_address = True
+    front: Front
+
+
+class _Handler(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+    server_version = "ringspec"
+
+    def log_message(self, fmt, *args):          # the operator reads the pipeline's lines, not an access log
+        pass
+
+    # -- routing -----------------------------------------------------------------------------------------------------
+    def do_GET(self):
+        path = urlparse(self.path).path
+        routes = {"/": self._console, "/healthz": self._health, "/metrics": self._metrics, "/v1/models": self._models,
+                  "/v1/status": self._status, "/v1/events": self._events}
+        self._route(routes, path, public=path == "/healthz")
+
+    def do_POST(self):
+        path = urlparse(self.path).path
+        routes = {"/v1/chat/completions": self._chat, "/v1/completions": self._completions}
+        self._route(routes, path)
+
+    def _route(self, routes: dict, path: str, public: bool = False):
+        front = self.server.front
+        if path not in routes:
+            code = 405 if path in ("/", "/healthz", "/metrics", "/v1/models", "/v1/status", "/v1/events",
+                                   "/v1/chat/completions", "/v1/completions") else 404
+            return self._error(RequestError(code, f"{self.command} {path}: " +
+                                             ("method not allowed" if code == 405 else "no such endpoint")), path)
+        key = front.serve.api_key
+        if key and not public and self._key() != key:
+            return self._error(RequestError(401, "missing or wrong API key (Authorization: Bearer KEY)",
+                                            "authentication_error"), path)
+        try:
+            routes[path]()
+        except RequestError as exc:
+            self._error(exc, path)
+        except (BrokenPipeError, ConnectionResetError):
+            front.counts["client_disconnects"] += 1
+
+    def _key(self) -> str:
+        auth = self.headers.get("Authorization", "")
+        if auth.startswith("Bearer "):
+            return auth[len("Bearer "):].strip()
+        return parse_qs(urlparse(self.path).query).get("key", [""])[0]      # EventSource cannot set headers
+
+    # -- plain endpoints ---------------------------------------------------------------------------------------------
+    def _console(self):
+        self._send(200, CONSOLE.read_bytes(), "text/html; charset=utf-8")
+
+    def _health(self):
+        front = self.server.front
+        self._json(200, {"status": "ok", "stream_ended": front.stream_end is not None,
+                         "position": front.status.get("position", 0), "lines": front.status.get("lines", 0)})
+
+    def _models(self):
+        self._json(200, {"object": "list", "data": [{"id": MODEL_NAME, "object": "model", "owned_by": "ringspec",
+                                                     "created": 0}]})
+
+    def _status(self):
+        self._json(200, self.server.front.gauges())
+
+    def _metrics(self):
+        from pipeline.metrics import render
+        self._send(200, render(self.server.front).encode(), "text/plain; version=0.0.4; charset=utf-8")
+
+    def _events(self):
+        front = self.server.front
+        sub = front.subscribe()
+        try:
+            self._start_stream()
+            for line in list(front.tail)[-50:]:
+                self._sse(json.dumps(line), "line")
+            for view in front.analyses:
+                self._sse(json.dumps(view), "assessment")
+            self._sse(json.dumps(front.gauges()), "status")
+            while True:
+                try:
+                    kind, data = sub.get(timeout=KEEPALIVE_S)
+                except queue.Empty:
+                    self._chunk(b": keepalive\n\n")
+                    continue
+                self._sse(json.dumps(data), kind)
+        finally:
+            front.unsubscribe(sub)
+
+    # -- OpenAI endpoints --------------------------------------------------------------------------------------------
+    def _chat(self):
+        body = self._body()
+        answer = self._ask(body, messages=body.get("messages"))
+        self._answer(body, answer, chat=True)
+
+    def _completions(self):
+        body = self._body()
+        prompt = body.get("prompt")
+        if isinstance(prompt, list) and len(prompt) == 1:
+            prompt = prompt[0]
+        answer = self._ask(body, prompt=prompt if isinstance(prompt, str) else None)
+        self._answer(body, answer, chat=False)
+
+    def _ask(self, body: dict, **question):
+        stop = body.get("stop") or ()
+        stop = (stop,) if isinstance(stop, str) else stop
+        if not isinstance(stop, (list, tuple)) or not all(isinstance(s, str) for s in stop) or len(stop) > 4:
+            raise RequestError(400, "stop must be a string or a list of at most 4 strings")
+        client = body.get("user") if isinstance(body.get("user"), str) and body.get("user") else \
+            f"peer:{self.client_address[0]}"
+        return self.server.front.ask(client, max_tokens=body.get("max_tokens"), deadline_s=body.get("deadline_s"),
+                                     stop=tuple(stop), **question)
+
+    def _answer(self, body: dict, answer, chat: bool):
+        front = self.server.front
+        created = int(time.time())
+        kind = "chat.completion" if chat else "text_completion"
+        if not body.get("stream"):
+            info = self._wait(answer)
+            if info["error"]:
+                raise RequestError(504 if "deadline" in info["error"] else 500, info["error"], "timeout")
+            choice = {"index": 0, "finish_reason": info["finish_reason"], "logprobs": None}
+            choice.update({"message": {"role": "assistant", "content": answer.text}} if chat else
+                          {"text": answer.text})
+            return self._json(200, {"id": answer.id, "object": kind, "created": created, "model": MODEL_NAME,
+                                    "choices": [choice], "usage": _usage(info), "ringspec": _meta(info)})
+        try:
+            self._start_stream()
+            chunk_kind = "chat.completion.chunk" if chat else "text_completion"
+            first = True
+            while True:
+                what, data = answer.items.get(timeout=front.serve.deadline_s + 30.0)
+                if what == "delta":
+                    delta = {"role": "assistant", "content": data} if first and chat else {"content": data}
+                    first = False
+                    choice = {"index": 0, "delta": delta, "finish_reason": None} if chat else \
+                        {"index": 0, "text": data, "finish_reason": None}
+                    self._sse(json.dumps({"id": answer.id, "object": chunk_kind, "created": created,
+                                          "model": MODEL_NAME, "choices": [choice]}))
+                    continue
+                if data["error"]:
+                    self._sse(json.dumps({"error": {"message": data["error"], "type": "timeout"}}))
+                else:
+                    choice = {"index": 0, "delta": {}, "finish_reason": data["finish_reason"]} if chat else \
+                        {"index": 0, "text": "", "finish_reason": data["finish_reason"]}
+                    self._sse(json.dumps({"id": answer.id, "object": chunk_kind, "created": created,
+                                          "model": MODEL_NAME, "choices": [choice], "usage": _usage(data),
+                                          "ringspec": _meta(data)}))
+                self._chunk(b"data: [DONE]\n\n")
+                self._chunk(b"")
+                return
+        except (BrokenPipeError, ConnectionResetError, queue.Empty):
+            front.cancel(answer, "client_disconnects")
+            self.close_connection = True
+
+    def _wait(self, answer) -> dict:
+        while True:
+            what, data = answer.items.get(timeout=self.server.front.serve.deadline_s + 30.0)
+            if what == "done":
+                return data
+
+    # -- the wire ----------------------------------------------------------------------------------------------------
+    def _body(self) -> dict:
+        limit = self.server.front.serve.max_body_bytes
+        try:
+            length = int(self.headers.get("Content-Length", ""))
+        except ValueError:
+            raise RequestError(411, "a request body needs a Content-Length") from None
+        if length > limit:
+            self.close_connection = True
+            raise RequestError(413, f"request body of {length} bytes exceeds {limit} (serve.max_body_bytes)")
+        raw = self.rfile.read(length)
+        try:
+            body = json.loads(raw)
+        except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+            raise RequestError(400, f"the body is not JSON: {exc}") from None
+        if not isinstance(body, dict):
+            raise RequestError(400, "the body must be a JSON object")
+        return body
+
+    def _error(self, exc: RequestError, path: str):
+        self.server.front.counts[("requests", path, exc.status)] += 1
+        headers = {"Retry-After": "1"} if exc.status == 503 else {}
+        self._json(exc.status, {"error": {"message": str(exc), "type": exc.kind, "code": exc.status}}, headers)
+
+    def _json(self, status: int, obj: dict, headers: dict | None = None):
+        if status < 400:
+            self.server.front.counts[("requests", urlparse(self.path).path, status)] += 1
+        self._send(status, json.dumps(obj).encode(), "application/json", headers)
+
+    def _send(self, status: int, body: bytes, ctype: str, headers: dict | None = None):
+        self.send_response(status)
+        self.send_header("Content-Type", ctype)
+        self.send_header("Content-Length", str(len(body)))
+        for k, v in (headers or {}).items():
+            self.send_header(k, v)
+        self.end_headers()
+        self.wfile.write(body)
+
+    def _start_stream(self):
+        self.server.front.counts[("requests", urlparse(self.path).path, 200)] += 1
+        self.send_response(200)
+        self.send_header("Content-Type", "text/event-stream")
+        self.send_header("Cache-Control", "no-cache")
+        self.send_header("Transfer-Encoding", "chunked")
+        self.end_headers()
+
+    def _sse(self, data: str, event: str | None = None):
+        self._chunk((f"event: {event}\n" if event else "").encode() + f"data: {data}\n\n".encode())
+
+    def _chunk(self, data: bytes):
+        self.wfile.write(f"{len(data):x}\r\n".encode() + data + b"\r\n")
+        self.wfile.flush()
+
+
+def _usage(info: dict) -> dict:
+    p, c = info["prompt_tokens"], info["completion_tokens"]
+    return {"prompt_tokens": p, "completion_tokens": c, "total_tokens": p + c}
+
+
+def _meta(info: dict) -> dict:
+    """ringspec's own fields beside OpenAI's: the retrieved lines (offsets, timestamps) and the timings."""
+    st = info.get("stats", {})
+    return {"retrieved": info["retrieved"], "queued_ms": info["queued_ms"], "ttft_ms": info["ttft_ms"],
+            "total_ms": info["total_ms"], "tokens_per_s": st.get("tokens_per_s"),
+            "accepted_per_verify": st.get("accepted_per_verify")}

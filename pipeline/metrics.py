@@ -1,0 +1,67 @@
+"""/metrics: the front's figures in Prometheus text format (version 0.0.4).
+
+Owns metric names, help texts and types. Reads `Front`'s state; never changes it.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+QUANTILES = (0.5, 0.95, 0.99)
+
+
+def render(front) -> str:
+    out: list[str] = []
+
+    def metric(name: str, kind: str, help_text: str, samples):
+        out.append(f"# HELP ringspec_{name} {help_text}")
+        out.append(f"# TYPE ringspec_{name} {kind}")
+        for labels, value in samples:
+            label = "{" + ",".join(f'{k}="{_escape(v)}"' for k, v in labels.items()) + "}" if labels else ""
+            out.append(f"ringspec_{name}{label} {_number(value)}")
+
+    g, st = front.gauges(), front.status
+    metric("decode_tokens_per_second", "gauge", "Generated tokens per second of decode time, all generations so far.",
+           [({}, g["tokens_per_s"])])
+    metric("draft_acceptance_ratio", "gauge", "Accepted share of proposed draft tokens.", [({}, g["acceptance_rate"])])
+    metric("tokens_per_verify", "gauge", "Tokens committed per target verify pass.", [({}, g["accepted_per_verify"])])
+    metric("generated_tokens_total", "counter", "Tokens generated (answers and analyses).",
+           [({}, st.get("generated", 0))])
+    metric("stream_lines_total", "counter", "Stream lines prefilled into the ring.", [({}, st.get("lines", 0))])
+    metric("queue_depth", "gauge", "Waiting work by queue.",
+           [({"queue": "questions"}, st.get("queue", 0)), ({"queue": "backlog_lines"}, st.get("backlog", 0)),
+            ({"queue": "lines_channel"}, st.get("lines_inbox", 0)), ({"queue": "in_flight"}, g["in_flight"])])
+    metric("resident_memory_bytes", "gauge", "Resident memory of each actor process on this node.",
+           [({"actor": name}, v) for name, v in sorted(front.resident_bytes().items())])
+    metric("kv_pool_bytes", "gauge", "Bytes of the target's KV pool (sinks + ring), allocated once.",
+           [({}, st.get("kv_pool_bytes", 0))])
+    metric("dropped_lines_total", "counter", "Stream input dropped or repaired, by reason.",
+           [({"reason": k}, v) for k, v in sorted(front.drops.items())])
+    metric("answers_total", "counter", "Operator requests by outcome at the cache owner.",
+           [({"outcome": k}, st.get(k, 0)) for k in ("answers", "expired", "cancelled")])
+    metric("analyses_preempted_total", "counter", "Analyses cut short by an operator question (asked again later).",
+           [({}, st.get("preempted", 0))])
+    metric("http_requests_total", "counter", "HTTP requests by endpoint and status code.",
+           [({"endpoint": k[1], "code": str(k[2])}, v) for k, v in sorted(front.counts.items(), key=str)
+            if isinstance(k, tuple) and k[0] == "requests"])
+    metric("client_disconnects_total", "counter", "Requests whose client went away before the answer ended.",
+           [({}, front.counts["client_disconnects"])])
+    for name, values, help_text in (("request_ttft_ms", front.ttft_ms, "Request to first answer token, ms."),
+                                    ("request_latency_ms", front.total_ms, "Request to last answer token, ms.")):
+        vals = np.fromiter(list(values), float)
+        samples = [({"quantile": str(q)}, float(np.quantile(vals, q)) if len(vals) else float("nan"))
+                   for q in QUANTILES]
+        metric(name, "summary", help_text + f" Quantiles over the last {values.maxlen} answered requests.", samples)
+        out.append(f"ringspec_{name}_sum {_number(float(vals.sum()))}")
+        out.append(f"ringspec_{name}_count {len(vals)}")
+    return "\n".join(out) + "\n"
+
+
+def _escape(value) -> str:
+    return str(value).replace("\\", "\\\\").replace("\n", "\\n").replace('"', '\\"')
+
+
+def _number(value) -> str:
+    value = float(value)
+    if value != value:
+        return "NaN"
+    return repr(int(value)) if value.is_integer() and abs(value) < 2**53 else repr(value)

@@ -1,0 +1,178 @@
+"""`bench --task operator`: what an operator waits for while the stream flows, measured against a real server.
+
+Owns the measurement: it starts `run.py serve` (the real pipeline) replaying a TEP log at a fixed line rate, asks
+30-token questions over HTTP with streaming on, one after another, and times each from the request to the first
+content delta (TTFT) and to the last (answer tokens/s); then, at a ladder of line rates with a question every few
+seconds, whether ingestion keeps up (lines reaching the ring against lines offered, and the backlog at the end).
+Never reaches into the server: everything comes from its HTTP answers and /metrics.
+"""
+from __future__ import annotations
+
+import http.client
+import json
+import re
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[1]
+QUESTIONS = [        # about 30 tokens each with SmolLM2's tokenizer
+    "When did the alarm on {tag} last go {level}, and what does that alarm mean for the reactor and the purge?",
+    "Was {tag} in a {level} alarm recently? Tell me the time of the last one and whether it has recovered since.",
+    "Which alarms fired around the last {level} alarm of {tag}, and is the plant heading towards a trip now?",
+]
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class _Server:
+    """`run.py serve` on a free port, replaying `log` at `rate` lines per second over and over."""
+
+    def __init__(self, log: str, rate: float, retrieve: int, config: str | None, workdir: str):
+        self.port = _free_port()
+        profile = Path(workdir) / f"bench_{rate:g}_{retrieve}.toml"
+        base = Path(config).read_text() if config else ""
+        profile.write_text(base + f"\n[serve]\nretrieve = {retrieve}\nmax_waiting = 64\n" if "[serve]" not in base
+                           else base)
+        self.proc = subprocess.Popen([sys.executable, str(ROOT / "run.py"), "serve", log, "--loop", "--rate",
+                                      str(rate), "--config", str(profile), "--http", f"127.0.0.1:{self.port}",
+                                      "--zmq", "", "--pub", "", "--quiet-lines",
+                                      "--archive", str(Path(workdir) / f"archive_{rate:g}_{retrieve}.sqlite")],
+                                     stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+        deadline = time.monotonic() + 300
+        while True:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"the server exited: {self.proc.stderr.read()[-2000:]}")
+            try:
+                if self.health()["lines"] >= 20:
+                    break
+            except (OSError, ValueError):
+                pass
+            if time.monotonic() > deadline:
+                raise RuntimeError("the server did not come up within 300 s")
+            time.sleep(0.5)
+        self.t_start = time.monotonic()
+        self.lines_at_start = self.health()["lines"]
+
+    def health(self) -> dict:
+        conn = http.client.HTTPConnection("127.0.0.1", self.port, timeout=30)
+        conn.request("GET", "/healthz")
+        return json.loads(conn.getresponse().read())
+
+    def metrics(self) -> str:
+        conn = http.client.HTTPConnection("127.0.0.1", self.port, timeout=30)
+        conn.request("GET", "/metrics")
+        return conn.getresponse().read().decode()
+
+    def ask(self, question: str, max_tokens: int) -> dict:
+        """One streamed chat answer, timed from the request to the first and the last content delta."""
+        conn = http.client.HTTPConnection("127.0.0.1", self.port, timeout=120)
+        body = json.dumps({"messages": [{"role": "user", "content": question}], "max_tokens": max_tokens,
+                           "stream": True})
+        t0 = time.perf_counter()
+        conn.request("POST", "/v1/chat/completions", body, {"Content-Type": "application/json"})
+        resp = conn.getresponse()
+        if resp.status != 200:
+            raise RuntimeError(f"HTTP {resp.status}: {resp.read()[:300]!r}")
+        first = last = None
+        final = {}
+        for raw in resp:
+            line = raw.decode().strip()
+            if not line.startswith("data: ") or line == "data: [DONE]":
+                continue
+            chunk = json.loads(line[len("data: "):])
+            if chunk.get("choices") and chunk["choices"][0].get("delta", {}).get("content"):
+                last = time.perf_counter()
+                first = first or last
+            if "usage" in chunk:
+                final = chunk
+        tokens = final.get("usage", {}).get("completion_tokens", 0)
+        meta = final.get("ringspec", {})
+        return {"ttft_ms": (first - t0) * 1e3 if first else None,
+                "tokens_per_s": (tokens - 1) / (last - first) if first and last and last > first else 0.0,
+                "completion_tokens": tokens, "prompt_tokens": final.get("usage", {}).get("prompt_tokens", 0),
+                "queued_ms": meta.get("queued_ms"), "retrieved": len(meta.get("retrieved", [])),
+                "server_ttft_ms": meta.get("ttft_ms")}
+
+    def close(self) -> None:
+        self.proc.send_signal(2)
+        try:
+            self.proc.wait(timeout=90)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+
+
+def questions(log: str, n: int) -> list[str]:
+    """n questions about tags of the log, 30 tokens or so each, deterministic."""
+    from pipeline.records import read_log
+    tags = sorted({r.tags[0] for r in read_log(log, "csv") if r.tags})
+    levels = ["HIGH", "LOW", "HIGH HIGH"]
+    return [QUESTIONS[i % len(QUESTIONS)].format(tag=tags[(7 * i) % len(tags)], level=levels[i % len(levels)])
+            for i in range(n)]
+
+
+def latency(log: str, rate: float, n: int, max_tokens: int, retrieve: int, config=None, progress=None) -> dict:
+    """TTFT and answer speed of n questions asked one after another while the stream replays at `rate`."""
+    with tempfile.TemporaryDirectory(prefix="ringspec_opbench_") as tmp:
+        server = _Server(log, rate, retrieve, config, tmp)
+        try:
+            rows = []
+            for i, q in enumerate(questions(log, n)):
+                rows.append(server.ask(q, max_tokens))
+                if progress:
+                    progress(f"retrieve={retrieve}", i + 1, n, rows[-1])
+            lag = _lag(server, rate)
+        finally:
+            server.close()
+    ttft = np.array([r["ttft_ms"] for r in rows if r["ttft_ms"] is not None])
+    tps = np.array([r["tokens_per_s"] for r in rows if r["tokens_per_s"]])
+    return {"rate": rate, "retrieve": retrieve, "questions": n, "ttft_p50_ms": float(np.percentile(ttft, 50)),
+            "ttft_p95_ms": float(np.percentile(ttft, 95)), "tokens_per_s_p50": float(np.percentile(tps, 50)),
+            "tokens_per_s_p95": float(np.percentile(tps, 5)),     # the slow tail: 95% of answers were faster
+            "prompt_tokens_mean": float(np.mean([r["prompt_tokens"] for r in rows])),
+            "queued_ms_p50": float(np.median([r["queued_ms"] or 0.0 for r in rows])), **lag, "rows": rows}
+
+
+def keeps_up(log: str, rates: list[float], seconds: float, every_s: float, max_tokens: int, retrieve: int,
+             config=None, progress=None) -> list[dict]:
+    """At each line rate: lines reaching the ring per second against the rate, with a question every `every_s`."""
+    out = []
+    with tempfile.TemporaryDirectory(prefix="ringspec_opbench_") as tmp:
+        for rate in rates:
+            server = _Server(log, rate, retrieve, config, tmp)
+            try:
+                t_end, asked = time.monotonic() + seconds, 0
+                while time.monotonic() < t_end:
+                    t0 = time.monotonic()
+                    server.ask(questions(log, asked + 1)[-1], max_tokens)
+                    asked += 1
+                    time.sleep(max(0.0, every_s - (time.monotonic() - t0)))
+                row = {"rate": rate, "questions": asked, **_lag(server, rate)}
+            finally:
+                server.close()
+            out.append(row)
+            if progress:
+                progress(row)
+    return out
+
+
+def _lag(server: _Server, rate: float) -> dict:
+    """Lines per second that reached the ring since start-up, and what was waiting at the end."""
+    h, m = server.health(), server.metrics()
+    wall = time.monotonic() - server.t_start
+    depth = {k: int(float(v)) for k, v in re.findall(r'^ringspec_queue_depth\{queue="(\w+)"\} (\S+)', m, re.M)}
+    drops = sum(int(float(v)) for v in re.findall(r'^ringspec_dropped_lines_total\{[^}]*\} (\S+)', m, re.M))
+    lines_per_s = (h["lines"] - server.lines_at_start) / wall
+    waiting = depth.get("backlog_lines", 0) + depth.get("lines_channel", 0)
+    return {"lines_per_s": lines_per_s, "waiting_lines": waiting, "dropped": drops,
+            "kept_up": lines_per_s >= 0.95 * rate and drops == 0}

@@ -1,0 +1,132 @@
+"""The zmq face of the front: a ROUTER socket taking msgpack questions, and the `ask` client for it.
+
+Owns the message shapes. A client (DEALER) sends one msgpack map per question:
+    {"question": str, "max_tokens": int?, "deadline_s": float?, "client": str?}
+and receives, in order, maps {"id", "delta": str} as the answer's tokens are committed, then one final map
+{"id", "done": true, "text", "finish_reason", "usage", "ringspec": {...}} or {"error": str, "code": int}.
+Several clients and several questions per client may be in flight. Never touches a model or a channel.
+
+Threads: the socket lives in one thread; each request's answer is read in a thread of its own that hands frames
+back through a queue (zmq sockets are not thread-safe).
+"""
+from __future__ import annotations
+
+import queue
+import threading
+
+import msgpack
+
+from pipeline.front import Front, RequestError
+
+POLL_MS = 5
+
+
+class ZmqFront:
+    def __init__(self, front: Front, endpoint: str):
+        self.front, self.endpoint = front, endpoint
+        self._out: queue.Queue = queue.Queue()
+        self._stop = threading.Event()
+        self._ready = threading.Event()
+        self.error: Exception | None = None
+        self._thread = threading.Thread(target=self._run, daemon=True, name="zmq")
+        self._thread.start()
+        self._ready.wait(5.0)
+        if self.error:
+            raise self.error
+
+    def close(self) -> None:
+        self._stop.set()
+        self._thread.join(timeout=2.0)
+
+    def _run(self) -> None:
+        import zmq
+
+        sock = zmq.Context.instance().socket(zmq.ROUTER)
+        sock.setsockopt(zmq.LINGER, 0)
+        sock.setsockopt(zmq.ROUTER_MANDATORY, 0)     # a reply to a client that left is dropped, not an error
+        try:
+            sock.bind(self.endpoint)
+        except zmq.ZMQError as exc:
+            self.error = OSError(f"zmq: cannot bind {self.endpoint}: {exc}")
+            self._ready.set()
+            return
+        self._ready.set()
+        try:
+            while not self._stop.is_set():
+                if sock.poll(POLL_MS, zmq.POLLIN):
+                    frames = sock.recv_multipart()
+                    self._take(frames[0], frames[-1])
+                while True:
+                    try:
+                        who, reply = self._out.get_nowait()
+                    except queue.Empty:
+                        break
+                    sock.send_multipart([who, msgpack.packb(reply)])
+        finally:
+            sock.close()
+
+    def _take(self, who: bytes, payload: bytes) -> None:
+        try:
+            req = msgpack.unpackb(payload, raw=False)
+            if not isinstance(req, dict) or not isinstance(req.get("question"), str) or not req["question"].strip():
+                raise RequestError(400, "expected a msgpack map with a non-empty string \"question\"")
+            client = req.get("client") if isinstance(req.get("client"), str) else f"zmq:{who.hex()}"
+            answer = self.front.ask(client, messages=[{"role": "user", "content": req["question"]}],
+                                    max_tokens=req.get("max_tokens"), deadline_s=req.get("deadline_s"))
+        except RequestError as exc:
+            self._out.put((who, {"error": str(exc), "code": exc.status}))
+            return
+        except (ValueError, msgpack.ExtraData, msgpack.FormatError, msgpack.StackError) as exc:
+            self._out.put((who, {"error": f"not a msgpack request: {exc}", "code": 400}))
+            return
+        threading.Thread(target=self._relay, args=(who, answer), daemon=True).start()
+
+    def _relay(self, who: bytes, answer) -> None:
+        while True:
+            try:
+                what, data = answer.items.get(timeout=self.front.serve.deadline_s + 30.0)
+            except queue.Empty:
+                self.front.cancel(answer, "client_disconnects")
+                self._out.put((who, {"id": answer.id, "error": "no answer in time", "code": 504}))
+                return
+            if what == "delta":
+                self._out.put((who, {"id": answer.id, "delta": data}))
+                continue
+            if data["error"]:
+                self._out.put((who, {"id": answer.id, "error": data["error"], "code": 504}))
+            else:
+                self._out.put((who, {"id": answer.id, "done": True, "text": answer.text,
+                                     "finish_reason": data["finish_reason"],
+                                     "usage": {"prompt_tokens": data["prompt_tokens"],
+                                               "completion_tokens": data["completion_tokens"]},
+                                     "ringspec": {k: data[k] for k in ("retrieved", "queued_ms", "ttft_ms",
+                                                                       "total_ms")}}))
+            return
+
+
+def ask(endpoint: str, question: str, max_tokens: int | None = None, timeout_s: float = 120.0, on_delta=None) -> dict:
+    """The client: send one question, hand each delta to on_delta(text), return the final map (or raise)."""
+    import zmq
+
+    sock = zmq.Context.instance().socket(zmq.DEALER)
+    sock.setsockopt(zmq.LINGER, 0)
+    try:
+        sock.connect(endpoint)
+        req = {"question": question}
+        if max_tokens is not None:
+            req["max_tokens"] = max_tokens
+        sock.send(msgpack.packb(req))
+        while True:
+            if not sock.poll(int(timeout_s * 1000), zmq.POLLIN):
+                raise TimeoutError(f"no reply from {endpoint} within {timeout_s:.0f} s (is `run.py serve` running "
+                                   f"with --zmq {endpoint}?)")
+            reply = msgpack.unpackb(sock.recv(), raw=False)
+            if "error" in reply:
+                raise RuntimeError(f"{endpoint}: {reply['error']} (code {reply.get('code')})")
+            if "delta" in reply:
+                if on_delta:
+                    on_delta(reply["delta"])
+                continue
+            return reply
+    finally:
+        sock.close()

@@ -1,0 +1,304 @@
+"""`run.py serve`, integration tier: the real model and pipeline answering operators while the stream flows.
+
+One server for the module: the bundled TEP log looped at 10 lines/s for 400 lines, an API key, a small waiting
+bound. Driven with OpenAI's own client, plain HTTP with SSE parsing, the zmq `ask` client, and the console in real
+headless chromium.
+"""
+from __future__ import annotations
+
+import http.client
+import json
+import os
+import re
+import shutil
+import socket
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+KEY = "test-key"
+LINES = 400
+pytestmark = pytest.mark.slow
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class Server:
+    def __init__(self, proc, http_port: int, zmq: str, archive: Path):
+        self.proc, self.port, self.zmq, self.archive = proc, http_port, zmq, archive
+        self.stdout: list[str] = []
+        threading.Thread(target=lambda: self.stdout.extend(proc.stdout), daemon=True).start()
+
+    def request(self, method: str, path: str, body=None, key: str | None = KEY, raw: bytes | None = None,
+                headers: dict | None = None):
+        conn = http.client.HTTPConnection("127.0.0.1", self.port, timeout=120)
+        hdrs = {"Content-Type": "application/json", **(headers or {})}
+        if key:
+            hdrs["Authorization"] = f"Bearer {key}"
+        conn.request(method, path, raw if raw is not None else (json.dumps(body) if body is not None else None),
+                     hdrs)
+        resp = conn.getresponse()
+        return resp.status, resp.read(), resp
+
+    def health(self) -> dict:
+        return json.loads(self.request("GET", "/healthz", key=None)[1])
+
+    def metrics(self) -> str:
+        return self.request("GET", "/metrics")[1].decode()
+
+
+@pytest.fixture(scope="module")
+def server(default_gguf, tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("serve")
+    profile = tmp / "serve.toml"
+    profile.write_text(f'[serve]\napi_key = "{KEY}"\nmax_waiting = 3\n[replay]\nevery_lines = 10\n')
+    http_port, zmq = free_port(), f"tcp://127.0.0.1:{free_port()}"
+    archive = tmp / "archive.sqlite"
+    proc = subprocess.Popen([sys.executable, str(ROOT / "run.py"), "serve", str(ROOT / "data" / "tep_demo.csv"),
+                             "--loop", "--rate", "10", "--max-lines", str(LINES), "--config", str(profile),
+                             "--http", f"127.0.0.1:{http_port}", "--zmq", zmq, "--pub", "", "--archive", str(archive),
+                             "--quiet-lines", "--journal", str(tmp / "journal.jsonl")],
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    srv = Server(proc, http_port, zmq, archive)
+    deadline = time.monotonic() + 240
+    while True:
+        assert proc.poll() is None, "".join(srv.stdout)
+        try:
+            if srv.health()["lines"] >= 30:     # the model is up and the first lines are in the ring
+                break
+        except (OSError, ValueError):
+            pass
+        assert time.monotonic() < deadline, "the server did not come up in 240 s:\n" + "".join(srv.stdout)
+        time.sleep(0.5)
+    yield srv
+    proc.send_signal(2)
+    try:
+        proc.wait(timeout=60)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+    srv.exit_code = proc.returncode
+
+
+def sse_events(resp) -> list[str]:
+    """The data fields of a server-sent-event stream, as they arrive."""
+    events, data = [], []
+    for raw in resp:
+        line = raw.decode().rstrip("\n").rstrip("\r")
+        if line.startswith("data: "):
+            data.append(line[len("data: "):])
+        elif line == "" and data:
+            events.append("\n".join(data))
+            data = []
+    return events
+
+
+def test_openai_client_streams_a_chat_answer_token_by_token(server):
+    from openai import OpenAI
+    client = OpenAI(base_url=f"http://127.0.0.1:{server.port}/v1", api_key=KEY, max_retries=0, timeout=120)
+    stream = client.chat.completions.create(model="ringspec", stream=True, max_tokens=40,
+                                            messages=[{"role": "user", "content": "Which tags are alarming now?"}])
+    chunks = list(stream)
+    pieces = [c.choices[0].delta.content for c in chunks if c.choices and c.choices[0].delta.content]
+    assert len(pieces) >= 3 and "".join(pieces).strip()
+    last = chunks[-1]
+    assert last.choices[0].finish_reason in ("stop", "length")
+    assert last.usage.completion_tokens >= len(pieces) and last.usage.prompt_tokens > 10
+
+
+def test_openai_client_gets_whole_chat_and_completion_answers_with_usage(server):
+    from openai import OpenAI
+    client = OpenAI(base_url=f"http://127.0.0.1:{server.port}/v1", api_key=KEY, max_retries=0, timeout=120)
+    chat = client.chat.completions.create(model="ringspec", max_tokens=24,
+                                          messages=[{"role": "user", "content": "What is the plant doing?"}])
+    assert chat.choices[0].message.content.strip()
+    assert chat.usage.total_tokens == chat.usage.prompt_tokens + chat.usage.completion_tokens
+    done = client.completions.create(model="ringspec", prompt="12:00:00 AIR003_3", max_tokens=12)
+    assert done.choices[0].text and done.usage.completion_tokens == 12 and done.choices[0].finish_reason == "length"
+    assert [m.id for m in client.models.list().data] == ["ringspec"]
+
+
+def test_plain_sse_ends_with_done_and_an_answer_carries_the_retrieved_lines_it_used(server):
+    # AIR003_3 lines scroll out of the window within seconds; the archive still has them
+    body = {"messages": [{"role": "user", "content": "When did AIR003_3 last go HIGH?"}], "max_tokens": 30,
+            "stream": True}
+    conn = http.client.HTTPConnection("127.0.0.1", server.port, timeout=120)
+    conn.request("POST", "/v1/chat/completions", json.dumps(body),
+                 {"Content-Type": "application/json", "Authorization": f"Bearer {KEY}"})
+    resp = conn.getresponse()
+    assert resp.getheader("Content-Type") == "text/event-stream"
+    events = sse_events(resp)
+    assert events[-1] == "[DONE]"
+    final = json.loads(events[-2])
+    retrieved = final["ringspec"]["retrieved"]
+    assert retrieved and all("AIR003_3" in h["text"] and h["time"] and h["offset"] >= 0 for h in retrieved)
+    assert final["usage"]["completion_tokens"] >= len(events) - 2
+
+
+@pytest.mark.parametrize("method, path, body, raw, status, words", [
+    ("POST", "/v1/chat/completions", None, b"{not json", 400, "not JSON"),
+    ("POST", "/v1/chat/completions", {"messages": []}, None, 400, "non-empty list"),
+    ("POST", "/v1/chat/completions", {"messages": [{"role": "user", "content": "hi"}], "max_tokens": 100000}, None,
+     400, "max_tokens must be an integer in 1..256"),
+    ("POST", "/v1/chat/completions", {"messages": [{"role": "user", "content": "PIR108 " * 600}]}, None, 400,
+     "at most 384"),
+    ("POST", "/v1/chat/completions", None, b"{" + b" " * 70000 + b"}", 413, "exceeds 65536"),
+    ("POST", "/v1/completions", {"prompt": ""}, None, 400, "non-empty string"),
+    ("GET", "/v1/nowhere", None, None, 404, "no such endpoint"),
+    ("GET", "/v1/chat/completions", None, None, 405, "method not allowed"),
+])
+def test_bad_requests_get_a_clear_4xx_and_the_server_carries_on(server, method, path, body, raw, status, words):
+    got, payload, _ = server.request(method, path, body, raw=raw)
+    assert got == status
+    assert words in json.loads(payload)["error"]["message"]
+    assert server.health()["status"] == "ok"
+
+
+def test_the_api_key_is_required_except_for_health(server):
+    assert server.request("GET", "/v1/models", key=None)[0] == 401
+    assert server.request("GET", "/v1/models", key="wrong")[0] == 401
+    assert server.request("GET", "/healthz", key=None)[0] == 200
+
+
+def test_a_client_that_disconnects_is_counted_and_more_than_the_waiting_bound_get_503(server):
+    socks = []
+    for _ in range(3):                      # max_waiting = 3: three long answers (the log continued) in flight
+        s = socket.create_connection(("127.0.0.1", server.port))
+        body = json.dumps({"prompt": "12:00:00 AIR003_3 H PURGE C CONC HIGH ALM\n", "max_tokens": 256,
+                           "stream": True, "deadline_s": 60}).encode()
+        s.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                  b"Authorization: Bearer " + KEY.encode() + b"\r\nContent-Length: " + str(len(body)).encode() +
+                  b"\r\n\r\n" + body)
+        socks.append(s)
+    for s in socks:
+        s.settimeout(120)
+        assert b"200 OK" in s.recv(4096)             # every answer has started streaming
+    status, payload, resp = server.request("POST", "/v1/chat/completions",
+                                           {"messages": [{"role": "user", "content": "and me?"}]})
+    assert status == 503 and resp.getheader("Retry-After") == "1"
+    assert "already waiting" in json.loads(payload)["error"]["message"]
+    for s in socks:
+        s.close()                                     # gone mid-answer: cancelled, counted, nothing breaks
+    deadline = time.monotonic() + 60
+    while True:
+        m = server.metrics()
+        gone = int(re.search(r"^ringspec_client_disconnects_total (\d+)", m, re.M).group(1))
+        idle = re.search(r'^ringspec_queue_depth\{queue="in_flight"\} 0$', m, re.M)
+        if gone >= 1 and idle:
+            break
+        assert time.monotonic() < deadline, m
+        time.sleep(0.5)
+    status, payload, _ = server.request("POST", "/v1/chat/completions",
+                                        {"messages": [{"role": "user", "content": "still there?"}], "max_tokens": 8})
+    assert status == 200
+
+
+def test_metrics_are_prometheus_text_with_the_figures_an_operator_watches(server):
+    text = server.metrics()
+    for name in ("decode_tokens_per_second", "draft_acceptance_ratio", "queue_depth", "resident_memory_bytes",
+                 "kv_pool_bytes", "dropped_lines_total", "request_ttft_ms", "request_latency_ms",
+                 "http_requests_total"):
+        assert f"# TYPE ringspec_{name} " in text, name
+    for line in text.splitlines():
+        assert line.startswith("#") or re.fullmatch(r'ringspec_\w+(\{[^}]*\})? [-+0-9.eENa]+', line), line
+    assert re.search(r'^ringspec_resident_memory_bytes\{actor="target"\} [1-9]', text, re.M)
+    assert int(re.search(r"^ringspec_kv_pool_bytes (\d+)", text, re.M).group(1)) > 0
+
+
+def test_zmq_ask_client_prints_the_answer_as_it_streams(server):
+    proc = subprocess.run([sys.executable, str(ROOT / "run.py"), "ask", "--zmq", server.zmq, "--max-tokens", "20",
+                           "When did AIR001_3 last go HIGH?"], capture_output=True, text=True, timeout=180)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.strip() and "tokens" in proc.stderr and "retrieved" in proc.stderr
+
+
+def test_zmq_rejects_junk_with_an_error_reply(server):
+    import msgpack
+    import zmq
+    sock = zmq.Context.instance().socket(zmq.DEALER)
+    sock.setsockopt(zmq.LINGER, 0)
+    sock.connect(server.zmq)
+    try:
+        for junk in (b"\xc1\xff not msgpack", msgpack.packb({"question": ""}), msgpack.packb([1, 2])):
+            sock.send(junk)
+            assert sock.poll(30000)
+            reply = msgpack.unpackb(sock.recv(), raw=False)
+            assert reply["code"] == 400 and reply["error"]
+    finally:
+        sock.close()
+
+
+def chromium_driver():
+    chromium, driver = shutil.which("chromium"), shutil.which("chromedriver")
+    if not chromium or not driver:
+        if os.environ.get("CI"):
+            pytest.fail("CI needs Debian's chromium and chromium-driver (.ci/run installs them)")
+        pytest.skip("chromium and chromedriver are not installed (apt-get install chromium chromium-driver)")
+    from selenium import webdriver
+    from selenium.webdriver.chrome.service import Service
+    opts = webdriver.ChromeOptions()
+    opts.binary_location = chromium
+    for arg in ("--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
+                "--window-size=1400,900"):
+        opts.add_argument(arg)
+    return webdriver.Chrome(service=Service(driver), options=opts)
+
+
+def test_console_in_headless_chromium_shows_the_tail_moving_and_an_answer_arriving_token_by_token(server, tmp_path):
+    from selenium.webdriver.common.by import By
+    browser = chromium_driver()
+    try:
+        browser.get(f"http://127.0.0.1:{server.port}/?key={KEY}")
+        tail = browser.find_element(By.ID, "tail")
+        deadline = time.monotonic() + 30
+        while len(tail.find_elements(By.TAG_NAME, "div")) == 0:
+            assert time.monotonic() < deadline, "no stream line reached the console"
+            time.sleep(0.2)
+        first_last = tail.find_elements(By.TAG_NAME, "div")[-1].get_attribute("data-seq")
+        browser.find_element(By.ID, "question").send_keys("Which alarms fired most recently?")
+        browser.find_element(By.ID, "ask").click()
+        seen, deadline = [], time.monotonic() + 120
+        while True:
+            answers = browser.find_elements(By.CSS_SELECTOR, ".answer")
+            text = answers[-1].text if answers else ""
+            if text and (not seen or seen[-1] != text):
+                seen.append(text)
+            if browser.find_element(By.ID, "ask").is_enabled() and answers and answers[-1].text:
+                break
+            assert time.monotonic() < deadline, "the answer did not finish in 120 s"
+            time.sleep(0.02)
+        assert len(seen) >= 3, f"the answer did not arrive incrementally: {seen}"
+        assert all(b.startswith(a) for a, b in zip(seen, seen[1:]))
+        deadline = time.monotonic() + 30
+        while tail.find_elements(By.TAG_NAME, "div")[-1].get_attribute("data-seq") == first_last:
+            assert time.monotonic() < deadline, "the tail did not move"
+            time.sleep(0.2)
+        assert browser.find_element(By.ID, "g-lines").text not in ("", "-")
+        browser.save_screenshot(str(tmp_path / "console.png"))
+    finally:
+        browser.quit()
+
+
+def test_every_line_reaches_the_ring_while_questions_are_served(server):
+    """Runs last in the module: the stream of LINES lines ends; none was lost to the questions above."""
+    deadline = time.monotonic() + 240
+    while not server.health()["stream_ended"]:
+        assert time.monotonic() < deadline, "the stream did not end"
+        time.sleep(1.0)
+    deadline = time.monotonic() + 60
+    while server.health()["lines"] < LINES:
+        assert time.monotonic() < deadline, f"only {server.health()['lines']} of {LINES} lines reached the ring"
+        time.sleep(0.5)
+    assert server.health()["lines"] == LINES
+    text = server.metrics()
+    assert re.findall(r'^ringspec_dropped_lines_total\{reason="queue_full"\} (\d+)', text, re.M) == ["0"]
+    assert int(re.search(r'^ringspec_answers_total\{outcome="answers"\} (\d+)', text, re.M).group(1)) >= 6
