@@ -183,8 +183,9 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--log", default=str(ROOT / "data/tep_demo.csv"), help="log to take prompts from")
     p.add_argument("--rate", type=float, default=20.0, help="operator: the stream's lines per second")
     p.add_argument("--questions", type=int, default=20, help="operator: questions per configuration")
-    p.add_argument("--rates", default="5,10,20,30", help="operator: line rates to try for keeping up")
+    p.add_argument("--rates", default="4,6,8,10,20", help="operator: line rates to try for keeping up")
     p.add_argument("--seconds", type=float, default=40.0, help="operator: seconds per line rate")
+    p.add_argument("--config", help="operator: the server's TOML profile (default: configs/default.toml)")
     p.add_argument("--offsets", type=int, default=5, help="prompts per task, spread over the log (at least 5)")
     p.add_argument("--repeats", type=int, default=3)
     p.add_argument("--window", type=int, default=1024, help="ring window (pool: 4 sinks + W; nothing wraps)")
@@ -487,20 +488,26 @@ def _bench_operator(args) -> int:
               f"{row['waiting_lines']} waiting at the end, {row['dropped']} dropped, {row['questions']} questions",
               file=sys.stderr, flush=True)
 
-    out = {"latency": [ob.latency(args.log, args.rate, args.questions, 30, k, progress=asked) for k in (0, 4)]}
-    out["keeps_up"] = ob.keeps_up(args.log, rates, args.seconds, 5.0, 30, 4, progress=kept)
+    from pipeline import config
+    k = config.load(args.config).serve.retrieve
+    out = {"latency": [ob.latency(args.log, args.rate, args.questions, 30, r, args.config, progress=asked)
+                       for r in sorted({0, k})]}
+    out["keeps_up"] = ob.keeps_up(args.log, rates, args.seconds, 5.0, 30, k, args.config, progress=kept)
     if args.out:
         Path(args.out).write_text(json.dumps(out))
     if args.json:
         print(json.dumps(out))
         return 0
     print(f"\noperator questions (30 tokens, 30-token answers) while the log replays at {args.rate:g} lines/s:")
-    print(f"{'retrieved lines':>16s} {'prompt tok':>10s} {'ttft p50':>9s} {'ttft p95':>9s} {'tok/s p50':>9s} "
-          f"{'tok/s p95':>9s} {'lines/s':>8s}")
+    print(f"{'retrieve k':>10s} {'lines got':>9s} {'prompt tok':>10s} {'ttft p50':>9s} {'ttft p95':>9s} "
+          f"{'tok/s p50':>9s} {'tok/s p95':>9s} | {'frame':>6s} {'queued':>6s} {'prefill':>7s} ms p50 | "
+          f"{'lines/s':>7s}")
     for r in out["latency"]:
-        print(f"{r['retrieve']:>16d} {r['prompt_tokens_mean']:10.0f} {r['ttft_p50_ms']:9.0f} {r['ttft_p95_ms']:9.0f} "
-              f"{r['tokens_per_s_p50']:9.1f} {r['tokens_per_s_p95']:9.1f} {r['lines_per_s']:8.1f}")
-    print("\ningestion while answering a question every 5 s (4 retrieved lines):")
+        print(f"{r['retrieve']:>10d} {r['retrieved_mean']:9.1f} {r['prompt_tokens_mean']:10.0f} "
+              f"{r['ttft_p50_ms']:9.0f} {r['ttft_p95_ms']:9.0f} {r['tokens_per_s_p50']:9.1f} "
+              f"{r['tokens_per_s_p95']:9.1f} | {r['frame_ms_p50']:6.1f} {r['queued_ms_p50']:6.1f} "
+              f"{r['prefill_ms_p50']:7.1f}        | {r['lines_per_s']:7.1f}")
+    print(f"\ningestion while answering a question every 5 s (retrieving up to {k} lines):")
     for r in out["keeps_up"]:
         print(f"  {r['rate']:5g} lines/s offered: {r['lines_per_s']:5.1f} reached the ring, {r['waiting_lines']} "
               f"waiting, {r['dropped']} dropped: {'keeps up' if r['kept_up'] else 'falls behind'}")

@@ -6,7 +6,8 @@ emits "line", "assessment", "answer_delta", "answer", "status" and "eof" events 
 text, never runs a model and never prints.
 
 The schedule, highest first: operator questions (fair across operators, each with a deadline), then a due analysis,
-then the stream's next line. A question arriving during an analysis preempts it between two blocks (the analysis is
+then the stream's next line; when serving, a periodic ("every N lines") analysis waits until no stream line is
+waiting, so under load analyses thin out rather than ingestion falling behind. A question arriving during an analysis preempts it between two blocks (the analysis is
 rolled back and runs again later); lines arriving while the model generates are moved into a bounded backlog and
 prefilled afterwards, in order (when the backlog is full they wait in the channel, and past that ingest drops and
 counts them).
@@ -75,6 +76,7 @@ class Owner:
         self.triggers = Triggers(cfg.replay.every_lines, cfg.replay.trigger_pattern, cfg.replay.idle_s)
         self.queue = OperatorQueue()
         self.selector = Selector([lines] + ([asks] if asks is not None else []))
+        self.asks_only = Selector([asks]) if asks is not None else None
         self.backlog: deque = deque()                 # (header, ids) of lines read while the model generated
         self.backlog_max = cfg.serve.backlog_lines
         self.seen: deque = deque()                    # (last position, offset, tags, seq) of the lines in the ring
@@ -94,9 +96,11 @@ class Owner:
             if self.queue:
                 with self.figures.busy():
                     self.answer(self.queue.pop())
-            elif self.due:
+            elif self.due and not self.waits(self.due):
                 with self.figures.busy():
                     self.assess(self.due)
+            elif self.serving and self.engine.to_target.in_flight():
+                self.asks_only.wait(0.005)   # serving: one line pass at a time, so a question never queues behind many
             elif self.backlog:
                 with self.figures.busy():
                     if self.take_line(*self.backlog.popleft()):
@@ -112,8 +116,13 @@ class Owner:
                     if self.take_line(header, ids):
                         return
             else:
-                self.due = self.triggers.on_quiet(time.monotonic() - self.last_line)
+                self.due = self.due or self.triggers.on_quiet(time.monotonic() - self.last_line)
             self.status()
+
+    def waits(self, reason: str) -> bool:
+        """Serving, a periodic analysis waits while stream lines are waiting: the ring is kept current first, and
+        analyses thin out under load instead of making ingestion fall behind (a matching alarm's still runs)."""
+        return self.serving and reason == "every" and (bool(self.backlog) or self.lines.ready())
 
     def poll(self, lines_too: bool = False) -> bool:
         """Take waiting questions and cancels into the queue (and, while generating, waiting lines into the

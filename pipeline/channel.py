@@ -300,6 +300,10 @@ class Channel:
                 if wait == 0 or not self._sock.poll(wait, zmq.POLLOUT):
                     raise TimeoutError(f"channel {self.spec.name}: no consumer connected within {timeout}s") from None
 
+    def in_flight(self) -> int:
+        """Producer end: messages sent that the consumer has not released yet (waiting, or being worked on)."""
+        return self._head - int(self._ctl[_W_TAIL])
+
     # ---- consumer ----------------------------------------------------------------------------------------------------
 
     def recv(self, timeout: float | None = None) -> Message:

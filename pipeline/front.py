@@ -42,6 +42,7 @@ class Answer:
     retrieved: list
     t_request: float                                  # monotonic, when the front took it
     stop_strings: tuple = ()
+    frame_ms: float = 0.0                             # retrieval, framing and tokenizing before it was sent
     items: queue.Queue = field(default_factory=queue.Queue)
     ids: list = field(default_factory=list)
     text: str = ""
@@ -87,6 +88,7 @@ class Front:
         if not isinstance(deadline_s, (int, float)) or isinstance(deadline_s, bool) or not 0 < deadline_s <= \
                 s.deadline_s:
             raise RequestError(400, f"deadline_s must be a number in (0, {s.deadline_s:g}], got {deadline_s!r}")
+        t0 = time.perf_counter()
         if messages is not None:
             question = _check_messages(messages)
             retrieved = self.retrieve(question)
@@ -106,10 +108,15 @@ class Front:
                 raise RequestError(503, f"{s.max_waiting} requests are already waiting or being answered; retry "
                                         f"shortly", "server_busy")
             answer = Answer(f"q{os.getpid()}-{next(self._ids)}", client, question, len(span),
-                            [h.__dict__ for h in retrieved], time.monotonic(), tuple(stop))
+                            [h.__dict__ for h in retrieved], time.monotonic(), tuple(stop),
+                            frame_ms=(time.perf_counter() - t0) * 1e3)
+            try:
+                self.asks.send({"kind": "question", "id": answer.id, "client": client, "max_tokens": max_tokens,
+                                "deadline_s": float(deadline_s)}, {"ids": np.asarray(span, np.int32)}, timeout=5.0)
+            except TimeoutError:
+                raise RequestError(503, "the cache owner takes no questions right now; retry shortly",
+                                   "server_busy") from None
             self.answers[answer.id] = answer
-            self.asks.send({"kind": "question", "id": answer.id, "client": client, "max_tokens": max_tokens,
-                            "deadline_s": float(deadline_s)}, {"ids": np.asarray(span, np.int32)}, timeout=5.0)
         return answer
 
     def retrieve(self, question: str) -> list:
@@ -199,6 +206,7 @@ class Front:
                 "completion_tokens": event.get("completion_tokens", 0), "queued_ms": event.get("queued_ms"),
                 "ttft_ms": None if answer.t_first is None else (answer.t_first - answer.t_request) * 1e3,
                 "total_ms": (now - answer.t_request) * 1e3, "retrieved": answer.retrieved,
+                "frame_ms": answer.frame_ms,
                 "stats": event.get("stats", {})}
         answer.finished = True
         answer.items.put(("done", info))

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import json
 import queue
+import sys
 import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -81,6 +82,13 @@ class _Handler(BaseHTTPRequestHandler):
             self._error(exc, path)
         except (BrokenPipeError, ConnectionResetError):
             front.counts["client_disconnects"] += 1
+        except Exception as exc:                      # noqa: BLE001 -- one request fails, the server carries on
+            front.counts["internal_errors"] += 1
+            print(f"ringspec: http: {self.command} {path}: {type(exc).__name__}: {exc}", file=sys.stderr, flush=True)
+            try:
+                self._error(RequestError(500, f"internal error: {type(exc).__name__}: {exc}", "server_error"), path)
+            except OSError:
+                pass
 
     def _key(self) -> str:
         auth = self.headers.get("Authorization", "")
@@ -262,6 +270,7 @@ def _usage(info: dict) -> dict:
 def _meta(info: dict) -> dict:
     """ringspec's own fields beside OpenAI's: the retrieved lines (offsets, timestamps) and the timings."""
     st = info.get("stats", {})
-    return {"retrieved": info["retrieved"], "queued_ms": info["queued_ms"], "ttft_ms": info["ttft_ms"],
+    return {"retrieved": info["retrieved"], "frame_ms": info["frame_ms"], "queued_ms": info["queued_ms"],
+            "prefill_ms": st.get("ttft_ms"), "ttft_ms": info["ttft_ms"],
             "total_ms": info["total_ms"], "tokens_per_s": st.get("tokens_per_s"),
             "accepted_per_verify": st.get("accepted_per_verify")}

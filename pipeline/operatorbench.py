@@ -21,6 +21,7 @@ from pathlib import Path
 import numpy as np
 
 ROOT = Path(__file__).resolve().parents[1]
+WARM_LINES = 150     # about three windows of TEP lines: the archive holds older lines to retrieve
 QUESTIONS = [        # about 30 tokens each with SmolLM2's tokenizer
     "When did the alarm on {tag} last go {level}, and what does that alarm mean for the reactor and the purge?",
     "Was {tag} in a {level} alarm recently? Tell me the time of the last one and whether it has recovered since.",
@@ -37,12 +38,15 @@ def _free_port() -> int:
 class _Server:
     """`run.py serve` on a free port, replaying `log` at `rate` lines per second over and over."""
 
-    def __init__(self, log: str, rate: float, retrieve: int, config: str | None, workdir: str):
+    def __init__(self, log: str, rate: float, retrieve: int, config: str | None, workdir: str,
+                 warm_lines: int = 20):
+        """warm_lines: lines the ring must have taken before measuring (enough that older lines are archived)."""
         self.port = _free_port()
         profile = Path(workdir) / f"bench_{rate:g}_{retrieve}.toml"
         base = Path(config).read_text() if config else ""
-        profile.write_text(base + f"\n[serve]\nretrieve = {retrieve}\nmax_waiting = 64\n" if "[serve]" not in base
-                           else base)
+        if "[serve]" in base:
+            raise ValueError(f"{config}: leave out [serve]: the operator bench sets it (retrieve, max_waiting)")
+        profile.write_text(base + f"\n[serve]\nretrieve = {retrieve}\nmax_waiting = 64\n")
         self.proc = subprocess.Popen([sys.executable, str(ROOT / "run.py"), "serve", log, "--loop", "--rate",
                                       str(rate), "--config", str(profile), "--http", f"127.0.0.1:{self.port}",
                                       "--zmq", "", "--pub", "", "--quiet-lines",
@@ -53,7 +57,7 @@ class _Server:
             if self.proc.poll() is not None:
                 raise RuntimeError(f"the server exited: {self.proc.stderr.read()[-2000:]}")
             try:
-                if self.health()["lines"] >= 20:
+                if self.health()["lines"] >= warm_lines:
                     break
             except (OSError, ValueError):
                 pass
@@ -101,6 +105,7 @@ class _Server:
                 "tokens_per_s": (tokens - 1) / (last - first) if first and last and last > first else 0.0,
                 "completion_tokens": tokens, "prompt_tokens": final.get("usage", {}).get("prompt_tokens", 0),
                 "queued_ms": meta.get("queued_ms"), "retrieved": len(meta.get("retrieved", [])),
+                "frame_ms": meta.get("frame_ms"), "prefill_ms": meta.get("prefill_ms"),
                 "server_ttft_ms": meta.get("ttft_ms")}
 
     def close(self) -> None:
@@ -124,7 +129,7 @@ def questions(log: str, n: int) -> list[str]:
 def latency(log: str, rate: float, n: int, max_tokens: int, retrieve: int, config=None, progress=None) -> dict:
     """TTFT and answer speed of n questions asked one after another while the stream replays at `rate`."""
     with tempfile.TemporaryDirectory(prefix="ringspec_opbench_") as tmp:
-        server = _Server(log, rate, retrieve, config, tmp)
+        server = _Server(log, rate, retrieve, config, tmp, warm_lines=WARM_LINES)
         try:
             rows = []
             for i, q in enumerate(questions(log, n)):
@@ -140,7 +145,10 @@ def latency(log: str, rate: float, n: int, max_tokens: int, retrieve: int, confi
             "ttft_p95_ms": float(np.percentile(ttft, 95)), "tokens_per_s_p50": float(np.percentile(tps, 50)),
             "tokens_per_s_p95": float(np.percentile(tps, 5)),     # the slow tail: 95% of answers were faster
             "prompt_tokens_mean": float(np.mean([r["prompt_tokens"] for r in rows])),
-            "queued_ms_p50": float(np.median([r["queued_ms"] or 0.0 for r in rows])), **lag, "rows": rows}
+            "queued_ms_p50": float(np.median([r["queued_ms"] or 0.0 for r in rows])),
+            "frame_ms_p50": float(np.median([r["frame_ms"] or 0.0 for r in rows])),
+            "prefill_ms_p50": float(np.median([r["prefill_ms"] or 0.0 for r in rows])),
+            "retrieved_mean": float(np.mean([r["retrieved"] for r in rows])), **lag, "rows": rows}
 
 
 def keeps_up(log: str, rates: list[float], seconds: float, every_s: float, max_tokens: int, retrieve: int,

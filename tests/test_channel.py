@@ -323,3 +323,21 @@ def test_messages_sent_just_before_the_producer_exits_are_all_received():
         assert got == [(i, i) for i in range(50)]
         with pytest.raises(TimeoutError):
             inp.recv(timeout=0.05)
+
+
+def test_depth_counts_waiting_messages_and_in_flight_counts_until_release():
+    spec = _spec("depth", slots=4, payload_bytes=64)
+    with Channel.create(spec) as owner, Channel.attach(spec.name, timeout=5) as producer:
+        for i in range(3):
+            producer.send({"i": i}, timeout=5)
+        deadline = time.monotonic() + 5
+        while owner.depth() < 3 and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert owner.depth() == 3 and producer.in_flight() == 3
+        msg = owner.recv(timeout=5)
+        assert owner.depth() == 2 and producer.in_flight() == 3     # received but still being worked on
+        msg.release()
+        assert producer.in_flight() == 2
+        for _ in range(2):
+            owner.recv(timeout=5).release()
+        assert owner.depth() == 0 and producer.in_flight() == 0

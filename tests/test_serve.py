@@ -302,3 +302,33 @@ def test_every_line_reaches_the_ring_while_questions_are_served(server):
     text = server.metrics()
     assert re.findall(r'^ringspec_dropped_lines_total\{reason="queue_full"\} (\d+)', text, re.M) == ["0"]
     assert int(re.search(r'^ringspec_answers_total\{outcome="answers"\} (\d+)', text, re.M).group(1)) >= 6
+    # an analysis runs every 10 lines (each second at 10 lines/s) and takes most of that second, so some of the
+    # questions above arrived during one: it was cut short for the question and asked again afterwards
+    assert int(re.search(r"^ringspec_analyses_preempted_total (\d+)", text, re.M).group(1)) >= 1
+
+
+def test_eval_recall_reports_retrieval_and_exact_answers_with_and_without_the_archive(default_gguf):
+    log = ROOT.parent / "shared" / "data" / "tep_alarms" / "filter" / "text_alarms_filter_1.csv"
+    proc = subprocess.run([sys.executable, str(ROOT / "run.py"), "eval-recall", "--logs", str(log), "--per-log", "2",
+                           "--max-questions", "2", "--k", "2", "--json"], capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr
+    out = json.loads(proc.stdout)
+    assert out["questions"] == 2 and set(out["recall_at"]) == {"1", "4", "8"}
+    assert 0.0 <= out["exact_without_archive"] <= out["exact_with_archive"] + 1.0
+    for row in out["rows"]:
+        assert re.fullmatch(r"\d\d:\d\d:\d\d", row["answer"])
+        assert row["exact_with"] == (row["answer"] in row["text_with"])
+        assert row["exact_without"] == (row["answer"] in row["text_without"])
+        assert row["recalled"] == any(row["answer"] in line for line in row["retrieved"])
+
+
+def test_operator_bench_measures_answers_and_ingestion_against_a_real_server(default_gguf):
+    proc = subprocess.run([sys.executable, str(ROOT / "run.py"), "bench", "--task", "operator", "--questions", "2",
+                           "--rate", "5", "--rates", "4", "--seconds", "3", "--json"],
+                          capture_output=True, text=True, timeout=900)
+    assert proc.returncode == 0, proc.stderr
+    out = json.loads(proc.stdout)
+    assert [r["retrieve"] for r in out["latency"]] == [0, 2]
+    for r in out["latency"]:
+        assert len(r["rows"]) == 2 and r["ttft_p50_ms"] > 0 and r["tokens_per_s_p50"] > 0
+    assert out["keeps_up"][0]["rate"] == 4 and out["keeps_up"][0]["questions"] >= 1
