@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 LATENCIES_KEPT = 1000       # recent requests whose latencies /metrics summarises
+MAX_SUBSCRIBERS = 32        # consoles following /v1/events at once
 
 
 class RequestError(Exception):
@@ -138,6 +139,8 @@ class Front:
         """The console's live feed: line, assessment and status events (a slow reader loses events, counted)."""
         q: queue.Queue = queue.Queue(maxsize=2000)
         with self._lock:
+            if len(self.subscribers) >= MAX_SUBSCRIBERS:
+                raise RequestError(503, f"{MAX_SUBSCRIBERS} consoles are already following the stream", "server_busy")
             self.subscribers.append(q)
         return q
 

@@ -118,7 +118,7 @@ class _Handler(BaseHTTPRequestHandler):
 
     def _events(self):
         front = self.server.front
-        sub = front.subscribe()
+        sub = front.subscribe()                       # RequestError (503) past MAX_SUBSCRIBERS
         try:
             self._start_stream()
             for line in list(front.tail)[-50:]:

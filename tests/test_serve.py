@@ -56,15 +56,13 @@ class Server:
         return self.request("GET", "/metrics")[1].decode()
 
 
-@pytest.fixture(scope="module")
-def server(default_gguf, tmp_path_factory):
-    tmp = tmp_path_factory.mktemp("serve")
+def start_server(tmp: Path, profile_text: str, rate: float, lines: int, ready_lines: int) -> Server:
     profile = tmp / "serve.toml"
-    profile.write_text(f'[serve]\napi_key = "{KEY}"\nmax_waiting = 3\n[replay]\nevery_lines = 10\n')
+    profile.write_text(profile_text)
     http_port, zmq = free_port(), f"tcp://127.0.0.1:{free_port()}"
     archive = tmp / "archive.sqlite"
     proc = subprocess.Popen([sys.executable, str(ROOT / "run.py"), "serve", str(ROOT / "data" / "tep_demo.csv"),
-                             "--loop", "--rate", "10", "--max-lines", str(LINES), "--config", str(profile),
+                             "--loop", "--rate", str(rate), "--max-lines", str(lines), "--config", str(profile),
                              "--http", f"127.0.0.1:{http_port}", "--zmq", zmq, "--pub", "", "--archive", str(archive),
                              "--quiet-lines", "--journal", str(tmp / "journal.jsonl")],
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
@@ -73,20 +71,30 @@ def server(default_gguf, tmp_path_factory):
     while True:
         assert proc.poll() is None, "".join(srv.stdout)
         try:
-            if srv.health()["lines"] >= 30:     # the model is up and the first lines are in the ring
-                break
+            if srv.health()["lines"] >= ready_lines:     # the model is up and the first lines are in the ring
+                return srv
         except (OSError, ValueError):
             pass
         assert time.monotonic() < deadline, "the server did not come up in 240 s:\n" + "".join(srv.stdout)
         time.sleep(0.5)
-    yield srv
-    proc.send_signal(2)
+
+
+def stop_server(srv: Server) -> None:
+    srv.proc.send_signal(2)
     try:
-        proc.wait(timeout=60)
+        srv.proc.wait(timeout=60)
     except subprocess.TimeoutExpired:
-        proc.kill()
-        proc.wait()
-    srv.exit_code = proc.returncode
+        srv.proc.kill()
+        srv.proc.wait()
+
+
+@pytest.fixture(scope="module")
+def server(default_gguf, tmp_path_factory):
+    srv = start_server(tmp_path_factory.mktemp("serve"),
+                       f'[serve]\napi_key = "{KEY}"\nmax_waiting = 3\n[replay]\nevery_lines = 10\n', rate=10,
+                       lines=LINES, ready_lines=30)
+    yield srv
+    stop_server(srv)
 
 
 def sse_events(resp) -> list[str]:
@@ -302,9 +310,28 @@ def test_every_line_reaches_the_ring_while_questions_are_served(server):
     text = server.metrics()
     assert re.findall(r'^ringspec_dropped_lines_total\{reason="queue_full"\} (\d+)', text, re.M) == ["0"]
     assert int(re.search(r'^ringspec_answers_total\{outcome="answers"\} (\d+)', text, re.M).group(1)) >= 6
-    # an analysis runs every 10 lines (each second at 10 lines/s) and takes most of that second, so some of the
-    # questions above arrived during one: it was cut short for the question and asked again afterwards
-    assert int(re.search(r"^ringspec_analyses_preempted_total (\d+)", text, re.M).group(1)) >= 1
+
+
+def test_a_question_preempts_a_running_analysis(default_gguf, tmp_path):
+    """Every line triggers a 200-token analysis (about 2 s) and lines come every half second, so the owner is inside
+    an analysis nearly all the time: a question must not wait for it to end."""
+    srv = start_server(tmp_path, "[replay]\ntrigger_pattern = '.'\nmax_new_tokens = 200\n", rate=2, lines=60,
+                       ready_lines=3)
+    try:
+        queued = []
+        for question in ("What just happened?", "Which tag alarmed last?", "Is anything LOW now?"):
+            time.sleep(0.7)                           # well inside the next analysis
+            status, payload, _ = srv.request("POST", "/v1/chat/completions", key=None,
+                                             body={"messages": [{"role": "user", "content": question}],
+                                                   "max_tokens": 8})
+            assert status == 200, payload
+            queued.append(json.loads(payload)["ringspec"]["queued_ms"])
+        text = srv.metrics()
+        preempted = int(re.search(r"^ringspec_analyses_preempted_total (\d+)", text, re.M).group(1))
+        assert preempted >= 2, text
+        assert max(queued) < 500, queued              # one verify block at most, not the rest of a 2 s analysis
+    finally:
+        stop_server(srv)
 
 
 def test_eval_recall_reports_retrieval_and_exact_answers_with_and_without_the_archive(default_gguf):
