@@ -177,6 +177,7 @@ class Owner:
         self.counts["answers"] += 1
         self.send_answer(req, finish=finish, stats=res.stats.as_dict(), queued_ms=(started - req.arrived) * 1e3,
                          completion_tokens=len(ids))
+        self.last_status = 0.0                           # the gauges show this answer at the next turn of the loop
 
     def send_answer(self, req, error: str | None = None, **fields) -> None:
         self.out.send({"kind": "answer", "id": req.id, "error": error, "prompt_tokens": len(req.ids), **fields},
