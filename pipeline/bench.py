@@ -35,14 +35,15 @@ class Disagreement(RuntimeError):
 class System:
     """A way of generating: a ringspec engine with a proposer, or llama.cpp with or without its lookup draft."""
     name: str
-    kind: str                     # "ringspec" | "llama_cpp"
+    kind: str                     # "ringspec" (one process) | "pipelined" (target and draft actors) | "llama_cpp"
     draft: str = "none"           # ringspec: none | suffix | model | hybrid; llama_cpp: none | lookup
     draft_gguf: str = ""
     draft_len: int = 6
 
 
 def systems(draft_gguf: str = "", llama_cpp: bool = True) -> list[System]:
-    out = [System("target_only", "ringspec"), System("suffix_serial", "ringspec", "suffix")]
+    out = [System("target_only", "ringspec"), System("suffix_serial", "ringspec", "suffix"),
+           System("pipelined", "pipelined", "suffix")]
     if draft_gguf:
         out += [System("draft_serial", "ringspec", "model", draft_gguf, 3),
                 System("hybrid_serial", "ringspec", "hybrid", draft_gguf, 6)]
@@ -236,7 +237,8 @@ def bench(log: str, tasks=TASKS, n_offsets: int = 5, repeats: int = 3, threads: 
     need = max(len(p.ids) + p.new_tokens for ps in task_prompts.values() for p in ps)
     if need > window:
         raise ValueError(f"a prompt plus its new tokens needs {need} positions; the pool window is {window}")
-    workers = [_Worker(s, threads, window, cpus) for s in chosen]
+    from pipeline.benchpipe import PipelinedWorker
+    workers = [(PipelinedWorker if s.kind == "pipelined" else _Worker)(s, threads, window, cpus) for s in chosen]
     try:
         for w in workers:
             w._reply()
@@ -289,7 +291,7 @@ def _table(chosen: list[System], runs: dict[str, list[dict]]) -> dict:
     table = {}
     for s in chosen:
         rs = runs[s.name]
-        if s.kind == "ringspec":                          # every run, every repeat: exactly the target's tokens
+        if s.kind != "llama_cpp":                         # every run, every repeat: exactly the target's tokens
             bad = next((r for r in rs if r["token_ids"] != ref[r["prompt"]]), None)
             if bad is not None:
                 raise Disagreement(f"{s.name} differs from target_only on prompt {bad['prompt']} at token "

@@ -1,0 +1,108 @@
+"""The speed bench's `pipelined` system: target and draft actors in processes of their own, driven from the bench.
+
+Owns their lifetime for one bench run: the two channels they answer on (created here), the actor processes (spawned
+with `launch.enter`, pinned to the bench's CPUs, killed if the bench dies), and a `DeferredEngine` in this process
+standing where the cache owner stands in `serve` and `replay`. Same interface as the bench's workers: `run(prompt)`
+returns the generation's figures, `close()` stops everything. Never measures anything itself.
+"""
+from __future__ import annotations
+
+import multiprocessing as mp
+import os
+import shutil
+import tempfile
+import time
+
+import numpy as np
+
+from actors.common import StopFlag, attach_when_ready
+
+
+def _enter(module: str, kwargs: dict) -> None:
+    """An actor that dies with the bench (PR_SET_PDEATHSIG), then the launcher's entry point."""
+    import ctypes
+    import signal
+
+    from pipeline.launch import enter
+    ctypes.CDLL(None).prctl(1, signal.SIGKILL)
+    enter(module, kwargs)
+
+
+class PipelinedWorker:
+    def __init__(self, system, threads: int, window: int, cpus: list[int]):
+        from kernels.ring import RingSpec
+        from models.convert import load_card
+        from models.registry import converted_dir
+        from pipeline import config
+        from pipeline.assemble import resolve_gguf
+        from pipeline.channel import Channel, ChannelSpec
+        from pipeline.deferred import DeferredEngine
+
+        cpu_list = ",".join(map(str, cpus))
+        self.system = system
+        self.cfg = config.load(None, {"model.threads": threads, "draft.kind": system.draft,
+                                      "draft.length": system.draft_len, "actors.target_cpus": cpu_list,
+                                      "actors.draft_cpus": cpu_list})
+        rows = self.cfg.model.max_rows
+        self.spec = RingSpec(4, window, window + rows)            # the serial systems' pool (make_engine)
+        vocab = load_card(converted_dir(resolve_gguf(self.cfg.model.gguf)))["config"]["vocab_size"]
+        self.run_dir = tempfile.mkdtemp(prefix="ringspec_benchpipe_")
+        self.stop = StopFlag(f"{self.run_dir}/stop")
+        tag = f"b{os.getpid()}_{int(time.time() * 1000) % 1_000_000}"
+        mask = rows * (self.spec.pool_slots + 64 + rows) * 4
+        small = dict(header_bytes=4 << 10)
+        to_target = ChannelSpec(f"{tag}_to_target", 8, mask + (16 << 10), **small)
+        to_draft = ChannelSpec(f"{tag}_to_draft", 256, 1 << 10, **small)
+        self.from_target = Channel.create(ChannelSpec(f"{tag}_from_target", 16, 1 << 10, **small))
+        self.from_draft = Channel.create(ChannelSpec(f"{tag}_from_draft", 8, 4 << 10, **small))
+        ctx = mp.get_context("spawn")
+        self.procs = [
+            ctx.Process(target=_enter, args=("actors.target", dict(inbox=to_target, outbox=self.from_target.spec.name,
+                                                                   cfg=self.cfg, spec=self.spec, stop=self.stop))),
+            ctx.Process(target=_enter, args=("actors.draft", dict(inbox=to_draft, outbox=self.from_draft.spec.name,
+                                                                  cfg=self.cfg, spec=self.spec, vocab=vocab,
+                                                                  stop=self.stop)))]
+        for p in self.procs:
+            p.start()
+        self.to_target = attach_when_ready(to_target.name, self.stop)
+        self.to_draft = attach_when_ready(to_draft.name, self.stop)
+        self.engine = DeferredEngine(self.spec, rows, system.draft_len, self.to_target, self.from_target,
+                                     self.to_draft, self.from_draft)
+
+    def _reply(self):                     # the bench's workers say "ready" once their model is loaded
+        return None
+
+    def run(self, prompt) -> dict:
+        from kernels.sampling import SamplingParams
+
+        self.engine.rollback(0)                                     # a fresh context, as the serial systems
+        res = self.engine.generate(np.asarray(prompt.ids, np.int64), prompt.new_tokens, SamplingParams(),
+                                   stop_ids=prompt.stop_ids)
+        st = res.stats.as_dict()
+        return {"token_ids": res.token_ids, **st, "overhead_share": st["decode_overhead_share"],
+                "peak_mb": sum(_vmhwm_mb(p.pid) for p in self.procs)}
+
+    def close(self) -> None:
+        from pipeline.channel import cleanup_stale
+        try:
+            self.engine.close()
+        except Exception:                                           # noqa: BLE001 -- stopping anyway
+            pass
+        self.stop.set()
+        for p in self.procs:
+            p.join(10)
+            if p.is_alive():
+                p.kill()
+                p.join()
+        for ch in (self.to_target, self.to_draft, self.from_target, self.from_draft):
+            ch.close() if not ch.is_owner else ch.__exit__(None, None, None)
+        shutil.rmtree(self.run_dir, ignore_errors=True)
+        cleanup_stale()
+
+
+def _vmhwm_mb(pid: int) -> float:
+    try:
+        with open(f"/proc/{pid}/status") as f:
+            return next(int(line.split()[1]) for line in f if line.startswith("VmHWM:")) / 1024
+    except (OSError, StopIteration):
+        return 0.0
