@@ -6,11 +6,12 @@ emits "line", "assessment", "answer_delta", "answer", "status" and "eof" events 
 text, never runs a model and never prints.
 
 The schedule, highest first: operator questions (fair across operators, each with a deadline), then a due analysis,
-then the stream's next line; when serving, a periodic ("every N lines") analysis waits until no stream line is
-waiting, so under load analyses thin out rather than ingestion falling behind. A question arriving during an analysis preempts it between two blocks (the analysis is
-rolled back and runs again later); lines arriving while the model generates are moved into a bounded backlog and
-prefilled afterwards, in order (when the backlog is full they wait in the channel, and past that ingest drops and
-counts them).
+then the stream's next line. A question arriving during an analysis preempts it between two blocks (the analysis is
+rolled back and runs again later). Lines arriving while the model generates are moved into a bounded backlog and
+prefilled afterwards, in order; when the backlog is full they wait in the channel, and past that ingest drops and
+counts them. When serving, a periodic ("every N lines") analysis waits until no stream line is waiting, so under
+load analyses thin out rather than ingestion falling behind; and a line pass is sent only when the target has
+finished the previous one, so a question never queues behind a stack of line passes.
 
 What lives in the ring (DESIGN.md): the sinks hold the system prompt; the ring holds only the stream. An analysis or
 an operator question is asked in a scratch span after the stream (retrieved older lines, the question, the answer)

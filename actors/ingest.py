@@ -2,12 +2,14 @@
 
 Receives nothing; emits one message per record to the cache owner (header: offset, time, tags, text, seq, the drop
 counts so far; array: token ids), then an "eof" carrying its counts and figures. When serving, every record also goes
-into the archive (pipeline/archive.py; `seq` is its row there), flushed at least every half second. Bounded: when the owner's channel stays full the record is
-dropped and counted, never buffered without limit. Never touches a model or the cache.
+into the archive (pipeline/archive.py; `seq` is its row there), flushed at least every half second. Bounded: when
+the owner's channel stays full the record is dropped, counted and logged, never buffered without limit. Never touches
+a model or the cache.
 
-Sources (`source["kind"]`): replay (a captured file at `speed` times its original pace, or at `rate` lines per second), follow (`tail -f`, across
-rotations), tcp (a line server on host:port), stdin (the launcher's stdin, reopened through /proc), loop (a file
-replayed over and over, at full speed or at `rate` lines per second: the soak, a demo server).
+Sources (`source["kind"]`): replay (a captured file at `speed` times its original pace, or at `rate` lines per
+second), follow (`tail -f`, across rotations), tcp (a line server on host:port), stdin (the launcher's stdin,
+reopened through /proc), loop (a file replayed over and over, at full speed or at `rate` lines per second: the soak,
+a demo server).
 """
 from __future__ import annotations
 

@@ -74,8 +74,11 @@ def run(in_spec: ChannelSpec, gguf: str, journal: str | None, pub: str | None, q
                 if event["kind"] == "eof":
                     return
     finally:
-        for server in servers or ():
-            server.shutdown() if hasattr(server, "shutdown") else server.close()
+        for server in servers or ():          # the HTTP server shuts down, the zmq front closes
+            if hasattr(server, "shutdown"):
+                server.shutdown()
+            else:
+                server.close()
         if log:
             log.close()
         if sock is not None:
@@ -110,9 +113,6 @@ def _start_front(cfg, tok, serve: dict, stop):
         servers.append(server)
         print(f"ringspec: serving http://{host}:{server.server_address[1]}/ (OpenAI API under /v1, console at /)",
               file=sys.stderr, flush=True)
-        if serve.get("address_file"):
-            with open(serve["address_file"], "w") as f:
-                f.write(f"{host}:{server.server_address[1]}")
     if cfg.serve.zmq:
         servers.append(ZmqFront(front, cfg.serve.zmq))
         print(f"ringspec: zmq questions on {cfg.serve.zmq} (python run.py ask --zmq {cfg.serve.zmq} \"...\")",

@@ -85,7 +85,7 @@ class ServeSection:
     max_waiting: int = 16            # requests waiting or being answered at once; more are refused with 503
     deadline_s: float = 60.0         # a request not answered by then ends (queued: an error; answering: cut short)
     backlog_lines: int = 4096        # stream lines held while the model answers (then the channel, then drops)
-    archive: str = ""                # SQLite FTS5 file of every ingested line ("" = $RINGSPEC_HOME/archive/stream.sqlite)
+    archive: str = ""                # SQLite FTS5 file of every line ("" = $RINGSPEC_HOME/archive/stream.sqlite)
     archive_max_lines: int = 1_000_000
     retrieve: int = 2                # older lines retrieved into a question's span (0 = none; each costs its tokens
                                      # of prefill before the first answer token: ~25 for a TEP line, ~60 ms here)

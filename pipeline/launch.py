@@ -81,8 +81,7 @@ def plan(cfg, source: dict, journal: str | None, pub: str | None, quiet_lines: b
         archive = cfg.serve.archive or str(home() / "archive" / "stream.sqlite")
         source = {**source, "archive": {"path": archive, "max_lines": cfg.serve.archive_max_lines}}
         owner_serve = dict(questions=asks, drain=StopFlag(drain))
-        output_serve = dict(cfg=cfg, serve={"asks": asks.name, "archive": archive, "pids_file": pids_file(run_dir),
-                                            "address_file": f"{run_dir}/http_address"})
+        output_serve = dict(cfg=cfg, serve={"asks": asks.name, "archive": archive, "pids_file": pids_file(run_dir)})
     return [
         ActorPlan("output", "actors.output", dict(in_spec=events, gguf=cfg.model.gguf, journal=journal, pub=pub,
                                                   quiet_lines=quiet_lines, cpus=cfg.actors.output_cpus, stop=stop,

@@ -70,9 +70,9 @@ def question_at(log: str, records: list[Record], upto: int, window_lines: int, r
 
 
 def build(logs: list[str], per_log: int = 5, window_lines: int = 40, seed: int = 0) -> list[Question]:
-    """Deterministic: pick stream points `upto`; window_from = upto - window_lines + 1; ask about (tag, type) pairs whose
-    most recent occurrence before `upto` is outside the window (answer_offset < window_from) and that do not occur
-    inside the window at all (otherwise the window answers it). Phrase types as operators say them: H -> "HIGH",
+    """Deterministic: pick stream points `upto`; window_from = upto - window_lines + 1; ask about (tag, type) pairs
+    whose most recent occurrence before `upto` is outside the window (answer_offset < window_from) and that do not
+    occur inside the window at all (otherwise the window answers it). Phrase types as operators say them: H -> "HIGH",
     L -> "LOW", HH -> "HIGH HIGH", LL -> "LOW LOW", NR -> "return to normal". Skip pairs whose answer time is
     ambiguous (the same clock string on another line of that pair)."""
     questions = []
