@@ -21,6 +21,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from models.tokenizer import StreamDecoder
+
 LATENCIES_KEPT = 1000       # recent requests whose latencies /metrics summarises
 MAX_SUBSCRIBERS = 32        # consoles following /v1/events at once
 
@@ -45,8 +47,9 @@ class Answer:
     stop_strings: tuple = ()
     frame_ms: float = 0.0                             # retrieval, framing and tokenizing before it was sent
     items: queue.Queue = field(default_factory=queue.Queue)
-    ids: list = field(default_factory=list)
-    text: str = ""
+    decoder: object = None                            # a StreamDecoder: the answer's text, token by token
+    decoded: str = ""                                 # everything decoded so far (before a stop string's cut)
+    text: str = ""                                    # what was handed to the asker
     t_first: float | None = None
     finished: bool = False
     stopped_by_string: bool = False
@@ -110,7 +113,7 @@ class Front:
                                         f"shortly", "server_busy")
             answer = Answer(f"q{os.getpid()}-{next(self._ids)}", client, question, len(span),
                             [h.__dict__ for h in retrieved], time.monotonic(), tuple(stop),
-                            frame_ms=(time.perf_counter() - t0) * 1e3)
+                            frame_ms=(time.perf_counter() - t0) * 1e3, decoder=StreamDecoder(self.tok))
             try:
                 self.asks.send({"kind": "question", "id": answer.id, "client": client, "max_tokens": max_tokens,
                                 "deadline_s": float(deadline_s)}, {"ids": np.asarray(span, np.int32)}, timeout=5.0)
@@ -182,10 +185,9 @@ class Front:
             return
         if answer.t_first is None:
             answer.t_first = time.monotonic()
-        answer.ids.extend(int(t) for t in ids if int(t) not in self.stops)
-        text = self.tok.decode(answer.ids)
-        if text.endswith("\ufffd"):                   # a character split across tokens: wait for the rest
-            return
+        # the decoder holds back a character split across tokens until the rest arrives
+        answer.decoded += "".join(answer.decoder.push(int(t)) for t in ids if int(t) not in self.stops)
+        text = answer.decoded
         cut = min((i for i in (text.find(s) for s in answer.stop_strings if s) if i >= 0), default=-1)
         if cut >= 0:
             text = text[:cut]
