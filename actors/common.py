@@ -22,10 +22,11 @@ def pin(cpus: str) -> None:
         os.sched_setaffinity(0, chosen)
 
 
-def proc_status() -> dict:
-    """Resident memory (MB) and thread count of this process, from /proc/self/status."""
+def proc_status(pid: int | str = "self") -> dict:
+    """Resident memory now and at its peak (MB) and thread count of a process (this one by default), from
+    /proc/PID/status; OSError when it is gone."""
     out = {}
-    with open("/proc/self/status") as f:
+    with open(f"/proc/{pid}/status") as f:
         for line in f:
             key, _, value = line.partition(":")
             if key in ("VmRSS", "VmHWM"):

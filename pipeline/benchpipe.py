@@ -15,7 +15,7 @@ import time
 
 import numpy as np
 
-from actors.common import StopFlag, attach_when_ready
+from actors.common import StopFlag, attach_when_ready, proc_status
 
 
 def _enter(module: str, kwargs: dict) -> None:
@@ -80,7 +80,7 @@ class PipelinedWorker:
                                    stop_ids=prompt.stop_ids)
         st = res.stats.as_dict()
         return {"token_ids": res.token_ids, **st, "overhead_share": st["decode_overhead_share"],
-                "peak_mb": sum(_vmhwm_mb(p.pid) for p in self.procs)}
+                "peak_mb": sum(proc_status(p.pid)["vmhwm_mb"] for p in self.procs)}
 
     def close(self) -> None:
         from pipeline.channel import cleanup_stale
@@ -99,10 +99,3 @@ class PipelinedWorker:
         shutil.rmtree(self.run_dir, ignore_errors=True)
         cleanup_stale()
 
-
-def _vmhwm_mb(pid: int) -> float:
-    try:
-        with open(f"/proc/{pid}/status") as f:
-            return next(int(line.split()[1]) for line in f if line.startswith("VmHWM:")) / 1024
-    except (OSError, StopIteration):
-        return 0.0

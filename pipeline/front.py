@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from actors.common import proc_status
 from models.tokenizer import StreamDecoder
 
 LATENCIES_KEPT = 1000       # recent requests whose latencies /metrics summarises
@@ -252,10 +253,8 @@ class Front:
         out = {}
         for name, pid in pids.items():
             try:
-                with open(f"/proc/{pid}/status") as f:
-                    kb = next(int(line.split()[1]) for line in f if line.startswith("VmRSS:"))
-                out[name] = kb * 1024
-            except (OSError, StopIteration, ValueError):
+                out[name] = int(proc_status(pid)["vmrss_mb"] * 2**20)
+            except (OSError, KeyError):                   # gone, or on another node
                 continue
         return out
 
