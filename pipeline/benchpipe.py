@@ -35,8 +35,9 @@ class PipelinedWorker:
         from models.registry import converted_dir
         from pipeline import config
         from pipeline.assemble import resolve_gguf
-        from pipeline.channel import Channel, ChannelSpec
+        from pipeline.channel import Channel
         from pipeline.deferred import DeferredEngine
+        from pipeline.launch import model_links
 
         cpu_list = ",".join(map(str, cpus))
         self.system = system
@@ -48,13 +49,10 @@ class PipelinedWorker:
         vocab = load_card(converted_dir(resolve_gguf(self.cfg.model.gguf)))["config"]["vocab_size"]
         self.run_dir = tempfile.mkdtemp(prefix="ringspec_benchpipe_")
         self.stop = StopFlag(f"{self.run_dir}/stop")
-        tag = f"b{os.getpid()}_{int(time.time() * 1000) % 1_000_000}"
-        mask = rows * (self.spec.pool_slots + 64 + rows) * 4
-        small = dict(header_bytes=4 << 10)
-        to_target = ChannelSpec(f"{tag}_to_target", 8, mask + (16 << 10), **small)
-        to_draft = ChannelSpec(f"{tag}_to_draft", 256, 1 << 10, **small)
-        self.from_target = Channel.create(ChannelSpec(f"{tag}_from_target", 16, 1 << 10, **small))
-        self.from_draft = Channel.create(ChannelSpec(f"{tag}_from_draft", 8, 4 << 10, **small))
+        links = model_links(self.cfg, self.spec, vocab, f"b{os.getpid()}_{int(time.time() * 1000) % 1_000_000}")
+        to_target, to_draft = links["to_target"], links["to_draft"]
+        self.from_target = Channel.create(links["from_target"])
+        self.from_draft = Channel.create(links["from_draft"])
         ctx = mp.get_context("spawn")
         self.procs = [
             ctx.Process(target=_enter, args=("actors.target", dict(inbox=to_target, outbox=self.from_target.spec.name,
@@ -95,7 +93,7 @@ class PipelinedWorker:
                 p.kill()
                 p.join()
         for ch in (self.to_target, self.to_draft, self.from_target, self.from_draft):
-            ch.close() if not ch.is_owner else ch.__exit__(None, None, None)
+            ch.__exit__(None, None, None)                           # closes; the owner end also unlinks
         shutil.rmtree(self.run_dir, ignore_errors=True)
         cleanup_stale()
 

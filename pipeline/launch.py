@@ -59,25 +59,14 @@ def plan(cfg, source: dict, journal: str | None, pub: str | None, quiet_lines: b
             raise ValueError(f"draft vocabulary {draft_vocab} != target vocabulary {vocab}: a draft must share the "
                              f"target's tokenizer")
     spec = replay_frame(cfg).spec
-    rows = cfg.model.max_rows
-    mask_bytes = rows * (spec.pool_slots + 64 + rows) * 4
-    q_bytes = cfg.draft.length * vocab * 8 if cfg.draft.uses_model and cfg.sampling.temperature > 0 else 0
-    small = dict(header_bytes=4 << 10)
-
-    def ch(name, slots, payload, **kw):
-        return ChannelSpec(f"{tag}_{name}", slots=slots, payload_bytes=payload, **(kw or small))
-
-    lines = ch("lines", 64, 64 << 10, header_bytes=16 << 10)
-    events = ch("events", 64, 64 << 10, header_bytes=16 << 10)
-    links = {"to_target": ch("to_target", 8, mask_bytes + q_bytes + (16 << 10)),
-             "from_target": ch("from_target", 16, 1 << 10),
-             "to_draft": ch("to_draft", 256, 1 << 10),
-             "from_draft": ch("from_draft", 8, q_bytes + (4 << 10))}
+    lines = _channel(tag, "lines", 64, 64 << 10, header_bytes=16 << 10)
+    events = _channel(tag, "events", 64, 64 << 10, header_bytes=16 << 10)
+    links = model_links(cfg, spec, vocab, tag)
     stop, drain = StopFlag(f"{run_dir}/stop"), f"{run_dir}/drain"
     owner_serve, output_serve = {}, {}
     if cfg.serve.enabled:                 # operators' questions: the front (in output) -> the owner
         from models.registry import home
-        asks = ch("asks", 64, cfg.serve.max_prompt_tokens * 4 + (4 << 10))
+        asks = _channel(tag, "asks", 64, cfg.serve.max_prompt_tokens * 4 + (4 << 10))
         archive = cfg.serve.archive or str(home() / "archive" / "stream.sqlite")
         source = {**source, "archive": {"path": archive, "max_lines": cfg.serve.archive_max_lines}}
         owner_serve = dict(questions=asks, drain=StopFlag(drain))
@@ -98,6 +87,22 @@ def plan(cfg, source: dict, journal: str | None, pub: str | None, quiet_lines: b
         ActorPlan("ingest", "actors.ingest", dict(out_name=lines.name, source=source, gguf=cfg.model.gguf,
                                                   cpus=cfg.actors.ingest_cpus, stop=stop, drain=StopFlag(drain))),
     ]
+
+
+def model_links(cfg, spec, vocab: int, tag: str) -> dict[str, ChannelSpec]:
+    """The four channels between the sequence's owner and the two model actors, sized from the config: the owner
+    creates from_target and from_draft, the actors create to_target and to_draft."""
+    rows = cfg.model.max_rows
+    mask_bytes = rows * (spec.pool_slots + 64 + rows) * 4
+    q_bytes = cfg.draft.length * vocab * 8 if cfg.draft.uses_model and cfg.sampling.temperature > 0 else 0
+    return {"to_target": _channel(tag, "to_target", 8, mask_bytes + q_bytes + (16 << 10)),
+            "from_target": _channel(tag, "from_target", 16, 1 << 10),
+            "to_draft": _channel(tag, "to_draft", 256, 1 << 10),
+            "from_draft": _channel(tag, "from_draft", 8, q_bytes + (4 << 10))}
+
+
+def _channel(tag: str, name: str, slots: int, payload: int, header_bytes: int = 4 << 10) -> ChannelSpec:
+    return ChannelSpec(f"{tag}_{name}", slots=slots, payload_bytes=payload, header_bytes=header_bytes)
 
 
 def pids_file(run_dir: str) -> str:
