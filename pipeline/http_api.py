@@ -54,30 +54,30 @@ class _Handler(BaseHTTPRequestHandler):
         pass
 
     # -- routing -----------------------------------------------------------------------------------------------------
+    ROUTES = {"GET": {"/": "_console", "/healthz": "_health", "/metrics": "_metrics", "/v1/models": "_models",
+                      "/v1/status": "_status", "/v1/events": "_events"},
+              "POST": {"/v1/chat/completions": "_chat", "/v1/completions": "_completions"}}
+
     def do_GET(self):
-        path = urlparse(self.path).path
-        routes = {"/": self._console, "/healthz": self._health, "/metrics": self._metrics, "/v1/models": self._models,
-                  "/v1/status": self._status, "/v1/events": self._events}
-        self._route(routes, path, public=path == "/healthz")
+        self._route()
 
     def do_POST(self):
-        path = urlparse(self.path).path
-        routes = {"/v1/chat/completions": self._chat, "/v1/completions": self._completions}
-        self._route(routes, path)
+        self._route()
 
-    def _route(self, routes: dict, path: str, public: bool = False):
+    def _route(self):
         front = self.server.front
+        path = urlparse(self.path).path
+        routes = self.ROUTES[self.command]
         if path not in routes:
-            code = 405 if path in ("/", "/healthz", "/metrics", "/v1/models", "/v1/status", "/v1/events",
-                                   "/v1/chat/completions", "/v1/completions") else 404
-            return self._error(RequestError(code, f"{self.command} {path}: " +
-                                             ("method not allowed" if code == 405 else "no such endpoint")), path)
+            known = any(path in other for other in self.ROUTES.values())
+            return self._error(RequestError(405 if known else 404, f"{self.command} {path}: " +
+                                            ("method not allowed" if known else "no such endpoint")), path)
         key = front.serve.api_key
-        if key and not public and self._key() != key:
+        if key and path != "/healthz" and self._key() != key:
             return self._error(RequestError(401, "missing or wrong API key (Authorization: Bearer KEY)",
                                             "authentication_error"), path)
         try:
-            routes[path]()
+            getattr(self, routes[path])()
         except RequestError as exc:
             self._error(exc, path)
         except (BrokenPipeError, ConnectionResetError):
