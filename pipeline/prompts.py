@@ -8,6 +8,8 @@ Never runs a model and never decides what is retrieved.
 """
 from __future__ import annotations
 
+import functools
+
 import numpy as np
 
 LOG_TURN = "Alarm log:\n"
@@ -22,7 +24,7 @@ def chat_frame(tok, system: str, question: str) -> tuple[np.ndarray, np.ndarray]
 
 def stream_head(tok, system: str) -> np.ndarray:
     closed, open_len = _log_turn(tok, system)
-    return closed[:open_len]
+    return closed[:open_len].copy()
 
 
 def question_span(tok, system: str, messages: list[dict], retrieved: list[str] = ()) -> np.ndarray:
@@ -39,8 +41,10 @@ def question_span(tok, system: str, messages: list[dict], retrieved: list[str] =
     return np.concatenate([closed[open_len:], asked[len(closed):]]).astype(np.int32)
 
 
+@functools.lru_cache(maxsize=8)
 def _log_turn(tok, system: str) -> tuple[np.ndarray, int]:
-    """The system turn plus the closed log turn, and where the log turn's content ends (the ring continues there)."""
+    """The system turn plus the closed log turn, and where the log turn's content ends (the ring continues there).
+    The same for every question of a run, so rendered once (callers never write into the array)."""
     turns = [{"role": "system", "content": system}, {"role": "user", "content": LOG_TURN}]
     closed = tok.render_chat(turns, add_generation_prompt=False)
     longer = tok.render_chat([turns[0], {"role": "user", "content": LOG_TURN + "zz"}], add_generation_prompt=False)
