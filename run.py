@@ -12,6 +12,7 @@
   python run.py soak --tokens N      a log looped through the pipeline: memory slopes, descriptors, PPL drift
   python run.py serve                the pipeline answering operators: OpenAI-compatible HTTP API, console, zmq
   python run.py ask "question"       ask a running server over zmq; the answer streams as it is decoded
+  python run.py distill              train a small neural draft on the target's own output (the train extra)
 """
 from __future__ import annotations
 
@@ -40,6 +41,9 @@ def _add_policy(p):
 
 
 def parser() -> argparse.ArgumentParser:
+    from models.draftnet import DraftShape
+    from pipeline.distill import Recipe
+
     top = argparse.ArgumentParser(prog="run.py", description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     sub = top.add_subparsers(dest="verb")
 
@@ -151,7 +155,9 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--draft", choices=("none", "suffix", "model", "hybrid"), default="none",
                    help="none: target only; suffix: draft from the text already seen; model: a draft GGUF; hybrid: "
                         "suffix when the text matches, the draft GGUF otherwise")
-    p.add_argument("--draft-model", default="", help="draft GGUF sharing the target's tokenizer (--draft model)")
+    p.add_argument("--draft-model", default="default-draft",
+                   help="draft GGUF sharing the target's tokenizer (--draft model or hybrid; default: the bundled "
+                        "draft distilled for the default model)")
     p.add_argument("--draft-len", type=int, default=6, help="proposals per verify pass")
     p.add_argument("--json", action="store_true", help="print exactly one JSON object")
     _add_policy(p)
@@ -190,7 +196,9 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--repeats", type=int, default=3)
     p.add_argument("--window", type=int, default=1024, help="ring window (pool: 4 sinks + W; nothing wraps)")
     p.add_argument("--threads", type=int, default=2)
-    p.add_argument("--draft-model", default="", help="a draft GGUF: adds the draft_serial and hybrid_serial systems")
+    p.add_argument("--draft-model", default="default-draft",
+                   help="the neural draft of the draft_serial, hybrid_serial and pipelined_hybrid systems (default: "
+                        "the bundled draft distilled for the default model; none leaves them out)")
     p.add_argument("--no-llama-cpp", action="store_true", help="leave llama.cpp out even when installed")
     p.add_argument("--json", action="store_true", help="print {task: {system: figures}} as one JSON object")
     p.add_argument("--out", help="also write the result (with run metadata) to this JSON file")
@@ -207,6 +215,28 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--offsets", type=int, default=3)
     p.add_argument("--draft-len", type=int, default=3, help="proposals per verify")
     p.add_argument("--json", action="store_true")
+
+    p = sub.add_parser("distill", help="train a small neural draft on the target's own output (needs the train extra)",
+                       description="Builds a training set from TEP logs (rendered as replay renders them) and the "
+                                   "target's greedy continuations of them for both bench tasks, chooses the draft's "
+                                   "sub-vocabulary (the most frequent target tokens; the rest have draft probability "
+                                   "0), trains a small llama on two cores and writes it as a Q8_0 GGUF with a JSON "
+                                   "report beside it (vocabulary coverage, the draft's top-1 agreement with the target "
+                                   "on held-out continuations, the loss curve). The continuations are cached under "
+                                   "$RINGSPEC_HOME/distill. The held-out logs (the bench's, by default) are skipped by "
+                                   "content. Measure the result with `bench --draft-model OUT`.")
+    p.add_argument("--logs", default=str(SHARED / "data" / "tep_alarms"), help="directory of training CSV logs")
+    p.add_argument("--held-out", nargs="*", default=[str(ROOT / "data/tep_demo.csv")],
+                   help="logs never trained on (default: the bench's log)")
+    p.add_argument("--out", help="the draft GGUF (default: $RINGSPEC_HOME/drafts/distilled.gguf)")
+    p.add_argument("--train-logs", type=int, default=Recipe.logs, help="training logs used, spread over --logs")
+    p.add_argument("--continuations", type=int, default=Recipe.continuations,
+                   help="target continuations per training log and task (about 2.5 s each on two cores)")
+    p.add_argument("--steps", type=int, default=Recipe.steps, help="training steps")
+    p.add_argument("--vocab", type=int, default=DraftShape.vocab, help="draft sub-vocabulary size")
+    p.add_argument("--d-model", type=int, default=DraftShape.d_model)
+    p.add_argument("--layers", type=int, default=DraftShape.n_layers)
+    p.add_argument("--json", action="store_true", help="print the report as one JSON object")
 
     p = sub.add_parser("pipeline-bench", help="pipelined (actors) vs serial (one process), same draft, one run",
                        description="Replays a log through the serial engine and through the local actor pipeline, "
@@ -442,7 +472,8 @@ def cmd_bench(args) -> int:
     tasks = bench.TASKS if args.task == "all" else (args.task,)
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))      # unwind: the workers are closed on the way out
     try:
-        out = bench.bench(args.log, tasks, args.offsets, args.repeats, args.threads, args.window, args.draft_model,
+        draft = "" if args.draft_model == "none" else args.draft_model
+        out = bench.bench(args.log, tasks, args.offsets, args.repeats, args.threads, args.window, draft,
                           False if args.no_llama_cpp else None, progress)
     except bench.Disagreement as exc:
         print(f"ringspec: bench: {exc}", file=sys.stderr)
@@ -573,6 +604,50 @@ def cmd_draft_scan(args) -> int:
             print(f"{spec:16s} {r['blocks']:3d} {r['acceptance_rate']:9.1%} {r['accepted_per_verify']:10.2f} "
                   f"{r['draft_ms_per_token']:9.1f} {r['relative_cost']:6.2f} {r['tokens_per_s']:7.1f} "
                   f"{r['speedup']:7.2f}x")
+    return 0
+
+
+def cmd_distill(args) -> int:
+    from models.draftnet import DraftShape
+    from models.registry import home
+    from pipeline import distill
+    from pipeline.distill import Recipe
+    from tqdm import tqdm
+
+    for name in ("steps", "vocab", "d_model", "layers", "train_logs", "continuations"):
+        if getattr(args, name) < 1:
+            return _fail(f"--{name.replace('_', '-')} must be at least 1")
+    if args.d_model % 64:
+        return _fail("--d-model must be a multiple of 64 (heads of 64, Q8_0 blocks of 32)")
+    shape = DraftShape(vocab=args.vocab, d_model=args.d_model, n_layers=args.layers, d_ff=3 * args.d_model,
+                       n_heads=args.d_model // 64, n_kv_heads=max(1, args.d_model // 128))
+    recipe = Recipe(logs=args.train_logs, continuations=args.continuations, steps=args.steps)
+    out = Path(args.out) if args.out else home() / "drafts" / "distilled.gguf"
+    out.parent.mkdir(parents=True, exist_ok=True)
+    bars: dict = {}
+
+    def progress(stage, done, total, note):
+        bar = bars.get(stage) or bars.setdefault(stage, tqdm(total=total, desc=stage, file=sys.stderr))
+        bar.update(done - bar.n)
+        if note:
+            bar.set_postfix_str(note)
+
+    report = distill.distill(args.logs, args.held_out, out, shape, recipe, progress=progress)
+    for bar in bars.values():
+        bar.close()
+    if args.json:
+        print(json.dumps(report))
+        return 0
+    agree = ", ".join(f"{task} {v:.1%}" for task, v in report["agreement"].items())
+    cover = report["vocab_coverage"]
+    print(f"{report['gguf']} ({report['bytes'] / 1e6:.1f} MB): {shape.n_layers} layers, d {shape.d_model}, "
+          f"{shape.vocab} ids")
+    print(f"trained on {len(report['logs'])} logs: {report['raw_tokens']} log tokens, {report['continuations']} "
+          f"target continuations ({report['continuation_tokens']} tokens); corpus {report['corpus_s']} s, "
+          f"training {report['train_s']} s, final loss {report['loss']}")
+    print(f"sub-vocabulary covers {cover['eval']:.1%} of the target's held-out output; top-1 agreement with the "
+          f"target on it: {agree}")
+    print(f"measure it: python run.py bench --draft-model {report['gguf']}")
     return 0
 
 
@@ -713,7 +788,7 @@ def _sink(args):
 
 
 VERBS = {"replay": cmd_replay, "generate": cmd_generate, "score": cmd_score, "convert": cmd_convert,
-         "bench": cmd_bench, "draft-scan": cmd_draft_scan, "eval-stream": cmd_eval_stream, "pipeline-bench": cmd_pipeline_bench,
+         "bench": cmd_bench, "draft-scan": cmd_draft_scan, "distill": cmd_distill, "eval-stream": cmd_eval_stream, "pipeline-bench": cmd_pipeline_bench,
          "soak": cmd_soak, "serve": cmd_serve, "ask": cmd_ask, "eval-recall": cmd_eval_recall}
 
 if __name__ == "__main__":

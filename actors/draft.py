@@ -58,6 +58,8 @@ class Drafter:
             draft.observe(arrays["ids"])
         elif kind == "rollback":
             draft.rollback(h["position"])
+            if h.get("forget"):
+                draft.forget()
             self.run = None
         elif kind == "start":
             if len(arrays["ids"]):
@@ -115,7 +117,8 @@ def run(inbox: ChannelSpec, outbox: str, cfg, spec, vocab: int, stop) -> None:
     figures_on_request(figures)
     s = cfg.sampling
     params = SamplingParams(s.temperature, s.top_k, s.top_p, s.seed)
-    draft = make_draft(cfg.draft.kind, spec, params, cfg.draft.model, cfg.model.max_rows, cfg.draft.threads, vocab)
+    draft = make_draft(cfg.draft.kind, spec, params, cfg.draft.model, cfg.model.max_rows, cfg.draft.threads, vocab,
+                       cfg.draft.min_confidence)
     catch_up = getattr(draft, "catch_up", lambda: False)
     with Channel.create(inbox) as inp, attach_when_ready(outbox, stop) as out:
         drafter = Drafter(draft, min(cfg.draft.length, cfg.model.max_rows - 1), out, figures)

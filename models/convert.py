@@ -15,7 +15,7 @@ from pathlib import Path
 import numpy as np
 
 from . import quant
-from .gguf import GGUFModel, sha256_file
+from .gguf import GGUFError, GGUFModel, sha256_file
 
 CARD = "card.json"
 WEIGHTS = "weights.bin"
@@ -127,6 +127,7 @@ def convert(gguf_path: str | os.PathLike, out_dir: str | os.PathLike, progress: 
                       "vocab_size": tok.vocab_size, "eos_id": tok.eos_id, "bos_id": tok.bos_id,
                       "stop_ids": [int(x) for x in tok.stop_ids]},
         "chat_template": model.field("tokenizer.chat_template"),
+        "target_ids": _target_ids(model),
         "embed": embed, "head": head, "output_norm": output_norm, "layers": layers, "linears": card_linears,
         "tensors": w.index,
         "outputs": {WEIGHTS: sha256_file(out / WEIGHTS)},
@@ -137,6 +138,21 @@ def convert(gguf_path: str | os.PathLike, out_dir: str | os.PathLike, progress: 
     }
     (out / CARD).write_text(json.dumps(card, indent=1))
     return out / CARD
+
+
+def _target_ids(model: GGUFModel) -> list[int] | None:
+    """A distilled draft's vocabulary map (models.draftnet.TARGET_IDS), checked against its tokenizer; else None."""
+    from .draftnet import TARGET_IDS
+
+    ids = model.field(TARGET_IDS)
+    if ids is None:
+        return None
+    ids = [int(x) for x in ids]
+    n_tokens = len(model.field("tokenizer.ggml.tokens") or ())
+    if len(ids) != model.config.vocab_size or max(ids) >= n_tokens or min(ids) < -1:
+        raise GGUFError(f"{model.path}: {TARGET_IDS} must map each of the {model.config.vocab_size} draft ids to one "
+                        f"of the tokenizer's {n_tokens} tokens (or -1)")
+    return ids
 
 
 def _type_counts(model: GGUFModel) -> dict[str, int]:

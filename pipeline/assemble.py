@@ -11,13 +11,22 @@ from kernels.sampling import SamplingParams
 from models.registry import converted_dir, default_model_path
 from models.runner import Runner, RunnerOptions
 from models.tokenizer import Tokenizer
-from pipeline.drafts import HybridDraft, ModelDraft, NoDraft, SuffixDraft
+from pipeline.drafts import HybridDraft, ModelDraft, NoDraft, SuffixDraft, speaks
 from pipeline.engine import Engine
 
 
+DEFAULT_DRAFT = Path(__file__).resolve().parents[1] / "data" / "draft-smollm2-tep.gguf"   # `python run.py distill`
+
+
 def resolve_gguf(name: str) -> Path:
+    """"default": the registry's SmolLM2; "default-draft": the neural draft distilled for it; else a path."""
     if name in ("", "default"):
         return default_model_path()
+    if name == "default-draft":
+        if not DEFAULT_DRAFT.exists():
+            raise FileNotFoundError(f"the bundled draft {DEFAULT_DRAFT} is missing: rebuild it with "
+                                    f"`python run.py distill --out {DEFAULT_DRAFT}` (the train extra)")
+        return DEFAULT_DRAFT
     path = Path(name)
     if not path.exists():
         raise FileNotFoundError(f"model file {path} does not exist")
@@ -25,7 +34,7 @@ def resolve_gguf(name: str) -> Path:
 
 
 def make_draft(kind: str, spec: RingSpec, params: SamplingParams, draft_gguf: str = "", max_rows: int = 32,
-               threads: int = 1, target_vocab: int | None = None):
+               threads: int = 1, target_vocab: int | None = None, min_confidence: float = 0.0):
     if kind == "none":
         return NoDraft()
     if kind == "suffix":
@@ -35,10 +44,10 @@ def make_draft(kind: str, spec: RingSpec, params: SamplingParams, draft_gguf: st
             raise ValueError(f"--draft {kind} needs --draft-model PATH.gguf")
         runner = Runner(converted_dir(resolve_gguf(draft_gguf)), spec, RunnerOptions(threads=threads,
                                                                                      max_rows=max_rows))
-        if target_vocab is not None and runner.vocab != target_vocab:
-            raise ValueError(f"draft vocabulary {runner.vocab} != target vocabulary {target_vocab}: a draft must "
-                             f"share the target's tokenizer")
-        model = ModelDraft(runner, params, seed=params.seed)
+        if target_vocab is not None and speaks(runner.card) != target_vocab:
+            raise ValueError(f"draft vocabulary {speaks(runner.card)} != target vocabulary {target_vocab}: a draft "
+                             f"must share the target's tokenizer")
+        model = ModelDraft(runner, params, seed=params.seed, min_confidence=min_confidence)
         return model if kind == "model" else HybridDraft(SuffixDraft(), model)
     raise ValueError(f"unknown draft kind {kind!r} (none, suffix, model, hybrid)")
 
@@ -46,12 +55,12 @@ def make_draft(kind: str, spec: RingSpec, params: SamplingParams, draft_gguf: st
 def make_engine(gguf: str = "default", sink: int = 4, window: int = 1024, slack: int = 0, max_rows: int = 32,
                 threads: int = 2, draft: str = "none", draft_gguf: str = "", draft_len: int = 6,
                 params: SamplingParams = SamplingParams(), draft_threads: int = 1,
-                rope_angles: str = "float64") -> Engine:
+                rope_angles: str = "float64", min_confidence: float = 0.0) -> Engine:
     """Everything `generate`, `score` and the replay need; the GGUF is converted on first use."""
     path = resolve_gguf(gguf)
     spec = RingSpec(sink, window, window + max(slack, max_rows))
     runner = Runner(converted_dir(path), spec, RunnerOptions(threads=threads, max_rows=max_rows,
                                                              rope_angles=rope_angles))
     tok = Tokenizer.from_gguf(path)
-    proposer = make_draft(draft, spec, params, draft_gguf, max_rows, draft_threads, runner.vocab)
+    proposer = make_draft(draft, spec, params, draft_gguf, max_rows, draft_threads, runner.vocab, min_confidence)
     return Engine(runner, tok, proposer, draft_len=draft_len, seed=params.seed)

@@ -39,6 +39,7 @@ class System:
     draft: str = "none"           # ringspec: none | suffix | model | hybrid; llama_cpp: none | lookup
     draft_gguf: str = ""
     draft_len: int = 6
+    min_confidence: float = 0.0   # a draft model's chain stops below this top probability
 
 
 def systems(draft_gguf: str = "", llama_cpp: bool = True) -> list[System]:
@@ -46,7 +47,8 @@ def systems(draft_gguf: str = "", llama_cpp: bool = True) -> list[System]:
            System("pipelined", "pipelined", "suffix")]
     if draft_gguf:
         out += [System("draft_serial", "ringspec", "model", draft_gguf, 3),
-                System("hybrid_serial", "ringspec", "hybrid", draft_gguf, 6)]
+                System("hybrid_serial", "ringspec", "hybrid", draft_gguf, 6),
+                System("pipelined_hybrid", "pipelined", "hybrid", draft_gguf, 6)]
     if llama_cpp:
         out += [System("llama_cpp_plain", "llama_cpp"), System("llama_cpp_lookup", "llama_cpp", "lookup")]
     return out
@@ -71,7 +73,7 @@ class Prompt:
 
 
 @functools.lru_cache(maxsize=4)
-def _rendered(log: str, gguf: str, fmt: str | None):
+def rendered(log: str, gguf: str, fmt: str | None):
     """(tokenizer, token ids of the rendered log, the token index where each line starts): read once per log."""
     from models.tokenizer import Tokenizer
     from pipeline.assemble import resolve_gguf
@@ -88,7 +90,7 @@ def prompts(log: str, task: str, n: int, gguf: str = "default", fmt: str | None 
     from pipeline.config import ReplaySection
     from pipeline.tasks import chat_frame
 
-    tok, ids, starts = _rendered(str(log), gguf, fmt)
+    tok, ids, starts = rendered(str(log), gguf, fmt)
     want = PROMPT_TOKENS[task]
     if len(ids) < want + 1:
         raise ValueError(f"{log} renders to {len(ids)} tokens; the {task} task needs more than {want}")
@@ -136,10 +138,11 @@ def _ringspec_runner(system: System, threads: int, window: int):
     from pipeline.assemble import make_engine
 
     engine = make_engine(sink=4, window=window, draft=system.draft, draft_gguf=system.draft_gguf,
-                         draft_len=system.draft_len, threads=threads, draft_threads=threads)   # serial: turns
+                         draft_len=system.draft_len, threads=threads, min_confidence=system.min_confidence,
+                         draft_threads=1)   # a draft of a few MB on two threads spins against the target: 2x slower
 
     def run(prompt: Prompt) -> dict:
-        engine.rollback(0)                                   # a fresh context: nothing carried between prompts
+        engine.reset()                          # a fresh context and draft: nothing carried between prompts
         res = engine.generate(np.asarray(prompt.ids, np.int64), prompt.new_tokens, SamplingParams(),
                               stop_ids=prompt.stop_ids)
         st = res.stats.as_dict()                             # every figure, for draft-scan too

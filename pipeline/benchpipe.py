@@ -42,8 +42,9 @@ class PipelinedWorker:
         cpu_list = ",".join(map(str, cpus))
         self.system = system
         self.cfg = config.load(None, {"model.threads": threads, "draft.kind": system.draft,
-                                      "draft.length": system.draft_len, "actors.target_cpus": cpu_list,
-                                      "actors.draft_cpus": cpu_list})
+                                      "draft.model": system.draft_gguf, "draft.length": system.draft_len,
+                                      "draft.min_confidence": system.min_confidence,
+                                      "actors.target_cpus": cpu_list, "actors.draft_cpus": cpu_list})
         rows = self.cfg.model.max_rows
         self.spec = RingSpec(4, window, window + rows)            # the serial systems' pool (make_engine)
         vocab = load_card(converted_dir(resolve_gguf(self.cfg.model.gguf)))["config"]["vocab_size"]
@@ -73,7 +74,7 @@ class PipelinedWorker:
     def run(self, prompt) -> dict:
         from kernels.sampling import SamplingParams
 
-        self.engine.rollback(0)                                     # a fresh context, as the serial systems
+        self.engine.reset()                                         # a fresh context and draft, as the serial systems
         res = self.engine.generate(np.asarray(prompt.ids, np.int64), prompt.new_tokens, SamplingParams(),
                                    stop_ids=prompt.stop_ids)
         st = res.stats.as_dict()

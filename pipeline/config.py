@@ -38,9 +38,10 @@ class CacheSection:
 @dataclass(frozen=True)
 class DraftSection:
     kind: str = "suffix"             # none | suffix | model | hybrid (suffix when the stream matches, else model)
-    model: str = ""                  # GGUF of the neural draft (kind = "model" or "hybrid")
+    model: str = "default-draft"     # GGUF of the neural draft (kind = "model" or "hybrid"); default: bundled
     length: int = 6                  # proposals per verify pass
     threads: int = 1
+    min_confidence: float = 0.0      # a draft model stops its chain when its top probability falls below this
 
     @property
     def uses_model(self) -> bool:
@@ -168,6 +169,9 @@ def parse(raw: dict, source: str = "<dict>") -> Config:
     cfg = Config(**sections, source=source)
     if cfg.draft.uses_model and not cfg.draft.model:
         raise ConfigError(f"{source}: [draft] kind = \"{cfg.draft.kind}\" needs model = \"path/to/draft.gguf\"")
+    if not 0.0 <= cfg.draft.min_confidence < 1.0:
+        raise ConfigError(f"{source}: draft.min_confidence = {cfg.draft.min_confidence} must be in [0, 1) "
+                          f"(0 = always propose `length` tokens)")
     import os
     usable = os.sched_getaffinity(0)
     for key in ("ingest_cpus", "owner_cpus", "target_cpus", "draft_cpus", "output_cpus"):

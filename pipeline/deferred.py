@@ -74,8 +74,8 @@ class DeferredEngine(Sequence):
             return self._await("picked")[0]["next"]
         return (nll_sum, nll_n) if score else None
 
-    def _rollback_draft(self, mark: int) -> None:
-        self.to_draft.send({"kind": "rollback", "position": int(mark)}, timeout=TIMEOUT_S)
+    def _rollback_draft(self, mark: int, forget: bool = False) -> None:
+        self.to_draft.send({"kind": "rollback", "position": int(mark), "forget": forget}, timeout=TIMEOUT_S)
 
     # -- generation ------------------------------------------------------------------------------------------------
     def generate(self, prompt_ids, max_tokens: int, params: SamplingParams = SamplingParams(),

@@ -17,6 +17,13 @@ import numpy as np
 from kernels.ring import RingIndex, visible_mask
 from kernels.sampling import SamplingParams, sample, target_probs
 from kernels.suffix import SuffixIndex
+from models.draftnet import vocab_map
+
+
+def speaks(card: dict) -> int:
+    """The size of the target vocabulary a model's ids index: its own, or its tokenizer's when it is a distilled
+    draft over a sub-vocabulary (models.draftnet)."""
+    return card["tokenizer"]["vocab_size"] if card.get("target_ids") is not None else card["config"]["vocab_size"]
 
 
 @dataclass
@@ -45,6 +52,9 @@ class NoDraft:
     def rollback(self, position: int) -> None:
         self.committed = min(self.committed, position)
 
+    def forget(self) -> None:
+        self.committed = 0
+
     def propose(self, pending: int, k: int, max_depth: int | None = None, ahead=()) -> Proposal:
         return Proposal.chain([])
 
@@ -69,6 +79,11 @@ class SuffixDraft:
         exact."""
         self.committed = min(self.committed, position)
 
+    def forget(self) -> None:
+        """Drop the whole index (after rollback(0), before an unrelated text)."""
+        self.index = SuffixIndex(self.index.capacity)
+        self.committed = 0
+
     def propose(self, pending: int, k: int, max_depth: int | None = None, ahead=(), min_gram: int = 1) -> Proposal:
         k = k if max_depth is None else min(k, max_depth)
         return Proposal.chain(self.index.propose([*ahead, pending], k, min_gram))
@@ -87,14 +102,25 @@ class ModelDraft:
     """
     name = "model"
 
-    def __init__(self, runner, params: SamplingParams, seed: int = 0):
-        self.runner, self.params = runner, params
+    def __init__(self, runner, params: SamplingParams, seed: int = 0, min_confidence: float = 0.0):
+        self.runner, self.params, self.min_confidence = runner, params, min_confidence
         self.index = RingIndex(runner.spec)
         self.backlog: list[int] = []
         self.fed: list[int] = []
         self.rng = np.random.default_rng(seed + 1)
-        self._probs = np.zeros((runner.opts.max_rows, runner.vocab), np.float64)
-        self._last = np.zeros(runner.vocab, np.float32)     # logits after the last fed token
+        vocab = speaks(runner.card)
+        self._probs = np.zeros((runner.opts.max_rows, vocab), np.float64)
+        self._last = np.zeros(vocab, np.float32)     # logits after the last fed token, over the target's ids
+        # A distilled draft speaks a sub-vocabulary: its logits land on their target ids, every other id stays -inf
+        # (draft probability 0, so verification stays exact); its id 0 ("other") is never proposed.
+        ids = runner.card.get("target_ids")
+        self._to_draft = None if ids is None else vocab_map(ids, vocab)
+        self._rows = None if ids is None else np.flatnonzero(np.asarray(ids) >= 0)     # draft ids with a target id
+        self._to_target = None if ids is None else np.asarray(ids, np.int64)[self._rows]
+        if ids is not None:
+            self._last[:] = -np.inf
+        self._row = np.zeros(runner.vocab, np.float32)     # the draft's own logits after the last fed token
+        self._scratch = np.zeros(runner.vocab, np.float32)
         self.forward_calls = 0
 
     def observe(self, tokens) -> None:
@@ -121,6 +147,10 @@ class ModelDraft:
     def committed(self) -> int:
         return self.index.n + len(self.backlog)
 
+    def forget(self) -> None:
+        """Nothing outlives rollback(0): the pool is addressed by the ring index alone."""
+        self.rollback(0)
+
     def catch_up(self) -> bool:
         """Run one chunk of committed text not yet in the pool (the draft actor does this while idle, so an analysis
         does not wait for it); False when there was nothing to do."""
@@ -145,11 +175,16 @@ class ModelDraft:
         cols, t = ix.pool_columns(start), len(tokens)
         mask = self.runner.mask_buffer()[: t * (cols + t)].reshape(t, -1)
         visible_mask(pos, None, ix.slot_pos[:cols], start, ix.ring_start, spec.sink, spec.window, mask)
-        logits = self.runner.forward(np.asarray(tokens, np.int64), pos, mask, logit_rows=np.array([len(tokens) - 1]))
+        ids = np.asarray(tokens, np.int64) if self._to_draft is None else self._to_draft[tokens]
+        logits = self.runner.forward(ids, pos, mask, logit_rows=np.array([len(tokens) - 1]))
         self.runner.store(np.arange(len(tokens)), self.index.write(pos))
         self.fed.extend(tokens)
         self.forward_calls += 1
-        self._last[:] = logits[0]
+        self._row = logits[0]                        # the draft's own logits (valid until the next pass)
+        if self._to_target is None:
+            self._last[:] = logits[0]
+        else:
+            self._last[self._to_target] = logits[0, self._rows]
         return self._last
 
     def _extend_to(self, path: list[int]) -> np.ndarray:
@@ -177,6 +212,8 @@ class ModelDraft:
         logits = self._extend_to([*map(int, ahead), int(pending)])
         tokens, qs = [], []
         for i in range(k):
+            if i and self.min_confidence and _top_probability(self._row, self._scratch) < self.min_confidence:
+                break                              # the draft doubts its next token: verify what it has
             if self.params.greedy:
                 tok = int(np.argmax(logits))
             else:
@@ -190,6 +227,12 @@ class ModelDraft:
 
     def guess(self, path) -> int | None:
         return int(np.argmax(self._extend_to([int(t) for t in path])))
+
+
+def _top_probability(logits: np.ndarray, scratch: np.ndarray) -> float:
+    """The largest softmax probability of a logit row (scratch: a buffer of the row's size)."""
+    np.subtract(logits, logits.max(), out=scratch)
+    return float(1.0 / np.exp(scratch, out=scratch).sum())
 
 
 class HybridDraft:
@@ -207,6 +250,10 @@ class HybridDraft:
     def rollback(self, position: int) -> None:
         self.stream.rollback(position)
         self.model.rollback(position)
+
+    def forget(self) -> None:
+        self.stream.forget()
+        self.model.forget()
 
     @property
     def committed(self) -> int:

@@ -109,6 +109,12 @@ class Sequence:
         self.pending = None
         self._rollback_draft(mark)
 
+    def reset(self) -> None:
+        """A new, unrelated text: nothing committed, and the draft forgets what it has seen (a rollback keeps rolled
+        back text in the stream proposer's index, where a benchmark's earlier prompts and answers would be found)."""
+        self.rollback(0)
+        self._rollback_draft(0, forget=True)
+
     def _finish(self, out: list[int], start: int, stops: set, max_tokens: int, stats: Stats) -> GenerateResult:
         """Cut the output after the first stop token or max_tokens; the cache then holds exactly out[:-1]."""
         end = next((i + 1 for i, t in enumerate(out) if t in stops), len(out))
@@ -168,8 +174,10 @@ class Engine(Sequence):
         self.feed(ids)
         return len(ids)
 
-    def _rollback_draft(self, mark: int) -> None:
+    def _rollback_draft(self, mark: int, forget: bool = False) -> None:
         self.draft.rollback(mark)
+        if forget:
+            self.draft.forget()
 
     def _commit(self, rows: np.ndarray, positions: np.ndarray) -> None:
         self.runner.store(rows, self.index.write(positions))

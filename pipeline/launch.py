@@ -49,12 +49,13 @@ def plan(cfg, source: dict, journal: str | None, pub: str | None, quiet_lines: b
     from models.convert import load_card
     from models.registry import converted_dir
     from pipeline.assemble import resolve_gguf
+    from pipeline.drafts import speaks
     from pipeline.tasks import replay_frame
 
     card = load_card(converted_dir(resolve_gguf(cfg.model.gguf)))      # converts on first use, with progress
     vocab = card["config"]["vocab_size"]
     if cfg.draft.uses_model:
-        draft_vocab = load_card(converted_dir(resolve_gguf(cfg.draft.model)))["config"]["vocab_size"]
+        draft_vocab = speaks(load_card(converted_dir(resolve_gguf(cfg.draft.model))))
         if draft_vocab != vocab:
             raise ValueError(f"draft vocabulary {draft_vocab} != target vocabulary {vocab}: a draft must share the "
                              f"target's tokenizer")

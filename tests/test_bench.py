@@ -71,13 +71,13 @@ def test_bench_runs_every_system_on_the_real_model_and_prints_the_json_contract(
     assert proc.returncode == 0, proc.stderr[-2000:]
     out = json.loads(proc.stdout)
     assert set(out) == {"log", "analysis"}
-    names = {"target_only", "suffix_serial", "pipelined"} | ({"llama_cpp_plain", "llama_cpp_lookup"}
-                                                if bench.llama_cpp_available() else set())
+    ringspec = {"target_only", "suffix_serial", "pipelined", "draft_serial", "hybrid_serial", "pipelined_hybrid"}
+    names = ringspec | ({"llama_cpp_plain", "llama_cpp_lookup"} if bench.llama_cpp_available() else set())
     for task in out.values():
         assert set(task) == names
         for name, row in task.items():
             assert row["tokens_per_s"] > 0 and row["ttft_ms"] > 0 and row["peak_mb"] > 50
-            if name in ("target_only", "suffix_serial", "pipelined"):
+            if name in ringspec:                     # the distilled draft too, serial and in a draft actor
                 assert row["identical_to_target_only"] == row["prompts"] == 1
     assert json.loads((tmp_path / "bench.json").read_text())["_meta"]["systems"]
 

@@ -42,8 +42,9 @@ def test_generate_with_and_without_draft_print_the_same_tokens(default_gguf):
                                     "RECOVERED\n12:00:15 FIC101 H", "--max-tokens", "20", "--json",
             "--sink", "4", "--window", "64")
     plain = one_json_object(run(*args).stdout)
-    drafted = one_json_object(run(*args, "--draft", "suffix").stdout)
-    assert plain["token_ids"] == drafted["token_ids"]
+    for draft in ("suffix", "model", "hybrid"):             # model and hybrid: the bundled distilled draft
+        drafted = one_json_object(run(*args, "--draft", draft).stdout)
+        assert plain["token_ids"] == drafted["token_ids"], draft
 
 
 def test_score_json_contract_full_cache_and_ring(default_gguf, tmp_path):
@@ -107,7 +108,7 @@ def test_control_token_text_in_the_stream_never_becomes_control_ids(default_gguf
     assert tok.decode(ids) == text
 
 
-@pytest.mark.parametrize("verb", ["replay", "generate", "score", "convert"])
+@pytest.mark.parametrize("verb", ["replay", "generate", "score", "convert", "distill"])
 def test_help_explains_each_verb(verb):
     proc = run(verb, "--help")
     assert proc.returncode == 0 and "usage:" in proc.stdout
@@ -119,3 +120,10 @@ def test_invalid_utf8_text_file_is_a_precise_error(tmp_path):
     proc = run("score", "--text-file", str(bad), "--json")
     assert proc.returncode == 2 and proc.stdout == ""
     assert "not valid UTF-8 (byte 7" in proc.stderr and "Traceback" not in proc.stderr
+
+
+def test_distill_refuses_a_bad_recipe_before_any_work():
+    for args, words in ((("--steps", "0"), "--steps must be at least 1"),
+                        (("--d-model", "100"), "--d-model must be a multiple of 64")):
+        proc = run("distill", *args)
+        assert proc.returncode == 2 and words in proc.stderr and "Traceback" not in proc.stderr, proc.stderr

@@ -9,7 +9,7 @@ from pipeline.config import ConfigError
 
 def test_default_profile_loads_and_sizes_the_ring_for_the_largest_block():
     cfg = config.load()
-    assert cfg.draft.kind in ("none", "suffix", "model")
+    assert cfg.draft.kind in ("none", "suffix", "model", "hybrid")
     assert cfg.ring >= cfg.cache.window + cfg.model.max_rows
 
 
@@ -19,8 +19,9 @@ def test_default_profile_loads_and_sizes_the_ring_for_the_largest_block():
     ("[cahce]\n", ["unknown section [cahce]"]),
     ("[model]\nthreads = \"two\"\n", ["model.threads must be int", "'two'"]),
     ("[draft]\nkind = \"eagle\"\n", ["draft.kind", "'eagle'", "suffix"]),
-    ("[draft]\nkind = \"model\"\n", ["needs model ="]),
+    ("[draft]\nkind = \"model\"\nmodel = \"\"\n", ["needs model ="]),
     ("[sampling]\ntop_p = 1.5\n", ["top_p must be in (0, 1]"]),
+    ("[draft]\nmin_confidence = 1.0\n", ["draft.min_confidence", "[0, 1)"]),
     ("[model]\nthreads = true\n", ["model.threads must be int"]),
     ("[cache\nwindow = 3\n", ["not valid TOML"]),
     ("[replay]\ntrigger_pattern = \"(HH\"\n", ["replay.trigger_pattern", "not a valid regular expression"]),

@@ -294,3 +294,20 @@ def test_greedy_output_equals_target_only_greedy(models, greedy_reference, propo
                                         f"{greedy_reference[i]} (top-2 gap {top[0] - top[1]:.3g})"
     if proposer in ("model", "tree", "script"):
         assert result.stats.accepted > 0, f"{proposer} never had a proposal accepted: {result.stats}"
+
+
+def test_reset_forgets_what_a_rollback_keeps(models):
+    """rollback(0) leaves rolled-back text in the stream proposer's index (it may be proposed again); reset() is a new,
+    unrelated text: the same prompt then drafts exactly as the first time (the bench's fresh context per prompt)."""
+    engine = Engine(models.target, models.tok, SuffixDraft(), draft_len=4)
+
+    def run():
+        stats = engine.generate(models.prompt, GREEDY_TOKENS, GREEDY).stats
+        return stats.proposed, stats.accepted
+
+    first = run()
+    engine.rollback(0)
+    assert run() != first                       # the earlier answer is in the index
+    engine.reset()
+    assert run() == first
+
