@@ -8,7 +8,7 @@ trains and never runs the ONNX model.
 """
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -68,7 +68,7 @@ def vocab_map(target_ids: np.ndarray, target_vocab: int) -> np.ndarray:
     return to_draft
 
 
-def _permute_qk(w: np.ndarray, n_head: int) -> np.ndarray:
+def permute_qk(w: np.ndarray, n_head: int) -> np.ndarray:
     """transformers' rows -> llama.cpp's (pair (j, j + d/2) becomes (2j, 2j + 1)), as convert_hf_to_gguf does."""
     return w.reshape(n_head, 2, w.shape[0] // n_head // 2, *w.shape[1:]).swapaxes(1, 2).reshape(w.shape)
 
@@ -78,6 +78,8 @@ def export(model, shape: DraftShape, target_ids: np.ndarray, target_gguf, out, m
     Returns the path. The file is written beside `out` and renamed into place."""
     from gguf import GGMLQuantizationType, GGUFReader, GGUFValueType, GGUFWriter
     from gguf.quants import quantize
+
+    from .subset import copy_field
 
     out = Path(out)
     tmp = out.with_suffix(".part")
@@ -100,21 +102,12 @@ def export(model, shape: DraftShape, target_ids: np.ndarray, target_gguf, out, m
         w.add_key_value(f"ringspec.draft.{key}", str(value), GGUFValueType.STRING)
     reader = GGUFReader(str(target_gguf))               # the tokenizer the draft's ids are a subset of
     for key, field in reader.fields.items():
-        if not key.startswith("tokenizer."):
-            continue
-        main = field.types[0]
-        if main == GGUFValueType.STRING:
-            w.add_key_value(key, bytes(field.parts[-1]), main)
-        elif main == GGUFValueType.ARRAY:
-            sub = field.types[-1]
-            value = [bytes(field.parts[i]) for i in field.data] if sub == GGUFValueType.STRING else field.contents()
-            w.add_key_value(key, value, main, sub_type=sub)
-        else:
-            w.add_key_value(key, field.contents(), main)
+        if key.startswith("tokenizer."):
+            copy_field(w, key, field)
 
     def put(name: str, array: np.ndarray, heads: int | None = None) -> None:
         if heads is not None:
-            array = _permute_qk(array, heads)
+            array = permute_qk(array, heads)
         if array.ndim == 2:
             w.add_tensor(name, quantize(array, GGMLQuantizationType.Q8_0), raw_dtype=GGMLQuantizationType.Q8_0)
         else:
@@ -139,7 +132,3 @@ def export(model, shape: DraftShape, target_ids: np.ndarray, target_gguf, out, m
     w.close()
     tmp.replace(out)
     return out
-
-
-def shape_dict(shape: DraftShape) -> dict:
-    return asdict(shape)

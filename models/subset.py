@@ -1,6 +1,7 @@
 """Drafts cut from a model: a GGUF holding a subset of its transformer blocks, everything else shared byte for byte.
 
-Owns writing such a file and parsing the block lists people type ("0-5,12-29"). Never converts or runs a model.
+Owns writing such a file, copying GGUF metadata fields as stored (`copy_field`, also used by the distilled draft's
+export) and parsing the block lists people type ("0-5,12-29"). Never converts or runs a model.
 """
 from __future__ import annotations
 
@@ -24,6 +25,21 @@ def parse_blocks(text: str) -> list[int]:
     return sorted(out)
 
 
+def copy_field(writer: GGUFWriter, key: str, field) -> None:
+    """Write a metadata field read by GGUFReader to `writer` as stored (strings as bytes, arrays with their type)."""
+    main = field.types[0]
+    if main == GGUFValueType.STRING:
+        writer.add_key_value(key, bytes(field.parts[-1]), main)
+    elif main == GGUFValueType.ARRAY:
+        sub = field.types[-1]
+        if sub == GGUFValueType.ARRAY:
+            raise ValueError(f"{key}: nested arrays are not supported")
+        value = [bytes(field.parts[i]) for i in field.data] if sub == GGUFValueType.STRING else field.contents()
+        writer.add_key_value(key, value, main, sub_type=sub)
+    else:
+        writer.add_key_value(key, field.contents(), main)
+
+
 def layer_subset(src_gguf, dst_gguf, keep) -> Path:
     """Copy src_gguf to dst_gguf keeping blocks 0..keep-1 (or the listed blocks, renumbered in order): tensors byte
     for byte in their own quant types, every metadata key copied as stored except {arch}.block_count.
@@ -44,19 +60,10 @@ def layer_subset(src_gguf, dst_gguf, keep) -> Path:
     for key, field in reader.fields.items():
         if key.startswith("GGUF.") or key == "general.architecture":
             continue   # header fields and the architecture are written by GGUFWriter itself
-        main = field.types[0]
         if key == f"{arch}.block_count":
-            writer.add_key_value(key, keep, main)
-        elif main == GGUFValueType.STRING:
-            writer.add_key_value(key, bytes(field.parts[-1]), main)
-        elif main == GGUFValueType.ARRAY:
-            sub = field.types[-1]
-            if sub == GGUFValueType.ARRAY:
-                raise ValueError(f"{key}: nested arrays are not supported")
-            value = [bytes(field.parts[i]) for i in field.data] if sub == GGUFValueType.STRING else field.contents()
-            writer.add_key_value(key, value, main, sub_type=sub)
+            writer.add_key_value(key, keep, field.types[0])
         else:
-            writer.add_key_value(key, field.contents(), main)
+            copy_field(writer, key, field)
     if "general.alignment" in reader.fields:
         writer.data_alignment = int(reader.fields["general.alignment"].contents())
     for t in reader.tensors:

@@ -12,6 +12,8 @@ import torch
 from gguf import GGMLQuantizationType, GGUFWriter
 from gguf.quants import dequantize, quantize
 
+from models.draftnet import permute_qk   # transformers' Q/K rows -> llama.cpp's, as convert_hf_to_gguf does
+
 CONTROL_TOKENS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]   # ids 0, 1, 2 as in SmolLM2
 BOS_ID, EOS_ID = 1, 2
 MERGES = ["Ġ t", "h e", "i n", "Ġ a", "e r", "o n", "Ġt he", "r e", "Ġ s", "a t", "e n", "o r", "Ġ c", "i s",
@@ -50,11 +52,6 @@ def tiny_vocab() -> tuple[list[str], list[int], list[str]]:
         tokens.append(left + right)
     types = [3] * len(CONTROL_TOKENS) + [1] * (len(tokens) - len(CONTROL_TOKENS))
     return tokens, types, list(MERGES)
-
-
-def permute_qk(w: np.ndarray, n_head: int) -> np.ndarray:
-    """HF rows -> llama.cpp rows (convert_hf_to_gguf's LlamaModel.permute): pair (j, j + d/2) becomes (2j, 2j + 1)."""
-    return w.reshape(n_head, 2, w.shape[0] // n_head // 2, *w.shape[1:]).swapaxes(1, 2).reshape(w.shape)
 
 
 def unpermute_qk(w: np.ndarray, n_head: int) -> np.ndarray:
