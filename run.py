@@ -159,6 +159,9 @@ def parser() -> argparse.ArgumentParser:
                    help="draft GGUF sharing the target's tokenizer (--draft model or hybrid; default: the bundled "
                         "draft distilled for the default model)")
     p.add_argument("--draft-len", type=int, default=6, help="proposals per verify pass")
+    p.add_argument("--siblings", type=int, default=0,
+                   help="token trees (--draft suffix or hybrid): up to N other first tokens, each with what followed "
+                        "it in the text, verified beside the chain in the same pass (0: a chain)")
     p.add_argument("--json", action="store_true", help="print exactly one JSON object")
     _add_policy(p)
     _add_model(p)
@@ -200,6 +203,8 @@ def parser() -> argparse.ArgumentParser:
                    help="the neural draft of the draft_serial, hybrid_serial and pipelined_hybrid systems (default: "
                         "the bundled draft distilled for the default model; none leaves them out)")
     p.add_argument("--no-llama-cpp", action="store_true", help="leave llama.cpp out even when installed")
+    p.add_argument("--systems", default="", help="comma-separated system names to run (target_only, the "
+                   "reference, always runs; default: all)")
     p.add_argument("--json", action="store_true", help="print {task: {system: figures}} as one JSON object")
     p.add_argument("--out", help="also write the result (with run metadata) to this JSON file")
 
@@ -418,7 +423,7 @@ def cmd_generate(args) -> int:
     prompt = args.prompt if args.prompt is not None else _read_text(args.prompt_file)
     params = SamplingParams(args.temperature, args.top_k, args.top_p, args.seed)
     out = tasks.generate(prompt, args.chat, args.max_tokens, params, args.draft, args.draft_model, args.draft_len,
-                         _sink(args), args.window, args.model, args.threads)
+                         _sink(args), args.window, args.model, args.threads, siblings=args.siblings)
     if args.json:
         print(json.dumps(out))
     else:
@@ -473,8 +478,9 @@ def cmd_bench(args) -> int:
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))      # unwind: the workers are closed on the way out
     try:
         draft = "" if args.draft_model == "none" else args.draft_model
+        only = [name.strip() for name in args.systems.split(",") if name.strip()]
         out = bench.bench(args.log, tasks, args.offsets, args.repeats, args.threads, args.window, draft,
-                          False if args.no_llama_cpp else None, progress)
+                          False if args.no_llama_cpp else None, progress, only)
     except bench.Disagreement as exc:
         print(f"ringspec: bench: {exc}", file=sys.stderr)
         return 3
@@ -486,13 +492,13 @@ def cmd_bench(args) -> int:
     fmt = lambda v, spec: "-" if v is None else format(v, spec)   # noqa: E731
     for task in tasks:
         print(f"\n{task}: {out['_meta'][task + '_offsets']} offsets, medians of {args.repeats} repeats")
-        print(f"{'system':18s} {'tok/s':>7s} {'ttft ms':>8s} {'tok/verify':>10s} {'overhead':>8s} {'peak MB':>8s} "
-              f"{'loops':>6s} {'=target':>8s} {'~llama':>7s}")
+        print(f"{'system':22s} {'tok/s':>7s} {'ttft ms':>8s} {'tok/verify':>10s} {'overhead':>8s} {'peak MB':>8s} "
+              f"{'loops':>6s} {'=target':>8s} {'~llama':>7s} {'salvaged':>8s}")
         for name, r in out[task].items():
-            print(f"{name:18s} {r['tokens_per_s']:7.1f} {r['ttft_ms']:8.0f} {fmt(r['accepted_per_verify'], '10.2f'):>10s} "
+            print(f"{name:22s} {r['tokens_per_s']:7.1f} {r['ttft_ms']:8.0f} {fmt(r['accepted_per_verify'], '10.2f'):>10s} "
                   f"{fmt(r['overhead_share'], '8.1%'):>8s} {r['peak_mb']:8.0f} {r['loop_share']:6.1%} "
                   f"{r['identical_to_target_only']:>4d}/{r['prompts']:<3d} "
-                  f"{fmt(r['agreement_with_llama_cpp'], '7.0%'):>7s}")
+                  f"{fmt(r['agreement_with_llama_cpp'], '7.0%'):>7s} {fmt(r['salvaged_share'], '8.1%'):>8s}")
     if out["_meta"]["goals"]:
         print("\ngoals (decode tok/s ratios):")
     for g in out["_meta"]["goals"]:

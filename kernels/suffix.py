@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import numpy as np
 
+FOLLOWERS = 3          # frequent-follower counters per token
 _MULT = 0x9E3779B97F4A7C15
 _MASK64 = (1 << 64) - 1
 
@@ -19,6 +20,10 @@ class SuffixIndex:
         self.total = 0                                   # tokens ever appended; token t lives at t % capacity
         self.mask = (1 << table_bits) - 1
         self.tables = {g: np.full(1 << table_bits, -1, np.int64) for g in self.grams}
+        # The domain prior: each token's frequent followers over the whole stream (Misra-Gries with FOLLOWERS
+        # counters per hashed token: a follower seen more than 1/(FOLLOWERS+1) of the time keeps its counter).
+        self.follower = np.full((1 << table_bits, FOLLOWERS), -1, np.int64)
+        self.follower_count = np.zeros((1 << table_bits, FOLLOWERS), np.int64)
 
     def _hash(self, end: int, g: int) -> int:
         """Hash of the g tokens ending at absolute index end (inclusive)."""
@@ -35,6 +40,24 @@ class SuffixIndex:
             for g in self.grams:
                 if end + 1 >= g:
                     self.tables[g][self._hash(end, g)] = end
+            if end:
+                self._count_follower(int(self.tokens[(end - 1) % self.capacity]), int(tok))
+
+    def _count_follower(self, prev: int, tok: int) -> None:
+        ids, counts = self.follower[prev & self.mask], self.follower_count[prev & self.mask]
+        hit = np.flatnonzero(ids == tok)
+        if hit.size:
+            counts[hit[0]] += 1
+        elif (free := np.flatnonzero(counts == 0)).size:
+            ids[free[0]], counts[free[0]] = tok, 1
+        else:
+            counts -= 1                                  # Misra-Gries: every counter pays for the newcomer
+
+    def followers(self, token: int) -> np.ndarray:
+        """The token's most frequent followers in the stream so far, most frequent first (a hashed estimate)."""
+        ids, counts = self.follower[int(token) & self.mask], self.follower_count[int(token) & self.mask]
+        order = np.argsort(-counts, kind="stable")
+        return ids[order][counts[order] > 0]
 
     def _matches(self, a_end: int, b_end: int, g: int) -> bool:
         return all(self.tokens[(a_end - i) % self.capacity] == self.tokens[(b_end - i) % self.capacity]
@@ -47,19 +70,26 @@ class SuffixIndex:
         `pending` is one token or a sequence (uncommitted tokens assumed to follow the stream, the last one pending):
         it is appended temporarily so the match ends at its last token; the tables are not updated with it.
         """
+        found = self.branches(pending, k, min_gram, most=1)
+        return found[0] if found else np.zeros(0, np.int64)
+
+    def branches(self, pending, k: int, min_gram: int = 1, most: int | None = None) -> list[np.ndarray]:
+        """What followed the most recent match of each n-gram length (longest first), one continuation of up to k
+        tokens per distinct first token: the longest match's is `propose`'s, the others are a tree's siblings."""
         tail = np.atleast_1d(np.asarray(pending, np.int64))
         if k <= 0 or self.total == 0 or len(tail) >= self.capacity // 2:
-            return np.zeros(0, np.int64)
+            return []
         where = (self.total + np.arange(len(tail))) % self.capacity
         saved = self.tokens[where]                    # the oldest tokens; put back below
         self.tokens[where] = tail
         try:
-            return self._continuation(self.total + len(tail) - 1, k, min_gram)
+            return self._continuations(self.total + len(tail) - 1, k, min_gram, most or len(self.grams))
         finally:
             self.tokens[where] = saved
 
-    def _continuation(self, end: int, k: int, min_gram: int) -> np.ndarray:
+    def _continuations(self, end: int, k: int, min_gram: int, most: int) -> list[np.ndarray]:
         oldest = max(0, end + 1 - self.capacity)
+        found, firsts = [], set()
         for g in self.grams:
             if end + 1 < g or g < min_gram:
                 continue
@@ -68,5 +98,9 @@ class SuffixIndex:
                 continue
             n = min(k, end - prev)            # the continuation may run up to (not past) the last pending token
             idx = (np.arange(prev + 1, prev + 1 + n)) % self.capacity
-            return self.tokens[idx].copy()
-        return np.zeros(0, np.int64)
+            if int(self.tokens[idx[0]]) not in firsts:
+                firsts.add(int(self.tokens[idx[0]]))
+                found.append(self.tokens[idx].copy())
+                if len(found) == most:
+                    break
+        return found

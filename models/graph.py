@@ -91,11 +91,17 @@ class _Builder:
 
 
 def build_graph(card: dict, T: int | None, sink: int, ring: int, accuracy_level: int = 4, kv_dtype: str = "float32",
-                weights_file: str = "weights.bin") -> onnx.ModelProto:
+                weights_file: str = "weights.bin", tree: bool = False) -> onnx.ModelProto:
     """One pass over T rows (None: a symbolic row count) against `sink` + `ring` pool slots.
 
     `logit_rows` (int64 [M]) picks the rows whose logits are computed: all of them to verify a block, only the last
     to prefill a chunk (the head is the largest matmul of a small model). A static graph (T given) has M = T.
+
+    tree: a token tree's verify pass. Input `path` (int64 [T, W]) lists row r's root path (its ancestors' rows, then
+    r; any row as padding), and row r's section is [recent | new rows path[r]]: every row sees its visible columns
+    contiguous and in position order, exactly as the chain through its path lays them out, so a tree row computes
+    bit for bit what that chain's row computes (a shared section would put a sibling's own column after its masked
+    cousins, and the softmax sums in SIMD lanes by column). The mask's section columns are then by depth.
     """
     cfg = card["config"]
     L, H, KVH, D = cfg["n_layers"], cfg["n_heads"], cfg["n_kv_heads"], cfg["head_dim"]
@@ -111,6 +117,10 @@ def build_graph(card: dict, T: int | None, sink: int, ring: int, accuracy_level:
     inputs += [helper.make_tensor_value_info(n, f32, [rows, D // 2]) for n in ("cos", "sin", "cos_sink", "sin_sink")]
     inputs += [helper.make_tensor_value_info("mask", f32, [rows, cols]),
                helper.make_tensor_value_info("logit_rows", TensorProto.INT64, ["M" if T is None else T])]
+    if tree:
+        if T is not None:
+            raise ValueError("a tree pass needs the dynamic graph")
+        inputs.append(helper.make_tensor_value_info("path", TensorProto.INT64, [rows, "W"]))
     b.inits["position_ids"] = onnx.numpy_helper.from_array(np.zeros(1, np.int64), "position_ids")  # row r -> cos[r]
 
     h, delta = _embed(b, card, d), None                                  # residual stream, its pending addend
@@ -155,10 +165,14 @@ def build_graph(card: dict, T: int | None, sink: int, ring: int, accuracy_level:
         # The recent committed positions travel with the new rows as one section, in position order, so a row's
         # attention sums the same terms in the same columns whether its predecessors are new or committed (new rows
         # are rounded to the pool's type first).
-        kn = b.cast(b.op("Concat", [recent_k[i], kn], axis=1), f32)
-        vn = b.cast(b.op("Concat", [recent_v[i], vn], axis=1), f32)
+        if tree:
+            section, vn = _tree_section(b, qw, recent_k[i], recent_v[i], kn, vn, scale, KVH, G, D)
+        else:
+            kn = b.cast(b.op("Concat", [recent_k[i], kn], axis=1), f32)
+            vn = b.cast(b.op("Concat", [recent_v[i], vn], axis=1), f32)
+            section = scores_of(qw, kn, False)
         # Scores against [sink slots | ring slots | new rows]; the mask broadcasts over heads in the 4-D view.
-        scores = [scores_of(qw, pool["ring_k"], True), scores_of(qw, kn, False)]
+        scores = [scores_of(qw, pool["ring_k"], True), section]
         if S > 0:
             qs = heads_first(b.rope(q3, "cos_sink", "sin_sink", H, interleaved), H)
             scores.insert(0, scores_of(qs, pool["sink_k"], True))
@@ -169,7 +183,14 @@ def build_graph(card: dict, T: int | None, sink: int, ring: int, accuracy_level:
         o = None
         for lo, hi, (val, slot_major) in zip(bounds[:-1], bounds[1:], values):
             part = b.op("Slice", [p, lo, hi, b.const([-1])])
-            term = b.op("FusedMatMul", [part, val], domain=MS, transBatchB=slot_major)
+            if tree and not slot_major:                  # each row against its own [recent | path] values
+                width = b.op("Slice", [b.op("Shape", [part]), b.const([2]), b.const([3])])
+                part = b.op("Reshape", [part, b.op("Concat", [b.const([KVH, G, -1]), width], axis=0)])
+                part = b.op("Transpose", [part], perm=[0, 2, 1, 3])                   # [KVH, T, G, m+W]
+                term = b.op("Transpose", [b.op("MatMul", [part, val])], perm=[0, 2, 1, 3])
+                term = b.op("Reshape", [term, b.const([KVH, -1, D])])
+            else:
+                term = b.op("FusedMatMul", [part, val], domain=MS, transBatchB=slot_major)
             o = term if o is None else b.op("Add", [o, term])
         o = b.op("Reshape", [o, b.const([KVH, G, -1, D])])
         o = b.op("Transpose", [o], perm=[2, 0, 1, 3])                      # [T, KVH, G, D]
@@ -195,6 +216,28 @@ def build_graph(card: dict, T: int | None, sink: int, ring: int, accuracy_level:
                              producer_name="ringspec")
 
 
+def _tree_section(b: _Builder, qw: str, recent_k: str, recent_v: str, kn: str, vn: str, scale: float,
+                  KVH: int, G: int, D: int) -> tuple[str, str]:
+    """A tree pass's section: (scores [KVH, G*T, m+W], values [KVH, T, m+W, D]), row r's keys and values being
+    [recent | new rows path[r]] (the recent columns' scores come from one shared product: a score is one dot
+    product whichever product computes it)."""
+    f32 = TensorProto.FLOAT
+    rk, rv = b.cast(recent_k, f32), b.cast(recent_v, f32)
+    kn, vn = b.cast(kn, f32), b.cast(vn, f32)                                  # [KVH, T, D], rounded to the pool type
+    k_rows = b.op("Gather", [kn, "path"], axis=1)                              # [KVH, T, W, D]
+    q_rows = b.op("Transpose", [b.op("Reshape", [qw, b.const([KVH, G, -1, D])])], perm=[0, 2, 1, 3])  # [KVH,T,G,D]
+    new = b.op("FusedMatMul", [q_rows, k_rows], domain=MS, alpha=scale, transB=1)                      # [KVH,T,G,W]
+    width = b.op("Slice", [b.op("Shape", ["path"]), b.const([1]), b.const([2])])
+    new = b.op("Reshape", [b.op("Transpose", [new], perm=[0, 2, 1, 3]),
+                           b.op("Concat", [b.const([KVH, -1]), width], axis=0)])                     # [KVH,G*T,W]
+    recent = b.op("FusedMatMul", [qw, rk], domain=MS, alpha=scale, transB=1)                           # [KVH,G*T,m]
+    rows = b.op("Slice", [b.op("Shape", ["input_ids"]), b.const([0]), b.const([1])])
+    spread = b.op("Concat", [b.const([1]), rows, b.const([1, 1])], axis=0)
+    v_rows = b.op("Concat", [b.op("Expand", [b.op("Unsqueeze", [rv, b.const([1])]), spread]),
+                             b.op("Gather", [vn, "path"], axis=1)], axis=2)                           # [KVH,T,m+W,D]
+    return b.op("Concat", [recent, new], axis=-1), v_rows
+
+
 def _embed(b: _Builder, card: dict, d: int) -> str:
     emb = card["embed"]
     if emb["kind"] == "dense":
@@ -209,21 +252,22 @@ def _embed(b: _Builder, card: dict, d: int) -> str:
 
 
 def graph_path(model_dir: Path, T: int | None, sink: int, ring: int, accuracy_level: int,
-               kv_dtype: str = "float32") -> Path:
+               kv_dtype: str = "float32", tree: bool = False) -> Path:
     kv = {"float16": "kv16", "float32": "kv32"}[kv_dtype]
-    return Path(model_dir) / f"graph_v{GRAPH_VERSION}_T{T or 'dyn'}_S{sink}_R{ring}_a{accuracy_level}_{kv}.onnx"
+    rows = "tree" if tree else T or "dyn"
+    return Path(model_dir) / f"graph_v{GRAPH_VERSION}_T{rows}_S{sink}_R{ring}_a{accuracy_level}_{kv}.onnx"
 
 
 def ensure_graph(model_dir: Path, card: dict, T: int | None, sink: int, ring: int, accuracy_level: int = 4,
-                 kv_dtype: str = "float32") -> Path:
+                 kv_dtype: str = "float32", tree: bool = False) -> Path:
     """The graph file for this shape, built on first use beside the shared weights (graphs of other builder
     versions are deleted then: nothing can use them any more)."""
-    path = graph_path(model_dir, T, sink, ring, accuracy_level, kv_dtype)
+    path = graph_path(model_dir, T, sink, ring, accuracy_level, kv_dtype, tree)
     if not path.exists():
         for old in Path(model_dir).glob("graph_*.onnx"):
             if not old.name.startswith(f"graph_v{GRAPH_VERSION}_"):
                 old.unlink(missing_ok=True)
-        model = build_graph(card, T, sink, ring, accuracy_level, kv_dtype)
+        model = build_graph(card, T, sink, ring, accuracy_level, kv_dtype, tree=tree)
         tmp = path.with_suffix(".part")
         onnx.save(model, tmp)
         tmp.replace(path)

@@ -29,6 +29,7 @@ class RunnerOptions:
     rope_angles: str = "float64"  # "float32" only for the naive baseline of eval-stream (DESIGN.md says: don't)
     kv_dtype: str = "float32"   # K/V pools; "float16" halves them but is slower on x86 (docs/speed.md)
     spin: bool = True           # ORT's intra-op threads spin between ops (fast alone; steals cores from neighbours)
+    trees: bool = False         # the token-tree graph (models.graph): every pass lays rows out along their root path
 
 
 def kv_bytes_per_slot(cfg: dict, kv_dtype: str = RunnerOptions.kv_dtype) -> int:
@@ -44,12 +45,7 @@ class Runner:
         L, KVH, D = cfg["n_layers"], cfg["n_kv_heads"], cfg["head_dim"]
         S, R, T = spec.sink, spec.ring, opts.max_rows
         self.vocab = cfg["vocab_size"]
-        graph = ensure_graph(self.model_dir, self.card, None, S, R, opts.accuracy_level, opts.kv_dtype)
-        so = ort.SessionOptions()
-        so.intra_op_num_threads = opts.threads
-        so.inter_op_num_threads = 1
-        so.add_session_config_entry("session.intra_op.allow_spinning", "1" if opts.spin else "0")
-        self.session = ort.InferenceSession(str(graph), so, providers=["CPUExecutionProvider"])
+        self.session = self._open()
 
         kv = np.dtype(opts.kv_dtype)
         self.sink_k = np.zeros((L, S, KVH, D), kv)       # [layer, slot, kv head, D]: a slot prefix is
@@ -68,6 +64,8 @@ class Runner:
         self._logits = np.zeros((1, T, self.vocab), np.float32)
         self._new_kv = np.zeros((2, L * KVH * T * D), kv)   # flat: each call views a contiguous [L,KVH,T,D]
         self.new_k = self.new_v = self._new_kv[:, :0]
+        self._path = np.zeros(T * T, np.int64)
+        self._chain_paths = np.tile(np.arange(T, dtype=np.int64), (T, 1))    # a chain's row r: rows 0..r, padding
         self._io = self.session.io_binding()
         for l in range(L):
             if S:
@@ -77,6 +75,16 @@ class Runner:
         self.forward_calls = 0
         self.forward_rows = 0
         self.forward_s = 0.0          # wall time inside ONNX Runtime (the pipeline's "model" share)
+
+    def _open(self) -> ort.InferenceSession:
+        opts = self.opts
+        graph = ensure_graph(self.model_dir, self.card, None, self.spec.sink, self.spec.ring, opts.accuracy_level,
+                             opts.kv_dtype, tree=opts.trees)
+        so = ort.SessionOptions()
+        so.intra_op_num_threads = opts.threads
+        so.inter_op_num_threads = 1
+        so.add_session_config_entry("session.intra_op.allow_spinning", "1" if opts.spin else "0")
+        return ort.InferenceSession(str(graph), so, providers=["CPUExecutionProvider"])
 
     def _bind_in(self, name: str, array: np.ndarray) -> None:
         self._io.bind_input(name, "cpu", 0, array.dtype, array.shape, array.ctypes.data)
@@ -89,7 +97,8 @@ class Runner:
         return self._mask
 
     def forward(self, tokens: np.ndarray, positions: np.ndarray, mask: np.ndarray,
-                logit_rows: np.ndarray | None = None, recent_slots: np.ndarray | None = None) -> np.ndarray:
+                logit_rows: np.ndarray | None = None, recent_slots: np.ndarray | None = None,
+                path: np.ndarray | None = None) -> np.ndarray:
         """Run T rows (tokens at int64 positions) against the pools.
 
         mask: float32 [T, P + m + T], C-contiguous (RingIndex.visible_mask): the pass reads pool slots [0, P) only,
@@ -97,12 +106,24 @@ class Runner:
         recent_slots: the pool slots of m committed positions handed to the pass as the "recent" section (their
         K/V are copied out of the pool, in the given order, to sit just before the new rows).
 
+        path: int64 [T, W] for a token tree (`models.graph`, tree): row r's root path, rows padded with any row;
+        the mask's last W columns are then by depth (column j: the path's j-th row).
+
         Returns logits [M, V] for `logit_rows` (default: every row); the rows' K/V are in `new_k/new_v`
         ([L, KVH, T, D]) until the next call. Nothing is written into the pools here (see `store`).
         """
         T = len(tokens)
         if T > self.opts.max_rows:
             raise ValueError(f"{T} rows exceed max_rows={self.opts.max_rows}")
+        if path is not None and not self.opts.trees:
+            raise ValueError("a token tree needs a runner opened with RunnerOptions(trees=True) (the tree graph)")
+        T_cols = T if path is None else path.shape[1]
+        if self.opts.trees:
+            if path is not None and (path.shape[0] != T or not 0 < T_cols <= T):
+                raise ValueError(f"path must be [{T}, W <= {T}], got {path.shape}")
+            bound = self._path[:T * T_cols].reshape(T, T_cols)
+            bound[:] = self._chain_paths[:T, :T] if path is None else path
+            self._bind_in("path", bound)
         ids, pos, sink_pos = self._ids[:T], self._pos[:T], self._sink_pos[:T]
         ids[:] = tokens
         pos[:] = positions
@@ -128,7 +149,7 @@ class Runner:
         self._bind_recent(recent_slots)
         if mask.dtype != np.float32 or not mask.flags.c_contiguous or mask.shape[0] != T:
             raise ValueError(f"mask must be C-contiguous float32 with {T} rows, got {mask.dtype} {mask.shape}")
-        self._bind_pool(mask.shape[1] - m - T)
+        self._bind_pool(mask.shape[1] - m - T_cols)
         self._bind_in("mask", mask)
         self._bind_in("logit_rows", rows)
         self._bind_out("logits", logits)

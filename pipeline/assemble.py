@@ -11,7 +11,8 @@ from kernels.sampling import SamplingParams
 from models.registry import converted_dir, default_model_path
 from models.runner import Runner, RunnerOptions
 from models.tokenizer import Tokenizer
-from pipeline.drafts import HybridDraft, ModelDraft, NoDraft, SuffixDraft, speaks
+from pipeline.blocklen import LengthControl, line_end_ids
+from pipeline.drafts import HybridDraft, ModelDraft, NoDraft, SuffixDraft, TreeDraft, speaks
 from pipeline.engine import Engine
 
 
@@ -34,7 +35,19 @@ def resolve_gguf(name: str) -> Path:
 
 
 def make_draft(kind: str, spec: RingSpec, params: SamplingParams, draft_gguf: str = "", max_rows: int = 32,
-               threads: int = 1, target_vocab: int | None = None, min_confidence: float = 0.0):
+               threads: int = 1, target_vocab: int | None = None, min_confidence: float = 0.0, siblings: int = 0):
+    """The proposer `kind` names; with siblings > 0 (suffix or hybrid) its chains become token trees."""
+    draft = _chain_draft(kind, spec, params, draft_gguf, max_rows, threads, target_vocab, min_confidence)
+    if not siblings:
+        return draft
+    if kind not in ("suffix", "hybrid"):
+        raise ValueError(f"token trees (siblings = {siblings}) branch from the stream: draft kind suffix or hybrid, "
+                         f"not {kind!r}")
+    return TreeDraft(draft, draft if kind == "suffix" else draft.stream, siblings)
+
+
+def _chain_draft(kind: str, spec: RingSpec, params: SamplingParams, draft_gguf: str, max_rows: int, threads: int,
+                 target_vocab: int | None, min_confidence: float):
     if kind == "none":
         return NoDraft()
     if kind == "suffix":
@@ -55,12 +68,18 @@ def make_draft(kind: str, spec: RingSpec, params: SamplingParams, draft_gguf: st
 def make_engine(gguf: str = "default", sink: int = 4, window: int = 1024, slack: int = 0, max_rows: int = 32,
                 threads: int = 2, draft: str = "none", draft_gguf: str = "", draft_len: int = 6,
                 params: SamplingParams = SamplingParams(), draft_threads: int = 1,
-                rope_angles: str = "float64", min_confidence: float = 0.0) -> Engine:
-    """Everything `generate`, `score` and the replay need; the GGUF is converted on first use."""
+                rope_angles: str = "float64", min_confidence: float = 0.0, siblings: int = 0,
+                adaptive: bool = False, end_at_line: bool = False) -> Engine:
+    """Everything `generate`, `score` and the replay need; the GGUF is converted on first use. adaptive: the number
+    of proposals is chosen per pass (at most draft_len); end_at_line: a block ends after a newline-carrying token."""
     path = resolve_gguf(gguf)
     spec = RingSpec(sink, window, window + max(slack, max_rows))
     runner = Runner(converted_dir(path), spec, RunnerOptions(threads=threads, max_rows=max_rows,
-                                                             rope_angles=rope_angles))
+                                                             rope_angles=rope_angles, trees=siblings > 0))
     tok = Tokenizer.from_gguf(path)
-    proposer = make_draft(draft, spec, params, draft_gguf, max_rows, draft_threads, runner.vocab, min_confidence)
-    return Engine(runner, tok, proposer, draft_len=draft_len, seed=params.seed)
+    proposer = make_draft(draft, spec, params, draft_gguf, max_rows, draft_threads, runner.vocab, min_confidence,
+                          siblings)
+    control = LengthControl(min(draft_len, max_rows - 1)) if adaptive else None
+    ends = line_end_ids(tok, runner.vocab) if end_at_line else None
+    return Engine(runner, tok, proposer, draft_len=draft_len, seed=params.seed, length_control=control,
+                  line_ends=ends)

@@ -40,14 +40,33 @@ class System:
     draft_gguf: str = ""
     draft_len: int = 6
     min_confidence: float = 0.0   # a draft model's chain stops below this top probability
+    adaptive: bool = False        # ringspec serial: proposals per verify chosen online, at most draft_len
+    end_at_line: bool = False     # ringspec serial: a block ends after a newline-carrying proposal
+    siblings: int = 0             # ringspec serial: token trees with this many other first tokens (the tree graph)
+
+
+def select(chosen: list[System], only) -> list[System]:
+    """The systems named in `only` plus target_only (every system is checked against it); all when `only` is empty."""
+    if not only:
+        return chosen
+    unknown = set(only) - {s.name for s in chosen}
+    if unknown:
+        raise ValueError(f"unknown bench system(s) {', '.join(sorted(unknown))}: choose from "
+                         f"{', '.join(s.name for s in chosen)}")
+    return [s for s in chosen if s.name in only or s.name == "target_only"]
 
 
 def systems(draft_gguf: str = "", llama_cpp: bool = True) -> list[System]:
     out = [System("target_only", "ringspec"), System("suffix_serial", "ringspec", "suffix"),
-           System("pipelined", "pipelined", "suffix")]
+           System("pipelined", "pipelined", "suffix"),
+           System("adaptive_serial", "ringspec", "suffix", adaptive=True),
+           System("lines_serial", "ringspec", "suffix", end_at_line=True),
+           System("tree_serial", "ringspec", "suffix", siblings=2)]
     if draft_gguf:
         out += [System("draft_serial", "ringspec", "model", draft_gguf, 3),
                 System("hybrid_serial", "ringspec", "hybrid", draft_gguf, 6),
+                System("adaptive_hybrid_serial", "ringspec", "hybrid", draft_gguf, 8, adaptive=True),
+                System("hybrid_tree_serial", "ringspec", "hybrid", draft_gguf, 6, siblings=2),
                 System("pipelined_hybrid", "pipelined", "hybrid", draft_gguf, 6)]
     if llama_cpp:
         out += [System("llama_cpp_plain", "llama_cpp"), System("llama_cpp_lookup", "llama_cpp", "lookup")]
@@ -139,6 +158,7 @@ def _ringspec_runner(system: System, threads: int, window: int):
 
     engine = make_engine(sink=4, window=window, draft=system.draft, draft_gguf=system.draft_gguf,
                          draft_len=system.draft_len, threads=threads, min_confidence=system.min_confidence,
+                         adaptive=system.adaptive, end_at_line=system.end_at_line, siblings=system.siblings,
                          draft_threads=1)   # a draft of a few MB on two threads spins against the target: 2x slower
 
     def run(prompt: Prompt) -> dict:
@@ -146,7 +166,8 @@ def _ringspec_runner(system: System, threads: int, window: int):
         res = engine.generate(np.asarray(prompt.ids, np.int64), prompt.new_tokens, SamplingParams(),
                               stop_ids=prompt.stop_ids)
         st = res.stats.as_dict()                             # every figure, for draft-scan too
-        return {"token_ids": res.token_ids, **st, "overhead_share": st["decode_overhead_share"]}
+        return {"token_ids": res.token_ids, **st, "overhead_share": st["decode_overhead_share"],
+                "salvaged_share": st["salvaged"] / max(st["verify_calls"], 1)}
     return run
 
 
@@ -174,7 +195,8 @@ def _llama_cpp_runner(system: System, threads: int, window: int):
                 break
         decode_s = stamps[-1] - stamps[0]
         return {"token_ids": out, "tokens_per_s": (len(out) - 1) / decode_s if decode_s > 0 else 0.0,
-                "ttft_ms": (stamps[0] - t0) * 1000.0, "accepted_per_verify": None, "overhead_share": None}
+                "ttft_ms": (stamps[0] - t0) * 1000.0, "accepted_per_verify": None, "overhead_share": None,
+                "salvaged_share": None}
     return run
 
 
@@ -231,10 +253,11 @@ class _Worker:
 
 # -- the run -------------------------------------------------------------------------------------------------------
 def bench(log: str, tasks=TASKS, n_offsets: int = 5, repeats: int = 3, threads: int = 2, window: int = 1024,
-          draft_gguf: str = "", use_llama_cpp: bool | None = None, progress=None) -> dict:
-    """{task: {system: figures}} plus "_meta"; medians over repeats x offsets, systems alternated per prompt."""
+          draft_gguf: str = "", use_llama_cpp: bool | None = None, progress=None, only=()) -> dict:
+    """{task: {system: figures}} plus "_meta"; medians over repeats x offsets, systems alternated per prompt.
+    only: these systems (and target_only, the reference), else all."""
     use_llama_cpp = llama_cpp_available() if use_llama_cpp is None else use_llama_cpp
-    chosen = systems(draft_gguf, use_llama_cpp)
+    chosen = select(systems(draft_gguf, use_llama_cpp), only)
     cpus = sorted(os.sched_getaffinity(0))[:2]
     task_prompts = {task: prompts(log, task, n_offsets) for task in tasks}
     need = max(len(p.ids) + p.new_tokens for ps in task_prompts.values() for p in ps)
@@ -304,13 +327,14 @@ def _table(chosen: list[System], runs: dict[str, list[dict]]) -> dict:
         same = [mine[k] == ref[k] for k in ref]
 
         def med(key, rs=rs):
-            vals = [r[key] for r in rs if r[key] is not None]
+            vals = [r[key] for r in rs if r.get(key) is not None]
             return statistics.median(vals) if vals else None
 
         generated = sum(len(t) for t in mine.values())
         table[s.name] = {
             "tokens_per_s": med("tokens_per_s"), "ttft_ms": med("ttft_ms"),
             "accepted_per_verify": med("accepted_per_verify"), "overhead_share": med("overhead_share"),
+            "salvaged_share": med("salvaged_share"),
             "peak_mb": max(r["peak_mb"] for r in rs),
             "loop_share": sum(loop_share(t) * len(t) for t in mine.values()) / generated if generated else 0.0,
             "identical_to_target_only": sum(same), "prompts": len(ref),

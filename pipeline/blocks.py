@@ -46,6 +46,7 @@ class Block:
     anc: np.ndarray         # [N+1, N+1] row r sees row c iff anc[r, c]
     recent: np.ndarray      # committed positions [start, n) read as the recent section
     slots: np.ndarray       # [depth+1] pool slots of positions n, n+1, ...: where accepted rows are stored
+    path: np.ndarray | None = None    # a tree's [N+1, depth+1] root paths (row r: its ancestors, then r); None: a chain
 
     @property
     def proposals(self) -> np.ndarray:
@@ -69,7 +70,27 @@ def plan_block(n: int, pending: int, prop: Proposal, block: int, sink: int, ring
     pos = n + depth
     recent = np.arange(n - n % block, n, dtype=np.int64)
     slots = slot_of(n + np.arange(int(depth.max()) + 1, dtype=np.int64), sink, ring)
-    return Block(tokens, prop.parent, prop.q, pos, anc, recent, slots)
+    chain = bool((parent_row == np.arange(N + 1) - 1).all())
+    return Block(tokens, prop.parent, prop.q, pos, anc, recent, slots, None if chain else root_paths(anc, depth))
+
+
+def root_paths(anc: np.ndarray, depth: np.ndarray) -> np.ndarray:
+    """path[r, j]: row r's ancestor at depth j for j <= depth[r], then r again (padding the verify pass masks)."""
+    path = np.repeat(np.arange(len(depth), dtype=np.int64)[:, None], int(depth.max()) + 1, axis=1)
+    for r in range(len(depth)):
+        path[r, :depth[r] + 1] = np.flatnonzero(anc[r])          # topological order: ancestors by depth
+    return path
+
+
+def verify_mask(index, blk: Block, out: np.ndarray) -> np.ndarray:
+    """The verify pass's mask: the chain's, or for a tree each row gets the mask of the chain row at its depth (its
+    section is laid out along its root path, `models.graph`)."""
+    recent_from = int(blk.pos[0]) - len(blk.recent)
+    if blk.path is None:
+        return index.visible_mask(blk.pos, blk.anc, out=out, recent_from=recent_from)
+    depth = blk.pos - blk.pos[0]
+    chain = index.visible_mask(blk.pos[0] + np.arange(blk.path.shape[1]), None, recent_from=recent_from)
+    return np.take(chain, depth, axis=0, out=out.reshape(-1)[:len(depth) * chain.shape[1]].reshape(len(depth), -1))
 
 
 def judge(logits: np.ndarray, blk: Block, params: SamplingParams, probs: np.ndarray,

@@ -39,7 +39,10 @@ class CacheSection:
 class DraftSection:
     kind: str = "suffix"             # none | suffix | model | hybrid (suffix when the stream matches, else model)
     model: str = "default-draft"     # GGUF of the neural draft (kind = "model" or "hybrid"); default: bundled
-    length: int = 6                  # proposals per verify pass
+    length: int = 6                  # proposals per verify pass (the upper bound when adaptive)
+    adaptive: bool = False           # choose each pass's length online from observed acceptance and verify cost
+    end_at_line: bool = False        # a block ends after its first proposed token that carries a newline
+    siblings: int = 0                # token trees: other first tokens verified beside the chain (suffix, hybrid)
     threads: int = 1
     min_confidence: float = 0.0      # a draft model stops its chain when its top probability falls below this
 
@@ -134,7 +137,7 @@ class Config:
 _CHOICES = {("draft", "kind"): ("none", "suffix", "model", "hybrid"), ("replay", "format"): ("plain", "csv", "jsonl"),
             ("actors", "launcher"): ("local", "ray", "serial")}
 _MIN = {("model", "threads"): 1, ("model", "max_rows"): 2, ("cache", "sink"): 0, ("cache", "window"): 1,
-        ("cache", "slack"): 0, ("draft", "length"): 0, ("draft", "threads"): 1, ("sampling", "temperature"): 0.0,
+        ("cache", "slack"): 0, ("draft", "length"): 0, ("draft", "threads"): 1, ("draft", "siblings"): 0, ("sampling", "temperature"): 0.0,
         ("sampling", "top_k"): 0, ("replay", "every_lines"): 1, ("replay", "max_new_tokens"): 1,
         ("replay", "max_lines"): 0, ("replay", "idle_s"): 0.0, ("model", "accuracy_level"): 0,
         ("serve", "max_prompt_tokens"): 16, ("serve", "max_answer_tokens"): 1, ("serve", "max_body_bytes"): 1024,
@@ -172,6 +175,13 @@ def parse(raw: dict, source: str = "<dict>") -> Config:
     if not 0.0 <= cfg.draft.min_confidence < 1.0:
         raise ConfigError(f"{source}: draft.min_confidence = {cfg.draft.min_confidence} must be in [0, 1) "
                           f"(0 = always propose `length` tokens)")
+    if cfg.draft.siblings and cfg.draft.kind not in ("suffix", "hybrid"):
+        raise ConfigError(f"{source}: draft.siblings = {cfg.draft.siblings} branches from the stream: it needs "
+                          f"kind = \"suffix\" or \"hybrid\", not \"{cfg.draft.kind}\"")
+    serial_only = [key for key in ("adaptive", "end_at_line", "siblings") if getattr(cfg.draft, key)]
+    if serial_only and cfg.actors.launcher != "serial":
+        raise ConfigError(f"{source}: draft.{serial_only[0]} is a serial-engine setting (actors.launcher = "
+                          f"\"serial\"); the actor pipeline's draft runs fixed-length chains a block ahead")
     import os
     usable = os.sched_getaffinity(0)
     for key in ("ingest_cpus", "owner_cpus", "target_cpus", "draft_cpus", "output_cpus"):

@@ -127,7 +127,7 @@ class DeferredEngine(Sequence):
             n = self.index.n                 # bookkeeping while the draft drafts
             self.index.write(n + np.arange(len(rows), dtype=np.int64))
             self.index.commit(len(rows))
-            stats.count_block(blk, len(rows) - 1, self.spec, self.max_rows)
+            stats.count_block(blk, rows, self.spec, self.max_rows)
         stats.decode_s = time.perf_counter() - t1
         self.to_draft.send({"kind": "halt"}, timeout=TIMEOUT_S)
         result = self._finish(out, start, stops, max_tokens, stats)

@@ -22,7 +22,8 @@ import numpy as np
 
 from kernels.ring import RingIndex, slot_of
 from kernels.sampling import SamplingParams, sample, target_probs
-from pipeline.blocks import BLOCK, judge, lap, near_wrap, plan_block, room_of
+from pipeline.blocks import BLOCK, judge, lap, near_wrap, plan_block, room_of, verify_mask
+from pipeline.blocklen import LengthControl, cut_at_line_end
 from pipeline.drafts import NoDraft, Proposal
 
 
@@ -38,6 +39,7 @@ class Stats:
     accepted: int = 0
     rejections: int = 0
     rejections_after_wrap: int = 0   # rejected blocks whose rows lie within one block of a ring wrap point
+    salvaged: int = 0                # tree blocks whose accepted path starts at a sibling of the first proposal
     wraps: int = 0                   # times the committed position crossed a ring wrap point
     draft_s: float = 0.0
     # pipelined runs only (pipeline/deferred.py): draft time spent while the target verified the previous block
@@ -54,9 +56,10 @@ class Stats:
         for f in fields(self):
             setattr(self, f.name, getattr(self, f.name) + getattr(other, f.name))
 
-    def count_block(self, blk, accepted: int, spec, max_rows: int) -> None:
-        """Account one verified block (`blocks.Block`) of which `accepted` proposals were accepted."""
-        proposed, first = len(blk.tokens) - 1, int(blk.pos[0])
+    def count_block(self, blk, rows: np.ndarray, spec, max_rows: int) -> None:
+        """Account one verified block (`blocks.Block`) whose accepted path is `rows` (0: the pending token)."""
+        proposed, first, accepted = len(blk.tokens) - 1, int(blk.pos[0]), len(rows) - 1
+        self.salvaged += int(accepted > 0 and rows[1] != 1)
         self.verify_calls += 1
         self.proposed += proposed
         self.accepted += accepted
@@ -74,7 +77,7 @@ class Stats:
                 "accepted_per_verify": committed / self.verify_calls if self.verify_calls else 0.0,
                 "acceptance_rate": self.accepted / self.proposed if self.proposed else 0.0,
                 "generated": self.generated, "prompt_tokens": self.prompt_tokens, "proposed": self.proposed,
-                "accepted": self.accepted, "rejections": self.rejections,
+                "accepted": self.accepted, "rejections": self.rejections, "salvaged": self.salvaged,
                 "rejections_after_wrap": self.rejections_after_wrap, "wraps": self.wraps,
                 "draft_s": self.draft_s, "decode_s": self.decode_s, "prefill_s": self.prefill_s,
                 "overlap_s": self.overlap_s, "overlap_share": self.overlap_s / self.draft_s if self.draft_s else 0.0,
@@ -127,7 +130,8 @@ class Sequence:
 
 
 class Engine(Sequence):
-    def __init__(self, runner, tokenizer, draft=None, draft_len: int = 4, seed: int = 0, block: int = BLOCK):
+    def __init__(self, runner, tokenizer, draft=None, draft_len: int = 4, seed: int = 0, block: int = BLOCK,
+                 length_control: LengthControl | None = None, line_ends: np.ndarray | None = None):
         self.runner, self.tok = runner, tokenizer
         if not 1 <= block <= runner.opts.max_recent + 1:
             raise ValueError(f"block {block} must be in 1..max_recent+1 ({runner.opts.max_recent + 1})")
@@ -139,6 +143,8 @@ class Engine(Sequence):
         self.index = RingIndex(self.spec)
         self.draft = draft or NoDraft()
         self.draft_len = draft_len
+        self.length_control = length_control    # None: always ask for draft_len proposals
+        self.line_ends = line_ends              # bool per token id: a block ends after a newline; None: it may not
         self.rng = np.random.default_rng(seed)
         self.pending: int | None = None
         T = runner.opts.max_rows
@@ -194,18 +200,25 @@ class Engine(Sequence):
         t0 = time.perf_counter()
         n = self.index.n
         k = min(self.draft_len, self.runner.opts.max_rows - 1)
+        if self.length_control is not None:
+            k = self.length_control.choose(min(k, room_of(n, self.block)))
+        forward_s, draft_s = self.runner.forward_s, stats.draft_s
         prop: Proposal = self.draft.propose(self.pending, k, room_of(n, self.block))
+        if self.line_ends is not None:
+            prop = cut_at_line_end(prop, self.line_ends)
         stats.draft_s += time.perf_counter() - t0
         blk = plan_block(n, self.pending, prop, self.block, self.spec.sink, self.spec.ring)
-        mask = self.index.visible_mask(blk.pos, blk.anc, out=self.runner.mask_buffer(),
-                                       recent_from=n - len(blk.recent))
-        logits = self.runner.forward(blk.tokens, blk.pos, mask,
+        mask = verify_mask(self.index, blk, self.runner.mask_buffer())
+        logits = self.runner.forward(blk.tokens, blk.pos, mask, path=blk.path,
                                      recent_slots=slot_of(blk.recent, self.spec.sink, self.spec.ring))
         rows, nxt = judge(logits, blk, params, self._probs, self.rng)
+        if self.length_control is not None:
+            self.length_control.observe(len(blk.tokens) - 1, len(rows) - 1, self.runner.forward_s - forward_s,
+                                        stats.draft_s - draft_s)
         self._commit(rows, n + np.arange(len(rows), dtype=np.int64))
         committed = blk.tokens[rows]
         self.draft.observe(committed)
-        stats.count_block(blk, len(rows) - 1, self.spec, self.runner.opts.max_rows)
+        stats.count_block(blk, rows, self.spec, self.runner.opts.max_rows)
         self.pending = nxt
         return [int(t) for t in committed[1:]] + [nxt]
 

@@ -65,7 +65,8 @@ def score(text: str, sink: int | None = None, window: int | None = None, gguf: s
 
 def generate(prompt: str, chat: bool = False, max_tokens: int = 64, params: SamplingParams = SamplingParams(),
              draft: str = "none", draft_gguf: str = "", draft_len: int = 6, sink: int | None = None,
-             window: int | None = None, gguf: str = "default", threads: int = 2, max_rows: int = 32) -> dict:
+             window: int | None = None, gguf: str = "default", threads: int = 2, max_rows: int = 32,
+             siblings: int = 0) -> dict:
     """Generate from a raw (or chat-templated) prompt; greedy when temperature is 0.
 
     window None: a plain full cache, sized to prompt + max_tokens (an error past the model's context length).
@@ -79,7 +80,7 @@ def generate(prompt: str, chat: bool = False, max_tokens: int = 64, params: Samp
         sink, window = 0, _full_cache(path, len(ids) + max_tokens,
                                       f"the prompt ({len(ids)} tokens) + max tokens ({max_tokens})")
     engine = make_engine(gguf, sink=sink or 0, window=window, max_rows=max_rows, threads=threads, draft=draft,
-                         draft_gguf=draft_gguf, draft_len=draft_len, params=params)
+                         draft_gguf=draft_gguf, draft_len=draft_len, params=params, siblings=siblings)
     result = engine.generate(ids, max_tokens, params, stop_ids=tok.stop_ids if chat else ())
     return {"token_ids": result.token_ids, "text": tok.decode(result.token_ids), "stats": result.stats.as_dict()}
 
@@ -132,7 +133,8 @@ def make_analyst(cfg) -> Analyst:
     engine = make_engine(c.model.gguf, sink=f.spec.sink, window=f.spec.window, slack=f.spec.slack,
                          max_rows=c.model.max_rows, threads=c.model.threads, draft=c.draft.kind,
                          draft_gguf=c.draft.model, draft_len=c.draft.length, params=f.params,
-                         draft_threads=c.draft.threads)
+                         draft_threads=c.draft.threads, min_confidence=c.draft.min_confidence,
+                         adaptive=c.draft.adaptive, end_at_line=c.draft.end_at_line, siblings=c.draft.siblings)
     engine.feed(f.head)
     return Analyst(engine, f.tok, f.ask, f.params, c.replay.max_new_tokens)
 

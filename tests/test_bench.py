@@ -71,7 +71,8 @@ def test_bench_runs_every_system_on_the_real_model_and_prints_the_json_contract(
     assert proc.returncode == 0, proc.stderr[-2000:]
     out = json.loads(proc.stdout)
     assert set(out) == {"log", "analysis"}
-    ringspec = {"target_only", "suffix_serial", "pipelined", "draft_serial", "hybrid_serial", "pipelined_hybrid"}
+    ringspec = {"target_only", "suffix_serial", "pipelined", "adaptive_serial", "lines_serial", "tree_serial",
+                "draft_serial", "hybrid_serial", "adaptive_hybrid_serial", "hybrid_tree_serial", "pipelined_hybrid"}
     names = ringspec | ({"llama_cpp_plain", "llama_cpp_lookup"} if bench.llama_cpp_available() else set())
     for task in out.values():
         assert set(task) == names

@@ -105,12 +105,15 @@ def assert_identical_or_near_tie(reference, gaps, outputs):
             return
 
 
-@pytest.mark.parametrize("draft", ["suffix", "model", "hybrid"])
+@pytest.mark.parametrize("draft", ["suffix", "model", "hybrid", "suffix tree", "hybrid tree"])
 def test_greedy_identity_with_each_draft_while_the_ring_wraps(draft, stream_ids, target_only, draft_gguf):
-    engine = make_engine(sink=SINK, window=WINDOW, max_rows=ROWS, draft=draft,
+    draft, _, tree = draft.partition(" ")
+    engine = make_engine(sink=SINK, window=WINDOW, max_rows=ROWS, draft=draft, siblings=2 if tree else 0,
                          draft_gguf=str(draft_gguf) if draft != "suffix" else "", draft_len=5)
     outputs, stats, _ = run_stream(engine, stream_ids)
     ref_outputs, _, gaps = target_only
+    if tree:    # through the tree graph, against target-only through the chain graph: bit for bit, no near ties
+        assert outputs == ref_outputs
     assert_identical_or_near_tie(ref_outputs, gaps, outputs)
     wraps = engine.index.n // engine.spec.ring
     assert wraps >= 10, f"the stream wrapped the ring only {wraps} times"
@@ -121,7 +124,8 @@ def test_greedy_identity_with_each_draft_while_the_ring_wraps(draft, stream_ids,
         rate = sum(s["accepted"] for s in stats) / sum(s["proposed"] for s in stats)
         assert 0.3 <= rate <= 0.9, f"draft acceptance {rate:.2f} outside [0.3, 0.9]"
     if draft == "hybrid":                               # both proposers took turns
-        stream, model = engine.draft.stream, engine.draft.model
+        hybrid = engine.draft.base if tree else engine.draft
+        stream, model = hybrid.stream, hybrid.model
         assert model.forward_calls > 0 and stream.committed == model.committed == engine.index.n
 
 

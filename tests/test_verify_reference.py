@@ -113,15 +113,16 @@ class Scripted:
 def _step(engine: Engine, proposal: Proposal, tamper=None):
     """Engine.step with `proposal`: (the logits of its one verify pass, the emitted tokens, that pass's new K/V).
 
-    tamper(mask, positions, index, m) may edit the mask the step built, just before the graph reads it."""
+    tamper(mask, positions, index, m, path) may edit the mask (or a tree's root paths) the step built, just before
+    the graph reads it."""
     runner, seen = engine.runner, {}
     forward = runner.forward
 
-    def spy(tokens, positions, mask, logit_rows=None, recent_slots=None):
+    def spy(tokens, positions, mask, logit_rows=None, recent_slots=None, path=None):
         m = 0 if recent_slots is None else len(recent_slots)
         if tamper is not None:
-            tamper(mask, np.asarray(positions), engine.index, m)
-        logits = forward(tokens, positions, mask, logit_rows, recent_slots)
+            tamper(mask, np.asarray(positions), engine.index, m, path)
+        logits = forward(tokens, positions, mask, logit_rows, recent_slots, path)
         seen.update(logits=logits.copy(), k=runner.new_k.copy(), v=runner.new_v.copy())
         return logits
 
@@ -145,7 +146,7 @@ def _probe(engine: Engine, proposal: Proposal, tamper=None) -> np.ndarray:
 
 # ------------------------------------------------------------------------------------------ planted bugs (teeth)
 
-def _leak_slot_outside_window(mask, positions, index, m):
+def _leak_slot_outside_window(mask, positions, index, m, path):
     """The last row also sees the slot of u - W: a window start off by one, for one row."""
     u = int(positions[-1])
     slot = int(slot_of([u - W], S, R)[0])
@@ -153,11 +154,11 @@ def _leak_slot_outside_window(mask, positions, index, m):
     mask[-1, slot] = 0.0
 
 
-def _leak_uncle(mask, positions, index, m):
-    """The branch's second node (last row) also sees the chain's first node (row 1), not its ancestor."""
-    new_rows = mask.shape[1] - len(positions)
-    assert mask[-1, new_rows + 1] < 0
-    mask[-1, new_rows + 1] = 0.0
+def _leak_uncle(mask, positions, index, m, path):
+    """The branch's second node (last row) sees the chain's first node (row 1), not its ancestor, in its parent's
+    place (the tree graph lays each row's section out along its root path)."""
+    assert path[-1, 1] == len(positions) - 2
+    path[-1, 1] = 1
 
 
 def _sink_query_at_u(row_pos, sink, window, out=None):
@@ -213,7 +214,7 @@ class Lab:
             kv = "float32" if level == 0 else "float16"
             self._runners[level] = Runner(self.model_dir, RingSpec(S, W, R),
                                           RunnerOptions(threads=2, max_rows=MAX_ROWS, accuracy_level=level,
-                                                        kv_dtype=kv))
+                                                        kv_dtype=kv, trees=True))
         return self._runners[level]
 
     def scenario(self, where: str) -> Scenario:
