@@ -20,7 +20,8 @@ from models.runner import Runner, RunnerOptions
 from models.tokenizer import Tokenizer
 from pipeline.blocks import plan_block, root_paths, verify_mask
 from pipeline.drafts import Proposal, SuffixDraft, TreeDraft
-from pipeline.engine import Engine
+from pipeline.engine import Engine, Stats
+from kernels.sampling import SamplingParams
 from tests.tiny_gguf import write_tiny_gguf
 
 SPEC = RingSpec(sink=4, window=24, ring=48)
@@ -158,3 +159,15 @@ def test_sampled_trunks_get_point_mass_rows_for_their_stream_siblings():
     prop = TreeDraft(Sampled(), stream, siblings=1).propose(8, 2)
     assert prop.tokens.tolist() == [1, 3, 0] and prop.q.shape == (3, 10)       # the sibling 3 and what followed it
     assert (prop.q[1:].argmax(axis=1) == [3, 0]).all() and (prop.q[1:].sum(axis=1) == 1.0).all()
+
+
+def test_a_tree_wider_than_a_pass_keeps_its_first_nodes(engines):
+    tree_engine, _ = engines
+    stream = SuffixDraft()
+    stream.observe([0, 8, 20, 21, 0, 8, 30, 31, 0, 8, *range(40, 55)])
+    draft = TreeDraft(stream, stream, siblings=3)
+    engine = Engine(tree_engine.runner, tree_engine.tok, draft, draft_len=15)     # 15 + 2 x 2 nodes > 15 rows
+    engine.feed([5, 0])
+    engine.pending = 8
+    assert len(draft.propose(8, 15).tokens) > 15
+    engine.step(SamplingParams(), Stats())                                  # no "rows exceed max_rows"
