@@ -107,11 +107,7 @@ def cut_at_line_end(prop: Proposal, ends: np.ndarray) -> Proposal:
         p = prop.parent[i]
         keep[i] = p < 0 or not closed[p]
         closed[i] = ends[prop.tokens[i]] or (p >= 0 and closed[p])
-    if keep.all():
-        return prop
-    new_index = np.cumsum(keep) - 1
-    parent = np.where(prop.parent[keep] < 0, -1, new_index[np.maximum(prop.parent[keep], 0)])
-    return Proposal(prop.tokens[keep], parent, None if prop.q is None else prop.q[keep])
+    return prop.keep(keep)
 
 
 def line_end_ids(tokenizer, vocab: int | None = None) -> np.ndarray:

@@ -110,8 +110,4 @@ def prune(prop: Proposal, max_depth: int) -> Proposal:
     for i, p in enumerate(prop.parent):
         depth[i] = 1 if p < 0 else depth[p] + 1
     keep = depth <= max_depth
-    if keep.all():
-        return prop
-    new_index = np.cumsum(keep) - 1
-    parent = np.where(prop.parent[keep] < 0, -1, new_index[np.maximum(prop.parent[keep], 0)])
-    return Proposal(prop.tokens[keep], parent, None if prop.q is None else prop.q[keep])
+    return prop.keep(keep)

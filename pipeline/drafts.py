@@ -33,6 +33,14 @@ class Proposal:
     parent: np.ndarray
     q: np.ndarray | None = None     # [N, V] distribution each token was drawn from; None: deterministic
 
+    def keep(self, keep: np.ndarray) -> "Proposal":
+        """The nodes where `keep` is true (every kept node's kept ancestors too), parents renumbered, q rows kept."""
+        if keep.all():
+            return self
+        new_index = np.cumsum(keep) - 1
+        parent = np.where(self.parent[keep] < 0, -1, new_index[np.maximum(self.parent[keep], 0)])
+        return Proposal(self.tokens[keep], parent, None if self.q is None else self.q[keep])
+
     @staticmethod
     def chain(tokens, q=None) -> "Proposal":
         tokens = np.asarray(tokens, np.int64)

@@ -208,7 +208,7 @@ class Engine(Sequence):
             prop = cut_at_line_end(prop, self.line_ends)
         rows = self.runner.opts.max_rows - 1
         if len(prop.tokens) > rows:            # a tree's last siblings past what one pass holds (parents come first)
-            prop = Proposal(prop.tokens[:rows], prop.parent[:rows], None if prop.q is None else prop.q[:rows])
+            prop = prop.keep(np.arange(len(prop.tokens)) < rows)
         stats.draft_s += time.perf_counter() - t0
         blk = plan_block(n, self.pending, prop, self.block, self.spec.sink, self.spec.ring)
         mask = verify_mask(self.index, blk, self.runner.mask_buffer())
