@@ -3,6 +3,14 @@
 Owns the K/V data (pools allocated once, bound in place through IOBinding) and the forward call. Never decides which
 position is committed or visible: callers pass the per-row mask (from a `RingIndex`) and say which new rows to store
 at which slots. Payload buffers are allocated once; a call makes only views and small index arrays.
+
+Batch invariance (`RunnerOptions.batch_invariant`, on by default): no operator ever sees a single row. A 1-row pass
+gets a padding row beside it (same token and position, masked both ways: it sees only itself, no row sees it) and a
+1-row head gets its row twice. Why: ONNX Runtime's `MatMulNBits` computes a 1-row input with another kernel than a
+2-or-more-row one (1e-6 apart on an AVX2-only EPYC, 2 and 1 threads, accuracy levels 0 and 4), and int8 activation
+rounding grows that to 0.05 logits; every row of a 2..64-row pass is bit-identical to the same row in any other, for
+every operator family of both graphs (`python run.py doctor` measures it; `models/exactness.py`). The rule is what
+makes a row's logits and K/V independent of how many rows share its pass, which greedy identity needs.
 """
 from __future__ import annotations
 
@@ -14,7 +22,7 @@ from pathlib import Path
 import numpy as np
 import onnxruntime as ort
 
-from kernels.ring import RingSpec
+from kernels.ring import NEG, RingSpec
 from kernels.rope import rope_inv_freq, rope_tables, rope_tables_float32, sink_query_positions
 from models.convert import load_card
 from models.graph import ensure_graph
@@ -30,6 +38,7 @@ class RunnerOptions:
     kv_dtype: str = "float32"   # K/V pools; "float16" halves them but is slower on x86 (docs/speed.md)
     spin: bool = True           # ORT's intra-op threads spin between ops (fast alone; steals cores from neighbours)
     trees: bool = False         # the token-tree graph (models.graph): every pass lays rows out along their root path
+    batch_invariant: bool = True  # no operator sees one row (see the module docstring); off only to measure its cost
 
 
 def kv_bytes_per_slot(cfg: dict, kv_dtype: str = RunnerOptions.kv_dtype) -> int:
@@ -58,14 +67,15 @@ class Runner:
         self._sink_pos = np.zeros(T, np.int64)
         self._tables = np.zeros((4, T, D // 2), np.float32)           # cos, sin, cos_sink, sin_sink
         self._mask = np.zeros(T * (S + R + opts.max_recent + T), np.float32)
+        self._pad_mask = np.zeros(2 * (S + R + opts.max_recent + 2), np.float32)   # a 1-row pass and its padding
         self._recent = np.zeros((2, L * KVH * opts.max_recent * D), kv)
         self._gathered = np.zeros((L, opts.max_recent, KVH, D), kv)
-        self._rows = np.zeros(T, np.int64)
-        self._logits = np.zeros((1, T, self.vocab), np.float32)
-        self._new_kv = np.zeros((2, L * KVH * T * D), kv)   # flat: each call views a contiguous [L,KVH,T,D]
+        self._rows = np.zeros(max(T, 2), np.int64)
+        self._logits = np.zeros((1, max(T, 2), self.vocab), np.float32)
+        self._new_kv = np.zeros((2, L * KVH * max(T, 2) * D), kv)   # flat: each call views a contiguous [L,KVH,T,D]
         self.new_k = self.new_v = self._new_kv[:, :0]
-        self._path = np.zeros(T * T, np.int64)
-        self._chain_paths = np.tile(np.arange(T, dtype=np.int64), (T, 1))    # a chain's row r: rows 0..r, padding
+        self._path = np.zeros(max(T, 2) ** 2, np.int64)
+        self._chain_paths = np.tile(np.arange(max(T, 2), dtype=np.int64), (max(T, 2), 1))   # chain row r: 0..r, pad
         self._io = self.session.io_binding()
         for l in range(L):
             if S:
@@ -117,15 +127,25 @@ class Runner:
             raise ValueError(f"{T} rows exceed max_rows={self.opts.max_rows}")
         if path is not None and not self.opts.trees:
             raise ValueError("a token tree needs a runner opened with RunnerOptions(trees=True) (the tree graph)")
+        if mask.dtype != np.float32 or not mask.flags.c_contiguous or mask.shape[0] != T:
+            raise ValueError(f"mask must be C-contiguous float32 with {T} rows, got {mask.dtype} {mask.shape}")
         T_cols = T if path is None else path.shape[1]
+        if self.opts.trees and path is not None and (path.shape[0] != T or not 0 < T_cols <= T):
+            raise ValueError(f"path must be [{T}, W <= {T}], got {path.shape}")
+        m = 0 if recent_slots is None else len(recent_slots)
+        pool_columns = mask.shape[1] - m - T_cols
+        pad = self.opts.batch_invariant and T == 1
+        if pad:                   # the padding row: row 0's token and position, seeing only itself, seen by no row
+            mask = self._padded(mask, chain=path is None)
+            T, T_cols = 2, T_cols + (path is None)
+            if path is not None:
+                path = self._chain_paths[:2, :1]
         if self.opts.trees:
-            if path is not None and (path.shape[0] != T or not 0 < T_cols <= T):
-                raise ValueError(f"path must be [{T}, W <= {T}], got {path.shape}")
             bound = self._path[:T * T_cols].reshape(T, T_cols)
             bound[:] = self._chain_paths[:T, :T] if path is None else path
             self._bind_in("path", bound)
         ids, pos, sink_pos = self._ids[:T], self._pos[:T], self._sink_pos[:T]
-        ids[:] = tokens
+        ids[:] = tokens                       # a padded pass: broadcast, the padding row is a copy of row 0
         pos[:] = positions
         cos, sin, cos_s, sin_s = (t[:T] for t in self._tables)
         tables = rope_tables if self.opts.rope_angles == "float64" else rope_tables_float32
@@ -133,37 +153,41 @@ class Runner:
         if self.spec.sink:
             sink_query_positions(pos, self.spec.sink, self.spec.window, out=sink_pos)
             tables(sink_pos, self.inv_freq, cos_s, sin_s)
-        if logit_rows is None:
-            rows = self._rows[:T]
-            rows[:] = np.arange(T)
-        else:
-            rows = self._rows[: len(logit_rows)]
-            rows[:] = logit_rows
-        M = len(rows)
-        logits = self._logits[:, :M]
-        io = self._io
+        M = T - pad if logit_rows is None else len(logit_rows)
+        rows = self._rows[:max(M, 2) if self.opts.batch_invariant else M]
+        rows[:M] = np.arange(M) if logit_rows is None else logit_rows
+        rows[M:] = rows[0]                    # a 1-row head computes its row twice
+        logits = self._logits[:, :len(rows)]
         self._bind_in("input_ids", ids)
         for name, table in zip(("cos", "sin", "cos_sink", "sin_sink"), (cos, sin, cos_s, sin_s)):
             self._bind_in(name, table)
-        m = 0 if recent_slots is None else len(recent_slots)
         self._bind_recent(recent_slots)
-        if mask.dtype != np.float32 or not mask.flags.c_contiguous or mask.shape[0] != T:
-            raise ValueError(f"mask must be C-contiguous float32 with {T} rows, got {mask.dtype} {mask.shape}")
-        self._bind_pool(mask.shape[1] - m - T_cols)
+        self._bind_pool(pool_columns)
         self._bind_in("mask", mask)
         self._bind_in("logit_rows", rows)
         self._bind_out("logits", logits)
-        logits = logits[0]
         L, KVH, D = self.cfg["n_layers"], self.cfg["n_kv_heads"], self.cfg["head_dim"]
-        self.new_k, self.new_v = (buf[: L * KVH * T * D].reshape(L, KVH, T, D) for buf in self._new_kv)
-        self._bind_out("new_k", self.new_k.reshape(L * KVH, T, D))
-        self._bind_out("new_v", self.new_v.reshape(L * KVH, T, D))
+        new_k, new_v = (buf[: L * KVH * T * D].reshape(L, KVH, T, D) for buf in self._new_kv)
+        self._bind_out("new_k", new_k.reshape(L * KVH, T, D))
+        self._bind_out("new_v", new_v.reshape(L * KVH, T, D))
+        self.new_k, self.new_v = new_k[:, :, :T - pad], new_v[:, :, :T - pad]
         t0 = time.perf_counter()
-        self.session.run_with_iobinding(io)
+        self.session.run_with_iobinding(self._io)
         self.forward_s += time.perf_counter() - t0
         self.forward_calls += 1
-        self.forward_rows += T
-        return logits
+        self.forward_rows += T - pad
+        return logits[0, :M]
+
+    def _padded(self, mask: np.ndarray, chain: bool) -> np.ndarray:
+        """A 1-row mask [1, P + m + W] as the mask of the row and its padding row (`forward`). A chain gains the
+        padding row's column, masked for row 0 as a later row of a block is; a tree's columns are by depth, and the
+        padding row's one-node path is itself. The padding row sees only its own column, the last."""
+        width = mask.shape[1] + chain
+        out = self._pad_mask[:2 * width].reshape(2, width)
+        out.fill(NEG)
+        out[0, :mask.shape[1]] = mask[0]
+        out[1, -1] = 0.0
+        return out
 
     def _bind_pool(self, columns: int) -> None:
         """Bind the leading `columns - S` ring slots (rebinding only when the width changes)."""
