@@ -13,6 +13,7 @@
   python run.py serve                the pipeline answering operators: OpenAI-compatible HTTP API, console, zmq
   python run.py ask "question"       ask a running server over zmq; the answer streams as it is decoded
   python run.py distill              train a small neural draft on the target's own output (the train extra)
+  python run.py doctor               is speculation exact on this CPU? rows probed bit for bit (exit 1 if not)
 """
 from __future__ import annotations
 
@@ -205,8 +206,27 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--no-llama-cpp", action="store_true", help="leave llama.cpp out even when installed")
     p.add_argument("--systems", default="", help="comma-separated system names to run (target_only, the "
                    "reference, always runs; default: all)")
-    p.add_argument("--json", action="store_true", help="print {task: {system: figures}} as one JSON object")
+    p.add_argument("--unpadded", action="store_true",
+                   help="also run every ringspec system without the one-row padding rule (NAME_unpadded), "
+                        "alternated with the rest: what exactness on every CPU costs (python run.py doctor)")
+    p.add_argument("--json", action="store_true", help="print {task: {system: figures}, \"_meta\": run metadata "
+                                                       "(platform, exactness verdicts, goals)} as one JSON object")
     p.add_argument("--out", help="also write the result (with run metadata) to this JSON file")
+
+    p = sub.add_parser("doctor", help="is speculation exact on this CPU? rows probed bit for bit; exit 1 if not",
+                       description="Probe whether a row's logits and K/V are the same bits whatever the number of "
+                                   "rows in its pass (batch invariance), which greedy identity with a draft needs. "
+                                   "Prints the ONNX Runtime version, the CPU and the ISA features this process sees "
+                                   "(CPUID / auxiliary vector), each operator family of the graph run alone at the "
+                                   "model's shapes (1..64 rows), and the whole pass: rows decoded one pass each "
+                                   "against the same rows in blocks of 2-8 and a token tree, at a small position "
+                                   "and past 2^31, with the one-row padding rule (what the engine runs) and without "
+                                   "it. Exits 0 when the engine's passes are invariant, 1 when not: qualify a new "
+                                   "ONNX Runtime or CPU with it. The engine runs the whole-pass probe at start-up.")
+    p.add_argument("--max-rows", type=int, default=32, help="largest pass (default 32, the profile's)")
+    p.add_argument("--accuracy-level", type=int, default=4, help="MatMulNBits accuracy level (default 4)")
+    p.add_argument("--json", action="store_true", help="print the report as one JSON object")
+    _add_model(p)
 
     p = sub.add_parser("draft-scan", help="acceptance and cost of drafts cut from the target's blocks",
                        description="Cuts drafts from the default model (a subset of its transformer blocks; "
@@ -480,16 +500,19 @@ def cmd_bench(args) -> int:
         draft = "" if args.draft_model == "none" else args.draft_model
         only = [name.strip() for name in args.systems.split(",") if name.strip()]
         out = bench.bench(args.log, tasks, args.offsets, args.repeats, args.threads, args.window, draft,
-                          False if args.no_llama_cpp else None, progress, only)
+                          False if args.no_llama_cpp else None, progress, only, args.unpadded)
     except bench.Disagreement as exc:
         print(f"ringspec: bench: {exc}", file=sys.stderr)
         return 3
     if args.out:
         Path(args.out).write_text(json.dumps(out))
     if args.json:
-        print(json.dumps({k: v for k, v in out.items() if k != "_meta"}))
+        print(json.dumps(out))
         return 0
     fmt = lambda v, spec: "-" if v is None else format(v, spec)   # noqa: E731
+    for name, verdict in out["_meta"]["exactness"].items():
+        if not verdict["invariant"]:
+            print(f"{name}: identity with target-only not claimed here: {verdict['where']}")
     for task in tasks:
         print(f"\n{task}: {out['_meta'][task + '_offsets']} offsets, medians of {args.repeats} repeats")
         print(f"{'system':22s} {'tok/s':>7s} {'ttft ms':>8s} {'tok/verify':>10s} {'overhead':>8s} {'peak MB':>8s} "
@@ -585,6 +608,38 @@ def cmd_eval_recall(args) -> int:
     print(f"exact answers (the right HH:MM:SS in the answer): with the archive ({args.k} lines) "
           f"{out['exact_with_archive']:.1%}, without {out['exact_without_archive']:.1%}  ({out['wall_s']:.0f} s)")
     return 0
+
+
+def cmd_doctor(args) -> int:
+    from pipeline.exactness import doctor
+
+    rep = doctor(args.model, args.threads, args.max_rows, args.accuracy_level)
+    if args.json:
+        print(json.dumps(rep, indent=1))
+        return 0 if rep["exact"] else 1
+    pf = rep["platform"]
+    print(f"onnxruntime {pf['onnxruntime']}, numpy {pf['numpy']}, Python {pf['python']}, {pf['system']} "
+          f"{pf['machine']}\nCPU (as this process sees it): {pf['cpu']}" +
+          (f"   (/proc/cpuinfo: {pf['cpuinfo']})" if pf["cpuinfo"] and pf["cpuinfo"] != pf["cpu"] else ""))
+    print(f"ISA features (CPUID / auxiliary vector): {' '.join(pf['isa'])}\nAVX-512: "
+          f"{' '.join(pf['avx512']) or 'none'}")
+    print(f"\noperator families alone, at the model's shapes, {args.threads} threads, 1..64 rows "
+          f"(a row against the same row among 64):")
+    for op in rep["operators"]:
+        bad = op["differs_at_rows"]
+        verdict = "invariant" if not bad else (f"1 row differs (up to {op['max_abs']:.2g}); 2..64 rows invariant"
+                                               if bad == [1] else f"differs at {bad} rows (up to {op['max_abs']:.2g})")
+        print(f"  {op['family']:70s} {verdict}\n  {'':4s}{op['shapes']}")
+    print("\nwhole pass (the model's graph; rows alone vs in blocks of 2-8 rows and a 4-node tree, at positions "
+          "5 and 2^31 - 27):")
+    for name, label in (("chain", "chain graph, padding rule on (the engine)"),
+                        ("tree", "tree graph, padding rule on (token trees)"),
+                        ("chain_unpadded", "chain graph, padding rule off (information)")):
+        v = rep["passes"][name]
+        print(f"  {label:46s} {'invariant' if v['invariant'] else 'NOT invariant: ' + v['where']}")
+    print("\n" + ("exact: speculation changes no output token on this CPU" if rep["exact"] else
+                  "NOT exact on this CPU: greedy output with a draft may differ from single-token decoding"))
+    return 0 if rep["exact"] else 1
 
 
 def cmd_draft_scan(args) -> int:
@@ -794,7 +849,7 @@ def _sink(args):
 
 
 VERBS = {"replay": cmd_replay, "generate": cmd_generate, "score": cmd_score, "convert": cmd_convert,
-         "bench": cmd_bench, "draft-scan": cmd_draft_scan, "distill": cmd_distill, "eval-stream": cmd_eval_stream, "pipeline-bench": cmd_pipeline_bench,
+         "bench": cmd_bench, "doctor": cmd_doctor, "draft-scan": cmd_draft_scan, "distill": cmd_distill, "eval-stream": cmd_eval_stream, "pipeline-bench": cmd_pipeline_bench,
          "soak": cmd_soak, "serve": cmd_serve, "ask": cmd_ask, "eval-recall": cmd_eval_recall}
 
 if __name__ == "__main__":

@@ -2,7 +2,8 @@
 
 Receives tokenized records from ingest and, when serving, framed operator questions (and cancels) from the front;
 drives the target and draft actors through `DeferredEngine` (the only mover of committed positions, for both rings);
-emits "line", "assessment", "answer_delta", "answer", "status" and "eof" events to output. Never parses or renders
+emits "start" (the target's batch-invariance verdict and platform), "line", "assessment", "answer_delta", "answer",
+"status" and "eof" events to output. Never parses or renders
 text, never runs a model and never prints.
 
 The schedule, highest first: operator questions (fair across operators, each with a deadline), then a due analysis,
@@ -72,6 +73,9 @@ class Owner:
         frame = replay_frame(cfg)
         self.stop_ids = tuple(frame.tok.stop_ids)
         self.engine = DeferredEngine(spec, cfg.model.max_rows, cfg.draft.length, *links)
+        self.out.send({"kind": "start", "exactness": self.engine.exactness, "platform": self.engine.platform,
+                       "model": cfg.model.gguf, "draft": cfg.draft.kind, "sink": spec.sink, "window": spec.window,
+                       "ring": spec.ring}, timeout=60.0)
         self.engine.feed(frame.head)
         self.analyst = Analyst(self.engine, frame.tok, frame.ask, frame.params, cfg.replay.max_new_tokens)
         self.triggers = Triggers(cfg.replay.every_lines, cfg.replay.trigger_pattern, cfg.replay.idle_s)

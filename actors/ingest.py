@@ -2,9 +2,10 @@
 
 Receives nothing; emits one message per record to the cache owner (header: offset, time, tags, text, seq, the drop
 counts so far; array: token ids), then an "eof" carrying its counts and figures. When serving, every record also goes
-into the archive (pipeline/archive.py; `seq` is its row there), flushed at least every half second. Bounded: when
-the owner's channel stays full the record is dropped, counted and logged, never buffered without limit. Never touches
-a model or the cache.
+into the archive (pipeline/archive.py; `seq` is its row there), flushed at least every half second. A file source
+(replay, loop, follow) is back-pressured: it waits while the owner's channel is full and never drops. A live source
+(tcp, stdin) cannot be paused for ever: when the owner's backlog and channel stay full for `drop_after_s`, the
+record is dropped, counted and logged, never buffered without limit. Never touches a model or the cache.
 
 Sources (`source["kind"]`): replay (a captured file at `speed` times its original pace, or at `rate` lines per
 second), follow (`tail -f`, across rotations), tcp (a line server on host:port), stdin (the launcher's stdin,
@@ -78,6 +79,7 @@ def run(out_name: str, source: dict, gguf: str, cpus: str, stop, drain, drop_aft
     watcher = threading.Thread(target=_watch, args=(reading, stop_event), daemon=True)
     watcher.start()
     src = open_source(source, stop_event)
+    waits = source.get("kind", "replay") in FILE_SOURCES
     fmt = source["format"]
     dropped = sent = tokens = 0
     archive_flushed = time.monotonic()
@@ -93,15 +95,14 @@ def run(out_name: str, source: dict, gguf: str, cpus: str, stop, drain, drop_aft
                 seq = archive.add(rec.offset, rec.time, rec.text) if archive else sent + dropped + 1
             st = src.stats
             t0 = time.perf_counter()                 # waiting on a full queue is back-pressure, not work
-            try:
-                out.send({"kind": "line", "offset": rec.offset, "time": rec.time, "tags": list(rec.tags),
-                          "text": rec.text, "loop": getattr(src, "loop", 0), "n_tokens": len(ids), "seq": seq,
-                          "drops": {"queue_full": dropped, "invalid_utf8": st.invalid_utf8, "nul_bytes": st.nul_bytes,
-                                    "oversized": st.oversized}},
-                         {"ids": ids}, timeout=drop_after_s)
+            header = {"kind": "line", "offset": rec.offset, "time": rec.time, "tags": list(rec.tags),
+                      "text": rec.text, "loop": getattr(src, "loop", 0), "n_tokens": len(ids), "seq": seq,
+                      "drops": {"queue_full": dropped, "invalid_utf8": st.invalid_utf8, "nul_bytes": st.nul_bytes,
+                                "oversized": st.oversized}}
+            if _deliver(out, header, ids, None if waits else drop_after_s, stop):
                 sent += 1
                 tokens += len(ids)
-            except TimeoutError:
+            elif not stop.is_set():
                 dropped += 1
                 if dropped == 1 or dropped % 100 == 0:
                     print(f"ringspec: ingest: dropped line {rec.offset} (the cache owner's queue stayed full for "
@@ -122,6 +123,22 @@ def run(out_name: str, source: dict, gguf: str, cpus: str, stop, drain, drop_aft
 
 
 ARCHIVE_FLUSH_S = 0.5        # a line is searchable at most this long after it was read
+FILE_SOURCES = ("replay", "loop", "follow")     # a file waits for the pipeline: back-pressured, never dropped
+
+
+def _deliver(out, header: dict, ids, timeout: float | None, stop) -> bool:
+    """Send one line; True when sent. timeout None: wait as long as the owner's channel stays full (a file), only
+    giving up on a hard stop (a drain still delivers what was read); else give up after `timeout` s (a live
+    source: the owner's backlog and the channel are both full, and the line is dropped)."""
+    deadline = None if timeout is None else time.monotonic() + timeout
+    while True:
+        wait = 0.5 if deadline is None else min(0.5, max(deadline - time.monotonic(), 0.0))
+        try:
+            out.send(header, {"ids": ids}, timeout=wait)
+            return True
+        except TimeoutError:
+            if stop.is_set() or (deadline is not None and time.monotonic() >= deadline):
+                return False
 
 
 def _open_archive(spec: dict | None):

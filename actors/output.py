@@ -121,7 +121,12 @@ def _start_front(cfg, tok, serve: dict, stop):
 
 
 def _emit(event: dict, quiet_lines: bool) -> None:
-    if event["kind"] == "line" and not quiet_lines:
+    if event["kind"] == "start":
+        ex, pf = event["exactness"], event["platform"]
+        level = "ringspec:" if ex["invariant"] else "ringspec: warning:"
+        print(f"{level} target on {pf['cpu']} ({pf['simd']}), "
+              f"onnxruntime {pf['onnxruntime']}: {_exactness_line(ex)}", file=sys.stderr, flush=True)
+    elif event["kind"] == "line" and not quiet_lines:
         print(f"  {event['text']}", flush=True)
     elif event["kind"] == "assessment":
         st = event["stats"]
@@ -172,3 +177,8 @@ def print_summary(figures: list[dict]) -> None:
           f"{owner['verify_s'] - owner['verify_forward_s']:.2f} s, between passes {owner['target_idle_s']:.2f} s); "
           f"whole stream {1 - target['forward_s'] / owner['stream_wall_s']:.1%} of {owner['stream_wall_s']:.1f} s",
           file=sys.stderr, flush=True)
+
+
+def _exactness_line(ex: dict) -> str:
+    from pipeline.exactness import Verdict
+    return Verdict(**ex).line()

@@ -1,5 +1,6 @@
 """Target actor: owns the target model's session and its KV pool, and judges blocks.
 
+Starts by probing its graph's batch invariance (pipeline/exactness.py) and telling the owner the verdict ("ready").
 Receives from the cache owner fully specified passes: a stream or prompt chunk to prefill, or a block to verify (rows,
 positions, the mask, the recent section's slots, the slots committed rows go to). Runs the pass, stores the K/V the
 owner said to keep, and for a block answers with a verdict (rows accepted, next token). Never decides positions,
@@ -19,17 +20,20 @@ from pipeline.channel import Channel, ChannelSpec
 def run(inbox: ChannelSpec, outbox: str, cfg, spec, stop) -> None:
     from kernels.sampling import SamplingParams, sample, target_probs
     from models.registry import converted_dir
+    from models.platform import facts
     from models.runner import Runner, RunnerOptions
     from pipeline.assemble import resolve_gguf
     from pipeline.blocks import Block, judge
+    from pipeline.exactness import check
 
     pin(cfg.actors.target_cpus)
     figures = Figures("target")
     figures_on_request(figures)
     runner = Runner(converted_dir(resolve_gguf(cfg.model.gguf)), spec,
                     RunnerOptions(threads=cfg.model.threads, max_rows=cfg.model.max_rows,
-                                  accuracy_level=cfg.model.accuracy_level,
-                                  spin=cfg.model.spin))
+                                  accuracy_level=cfg.model.accuracy_level, spin=cfg.model.spin,
+                                  batch_invariant=cfg.model.batch_invariant))
+    exactness = check(runner)
     s = cfg.sampling
     params = SamplingParams(s.temperature, s.top_k, s.top_p, s.seed)
     rng = np.random.default_rng(s.seed)                       # consumed in the serial engine's order: pick, judge
@@ -38,6 +42,7 @@ def run(inbox: ChannelSpec, outbox: str, cfg, spec, stop) -> None:
     shifted = np.zeros((cfg.model.max_rows, runner.vocab), np.float64)     # scoring buffers, allocated once
     top, total, picked = (np.zeros(cfg.model.max_rows, np.float64) for _ in range(3))
     with Channel.create(inbox) as inp, attach_when_ready(outbox, stop) as out:
+        out.send({"kind": "ready", "exactness": exactness.as_dict(), "platform": facts()}, timeout=60.0)
         for msg in messages(inp, stop):
             with figures.busy(), msg:
                 h, a = msg.header, msg.arrays

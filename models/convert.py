@@ -72,6 +72,7 @@ def convert(gguf_path: str | os.PathLike, out_dir: str | os.PathLike, progress: 
     model = GGUFModel(gguf_path)
     cfg = model.config
     out.mkdir(parents=True, exist_ok=True)
+    (out / CARD).unlink(missing_ok=True)        # unfinished until the new card lands
     for stale in out.glob("graph_*.onnx"):      # graphs point into weights.bin by offset: never reuse them
         stale.unlink()
     tmp_weights = out / (WEIGHTS + ".part")
@@ -136,7 +137,9 @@ def convert(gguf_path: str | os.PathLike, out_dir: str | os.PathLike, progress: 
         "graph_outputs": "logits[T or 1,V] f32; new_k/new_v[L,KVH,T,D] f32",
         "seconds": round(time.perf_counter() - t0, 2),
     }
-    (out / CARD).write_text(json.dumps(card, indent=1))
+    part = out / (CARD + ".part")
+    part.write_text(json.dumps(card, indent=1))
+    os.replace(part, out / CARD)            # last, by rename: a card means a finished conversion
     return out / CARD
 
 

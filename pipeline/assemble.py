@@ -4,6 +4,7 @@ Owns start-up order and start-up errors. Never runs a step.
 """
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 
 from kernels.ring import RingSpec
@@ -14,6 +15,7 @@ from models.tokenizer import Tokenizer
 from pipeline.blocklen import LengthControl, line_end_ids
 from pipeline.drafts import HybridDraft, ModelDraft, NoDraft, SuffixDraft, TreeDraft, speaks
 from pipeline.engine import Engine
+from pipeline.exactness import check
 
 
 DEFAULT_DRAFT = Path(__file__).resolve().parents[1] / "data" / "draft-smollm2-tep.gguf"   # `python run.py distill`
@@ -69,17 +71,26 @@ def make_engine(gguf: str = "default", sink: int = 4, window: int = 1024, slack:
                 threads: int = 2, draft: str = "none", draft_gguf: str = "", draft_len: int = 6,
                 params: SamplingParams = SamplingParams(), draft_threads: int = 1,
                 rope_angles: str = "float64", min_confidence: float = 0.0, siblings: int = 0,
-                adaptive: bool = False, end_at_line: bool = False) -> Engine:
+                adaptive: bool = False, end_at_line: bool = False, batch_invariant: bool = True,
+                check_rows: bool = True) -> Engine:
     """Everything `generate`, `score` and the replay need; the GGUF is converted on first use. adaptive: the number
-    of proposals is chosen per pass (at most draft_len); end_at_line: a block ends after a newline-carrying token."""
+    of proposals is chosen per pass (at most draft_len); end_at_line: a block ends after a newline-carrying token.
+    check_rows: probe the target's batch invariance first (`engine.exactness`; a line on stderr when rows are not
+    invariant); teacher-forced scoring, which claims no identity, may skip it."""
     path = resolve_gguf(gguf)
     spec = RingSpec(sink, window, window + max(slack, max_rows))
     runner = Runner(converted_dir(path), spec, RunnerOptions(threads=threads, max_rows=max_rows,
-                                                             rope_angles=rope_angles, trees=siblings > 0))
+                                                             rope_angles=rope_angles, trees=siblings > 0,
+                                                             batch_invariant=batch_invariant))
+    exactness = check(runner) if check_rows else None
+    if exactness is not None and not exactness.invariant:
+        print(f"ringspec: warning: {exactness.line()}", file=sys.stderr, flush=True)
     tok = Tokenizer.from_gguf(path)
     proposer = make_draft(draft, spec, params, draft_gguf, max_rows, draft_threads, runner.vocab, min_confidence,
                           siblings)
     control = LengthControl(min(draft_len, max_rows - 1)) if adaptive else None
     ends = line_end_ids(tok, runner.vocab) if end_at_line else None
-    return Engine(runner, tok, proposer, draft_len=draft_len, seed=params.seed, length_control=control,
-                  line_ends=ends)
+    engine = Engine(runner, tok, proposer, draft_len=draft_len, seed=params.seed, length_control=control,
+                    line_ends=ends)
+    engine.exactness = exactness
+    return engine

@@ -41,7 +41,8 @@ class PipelinedWorker:
 
         cpu_list = ",".join(map(str, cpus))
         self.system = system
-        self.cfg = config.load(None, {"model.threads": threads, "draft.kind": system.draft,
+        self.cfg = config.load(None, {"model.threads": threads, "model.batch_invariant": system.batch_invariant,
+                                      "draft.kind": system.draft,
                                       "draft.model": system.draft_gguf, "draft.length": system.draft_len,
                                       "draft.min_confidence": system.min_confidence,
                                       "actors.target_cpus": cpu_list, "actors.draft_cpus": cpu_list})
@@ -69,7 +70,7 @@ class PipelinedWorker:
                                      self.to_draft, self.from_draft)
 
     def _reply(self):                     # the bench's workers say "ready" once their model is loaded
-        return None
+        return {"exactness": self.engine.exactness}
 
     def run(self, prompt) -> dict:
         from kernels.sampling import SamplingParams

@@ -26,6 +26,7 @@ class ModelSection:
     max_rows: int = 32               # largest block or prefill chunk in one target pass
     accuracy_level: int = 4
     spin: bool = True                # ONNX Runtime's threads spin-wait between ops
+    batch_invariant: bool = True     # no operator sees one row (models/runner.py): exact on every CPU; off to measure
 
 
 @dataclass(frozen=True)

@@ -43,6 +43,8 @@ class DeferredEngine(Sequence):
         self._mask = np.empty(max_rows * (spec.pool_slots + max_recent + max_rows), np.float32)
         self._early: list = []          # proposals that arrived while waiting for something else (header, arrays)
         self.totals = Stats()           # every generation's stats, summed (for the run-time figures)
+        ready = self._await("ready")[0]  # the target's first word: its batch-invariance verdict, where it runs
+        self.exactness, self.platform = ready["exactness"], ready["platform"]
 
     # -- feeding text into the cache -------------------------------------------------------------------------------
     def feed(self, ids, pick: bool = False, score: bool = False):

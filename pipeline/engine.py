@@ -147,6 +147,7 @@ class Engine(Sequence):
         self.line_ends = line_ends              # bool per token id: a block ends after a newline; None: it may not
         self.rng = np.random.default_rng(seed)
         self.pending: int | None = None
+        self.exactness = None                   # the start-up batch-invariance verdict (pipeline/exactness.py)
         T = runner.opts.max_rows
         self._probs = np.zeros((T, runner.vocab), np.float64)
 
@@ -240,8 +241,10 @@ class Engine(Sequence):
         out = [self.pending]
         stops = set(int(s) for s in stop_ids)
         t1, f1 = time.perf_counter(), self.runner.forward_s
-        while len(out) < max_tokens and out[-1] not in stops:
-            out.extend(self.step(params, stats))
+        emitted = out[:]
+        while len(out) < max_tokens and not stops.intersection(emitted):    # a stop may be accepted mid-block
+            emitted = self.step(params, stats)
+            out.extend(emitted)
         stats.decode_s = time.perf_counter() - t1
         stats.verify_forward_s = self.runner.forward_s - f1
         return self._finish(out, start, stops, max_tokens, stats)

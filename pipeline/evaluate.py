@@ -151,12 +151,12 @@ def evaluate_stream(log: str, fmt: str | None = None, modes=MODES, sink: int = 4
         engine = None
         if mode in ("sink", "window", "naive"):
             s = sink if mode == "sink" else 0
-            engine = make_engine(gguf, sink=s, window=window, max_rows=chunk, threads=threads,
+            engine = make_engine(gguf, sink=s, window=window, max_rows=chunk, threads=threads, check_rows=False,
                                  rope_angles="float32" if mode == "naive" else "float64")
             extra["cache_first_eviction"] = s + window
             scored_to = n
         elif mode == "recompute":
-            engine = make_engine(gguf, sink=0, window=window, max_rows=chunk, threads=threads)
+            engine = make_engine(gguf, sink=0, window=window, max_rows=chunk, threads=threads, check_rows=False)
             extra.update(stride=stride, min_context=window - stride, cache_first_eviction=None,
                          note=f"every scored token has >= W - stride = {window - stride} tokens of context "
                               f"(stride {stride} <= W/8 = {window / 8:g}); cost ~W/stride forward rows per token")
@@ -173,7 +173,8 @@ def evaluate_stream(log: str, fmt: str | None = None, modes=MODES, sink: int = 4
                 extra["stop_reason"] = f"full cache reached {why}: stopped after {scored_to} tokens"
             if scored_to >= 2:
                 dense_window = min(cap, -(-scored_to // 256) * 256)    # rounded up: fewer distinct graphs
-                engine = make_engine(gguf, sink=0, window=dense_window, max_rows=chunk, threads=threads)
+                engine = make_engine(gguf, sink=0, window=dense_window, max_rows=chunk, threads=threads,
+                                     check_rows=False)
         build_s = time.perf_counter() - t_build
         bar = _bar(mode, max(scored_to - 1, 0), progress)
         t0 = time.perf_counter()

@@ -71,6 +71,7 @@ class Front:
         self.tail: deque = deque(maxlen=200)           # recent line events, for a console that connects late
         self.analyses: deque = deque(maxlen=20)
         self.status: dict = {}
+        self.start: dict = {}                          # the run's start record: exactness verdict, platform
         self.drops: dict = {}
         self.stream_end: dict | None = None
         self.subscribers: list[queue.Queue] = []
@@ -173,6 +174,8 @@ class Front:
             view = {k: event[k] for k in ("trigger", "lines", "offsets", "text", "latency_ms", "t") if k in event}
             self.analyses.append(view)
             self._publish("assessment", view)
+        elif kind == "start":
+            self.start = event
         elif kind == "status":
             self.status = event
             self._publish("status", self.gauges())

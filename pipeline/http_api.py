@@ -103,7 +103,8 @@ class _Handler(BaseHTTPRequestHandler):
     def _health(self):
         front = self.server.front
         self._json(200, {"status": "ok", "stream_ended": front.stream_end is not None,
-                         "position": front.status.get("position", 0), "lines": front.status.get("lines", 0)})
+                         "position": front.status.get("position", 0), "lines": front.status.get("lines", 0),
+                         "batch_invariant": front.start.get("exactness", {}).get("invariant")})
 
     def _models(self):
         self._json(200, {"object": "list", "data": [{"id": MODEL_NAME, "object": "model", "owned_by": "ringspec",

@@ -24,6 +24,13 @@ def render(front) -> str:
            [({}, g["tokens_per_s"])])
     metric("draft_acceptance_ratio", "gauge", "Accepted share of proposed draft tokens.", [({}, g["acceptance_rate"])])
     metric("tokens_per_verify", "gauge", "Tokens committed per target verify pass.", [({}, g["accepted_per_verify"])])
+    ex, pf = front.start.get("exactness"), front.start.get("platform", {})
+    metric("batch_invariant", "gauge", "1 when the target's rows are batch invariant on this CPU (the start-up "
+           "probe, pipeline/exactness.py); 0: greedy output with a draft may differ from single-token decoding here.",
+           [({}, float("nan") if ex is None else float(ex["invariant"]))])
+    metric("platform_info", "gauge", "What the target runs on, as its process sees it (always 1).",
+           [({"onnxruntime": pf.get("onnxruntime", ""), "cpu": pf.get("cpu", ""),
+              "avx512": ",".join(pf.get("avx512", [])) or "none"}, 1)] if pf else [])
     metric("generated_tokens_total", "counter", "Tokens generated (answers and analyses).",
            [({}, st.get("generated", 0))])
     metric("stream_lines_total", "counter", "Stream lines prefilled into the ring.", [({}, st.get("lines", 0))])

@@ -47,7 +47,7 @@ def score(text: str, sink: int | None = None, window: int | None = None, gguf: s
         raise ValueError(f"the text has {n} token(s); scoring needs at least 2")
     if window is None:
         sink, window = 0, _full_cache(path, n, f"the text's {n} tokens")
-    engine = make_engine(gguf, sink=sink or 0, window=window, max_rows=chunk, threads=threads)
+    engine = make_engine(gguf, sink=sink or 0, window=window, max_rows=chunk, threads=threads, check_rows=False)
     nll = np.zeros(n - 1, np.float64)
 
     def collect(start: int, logits: np.ndarray) -> None:
@@ -134,7 +134,8 @@ def make_analyst(cfg) -> Analyst:
                          max_rows=c.model.max_rows, threads=c.model.threads, draft=c.draft.kind,
                          draft_gguf=c.draft.model, draft_len=c.draft.length, params=f.params,
                          draft_threads=c.draft.threads, min_confidence=c.draft.min_confidence,
-                         adaptive=c.draft.adaptive, end_at_line=c.draft.end_at_line, siblings=c.draft.siblings)
+                         adaptive=c.draft.adaptive, end_at_line=c.draft.end_at_line, siblings=c.draft.siblings,
+                         batch_invariant=c.model.batch_invariant)
     engine.feed(f.head)
     return Analyst(engine, f.tok, f.ask, f.params, c.replay.max_new_tokens)
 

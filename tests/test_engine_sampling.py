@@ -328,3 +328,16 @@ def test_reset_forgets_what_a_rollback_keeps(models):
     engine.reset()
     assert run() == first
 
+
+
+def test_a_stop_token_accepted_mid_block_ends_generation_at_that_verify(models, greedy_reference):
+    """The stop token is the third proposal of a block that is accepted whole: generation ends after that one verify
+    pass, its output cut after the stop token (an engine that looked only at a block's last token ran on to
+    max_tokens, verifying blocks that were then thrown away)."""
+    stop = greedy_reference[4]
+    assert stop not in greedy_reference[:4], "pick a prompt whose greedy output does not repeat the stop token early"
+    engine = models.engine(FixedChain(greedy_reference[1:7]), draft_len=6)
+    result = engine.generate(models.prompt, GREEDY_TOKENS, GREEDY, stop_ids=[stop])
+    assert result.token_ids == greedy_reference[:5]
+    assert result.stats.verify_calls == 1
+    assert engine.index.n == len(models.prompt) + 4        # the cache holds the output but its last token

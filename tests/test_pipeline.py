@@ -10,7 +10,9 @@ import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import time
+import uuid
 from pathlib import Path
 
 import pytest
@@ -21,17 +23,27 @@ ROOT = Path(__file__).resolve().parents[1]
 LOG = ROOT / "data" / "tep_demo.csv"
 
 
-def segments() -> set[str]:
-    return {name for name in os.listdir("/dev/shm") if name.startswith("ringspec_")}
+# Every process this module starts (pipelines, Ray clusters and their workers) inherits this mark, so the checks
+# below see only this suite's processes: a second copy of the suite may run beside it.
+MARK = f"RINGSPEC_TEST_RUN={uuid.uuid4().hex}"
+ENV = {**os.environ, MARK.split("=")[0]: MARK.split("=")[1]}
+
+
+def leftovers(proc) -> list[str]:
+    """The shared-memory segments and ipc socket files still there of the pipeline `proc` ran (their names carry
+    the launching process's pid: pipeline/launch.py)."""
+    prefix = f"ringspec_p{proc.pid}_"
+    return ([name for name in os.listdir("/dev/shm") if name.startswith(prefix)] +
+            [name for name in os.listdir(tempfile.gettempdir()) if name.startswith(prefix) and name.endswith(".ipc")])
 
 
 def processes(marker: bytes) -> list[int]:
-    """Pids whose command line holds `marker`."""
+    """Pids of this suite's processes whose command line holds `marker`."""
     found = []
     for entry in os.listdir("/proc"):
         if entry.isdigit():
             try:
-                if marker in Path(f"/proc/{entry}/cmdline").read_bytes():
+                if marker in Path(f"/proc/{entry}/cmdline").read_bytes() and _marked(int(entry)):
                     found.append(int(entry))
             except OSError:
                 continue
@@ -104,7 +116,7 @@ def no_stray_pipelines():
 
 def launch(*args, launcher: str = "local", stdin=None, text: bool = True) -> subprocess.Popen:
     proc = subprocess.Popen([sys.executable, str(ROOT / "run.py"), "replay", *args, "--launcher", launcher],
-                            stdin=stdin, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=text)
+                            stdin=stdin, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=text, env=ENV)
     _launched.append(proc)
     return proc
 
@@ -124,7 +136,6 @@ def serial_assessments(max_lines: int, config_path=None) -> list[str]:
 
 @pytest.mark.parametrize("launcher,lines", [("local", 30), ("ray", 20)])
 def test_pipelined_assessments_equal_the_serial_engine(default_gguf, tmp_path, launcher, lines):
-    before = segments()
     journal = tmp_path / "journal.jsonl"
     proc = launch(str(LOG), "--quiet-lines", "--max-lines", str(lines), "--journal", str(journal), launcher=launcher)
     out, err = proc.communicate(timeout=600)
@@ -136,7 +147,7 @@ def test_pipelined_assessments_equal_the_serial_engine(default_gguf, tmp_path, l
     figures = {f["actor"] for f in records[-1]["figures"]}
     assert figures == {"ingest", "cache_owner", "target", "draft", "output"}
     assert "pipeline overhead share" in err
-    assert segments() <= before
+    assert not leftovers(proc)
     if launcher == "ray":
         assert not processes(b"ray::RayActor") and not processes(b"raylet")
 
@@ -171,7 +182,6 @@ def test_a_draft_model_running_ahead_changes_nothing_in_the_output(skip20_profil
 
 
 def test_sigkill_of_an_actor_stops_the_pipeline_cleanly(default_gguf):
-    before = segments()
     proc = launch(str(LOG), "--quiet-lines", "--speed", "0.01")      # slow replay: mid-stream when killed
     actors = actor_pids(proc, "local")
     time.sleep(3.0)
@@ -180,11 +190,10 @@ def test_sigkill_of_an_actor_stops_the_pipeline_cleanly(default_gguf):
     assert proc.returncode == 2
     assert "actor target" in err and "died: signal 9 (SIGKILL)" in err and "Traceback" not in err
     assert not any(alive(pid) for pid in actors.values())
-    assert segments() <= before
+    assert not leftovers(proc)
 
 
 def test_sigkill_of_a_ray_actor_stops_the_pipeline_cleanly(default_gguf):
-    before = segments()
     proc = launch(str(LOG), "--quiet-lines", "--speed", "0.01", launcher="ray")
     actors = actor_pids(proc, "ray")
     time.sleep(3.0)
@@ -194,12 +203,11 @@ def test_sigkill_of_a_ray_actor_stops_the_pipeline_cleanly(default_gguf):
     assert "died" in err and "the pipeline was stopped" in err and "Traceback" not in err
     assert not any(alive(pid) for pid in actors.values())
     assert not processes(b"raylet")
-    assert segments() <= before
+    assert not leftovers(proc)
 
 
 @pytest.mark.parametrize("launcher", ["local", "ray"])
 def test_sigusr1_prints_figures_and_sigterm_drains_and_flushes_the_journal(default_gguf, tmp_path, launcher):
-    before = segments()
     journal = tmp_path / "journal.jsonl"
     proc = launch(str(LOG), "--quiet-lines", "--speed", "0.01", "--every", "2", "--journal", str(journal),
                   launcher=launcher)
@@ -220,7 +228,7 @@ def test_sigusr1_prints_figures_and_sigterm_drains_and_flushes_the_journal(defau
     last = journal_of(journal)[-1]
     assert last["kind"] == "eof" and last["stopped"] and 0 < last["sent"] < 243
     assert not any(alive(pid) for pid in actors.values())
-    assert segments() <= before
+    assert not leftovers(proc)
     if launcher == "ray":
         assert not processes(b"raylet")
 
@@ -344,20 +352,46 @@ def test_bad_bytes_on_stdin_are_counted_never_fatal(default_gguf, tmp_path):
 
 
 def test_ray_launcher_joins_an_existing_cluster_and_leaves_it_running(default_gguf, tmp_path):
+    # Its own ports and an explicit address ("auto" would join whichever cluster started last on this machine), and
+    # stopped by killing its own processes (`ray stop` stops every cluster on the machine).
+    port, client_port = free_port(), free_port()
     ray = [sys.executable, "-m", "ray.scripts.scripts"]
     start = subprocess.run([*ray, "start", "--head", "--num-cpus", "2", "--include-dashboard=false",
-                            "--disable-usage-stats"], capture_output=True, text=True, timeout=180, cwd=tmp_path)
+                            "--disable-usage-stats", "--node-ip-address", "127.0.0.1", "--port", str(port),
+                            "--ray-client-server-port", str(client_port)],
+                           capture_output=True, text=True, timeout=180, cwd=tmp_path, env=ENV)
     assert start.returncode == 0, start.stderr
     try:
-        before = segments()
-        proc = launch(str(LOG), "--quiet-lines", "--max-lines", "10", "--ray-address", "auto", launcher="ray")
+        proc = launch(str(LOG), "--quiet-lines", "--max-lines", "10", "--ray-address", f"127.0.0.1:{port}",
+                      launcher="ray")
         out, err = proc.communicate(timeout=300)
         assert proc.returncode == 0, err
         assert out.count(">> [after line 10") == 1
         assert processes(b"gcs_server"), "the cluster we joined was shut down"
-        assert not processes(b"ray::RayActor") and segments() <= before
+        assert not processes(b"ray::RayActor") and not leftovers(proc)
     finally:
-        subprocess.run([*ray, "stop", "--force"], capture_output=True, timeout=120)
+        stop_ours()
+
+
+def stop_ours(grace_s: float = 10.0) -> None:
+    """End every process this module started that is still running (a Ray cluster's daemons)."""
+    pids = [int(e) for e in os.listdir("/proc") if e.isdigit() and int(e) != os.getpid() and _marked(int(e))]
+    for sig in (signal.SIGTERM, signal.SIGKILL):
+        for pid in pids:
+            try:
+                os.kill(pid, sig)
+            except ProcessLookupError:
+                pass
+        deadline = time.time() + grace_s
+        while time.time() < deadline and any(alive(p) for p in pids):
+            time.sleep(0.2)
+
+
+def _marked(pid: int) -> bool:
+    try:
+        return MARK.encode() in Path(f"/proc/{pid}/environ").read_bytes()
+    except OSError:
+        return False
 
 
 def test_a_start_up_error_names_its_cause_and_starts_nothing(tmp_path):

@@ -1,0 +1,194 @@
+"""ONNX Runtime's operator families one at a time, at a model's shapes: does a row come out the same bits whatever
+the number of rows beside it and its index among them?
+
+Owns the one-operator graphs (random inputs and weights in the model's shapes and layouts, the intra-op threads of
+the target) and the comparison: every row of an M-row run against the same row of a 64-row run, M = 1..64, the rows
+taken from the front and from the back. `run.py doctor` prints the table; the engine's own start-up check is the
+whole pass (pipeline/exactness.py). Never touches a model's weights.
+
+Measured (ONNX Runtime 1.32, AMD EPYC with AVX2 only, 1 and 2 threads): MatMulNBits computes a 1-row input by
+another kernel than a 2-or-more-row one (1e-6 apart, accuracy levels 0 and 4); every other family is invariant at
+every row count. Hence the runner's rule: no operator sees one row (models/runner.py).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import onnxruntime as ort
+from onnx import TensorProto, helper, numpy_helper
+
+MS = "com.microsoft"
+ROWS = (1, 2, 3, 4, 5, 7, 8, 9, 15, 16, 17, 31, 32, 33, 48, 63, 64)
+TOP = 64
+
+
+@dataclass(frozen=True)
+class Family:
+    name: str
+    shapes: str                  # what was run, in the model's terms
+    differs_at: tuple[int, ...]  # row counts at which some row is not the bits of the same row among 64
+    max_abs: float
+
+    @property
+    def invariant_from_two(self) -> bool:
+        """What the runner's rule needs: every row count but 1 gives the same bits."""
+        return not [m for m in self.differs_at if m > 1]
+
+
+def _session(nodes, inputs, outputs, inits, threads: int) -> ort.InferenceSession:
+    graph = helper.make_graph(nodes, "opcheck", inputs, outputs, inits)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid(MS, 1)])
+    so = ort.SessionOptions()
+    so.intra_op_num_threads, so.inter_op_num_threads = threads, 1
+    return ort.InferenceSession(model.SerializeToString(), so, providers=["CPUExecutionProvider"])
+
+
+def _value(name: str, shape, dtype=TensorProto.FLOAT):
+    return helper.make_tensor_value_info(name, dtype, shape)
+
+
+def _compare(run, rows: np.ndarray) -> tuple[list[int], float]:
+    """run(rows[a:b]) -> per-row results [b - a, ...]; which row counts differ from the 64-row run, and by how much."""
+    ref = run(rows[:TOP])
+    bad, worst = [], 0.0
+    for m in ROWS:
+        for start in (0, TOP - m):
+            got = run(rows[start:start + m])
+            want = ref[start:start + m]
+            if not np.array_equal(got, want):
+                worst = max(worst, float(np.abs(got.astype(np.float64) - want).max()))
+                bad.append(m)
+    return sorted(set(bad)), worst
+
+
+def families(card: dict, threads: int = 2, accuracy_level: int = 4, seed: int = 0) -> list[Family]:
+    """Every operator family of the model's graphs (models/graph.py), each at the shapes this model gives it."""
+    cfg = card["config"]
+    rng = np.random.default_rng(seed)
+    H, KVH, D, d = cfg["n_heads"], cfg["n_kv_heads"], cfg["head_dim"], cfg["d_model"]
+    G = H // KVH
+    out = []
+
+    def family(name, shapes, checks):
+        bad, worst = set(), 0.0
+        for run, rows in checks:
+            b, w = _compare(run, rows)
+            bad.update(b)
+            worst = max(worst, w)
+        out.append(Family(name, shapes, tuple(sorted(bad)), worst))
+
+    linears = list(card["linears"].values()) + [lin for layer in card["layers"]
+                                                for lin in (layer["qkv"], layer["o"], layer["gate_up"], layer["down"])]
+    nbits = sorted({(x["K"], x["N"], x["bits"]) for x in linears if x["kind"] == "nbits"})
+    checks = []
+    for K, N, bits in nbits:
+        B = rng.integers(0, 256, (N, K // 32, 32 * bits // 8), dtype=np.uint8)
+        scales = (rng.random(N * K // 32) * 0.01).astype(np.float32)
+        s = _session([helper.make_node("MatMulNBits", ["x", "B", "s"], ["y"], domain=MS, K=K, N=N, bits=bits,
+                                       block_size=32, accuracy_level=accuracy_level)],
+                     [_value("x", [1, "T", K])], [_value("y", [1, "T", N])],
+                     [numpy_helper.from_array(B, "B"), numpy_helper.from_array(scales, "s")], threads)
+        checks.append((lambda x, s=s: s.run(None, {"x": x[None]})[0][0], _normal(rng, TOP, K)))
+    if checks:
+        family(f"MatMulNBits (quantized weights, accuracy level {accuracy_level})",
+               ", ".join(f"K{K} N{N} {b}-bit" for K, N, b in nbits), checks)
+
+    dense = sorted({(x["K"] // 32, x["N"]) for x in linears if x.get("offsets")} |
+                   {(x["K"], x["N"]) for x in linears if x["kind"] == "dense"})
+    checks = []
+    for K, N in dense:
+        W = _normal(rng, K, N)
+        s = _session([helper.make_node("MatMul", ["x", "W"], ["y"])], [_value("x", [1, "T", K])],
+                     [_value("y", [1, "T", N])], [numpy_helper.from_array(W, "W")], threads)
+        checks.append((lambda x, s=s: s.run(None, {"x": x[None]})[0][0], _normal(rng, TOP, K)))
+    if checks:
+        family("MatMul (Q4_1 block offsets, float weights)", ", ".join(f"K{K} N{N}" for K, N in dense), checks)
+
+    s = _session([helper.make_node("ReduceSum", ["x", "axis"], ["y"], keepdims=0)], [_value("x", [1, "T", d // 32, 32])],
+                 [_value("y", [1, "T", d // 32])], [numpy_helper.from_array(np.array([-1], np.int64), "axis")], threads)
+    family("ReduceSum (Q4_1 block sums)", f"{d // 32} blocks of 32",
+           [(lambda x: s.run(None, {"x": x[None]})[0][0], _normal(rng, TOP, d // 32, 32))])
+
+    gamma = numpy_helper.from_array(_normal(rng, d), "g")
+    norm = _session([helper.make_node("SimplifiedLayerNormalization", ["x", "g"], ["y"], axis=-1, epsilon=1e-5,
+                                      stash_type=1)], [_value("x", [1, "T", d])], [_value("y", [1, "T", d])],
+                    [gamma], threads)
+    skip = _session([helper.make_node("SkipSimplifiedLayerNormalization", ["x", "e", "g"], ["y", "", "", "h"],
+                                      domain=MS, epsilon=1e-5)], [_value("x", [1, "T", d]), _value("e", [1, "T", d])],
+                    [_value("y", [1, "T", d]), _value("h", [1, "T", d])], [gamma], threads)
+    family("RMSNorm (SimplifiedLayerNormalization, Skip... with the residual add)", f"d {d}",
+           [(lambda x: norm.run(None, {"x": x[None]})[0][0], _normal(rng, TOP, d)),
+            (lambda x: np.concatenate(skip.run(None, {"x": x[None, :, 0], "e": x[None, :, 1]}), -1)[0],
+             _normal(rng, TOP, 2, d))])
+
+    checks = []
+    for heads in sorted({H, KVH}):
+        s = _session([helper.make_node("RotaryEmbedding", ["x", "p", "c", "n"], ["y"], domain=MS, num_heads=heads,
+                                       interleaved=int(cfg["rope_pairing"] == "interleaved"))],
+                     [_value("x", [1, "T", heads * D]), _value("c", ["T", D // 2]), _value("n", ["T", D // 2])],
+                     [_value("y", [1, "T", heads * D])], [numpy_helper.from_array(np.zeros(1, np.int64), "p")],
+                     threads)
+        checks.append((lambda x, s=s, w=heads * D: s.run(None, {"x": x[None, :, :w], "c": np.cos(x[:, w:w + D // 2]),
+                                                                 "n": np.sin(x[:, w + D // 2:])})[0][0],
+                       _normal(rng, TOP, heads * D + D)))
+    family("RotaryEmbedding", f"{H} and {KVH} heads of {D}", checks)
+
+    s = _session([helper.make_node("Sigmoid", ["x"], ["s"]), helper.make_node("Mul", ["x", "s"], ["a"]),
+                  helper.make_node("Mul", ["a", "u"], ["y"])], [_value("x", [1, "T", cfg["d_ff"]]),
+                 _value("u", [1, "T", cfg["d_ff"]])], [_value("y", [1, "T", cfg["d_ff"]])], [], threads)
+    family("SwiGLU (Sigmoid, Mul)", f"d_ff {cfg['d_ff']}",
+           [(lambda x: s.run(None, {"x": x[None, :, 0], "u": x[None, :, 1]})[0][0], 4 * _normal(rng, TOP, 2, cfg["d_ff"]))])
+
+    family("Attention products (FusedMatMul against pool, section and tree rows)", f"{KVH} kv heads x {G} queries, "
+           f"D {D}", _attention(rng, KVH, G, D, threads))
+
+    cols = 300
+    s = _session([helper.make_node("Softmax", ["x"], ["y"], axis=-1)], [_value("x", [KVH, G, "T", "N"])],
+                 [_value("y", [KVH, G, "T", "N"])], [], threads)
+
+    def softmax(x):                 # a row's columns, then one masked column per row of the pass (later rows)
+        m = len(x)
+        full = np.full((KVH, G, m, cols + m), -1e30, np.float32)
+        full[..., :cols] = x.transpose(1, 2, 0, 3)
+        return s.run(None, {"x": full})[0][..., :cols].transpose(2, 0, 1, 3)
+    family("Softmax (masked columns of later rows)", f"{cols} visible columns", [(softmax, _normal(rng, TOP, KVH, G, cols))])
+    return out
+
+
+def _attention(rng, KVH: int, G: int, D: int, threads: int):
+    """Scores and values against a slot-major pool [C, KVH, D] (transBatchB) and a section [KVH, m, D], and the tree
+    graph's per-row products [KVH, T, G, D] x [KVH, T, W, D]."""
+    checks = []
+    C, m, W = 96, 20, 4
+    pool = _normal(rng, C, KVH, D)
+    section = _normal(rng, KVH, m, D)
+    for name, keys, slot_major in (("pool", pool, 1), ("section", section, 0)):
+        scores = _session([helper.make_node("FusedMatMul", ["q", "k"], ["y"], domain=MS, alpha=0.125, transB=1,
+                                            transBatchB=slot_major)], [_value("q", [KVH, "GT", D])],
+                          [_value("y", [KVH, "GT", "C"])], [numpy_helper.from_array(keys, "k")], threads)
+        values = _session([helper.make_node("FusedMatMul", ["p", "v"], ["y"], domain=MS, transBatchB=slot_major)],
+                          [_value("p", [KVH, "GT", keys.shape[1 - slot_major]])], [_value("y", [KVH, "GT", D])],
+                          [numpy_helper.from_array(keys, "v")], threads)
+        width = keys.shape[1 - slot_major]
+
+        def by_row(sess, feed, n, x):            # rows [T, KVH, G, n] <-> [KVH, G*T, n], rows grouped per head
+            t = len(x)
+            y = sess.run(None, {feed: x.transpose(1, 2, 0, 3).reshape(KVH, G * t, n)})[0]
+            return y.reshape(KVH, G, t, -1).transpose(2, 0, 1, 3)
+        checks.append((lambda x, s=scores: by_row(s, "q", D, x), _normal(rng, TOP, KVH, G, D)))
+        checks.append((lambda x, s=values, w=width: by_row(s, "p", w, x), rng.random((TOP, KVH, G, width),
+                                                                                        dtype=np.float32)))
+    tree = _session([helper.make_node("FusedMatMul", ["q", "k"], ["y"], domain=MS, alpha=0.125, transB=1),
+                     helper.make_node("MatMul", ["y", "v"], ["o"])],
+                    [_value("q", [KVH, "T", G, D]), _value("k", [KVH, "T", W, D]), _value("v", [KVH, "T", W, D])],
+                    [_value("o", [KVH, "T", G, D])], [], threads)
+    checks.append((lambda x: tree.run(None, {"q": x[..., 0, :G, :].transpose(1, 0, 2, 3),
+                                             "k": x[..., 1, :W, :].transpose(1, 0, 2, 3),
+                                             "v": x[..., 2, :W, :].transpose(1, 0, 2, 3)})[0].transpose(1, 0, 2, 3),
+                   _normal(rng, TOP, KVH, 3, max(G, W), D)))
+    return checks
+
+
+def _normal(rng, *shape) -> np.ndarray:
+    return rng.standard_normal(shape).astype(np.float32)

@@ -1,0 +1,177 @@
+"""Batch invariance, measured where greedy identity needs it: the target's own graph, through the engines' own plans.
+
+Owns the start-up exactness check. A probe decodes a few rows one pass each (as target-only decoding does), then
+verifies the same rows as blocks of 2..8 rows (and, on a tree runner, as a token tree with a sibling), at a small
+position and past 2^31, and compares every row's logits and new K/V bit for bit. Blocks and masks come from
+`pipeline/blocks.py`, the one place both engines plan with. Never decides what a failure means for a run: callers
+report the verdict (a start-up line, the journal's first record, /metrics, the bench's metadata; `run.py doctor`).
+
+The rule it checks is the runner's (models/runner.py, "Batch invariance"): with it, speculation changes no output
+token; without it, on some CPUs, a row alone and the same row in a block differ (DESIGN.md, "Greedy identity").
+"""
+from __future__ import annotations
+
+import time
+from dataclasses import asdict, dataclass
+
+import numpy as np
+
+from kernels.ring import RingIndex, slot_of
+from pipeline.blocks import BLOCK, plan_block, verify_mask
+from pipeline.drafts import Proposal
+
+FAR = 2**31 - BLOCK          # an aligned block start past which positions need int64 (the second probe position)
+OFFSET = 5                   # rows start this far into their aligned block (a recent section of 5 positions)
+ROW_COUNTS = (2, 3, 8)       # block sizes verified against rows decoded one pass each
+TOKENS = (504, 966, 314, 253, 1398, 282, 511, 260, 1844, 28)   # any ids below every vocabulary this runs on
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """Whether a row's logits and K/V are the same bits alone and inside any block (and tree) of the probe."""
+    invariant: bool
+    passes: int                  # forward passes the probe ran
+    rows_compared: int
+    max_abs_logit: float         # largest |difference| of a compared logit (0.0 when invariant)
+    where: str                   # the first mismatch, in words ("" when invariant)
+    seconds: float
+    batch_invariant_rule: bool   # the runner's padding rule was on
+    trees: bool                  # the tree graph was probed too
+
+    def as_dict(self) -> dict:
+        return asdict(self)
+
+    def line(self) -> str:
+        """One line for a start-up message or a report."""
+        rule = "with" if self.batch_invariant_rule else "without"
+        if self.invariant:
+            return (f"rows are batch invariant ({self.rows_compared} rows, {self.passes} passes, "
+                    f"{rule} the one-row padding rule, {self.seconds * 1e3:.0f} ms)")
+        return (f"rows are NOT batch invariant on this CPU ({rule} the one-row padding rule): {self.where}; "
+                f"greedy output with a draft may differ from single-token decoding here")
+
+
+class _Probe:
+    def __init__(self, runner, tokens: np.ndarray):
+        self.runner, self.spec, self.tokens = runner, runner.spec, tokens
+        self.index = RingIndex(runner.spec)
+        self.passes = self.rows = 0
+        self.worst, self.where = 0.0, ""
+
+    def feed(self, ids) -> None:
+        """Commit `ids` in chunks, as a prefill does."""
+        step = min(self.runner.opts.max_rows, self.spec.slack + 1)
+        for start in range(0, len(ids), step):
+            chunk = np.asarray(ids[start:start + step], np.int64)
+            pos = self.index.n + np.arange(len(chunk), dtype=np.int64)
+            mask = self.index.visible_mask(pos, None, out=self.runner.mask_buffer())
+            self.runner.forward(chunk, pos, mask, np.array([len(chunk) - 1]))
+            self.runner.store(np.arange(len(chunk)), self.index.write(pos))
+            self.index.commit(len(chunk))
+            self.passes += 1
+
+    def verify(self, pending: int, prop: Proposal):
+        """One verify pass as the engines run it: (logits [N+1, V], new K [L, KVH, N+1, D]) copies, and the block."""
+        S, R = self.spec.sink, self.spec.ring
+        blk = plan_block(self.index.n, pending, prop, BLOCK, S, R)
+        mask = verify_mask(self.index, blk, self.runner.mask_buffer())
+        logits = self.runner.forward(blk.tokens, blk.pos, mask, path=blk.path,
+                                     recent_slots=slot_of(blk.recent, S, R) if len(blk.recent) else None)
+        self.passes += 1
+        return logits.copy(), np.concatenate([self.runner.new_k, self.runner.new_v], axis=1), blk
+
+    def alone(self, tokens) -> list:
+        """Decode `tokens` one pass each from the committed position, committing each; [(logits, kv)] per row."""
+        out = []
+        for tok in tokens:
+            logits, kv, blk = self.verify(int(tok), Proposal.chain([]))
+            out.append((logits[0], kv[:, :, 0]))
+            self.runner.store(np.array([0]), self.index.write(blk.pos[:1]))
+            self.index.commit(1)
+        return out
+
+    def compare(self, got_logits, got_kv, want, what: str) -> None:
+        self.rows += 1
+        want_logits, want_kv = want
+        if np.array_equal(got_logits, want_logits) and np.array_equal(got_kv, want_kv):
+            return
+        diff = float(np.abs(got_logits.astype(np.float64) - want_logits).max())
+        if not self.where:
+            self.where = f"{what}: logits up to {diff:.3g} apart" if diff else f"{what}: K/V differ, logits agree"
+        self.worst = max(self.worst, diff)
+
+    def at(self, base: int, counts, tree: bool) -> None:
+        """Probe rows [base, base + max(counts)) (base % BLOCK == OFFSET): alone, then in blocks (and a tree of 4
+        nodes)."""
+        top = max(counts)
+        chain = self.tokens[:top]
+        alone = self.alone(chain)
+        sibling = None
+        if tree:                                      # the sibling of row 1, alone, after row 0
+            self.index.rollback(base + 1)
+            sibling = self.alone(self.tokens[top:top + 1])[0]
+        self.index.rollback(base)
+        for T in counts:
+            logits, kv, _ = self.verify(int(chain[0]), Proposal.chain(chain[1:T]))
+            for r in range(T):
+                self.compare(logits[r], kv[:, :, r], alone[r],
+                             f"position {base + r} alone vs row {r} of a {T}-row block")
+        if tree:      # rows: pending, chain[1] and its sibling (both children of pending), chain[2] under chain[1]
+            prop = Proposal(np.array([chain[1], self.tokens[top], chain[2]], np.int64), np.array([-1, -1, 0]))
+            logits, kv, _ = self.verify(int(chain[0]), prop)
+            for r, want in zip(range(4), (alone[0], alone[1], sibling, alone[2])):
+                self.compare(logits[r], kv[:, :, r], want, f"position {base + (r > 0) + (r > 2)} alone vs row {r} "
+                                                           f"of a 4-node token tree")
+        self.index.rollback(base)
+
+
+def check(runner) -> Verdict:
+    """Probe `runner` (fresh: nothing committed that matters; its pools are cleared afterwards) and return the
+    verdict. About 30 passes on the target: 0.2-0.3 s for the default model on two cores."""
+    t0 = time.perf_counter()
+    S, opts = runner.spec.sink, runner.opts
+    most = min(opts.max_rows, runner.spec.slack + 1)
+    counts = tuple(T for T in ROW_COUNTS if T <= min(most, BLOCK - OFFSET))
+    tree = opts.trees and most >= 4
+    tokens = np.array([t % runner.vocab for t in TOKENS], np.int64)
+    probe = _Probe(runner, tokens)
+    if counts:
+        probe.feed(np.resize(tokens, S + (OFFSET - S) % BLOCK))      # the sinks, then up to OFFSET into a block
+        probe.at(probe.index.n, counts, tree)
+        probe.index.evict_to(FAR)
+        probe.feed(tokens[:OFFSET])
+        probe.at(probe.index.n, counts, tree)
+    for pool in (runner.sink_k, runner.sink_v, runner.ring_k, runner.ring_v):
+        pool.fill(0)
+    runner.forward_calls = runner.forward_rows = 0
+    runner.forward_s = 0.0
+    return Verdict(probe.where == "", probe.passes, probe.rows, probe.worst, probe.where,
+                   time.perf_counter() - t0, opts.batch_invariant, tree)
+
+
+def doctor(gguf: str = "default", threads: int = 2, max_rows: int = 32, accuracy_level: int = 4) -> dict:
+    """Everything `run.py doctor` reports: the platform as this process sees it, each operator family's row
+    invariance at the model's shapes (models/opcheck.py), and the whole-pass verdict of the chain graph with and
+    without the padding rule and of the tree graph with it. "exact": what the engine would run is invariant."""
+    from kernels.ring import RingSpec
+    from models.convert import load_card
+    from models.opcheck import families
+    from models.platform import facts
+    from models.registry import converted_dir
+    from models.runner import Runner, RunnerOptions
+    from pipeline.assemble import resolve_gguf
+
+    model_dir = converted_dir(resolve_gguf(gguf))
+    spec = RingSpec(4, 256, 256 + max_rows)
+    passes = {}
+    for name, trees, rule in (("chain", False, True), ("tree", True, True), ("chain_unpadded", False, False)):
+        runner = Runner(model_dir, spec, RunnerOptions(threads=threads, max_rows=max_rows, trees=trees,
+                                                       accuracy_level=accuracy_level, batch_invariant=rule))
+        passes[name] = check(runner).as_dict()
+        del runner
+    ops = [{"family": f.name, "shapes": f.shapes, "differs_at_rows": list(f.differs_at), "max_abs": f.max_abs,
+            "invariant_from_two_rows": f.invariant_from_two}
+           for f in families(load_card(model_dir), threads, accuracy_level)]
+    return {"platform": facts(), "model": str(model_dir), "threads": threads, "accuracy_level": accuracy_level,
+            "operators": ops, "passes": passes,
+            "exact": passes["chain"]["invariant"] and passes["tree"]["invariant"]}

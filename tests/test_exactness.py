@@ -1,0 +1,226 @@
+"""Exact on every CPU (DESIGN.md, "Greedy identity"): no operator ever sees a single row, the start-up probe catches
+a row that depends on its pass's size, and that verdict reaches `doctor`, the journal, /metrics and the bench; model
+files are built once however many processes ask at the same time."""
+from __future__ import annotations
+
+import http.client
+import json
+import multiprocessing as mp
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+from queue import Empty
+
+import numpy as np
+import pytest
+
+from kernels.ring import RingSpec
+from models.convert import convert
+from models.graph import PLANT_ENV
+from models.runner import Runner, RunnerOptions
+from pipeline.engine import Engine
+from pipeline.exactness import check
+from tests.tiny_gguf import write_tiny_gguf
+
+ROOT = Path(__file__).resolve().parents[1]
+LOG = ROOT / "data" / "tep_demo.csv"
+SPEC = RingSpec(sink=4, window=32, ring=48)
+FAULT = "1e-3"
+
+
+@pytest.fixture(scope="module")
+def tiny(tmp_path_factory) -> Path:
+    root = tmp_path_factory.mktemp("exactness")
+    write_tiny_gguf(root / "tiny.gguf", weight_type="Q4_1", tied=False, seed=3)
+    convert(root / "tiny.gguf", root / "tiny", progress=False)
+    return root / "tiny"
+
+
+# -- the rule --------------------------------------------------------------------------------------------------------
+
+def test_no_pass_ever_binds_a_single_row_or_a_single_logit_row(tiny, monkeypatch):
+    """Structural, so it holds on a CPU where one row happens to be computed like many: prefill chunks, target-only
+    decoding, a chain, a tree, the probe itself."""
+    bound: list[tuple[str, tuple]] = []
+    real = Runner._bind_in
+    monkeypatch.setattr(Runner, "_bind_in", lambda self, name, a: (bound.append((name, a.shape)),
+                                                                    real(self, name, a))[1])
+    for trees in (False, True):
+        runner = Runner(tiny, SPEC, RunnerOptions(threads=1, max_rows=16, trees=trees))
+        check(runner)
+        engine = Engine(runner, None)
+        engine.feed(np.arange(3, 40))                                 # chunks of 16, 16 and 5 rows
+        engine.generate(np.array([5]), 6)                             # 1-row decode passes, padded
+    rows = [shape[0] for name, shape in bound if name in ("input_ids", "logit_rows")]
+    assert len(rows) > 40 and min(rows) >= 2
+
+
+def test_a_row_is_the_same_bits_alone_and_in_any_block_and_tree(tiny):
+    for trees in (False, True):
+        verdict = check(Runner(tiny, SPEC, RunnerOptions(threads=1, max_rows=16, trees=trees)))
+        assert verdict.invariant, verdict.where
+        assert verdict.rows_compared >= 26 and verdict.trees == trees
+
+
+def test_the_probe_catches_a_planted_row_count_fault(tiny, monkeypatch):
+    monkeypatch.setenv(PLANT_ENV, FAULT)                 # every row moves by 1e-3 x (rows in its pass)
+    verdict = check(Runner(tiny, SPEC, RunnerOptions(threads=1, max_rows=16)))
+    assert not verdict.invariant and verdict.max_abs_logit > 0
+    assert "alone vs row 0 of a 3-row block" in verdict.where     # 1 row padded to 2 equals the 2-row block
+    assert "NOT batch invariant" in verdict.line()
+
+
+def test_the_probe_leaves_the_runner_as_it_found_it(tiny):
+    runner = Runner(tiny, SPEC, RunnerOptions(threads=1, max_rows=16))
+    check(runner)
+    assert runner.forward_calls == 0 and not runner.ring_k.any() and not runner.sink_v.any()
+
+
+# -- the verdict reaches every report (real model, real processes) --------------------------------------------------
+
+def run_py(*args, env=None, timeout=600) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, str(ROOT / "run.py"), *args], capture_output=True, text=True,
+                          timeout=timeout, env=env)
+
+
+def test_doctor_passes_here_and_names_the_platform_and_every_operator_family(default_gguf):
+    proc = run_py("doctor", "--json")
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-2000:]
+    rep = json.loads(proc.stdout)
+    assert rep["exact"] and rep["passes"]["chain"]["invariant"] and rep["passes"]["tree"]["invariant"]
+    assert rep["platform"]["onnxruntime"] and rep["platform"]["isa"] and rep["platform"]["cpu"]
+    families = {op["family"].split(" (")[0] for op in rep["operators"]}
+    assert {"MatMulNBits", "MatMul", "ReduceSum", "RMSNorm", "RotaryEmbedding", "SwiGLU", "Attention products",
+            "Softmax"} <= families
+    assert all(op["invariant_from_two_rows"] for op in rep["operators"])   # what the padding rule relies on
+
+
+@pytest.fixture(scope="module")
+def planted():
+    return {**os.environ, PLANT_ENV: FAULT}
+
+
+def test_a_planted_fault_fails_doctor_and_names_the_pass(default_gguf, planted):
+    proc = run_py("doctor", env=planted)
+    assert proc.returncode == 1, proc.stdout[-3000:] + proc.stderr[-2000:]
+    assert "chain graph, padding rule on (the engine)      NOT invariant: position 5 alone vs row 0 of a 3-row " \
+           "block" in proc.stdout
+    assert "NOT exact on this CPU" in proc.stdout
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_a_planted_fault_reaches_the_journal_metrics_and_healthz(default_gguf, planted, tmp_path):
+    port, journal = free_port(), tmp_path / "journal.jsonl"
+    proc = subprocess.Popen([sys.executable, str(ROOT / "run.py"), "serve", str(LOG), "--max-lines", "3",
+                             "--http", f"127.0.0.1:{port}", "--zmq", "", "--pub", "", "--quiet-lines",
+                             "--archive", str(tmp_path / "archive.sqlite"), "--journal", str(journal)],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=planted)
+    try:
+        deadline = time.monotonic() + 240
+        while True:
+            assert proc.poll() is None, proc.stderr.read()
+            try:
+                conn = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
+                conn.request("GET", "/healthz")
+                health = json.loads(conn.getresponse().read())
+                if health["batch_invariant"] is not None:
+                    break
+            except OSError:
+                pass
+            assert time.monotonic() < deadline, "the server did not come up"
+            time.sleep(0.5)
+        assert health["batch_invariant"] is False
+        conn = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
+        conn.request("GET", "/metrics")
+        metrics = conn.getresponse().read().decode()
+        assert "\nringspec_batch_invariant 0\n" in metrics
+        assert 'ringspec_platform_info{onnxruntime="' in metrics
+    finally:
+        proc.send_signal(signal.SIGINT)
+        _, err = proc.communicate(timeout=60)
+    first = json.loads(journal.read_text().splitlines()[0])
+    assert first["kind"] == "start" and first["exactness"]["invariant"] is False
+    assert "alone vs row 0 of a 3-row block" in first["exactness"]["where"] and first["platform"]["onnxruntime"]
+    assert "ringspec: warning: target on" in err and "NOT batch invariant" in err
+
+
+def test_a_planted_fault_makes_the_bench_report_instead_of_fail(default_gguf, planted):
+    proc = run_py("bench", "--task", "log", "--offsets", "1", "--repeats", "1", "--systems", "suffix_serial",
+                  "--draft-model", "none", "--no-llama-cpp", "--json", env=planted)
+    assert proc.returncode == 0, proc.stderr[-3000:]        # not exit 3: a CPU (here: a planted fault), not a bug
+    out = json.loads(proc.stdout)
+    assert out["_meta"]["exactness"]["target_only"]["invariant"] is False
+    assert out["log"]["suffix_serial"]["exact_here"] is False
+    assert out["_meta"]["platform"]["onnxruntime"]
+
+
+# -- model files are built once, whoever asks ----------------------------------------------------------------------
+
+def _first_logits(home: str, log: str, barrier, queue) -> None:
+    """One process asking for the default model in `home` at the same moment as three others: its first logits."""
+    os.environ["RINGSPEC_HOME"] = home
+    fd = os.open(log, os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
+    os.dup2(fd, 2)                                          # what it says (fetching, converting) goes to `log`
+    from models.registry import converted_dir, default_model_path
+    barrier.wait()
+    runner = Runner(converted_dir(default_model_path(), progress=True), RingSpec(4, 64, 96),
+                    RunnerOptions(threads=1, max_rows=8))
+    queue.put(Engine(runner, None).feed(np.array([504, 966, 314, 253, 1398])))
+
+
+def test_four_processes_on_an_empty_cache_fetch_convert_and_build_once_and_agree(default_gguf, tmp_path):
+    home = tmp_path / "home"
+    ctx = mp.get_context("spawn")
+    barrier, queue = ctx.Barrier(4), ctx.Queue()
+    procs = [ctx.Process(target=_first_logits, args=(str(home), str(tmp_path / f"{i}.err"), barrier, queue))
+             for i in range(4)]
+    for p in procs:
+        p.start()
+    results, deadline = [], time.monotonic() + 600
+    while len(results) < len(procs):
+        try:
+            results.append(queue.get(timeout=1.0))
+        except Empty:
+            failed = [i for i, p in enumerate(procs) if p.exitcode not in (None, 0)]
+            assert not failed, (tmp_path / f"{failed[0]}.err").read_text()[-2000:]
+            assert time.monotonic() < deadline, "the four processes did not finish in 600 s"
+    for p in procs:
+        p.join(60)
+        assert p.exitcode == 0
+    assert all(np.array_equal(r, results[0]) for r in results[1:])
+    said = [(tmp_path / f"{i}.err").read_text() for i in range(4)]
+    assert sum("fetching the default model" in s for s in said) == 1, said      # one fetch
+    assert sum("converting " in s for s in said) == 1, said                      # one conversion
+    assert [d.name for d in (home / "converted").iterdir() if d.is_dir()] == [f"{default_gguf.stem}-b179c9523d0e"]
+    assert not list(home.rglob("*.part"))
+
+
+def test_a_conversion_killed_half_way_is_redone_not_mistaken_for_finished(default_gguf, tmp_path):
+    import shutil
+    (tmp_path / "models").mkdir()
+    shutil.copy(default_gguf, tmp_path / "models" / Path(default_gguf).name)
+    env = {**os.environ, "RINGSPEC_HOME": str(tmp_path)}
+    code = "from models.registry import converted_dir, default_model_path; converted_dir(default_model_path())"
+    proc = subprocess.Popen([sys.executable, "-c", code], cwd=ROOT, env=env, stderr=subprocess.DEVNULL)
+    out = tmp_path / "converted" / f"{Path(default_gguf).stem}-b179c9523d0e"
+    deadline = time.monotonic() + 120
+    while not (out / "weights.bin.part").exists():
+        assert proc.poll() is None and time.monotonic() < deadline, "the conversion never started writing"
+        time.sleep(0.005)
+    proc.kill()
+    proc.wait()
+    from models.registry import _intact
+    assert not _intact(out) and not (out / "card.json").exists()
+    redo = subprocess.run([sys.executable, "-c", code + "; print('ok')"], cwd=ROOT, env=env, capture_output=True,
+                          text=True, timeout=300)
+    assert redo.returncode == 0 and "ok" in redo.stdout, redo.stderr[-2000:]
+    assert _intact(out) and not (out / "weights.bin.part").exists()
