@@ -9,8 +9,9 @@ gets a padding row beside it (same token and position, masked both ways: it sees
 1-row head gets its row twice. Why: ONNX Runtime's `MatMulNBits` computes a 1-row input with another kernel than a
 2-or-more-row one (1e-6 apart on an AVX2-only EPYC, 2 and 1 threads, accuracy levels 0 and 4), and int8 activation
 rounding grows that to 0.05 logits; every row of a 2..64-row pass is bit-identical to the same row in any other, for
-every operator family of both graphs (`python run.py doctor` measures it; `models/exactness.py`). The rule is what
-makes a row's logits and K/V independent of how many rows share its pass, which greedy identity needs.
+every operator family of both graphs (`models/opcheck.py`; `python run.py doctor`). With the rule a row's logits and
+K/V do not depend on how many rows share its pass, which greedy identity needs; the engine checks that at start-up
+(`pipeline/exactness.py`).
 """
 from __future__ import annotations
 

@@ -57,8 +57,10 @@ def _chain_draft(kind: str, spec: RingSpec, params: SamplingParams, draft_gguf: 
     if kind in ("model", "hybrid"):
         if not draft_gguf:
             raise ValueError(f"--draft {kind} needs --draft-model PATH.gguf")
-        runner = Runner(converted_dir(resolve_gguf(draft_gguf)), spec, RunnerOptions(threads=threads,
-                                                                                     max_rows=max_rows))
+        # batch_invariant off: a draft's rows only change what is proposed, never what is output, and its passes
+        # are mostly one row, where the padding row would cost it a second row each time
+        runner = Runner(converted_dir(resolve_gguf(draft_gguf)), spec,
+                        RunnerOptions(threads=threads, max_rows=max_rows, batch_invariant=False))
         if target_vocab is not None and speaks(runner.card) != target_vocab:
             raise ValueError(f"draft vocabulary {speaks(runner.card)} != target vocabulary {target_vocab}: a draft "
                              f"must share the target's tokenizer")

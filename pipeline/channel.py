@@ -17,9 +17,10 @@ full raises `waiting` and sleeps in poll until the consumer answers with a one-b
 few milliseconds, so a wake-up lost to a store/load race costs milliseconds, never a hang.
 
 Hygiene. The owner unlinks the segment in `__exit__`, from an exit hook (plain exit, multiprocessing children) and on
-SIGTERM (turned into SystemExit when the handler is still the default). An attaching process maps the segment without
-telling its resource tracker, so its exit never unlinks the owner's segment (the Python 3.11 pitfall). `cleanup_stale`
-removes segments whose owner died without any of that (SIGKILL, OOM kill).
+SIGTERM (turned into SystemExit when the handler is still the default). Neither end tells multiprocessing's resource
+tracker about the segment: an attacher's tracker would unlink the owner's segment at exit (the Python 3.11 pitfall),
+and an owner's tracker that died and was relaunched answers the owner's own unlink with a KeyError traceback (seen
+once in CI under Ray). `cleanup_stale` removes segments whose owner died without unlinking (SIGKILL, OOM kill).
 """
 from __future__ import annotations
 
@@ -34,7 +35,7 @@ import threading
 import time
 import weakref
 from dataclasses import dataclass
-from multiprocessing import shared_memory, util
+from multiprocessing import util
 
 import _posixshmem
 import msgpack
@@ -114,10 +115,9 @@ class Channel:
     A channel serves one attacher in its lifetime (a PAIR socket does not reliably take a second peer): to replace a
     dead peer, create a new channel."""
 
-    def __init__(self, spec: ChannelSpec, shm: shared_memory.SharedMemory | None, mm: mmap.mmap, sock: zmq.Socket,
-                 endpoint: str, owner: bool):
+    def __init__(self, spec: ChannelSpec, mm: mmap.mmap, sock: zmq.Socket, endpoint: str, owner: bool):
         self.spec, self.endpoint, self.is_owner = spec, endpoint, owner
-        self._shm, self._mmap, self._mv, self._sock = shm, mm, memoryview(mm), sock
+        self._mmap, self._mv, self._sock = mm, memoryview(mm), sock
         self._buf = np.frombuffer(self._mv, dtype=np.uint8)
         self._ctl = self._buf[:_CONTROL_BYTES].view("<u8")
         self._payload_at = _align(spec.header_bytes)
@@ -136,21 +136,18 @@ class Channel:
     def create(cls, spec: ChannelSpec, *, exit_on_sigterm: bool = True) -> Channel:
         """Create the segment and bind the wake-up socket. Replaces a leftover segment of a dead owner."""
         try:
-            shm = shared_memory.SharedMemory(spec.segment_name, create=True, size=spec.segment_bytes)
+            _create_untracked(spec.segment_name, spec.segment_bytes)
         except FileExistsError:
             if not _remove_if_stale(spec.segment_name):
                 raise FileExistsError(f"shared memory {spec.segment_name} exists and its owner is alive") from None
-            shm = shared_memory.SharedMemory(spec.segment_name, create=True, size=spec.segment_bytes)
-        # map it like an attacher does and keep `shm` only to unlink: a SharedMemory whose buffer is still exported
-        # to a caller's array complains when collected, a bare mmap just waits for the array
-        shm.close()
+            _create_untracked(spec.segment_name, spec.segment_bytes)
         endpoint = f"ipc://{tempfile.gettempdir()}/{spec.segment_name}.ipc"
         sock = None
         try:
             mm = _map_untracked(spec.segment_name)
             sock = _socket()
             sock.bind(endpoint)
-            channel = cls(spec, shm, mm, sock, endpoint, owner=True)
+            channel = cls(spec, mm, sock, endpoint, owner=True)
             ctl, raw = channel._ctl, endpoint.encode()
             ctl[[_W_SLOTS, _W_HEADER, _W_PAYLOAD]] = spec.slots, spec.header_bytes, spec.payload_bytes
             ctl[_W_PID], ctl[_W_START] = os.getpid(), _start_time(os.getpid())
@@ -161,7 +158,7 @@ class Channel:
             if sock is not None:
                 sock.close(linger=0)
                 _unlink_ipc(endpoint)
-            shm.unlink()
+            _posixshmem.shm_unlink("/" + spec.segment_name)
             raise
         _OWNED.add(channel)
         _install_exit_hooks(exit_on_sigterm)
@@ -192,7 +189,7 @@ class Channel:
             raise ValueError(f"channel {name}: segment has {spec}, caller expected {expected}")
         sock = _socket()
         sock.connect(endpoint)
-        return cls(spec, shm=None, mm=mm, sock=sock, endpoint=endpoint, owner=False)
+        return cls(spec, mm=mm, sock=sock, endpoint=endpoint, owner=False)
 
     def close(self) -> None:
         """Drop this end's socket and mapping. Views still held by the caller keep the mapping alive until freed."""
@@ -218,7 +215,7 @@ class Channel:
         self._unlinked = True
         _OWNED.discard(self)
         try:
-            self._shm.unlink()
+            _posixshmem.shm_unlink("/" + self.spec.segment_name)
         except FileNotFoundError:
             pass
 
@@ -500,6 +497,15 @@ def _alive(pid: int, start_time: int) -> bool:
     if fields is None or fields[0] in (b"Z", b"X"):
         return False
     return start_time == 0 or int(fields[19]) == start_time
+
+
+def _create_untracked(segment_name: str, size: int) -> None:
+    """Create and size a segment (FileExistsError if the name is taken) without a resource tracker (see Hygiene)."""
+    fd = _posixshmem.shm_open("/" + segment_name, os.O_CREAT | os.O_EXCL | os.O_RDWR, mode=0o600)
+    try:
+        os.ftruncate(fd, size)
+    finally:
+        os.close(fd)
 
 
 def _map_untracked(segment_name: str) -> mmap.mmap | None:

@@ -254,17 +254,28 @@ class RayActor:
         enter(module, kwargs)
 
 
+def _ray_token() -> bool:
+    """A Ray auth token this process would present (Ray's own lookup order: variable, file variable, default)."""
+    return bool(os.environ.get("RAY_AUTH_TOKEN") or os.environ.get("RAY_AUTH_TOKEN_PATH")
+                or os.path.exists(os.path.expanduser("~/.ray/auth_token")))
+
+
 def _ray(plans: list[ActorPlan], run_dir: str, cfg) -> None:
+    address = cfg.actors.ray_address or None
+    if address not in (None, "auto") and "RAY_AUTH_MODE" not in os.environ and _ray_token():
+        # Ray 2.60 starts clusters with token auth by default; ray.init presents the token when it joins "auto"
+        # but not an explicit HOST:PORT, whose GCS then refuses it ("InvalidAuthToken"). Read at import: set first.
+        os.environ["RAY_AUTH_MODE"] = "token"
     import ray
     from ray.util.placement_group import placement_group, remove_placement_group
     from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
-    address = cfg.actors.ray_address or None
     started = not ray.is_initialized()
     if started:
         root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
         from models.registry import home
-        ray.init(address=address, include_dashboard=False, log_to_driver=True, namespace="ringspec",
+        # "local": always a new instance (None would join whatever /tmp/ray/ray_current_cluster names, live or not)
+        ray.init(address=address or "local", include_dashboard=False, log_to_driver=True, namespace="ringspec",
                  num_cpus=None if address else os.cpu_count(), configure_logging=False,
                  runtime_env={"env_vars": {"PYTHONPATH": root, "RINGSPEC_HOME": str(home())}})
     share = 1.0 / len(plans)                          # one node, fractional CPUs: the five fit on one core's worth

@@ -70,7 +70,9 @@ def test_bench_runs_every_system_on_the_real_model_and_prints_the_json_contract(
                            "--out", str(tmp_path / "bench.json")], capture_output=True, text=True, timeout=900)
     assert proc.returncode == 0, proc.stderr[-2000:]
     out = json.loads(proc.stdout)
-    assert set(out) == {"log", "analysis"}
+    assert set(out) == {"log", "analysis", "_meta"}
+    meta = out.pop("_meta")
+    assert meta["exactness"]["target_only"]["invariant"] and meta["platform"]["onnxruntime"]
     ringspec = {"target_only", "suffix_serial", "pipelined", "adaptive_serial", "lines_serial", "tree_serial",
                 "draft_serial", "hybrid_serial", "adaptive_hybrid_serial", "hybrid_tree_serial", "pipelined_hybrid"}
     names = ringspec | ({"llama_cpp_plain", "llama_cpp_lookup"} if bench.llama_cpp_available() else set())
@@ -79,8 +81,8 @@ def test_bench_runs_every_system_on_the_real_model_and_prints_the_json_contract(
         for name, row in task.items():
             assert row["tokens_per_s"] > 0 and row["ttft_ms"] > 0 and row["peak_mb"] > 50
             if name in ringspec:                     # the distilled draft too, serial and in a draft actor
-                assert row["identical_to_target_only"] == row["prompts"] == 1
-    assert json.loads((tmp_path / "bench.json").read_text())["_meta"]["systems"]
+                assert row["identical_to_target_only"] == row["prompts"] == 1 and row["exact_here"]
+    assert json.loads((tmp_path / "bench.json").read_text())["_meta"]["systems"] == meta["systems"]
 
 
 def test_block_lists_parse_ranges_and_refuse_junk():

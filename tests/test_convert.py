@@ -9,8 +9,10 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import numpy as np
@@ -23,7 +25,7 @@ from gguf import GGUFReader, GGUFWriter
 from kernels.ring import NEG, RingIndex, RingSpec
 from models.convert import CARD, WEIGHTS, convert, load_card
 from models.gguf import GGUFError, GGUFModel
-from models.graph import STATIC_RECENT, ensure_graph, graph_path
+from models.graph import STALE_DAYS, STATIC_RECENT, ensure_graph, graph_path
 from models.runner import Runner, RunnerOptions
 from tests.tiny_gguf import BOS_ID, CHAT_TEMPLATE, EOS_ID, write_tiny_gguf
 
@@ -270,15 +272,22 @@ def test_convert_is_silent_without_progress_and_idempotent(tiny_q41, tmp_path, c
     assert first["outputs"] == second["outputs"]
 
 
-def test_building_a_graph_deletes_the_graphs_of_older_builders(converted):
+def test_building_a_graph_deletes_only_long_unused_graphs_of_other_builders(converted):
+    """Another checkout's process may be about to open its builder's graph: only graphs of other builder versions
+    untouched for STALE_DAYS go."""
     model_dir, _, _ = converted["llama-tied-Q4_0"]
     card = load_card(model_dir)
     stale = [model_dir / "graph_Tdyn_S0_R64_a4.onnx", model_dir / "graph_v1_Tdyn_S0_R64_a4.onnx"]
-    for path in stale:
+    recent = model_dir / "graph_v2_Tdyn_S0_R64_a4_kv32.onnx"
+    aged = time.time() - (STALE_DAYS + 1) * 86400
+    for path in stale + [recent]:
         path.write_bytes(b"an old builder's graph")
+    for path in stale:
+        os.utime(path, (aged, aged))
     current = ensure_graph(model_dir, card, None, 2, 40, 4)
     fresh = ensure_graph(model_dir, card, None, 3, 40, 4)
     assert not any(path.exists() for path in stale) and current.exists() and fresh.exists()
+    assert recent.exists()
 
 
 def test_reconverting_another_model_into_a_directory_does_not_reuse_its_graphs(converted, tmp_path):

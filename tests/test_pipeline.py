@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import json
 import os
+import re
+import shutil
 import signal
 import socket
 import subprocess
@@ -352,18 +354,18 @@ def test_bad_bytes_on_stdin_are_counted_never_fatal(default_gguf, tmp_path):
 
 
 def test_ray_launcher_joins_an_existing_cluster_and_leaves_it_running(default_gguf, tmp_path):
-    # Its own ports and an explicit address ("auto" would join whichever cluster started last on this machine), and
-    # stopped by killing its own processes (`ray stop` stops every cluster on the machine).
-    port, client_port = free_port(), free_port()
+    # Its own port, temp dir and the address it printed ("auto" would join whichever cluster started last on this
+    # machine), and stopped by killing its own process tree (`ray stop` stops every cluster on the machine). The
+    # temp dir is short: Ray puts unix sockets under it.
+    ray_dir = tempfile.mkdtemp(prefix="rs-ray-", dir="/tmp")
     ray = [sys.executable, "-m", "ray.scripts.scripts"]
     start = subprocess.run([*ray, "start", "--head", "--num-cpus", "2", "--include-dashboard=false",
-                            "--disable-usage-stats", "--node-ip-address", "127.0.0.1", "--port", str(port),
-                            "--ray-client-server-port", str(client_port)],
+                            "--disable-usage-stats", "--port", str(free_port()), "--temp-dir", ray_dir],
                            capture_output=True, text=True, timeout=180, cwd=tmp_path, env=ENV)
-    assert start.returncode == 0, start.stderr
     try:
-        proc = launch(str(LOG), "--quiet-lines", "--max-lines", "10", "--ray-address", f"127.0.0.1:{port}",
-                      launcher="ray")
+        assert start.returncode == 0, start.stderr
+        address = re.search(r"ray start --address='([^']+)'", start.stdout + start.stderr).group(1)
+        proc = launch(str(LOG), "--quiet-lines", "--max-lines", "10", "--ray-address", address, launcher="ray")
         out, err = proc.communicate(timeout=300)
         assert proc.returncode == 0, err
         assert out.count(">> [after line 10") == 1
@@ -371,11 +373,25 @@ def test_ray_launcher_joins_an_existing_cluster_and_leaves_it_running(default_gg
         assert not processes(b"ray::RayActor") and not leftovers(proc)
     finally:
         stop_ours()
+        shutil.rmtree(ray_dir, ignore_errors=True)
 
 
 def stop_ours(grace_s: float = 10.0) -> None:
-    """End every process this module started that is still running (a Ray cluster's daemons)."""
-    pids = [int(e) for e in os.listdir("/proc") if e.isdigit() and int(e) != os.getpid() and _marked(int(e))]
+    """End every process this module started that is still running, with its descendants (a Ray cluster's
+    daemons, and the agents they start with an environment of their own)."""
+    parents = {}
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                parents[int(entry)] = parent_of(int(entry))
+            except (OSError, IndexError):
+                continue
+    pids = {pid for pid in parents if pid != os.getpid() and _marked(pid)}
+    while True:
+        children = {pid for pid, parent in parents.items() if parent in pids} - pids
+        if not children:
+            break
+        pids |= children
     for sig in (signal.SIGTERM, signal.SIGKILL):
         for pid in pids:
             try:
