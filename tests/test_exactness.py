@@ -61,9 +61,11 @@ def test_no_pass_ever_binds_a_single_row_or_a_single_logit_row(tiny, monkeypatch
 
 def test_a_row_is_the_same_bits_alone_and_in_any_block_and_tree(tiny):
     for trees in (False, True):
-        verdict = check(Runner(tiny, SPEC, RunnerOptions(threads=1, max_rows=16, trees=trees)))
-        assert verdict.invariant, verdict.where
-        assert verdict.rows_compared >= 26 and verdict.trees == trees
+        runner = Runner(tiny, SPEC, RunnerOptions(threads=1, max_rows=16, trees=trees))
+        quick, thorough = check(runner), check(runner, thorough=True)
+        assert quick.invariant and thorough.invariant, quick.where + thorough.where
+        assert quick.rows_compared == 10 + 4 * trees and thorough.rows_compared == 2 * (13 + 4 * trees)
+        assert quick.trees == thorough.trees == trees
 
 
 def test_the_probe_catches_a_planted_row_count_fault(tiny, monkeypatch):
