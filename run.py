@@ -623,12 +623,13 @@ def cmd_doctor(args) -> int:
           (f"   (/proc/cpuinfo: {pf['cpuinfo']})" if pf["cpuinfo"] and pf["cpuinfo"] != pf["cpu"] else ""))
     print(f"ISA features (CPUID / auxiliary vector): {' '.join(pf['isa'])}\nAVX-512: "
           f"{' '.join(pf['avx512']) or 'none'}")
-    print(f"\noperator families alone, at the model's shapes, {args.threads} threads, 1..64 rows "
-          f"(a row against the same row among 64):")
+    print(f"\noperator families alone, at the model's shapes, {args.threads} threads: a row among 1..64 rows against "
+          f"the same row among 64, and a row with 0..9 masked columns appended against none:")
     for op in rep["operators"]:
-        bad = op["differs_at_rows"]
+        bad, what = op["differs_at"], op["varied"]
         verdict = "invariant" if not bad else (f"1 row differs (up to {op['max_abs']:.2g}); 2..64 rows invariant"
-                                               if bad == [1] else f"differs at {bad} rows (up to {op['max_abs']:.2g})")
+                                               if bad == [1] and what == "rows" else
+                                               f"differs at {bad} {what} (up to {op['max_abs']:.2g})")
         print(f"  {op['family']:70s} {verdict}\n  {'':4s}{op['shapes']}")
     print("\nwhole pass (the model's graph; rows alone vs in blocks of 2-8 rows and a 4-node tree, at positions "
           "5 and 2^31 - 27):")

@@ -3,12 +3,14 @@ the number of rows beside it and its index among them?
 
 Owns the one-operator graphs (random inputs and weights in the model's shapes and layouts, the intra-op threads of
 the target) and the comparison: every row of an M-row run against the same row of a 64-row run, M = 1..64, the rows
-taken from the front and from the back. `run.py doctor` prints the table; the engine's own start-up check is the
-whole pass (pipeline/exactness.py). Never touches a model's weights.
+taken from the front and from the back; and for attention, a row's result with 0..9 masked columns appended against
+none (what lies between a lone row and the same row in a block). `run.py doctor` prints the table; the engine's own
+start-up check is the whole pass (pipeline/exactness.py). Never touches a model's weights.
 
 Measured (ONNX Runtime 1.32, AMD EPYC with AVX2 only, 1 and 2 threads): MatMulNBits computes a 1-row input by
 another kernel than a 2-or-more-row one (1e-6 apart, accuracy levels 0 and 4); every other family is invariant at
-every row count. Hence the runner's rule: no operator sees one row (models/runner.py).
+every row count and every number of masked columns. Hence the runner's rule: no operator sees one row
+(models/runner.py). Under emulation of an SSE4.2-only CPU (no AVX) the whole pass is not invariant.
 """
 from __future__ import annotations
 
@@ -27,13 +29,15 @@ TOP = 64
 class Family:
     name: str
     shapes: str                  # what was run, in the model's terms
-    differs_at: tuple[int, ...]  # row counts at which some row is not the bits of the same row among 64
+    varied: str                  # "rows": the rows beside a row; "masked columns": zero-weight columns after its own
+    differs_at: tuple[int, ...]  # the counts at which a row is not the bits of the reference (64 rows / 0 columns)
     max_abs: float
 
     @property
-    def invariant_from_two(self) -> bool:
-        """What the runner's rule needs: every row count but 1 gives the same bits."""
-        return not [m for m in self.differs_at if m > 1]
+    def holds(self) -> bool:
+        """What the engine's rules need: rows invariant from 2 rows on (the padding rule takes care of 1), masked
+        columns invariant at every count (the aligned-block layout relies on it: README, "Exact output")."""
+        return not [m for m in self.differs_at if m > 1 or self.varied != "rows"]
 
 
 def _session(nodes, inputs, outputs, inits, threads: int) -> ort.InferenceSession:
@@ -70,13 +74,13 @@ def families(card: dict, threads: int = 2, accuracy_level: int = 4, seed: int = 
     G = H // KVH
     out = []
 
-    def family(name, shapes, checks):
+    def family(name, shapes, checks, varied="rows", compare=_compare):
         bad, worst = set(), 0.0
         for run, rows in checks:
-            b, w = _compare(run, rows)
+            b, w = compare(run, rows)
             bad.update(b)
             worst = max(worst, w)
-        out.append(Family(name, shapes, tuple(sorted(bad)), worst))
+        out.append(Family(name, shapes, varied, tuple(sorted(bad)), worst))
 
     linears = list(card["linears"].values()) + [lin for layer in card["layers"]
                                                 for lin in (layer["qkv"], layer["o"], layer["gate_up"], layer["down"])]
@@ -153,7 +157,53 @@ def families(card: dict, threads: int = 2, accuracy_level: int = 4, seed: int = 
         full[..., :cols] = x.transpose(1, 2, 0, 3)
         return s.run(None, {"x": full})[0][..., :cols].transpose(2, 0, 1, 3)
     family("Softmax (masked columns of later rows)", f"{cols} visible columns", [(softmax, _normal(rng, TOP, KVH, G, cols))])
+    shapes = f"{KVH} kv heads x {G} queries x 8 rows, 20-40 visible columns, 0..{MASKED} masked"
+    for name, checks in _masked_columns(rng, KVH, G, D, threads).items():
+        family(name, shapes, checks, "masked columns", _compare_columns)
     return out
+
+
+MASKED = 9          # masked columns appended: a block's later rows, a 1-row pass's padding row, up to a width of 8
+
+
+def _compare_columns(run, visible: int) -> tuple[list[int], float]:
+    """run(z) -> the visible part of a result with z masked columns appended; which z differ from z = 0."""
+    ref = run(0)
+    bad, worst = [], 0.0
+    for z in range(1, MASKED + 1):
+        got = run(z)
+        if not np.array_equal(got, ref):
+            worst = max(worst, float(np.abs(got.astype(np.float64) - ref).max()))
+            bad.append(z)
+    return bad, worst
+
+
+def _masked_columns(rng, KVH: int, G: int, D: int, threads: int) -> dict[str, list]:
+    """A row's section results when zero-weight columns follow its own: the scores against the section's keys
+    (more output columns), the softmax over them (masked at -1e30) and the weighted sum of values (more terms of
+    weight 0). A verify block and a lone row differ by exactly such columns (later rows of the block, padding)."""
+    T, checks = 8, {"Attention scores, keys appended (FusedMatMul)": [],
+                    "Softmax, masked columns appended": [],
+                    "Attention values, zero-weight terms appended (FusedMatMul)": []}
+    scores = _session([helper.make_node("FusedMatMul", ["q", "k"], ["y"], domain=MS, alpha=0.125, transB=1)],
+                      [_value("q", [KVH, "GT", D]), _value("k", [KVH, "N", D])], [_value("y", [KVH, "GT", "N"])],
+                      [], threads)
+    values = _session([helper.make_node("FusedMatMul", ["p", "v"], ["y"], domain=MS)],
+                      [_value("p", [KVH, "GT", "N"]), _value("v", [KVH, "N", D])], [_value("y", [KVH, "GT", D])],
+                      [], threads)
+    soft = _session([helper.make_node("Softmax", ["x"], ["y"], axis=-1)], [_value("x", [KVH, G, T, "N"])],
+                    [_value("y", [KVH, G, T, "N"])], [], threads)
+    for m in (20, 27, 33, 40):
+        q, k, v = _normal(rng, KVH, G * T, D), _normal(rng, KVH, m + MASKED, D), _normal(rng, KVH, m + MASKED, D)
+        p = rng.random((KVH, G * T, m), dtype=np.float32)
+        x = _normal(rng, KVH, G, T, m)
+        scored, softened, weighed = checks.values()
+        scored.append((lambda z, q=q, k=k, m=m: scores.run(None, {"q": q, "k": k[:, :m + z]})[0][..., :m], m))
+        softened.append((lambda z, x=x, m=m: soft.run(None, {"x": np.concatenate(
+            [x, np.full((KVH, G, T, z), -1e30, np.float32)], -1)})[0][..., :m], m))
+        weighed.append((lambda z, p=p, v=v, m=m: values.run(None, {"p": np.concatenate(
+            [p, np.zeros((KVH, G * T, z), np.float32)], -1), "v": v[:, :m + z]})[0], m))
+    return checks
 
 
 def _attention(rng, KVH: int, G: int, D: int, threads: int):

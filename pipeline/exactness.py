@@ -172,8 +172,8 @@ def doctor(gguf: str = "default", threads: int = 2, max_rows: int = 32, accuracy
                                                        accuracy_level=accuracy_level, batch_invariant=rule))
         passes[name] = check(runner, thorough=True).as_dict()
         del runner
-    ops = [{"family": f.name, "shapes": f.shapes, "differs_at_rows": list(f.differs_at), "max_abs": f.max_abs,
-            "invariant_from_two_rows": f.invariant_from_two}
+    ops = [{"family": f.name, "shapes": f.shapes, "varied": f.varied, "differs_at": list(f.differs_at),
+            "max_abs": f.max_abs, "holds": f.holds}
            for f in families(load_card(model_dir), threads, accuracy_level)]
     return {"platform": facts(), "model": str(model_dir), "threads": threads, "accuracy_level": accuracy_level,
             "operators": ops, "passes": passes,

@@ -97,8 +97,9 @@ def test_doctor_passes_here_and_names_the_platform_and_every_operator_family(def
     assert rep["platform"]["onnxruntime"] and rep["platform"]["isa"] and rep["platform"]["cpu"]
     families = {op["family"].split(" (")[0] for op in rep["operators"]}
     assert {"MatMulNBits", "MatMul", "ReduceSum", "RMSNorm", "RotaryEmbedding", "SwiGLU", "Attention products",
-            "Softmax"} <= families
-    assert all(op["invariant_from_two_rows"] for op in rep["operators"])   # what the padding rule relies on
+            "Softmax", "Attention scores, keys appended", "Softmax, masked columns appended",
+            "Attention values, zero-weight terms appended"} <= families
+    assert all(op["holds"] for op in rep["operators"])          # what the padding rule and the block layout rely on
 
 
 @pytest.fixture(scope="module")

@@ -13,6 +13,7 @@ import socket
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import uuid
 from pathlib import Path
@@ -124,7 +125,8 @@ def launch(*args, launcher: str = "local", stdin=None, text: bool = True) -> sub
 
 
 def journal_of(path: Path) -> list[dict]:
-    return [json.loads(line) for line in path.read_text().splitlines()]
+    """The journal's complete records (a line still being written is left out)."""
+    return [json.loads(line) for line in path.read_text().split("\n")[:-1]]
 
 
 def serial_assessments(max_lines: int, config_path=None) -> list[str]:
@@ -277,26 +279,63 @@ def test_runner_threads_come_from_the_options(default_gguf):
 
 
 def test_follow_through_the_pipeline_survives_rotation_without_loss(default_gguf, tmp_path):
+    """Each rotation happens once the lines before it were echoed (copytruncate loses what was not read before
+    the truncation, in `tail -F` too), so a slow host only slows the test."""
     log = tmp_path / "plant.log"
     log.write_text("")
     sent = [f"12:{i // 60:02d}:{i % 60:02d} PIC{i:03d} H PRESSURE HIGH" for i in range(12)]
     proc = launch(str(log), "--follow", "--format", "plain", "--every", "1000", "--max-lines", "12")
-    actor_pids(proc, "local")
-    time.sleep(2.0)
+    echoed = Echo(proc)
+    wait_for(lambda: holds_open(actor_pids(proc, "local")["ingest"], log), "ingest never opened the log")
     with open(log, "a") as f:
         f.write("\n".join(sent[:5]) + "\n")
-    time.sleep(1.0)
+    echoed.wait(5)
     log.rename(tmp_path / "plant.log.1")                                 # rename rotation
     with open(log, "w") as f:
         f.write("\n".join(sent[5:9]) + "\n")
-    time.sleep(1.0)
+    echoed.wait(9)
     with open(log, "r+") as f:                                           # copytruncate
         f.truncate(0)
     with open(log, "a") as f:
         f.write("\n".join(sent[9:]) + "\n")
-    out, err = proc.communicate(timeout=120)
-    assert proc.returncode == 0, err
-    assert stream_lines(out) == sent
+    assert proc.wait(timeout=240) == 0, proc.stderr.read()
+    echoed.done()
+    assert echoed.lines == sent
+
+
+class Echo:
+    """The log lines a pipeline echoes on stdout (two-space indent), read as they come."""
+
+    def __init__(self, proc):
+        self.proc, self.lines = proc, []
+        self.reader = threading.Thread(target=self._read, daemon=True)
+        self.reader.start()
+
+    def _read(self) -> None:
+        for line in self.proc.stdout:
+            if line.startswith("  ") and not line.startswith("   "):
+                self.lines.append(line[2:].rstrip("\n"))
+
+    def wait(self, n: int, timeout: float = 240.0) -> None:
+        wait_for(lambda: len(self.lines) >= n or self.proc.poll() is not None, f"{n} lines were never echoed",
+                 timeout)
+
+    def done(self) -> None:
+        self.reader.join(30)
+
+
+def wait_for(condition, what: str, timeout: float = 240.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, what
+        time.sleep(0.1)
+
+
+def holds_open(pid: int, path: Path) -> bool:
+    try:
+        return any(os.readlink(f"/proc/{pid}/fd/{fd}") == str(path) for fd in os.listdir(f"/proc/{pid}/fd"))
+    except OSError:
+        return False
 
 
 def free_port() -> int:
@@ -311,6 +350,8 @@ def stream_lines(out: str) -> list[str]:
 
 
 def test_a_socket_client_that_disconnects_mid_line_loses_nothing_and_triggers_fire(default_gguf, tmp_path):
+    """Three lines, then quiet until the idle trigger's assessment is in the journal (however long a loaded host
+    takes to load the model and prefill them), then a line that matches the pattern trigger."""
     port = free_port()
     journal = tmp_path / "journal.jsonl"
     profile = tmp_path / "triggers.toml"
@@ -327,10 +368,11 @@ def test_a_socket_client_that_disconnects_mid_line_loses_nothing_and_triggers_fi
     first.sendall(b"ALM1 FIC101 HIGH\nALM2 TIC202 LOW\nALM3 half a li")
     first.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, b"\x01\x00\x00\x00\x00\x00\x00\x00")
     first.close()                                                        # reset mid-line
-    time.sleep(5.0)                                                      # quiet: the idle trigger fires
+    wait_for(lambda: journal.exists() and any(r["kind"] == "assessment" for r in journal_of(journal))
+             or proc.poll() is not None, "the idle trigger never fired")  # quiet: the idle trigger fires
     with socket.create_connection(("127.0.0.1", port)) as second:
         second.sendall(b"ALM4 PIC303 HH PRESSURE\nALM5 LIC404 LOW\n")   # HH: the pattern trigger fires
-    out, err = proc.communicate(timeout=120)
+    out, err = proc.communicate(timeout=240)
     assert proc.returncode == 0, err
     assert stream_lines(out) == ["ALM1 FIC101 HIGH", "ALM2 TIC202 LOW", "ALM3 half a li", "ALM4 PIC303 HH PRESSURE",
                                  "ALM5 LIC404 LOW"]
