@@ -19,10 +19,29 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import signal
 import sys
+import tempfile
 import textwrap
 from pathlib import Path
+
+from bench import distill, draftscan, perplexity, pipeline_vs_serial, recall_questions, soak, speed
+from bench import operators as ob
+from bench.distill import Recipe
+from bench.recall import answer_rate
+from kernels.sampling import SamplingParams
+from models.convert import convert, load_card
+from models.draftnet import DraftShape
+from models.graph import ensure_graph
+from models.registry import home
+from pipeline import config
+from pipeline.decode.exactness import doctor
+from pipeline.decode.generate import generate, score
+from pipeline.launch import run_pipeline
+from pipeline.serve.zmq_api import ask
+from pipeline.stream.records import format_of
+from pipeline.stream.replay import replay
 
 ROOT = Path(__file__).resolve().parent
 SHARED = ROOT.parent / "shared"
@@ -42,8 +61,6 @@ def _add_policy(p):
 
 
 def parser() -> argparse.ArgumentParser:
-    from models.draftnet import DraftShape
-    from pipeline.distill import Recipe
 
     top = argparse.ArgumentParser(prog="run.py", description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     sub = top.add_subparsers(dest="verb")
@@ -330,7 +347,6 @@ def main(argv=None) -> int:
 
 
 def cmd_replay(args) -> int:
-    from pipeline import config, tasks
 
     overrides = {"replay.every_lines": args.every} if getattr(args, "every", None) else {}
     if getattr(args, "launcher", None):
@@ -355,21 +371,18 @@ def cmd_replay(args) -> int:
 
     max_lines = getattr(args, "max_lines", 0) or cfg.replay.max_lines
     if cfg.actors.launcher != "serial":
-        from pipeline.launch import run_pipeline
         run_pipeline(cfg, _source(log, fmt, max_lines, getattr(args, "speed", 0.0), getattr(args, "follow", False)),
                      journal=getattr(args, "journal", None), pub=getattr(args, "pub", None), quiet_lines=quiet)
         return 0
     if log.startswith("tcp://") or log == "-" or getattr(args, "follow", False):
         raise ValueError("the serial launcher replays files only; use --launcher local for sockets, stdin, --follow")
-    totals = tasks.replay(log, fmt, cfg, emit, max_lines=max_lines)
+    totals = replay(log, fmt, cfg, emit, max_lines=max_lines)
     print(f"replayed {totals['lines']} lines ({totals['stream_tokens']} tokens), {totals['assessments']} "
           f"assessments, {totals['tokens_per_s']:.0f} tok/s decode, {totals['wall_s']:.1f} s")
     return 0
 
 
 def cmd_serve(args) -> int:
-    from pipeline import config
-    from pipeline.launch import run_pipeline
 
     overrides = {"serve.enabled": True}
     for key in ("http", "zmq", "pub", "api_key", "archive"):
@@ -396,7 +409,6 @@ def cmd_serve(args) -> int:
 
 
 def cmd_ask(args) -> int:
-    from pipeline.zmq_api import ask
 
     def show(text):
         sys.stdout.write(text)
@@ -418,9 +430,7 @@ def cmd_ask(args) -> int:
 
 def _source(log: str, fmt: str | None, max_lines: int, speed: float, follow: bool) -> dict:
     """What the ingest actor reads, from the command line's FILE / tcp://HOST:PORT / - and flags."""
-    import os
 
-    from pipeline.records import format_of
 
     src = {"max_lines": max_lines}
     if log.startswith("tcp://"):
@@ -437,12 +447,10 @@ def _source(log: str, fmt: str | None, max_lines: int, speed: float, follow: boo
 
 
 def cmd_generate(args) -> int:
-    from kernels.sampling import SamplingParams
-    from pipeline import tasks
 
     prompt = args.prompt if args.prompt is not None else _read_text(args.prompt_file)
     params = SamplingParams(args.temperature, args.top_k, args.top_p, args.seed)
-    out = tasks.generate(prompt, args.chat, args.max_tokens, params, args.draft, args.draft_model, args.draft_len,
+    out = generate(prompt, args.chat, args.max_tokens, params, args.draft, args.draft_model, args.draft_len,
                          _sink(args), args.window, args.model, args.threads, siblings=args.siblings)
     if args.json:
         print(json.dumps(out))
@@ -455,9 +463,8 @@ def cmd_generate(args) -> int:
 
 
 def cmd_score(args) -> int:
-    from pipeline import tasks
 
-    out = tasks.score(_read_text(args.text_file), _sink(args), args.window, args.model, threads=args.threads)
+    out = score(_read_text(args.text_file), _sink(args), args.window, args.model, threads=args.threads)
     if args.json:
         print(json.dumps(out))
     else:
@@ -466,8 +473,6 @@ def cmd_score(args) -> int:
 
 
 def cmd_convert(args) -> int:
-    from models.convert import convert, load_card
-    from models.graph import ensure_graph
 
     card_path = convert(args.gguf, args.out)
     card = load_card(args.out)
@@ -483,7 +488,6 @@ def cmd_convert(args) -> int:
 
 
 def cmd_bench(args) -> int:
-    from pipeline import bench
 
     if args.task == "operator":
         return _bench_operator(args)
@@ -494,14 +498,14 @@ def cmd_bench(args) -> int:
         print(f"  {task:8s} repeat {repeat} prompt {k} {name:18s} {res['tokens_per_s']:7.1f} tok/s  ttft "
               f"{res['ttft_ms']:6.0f} ms", file=sys.stderr, flush=True)
 
-    tasks = bench.TASKS if args.task == "all" else (args.task,)
+    tasks = speed.TASKS if args.task == "all" else (args.task,)
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))      # unwind: the workers are closed on the way out
     try:
         draft = "" if args.draft_model == "none" else args.draft_model
         only = [name.strip() for name in args.systems.split(",") if name.strip()]
-        out = bench.bench(args.log, tasks, args.offsets, args.repeats, args.threads, args.window, draft,
+        out = speed.bench(args.log, tasks, args.offsets, args.repeats, args.threads, args.window, draft,
                           False if args.no_llama_cpp else None, progress, only, args.unpadded)
-    except bench.Disagreement as exc:
+    except speed.Disagreement as exc:
         print(f"ringspec: bench: {exc}", file=sys.stderr)
         return 3
     if args.out:
@@ -532,7 +536,6 @@ def cmd_bench(args) -> int:
 
 
 def _bench_operator(args) -> int:
-    from pipeline import operatorbench as ob
 
     rates = [float(r) for r in args.rates.split(",") if r.strip()]
     if args.questions < 2 or args.rate <= 0 or not rates or min(rates) <= 0:
@@ -548,7 +551,6 @@ def _bench_operator(args) -> int:
               f"{row['waiting_lines']} waiting at the end, {row['dropped']} dropped, {row['questions']} questions",
               file=sys.stderr, flush=True)
 
-    from pipeline import config
     k = config.load(args.config).serve.retrieve
     out = {"latency": [ob.latency(args.log, args.rate, args.questions, 30, r, args.config, progress=asked)
                        for r in sorted({0, k})]}
@@ -577,10 +579,7 @@ def _bench_operator(args) -> int:
 
 
 def cmd_eval_recall(args) -> int:
-    import tempfile
 
-    from pipeline import config, recallset
-    from pipeline.recalleval import answer_rate
 
     root = Path(args.logs)
     logs = sorted(str(p) for p in (root.rglob("*.csv") if root.is_dir() else [root]))
@@ -588,7 +587,7 @@ def cmd_eval_recall(args) -> int:
         raise FileNotFoundError(f"no TEP CSV logs under {root}")
     if args.per_log < 1 or args.max_questions < 1 or args.k < 1:
         raise ValueError("--per-log, --max-questions and --k must be at least 1")
-    questions = recallset.build(logs, per_log=args.per_log)
+    questions = recall_questions.build(logs, per_log=args.per_log)
     step = max(1, len(questions) // args.max_questions)
     questions = questions[::step][:args.max_questions]
 
@@ -597,7 +596,7 @@ def cmd_eval_recall(args) -> int:
               f"{row['exact_with']}, without {row['exact_without']}", file=sys.stderr, flush=True)
 
     with tempfile.TemporaryDirectory(prefix="ringspec_recall_") as tmp:
-        recall = {k: recallset.recall_at_k(questions, k, tmp)["recall"] for k in (1, 4, 8)}
+        recall = {k: recall_questions.recall_at_k(questions, k, tmp)["recall"] for k in (1, 4, 8)}
         out = answer_rate(questions, args.k, tmp, config.load(None, {"serve.enabled": True}), progress=progress)
     out["recall_at"] = recall
     if args.json:
@@ -611,7 +610,6 @@ def cmd_eval_recall(args) -> int:
 
 
 def cmd_doctor(args) -> int:
-    from pipeline.exactness import doctor
 
     rep = doctor(args.model, args.threads, args.max_rows, args.accuracy_level)
     if args.json:
@@ -644,7 +642,6 @@ def cmd_doctor(args) -> int:
 
 
 def cmd_draft_scan(args) -> int:
-    from pipeline import draftscan
 
     def progress(spec, row):
         print(f"  {spec:14s} accepted {row['acceptance_rate']:6.1%}  {row['accepted_per_verify']:.2f} tokens/verify  "
@@ -670,10 +667,6 @@ def cmd_draft_scan(args) -> int:
 
 
 def cmd_distill(args) -> int:
-    from models.draftnet import DraftShape
-    from models.registry import home
-    from pipeline import distill
-    from pipeline.distill import Recipe
     from tqdm import tqdm
 
     for name in ("steps", "vocab", "d_model", "layers", "train_logs", "continuations"):
@@ -714,7 +707,6 @@ def cmd_distill(args) -> int:
 
 
 def cmd_pipeline_bench(args) -> int:
-    from pipeline import config, pipebench
 
     cfg = config.load(args.config)
 
@@ -723,7 +715,7 @@ def cmd_pipeline_bench(args) -> int:
               f"tok/verify, overhead {res['overhead_share']:.1%}, overlap {res['overlap_share']:.0%}, wall "
               f"{res['wall_s']:.1f} s", file=sys.stderr, flush=True)
 
-    out = pipebench.compare(args.log, cfg, args.config, args.max_lines, args.repeats, progress)
+    out = pipeline_vs_serial.compare(args.log, cfg, args.config, args.max_lines, args.repeats, progress)
     if args.json:
         print(json.dumps(out))
         return 0
@@ -749,7 +741,6 @@ def _int_list(text: str, what: str) -> list[int]:
 
 
 def cmd_soak(args) -> int:
-    from pipeline import config, soak
 
     seen: list[set] = []
 
@@ -789,18 +780,17 @@ def cmd_soak(args) -> int:
 
 
 def cmd_eval_stream(args) -> int:
-    from pipeline import evaluate
 
     sinks, windows = _int_list(args.sink, "sink"), _int_list(args.window, "window")
     if len(sinks) > 1 or len(windows) > 1:
         if args.plot and not args.plot.endswith(".svg"):
             raise ValueError(f"--plot {args.plot!r}: an ablation plot is SVG; name it .svg")
-        rows = evaluate.ablate(args.log, args.format, sinks, windows, args.max_tokens,
+        rows = perplexity.ablate(args.log, args.format, sinks, windows, args.max_tokens,
                                "recompute" in args.modes.split(","), args.model, args.threads, not args.quiet)
         if args.out:
             Path(args.out).write_text(json.dumps(rows))
         if args.plot:
-            print(f"plot {evaluate.write_ablation_plot(rows, args.plot)}", file=sys.stderr)
+            print(f"plot {perplexity.write_ablation_plot(rows, args.plot)}", file=sys.stderr)
         if args.json:
             print(json.dumps(rows))
             return 0
@@ -812,18 +802,18 @@ def cmd_eval_stream(args) -> int:
                   f"{row['tokens_per_s']:7.1f}")
         return 0
     args.sink, args.window = sinks[0], windows[0]
-    out = evaluate.evaluate_stream(args.log, args.format, args.modes.split(","), args.sink, args.window,
+    out = perplexity.evaluate_stream(args.log, args.format, args.modes.split(","), args.sink, args.window,
                                    args.max_tokens, args.stride, args.naive_offset, args.dense_budget_mb, args.model,
                                    threads=args.threads, progress=not args.quiet)
     if args.out:
         Path(args.out).write_text(json.dumps(out))
     if args.plot:
-        print(f"plot {args.plot}: {evaluate.write_plot(out, args.plot)}", file=sys.stderr)
-    rows = evaluate.summary(out)
+        print(f"plot {args.plot}: {perplexity.write_plot(out, args.plot)}", file=sys.stderr)
+    rows = perplexity.summary(out)
     if args.json:
         print(json.dumps(rows))
         return 0
-    print(f"{out['_meta']['n_tokens']} tokens, wrap at {out['_meta']['wrap_position']}; {evaluate.MEMORY_NOTE}")
+    print(f"{out['_meta']['n_tokens']} tokens, wrap at {out['_meta']['wrap_position']}; {perplexity.MEMORY_NOTE}")
     for mode, r in rows.items():
         post = "-" if r["ppl_post_wrap"] is None else f"{r['ppl_post_wrap']:.3f}"
         print(f"{mode:10s} ppl {r['ppl']:9.3f}  post-wrap {post:>9s}  {r['tokens_per_s']:7.1f} tok/s  "

@@ -25,8 +25,15 @@ from collections import deque
 
 import numpy as np
 
-from actors.common import Figures, attach_when_ready, figures_on_request, pin
+from models.convert import load_card
+from models.registry import converted_dir, resolve_gguf
+from models.runner import kv_bytes_per_slot
 from pipeline.channel import Channel, Selector
+from pipeline.decode.deferred import DeferredEngine
+from pipeline.process import Figures, attach_when_ready, figures_on_request, pin
+from pipeline.serve.operators import OperatorQueue, Request
+from pipeline.stream.replay import Analyst, replay_frame
+from pipeline.stream.triggers import Triggers
 
 STATUS_EVERY_S = 1.0
 
@@ -57,14 +64,6 @@ class _Nothing:
 
 class Owner:
     def __init__(self, cfg, spec, lines, asks, out, links, stop, drain):
-        from models.convert import load_card
-        from models.registry import converted_dir
-        from models.runner import kv_bytes_per_slot
-        from pipeline.assemble import resolve_gguf
-        from pipeline.deferred import DeferredEngine
-        from pipeline.operators import OperatorQueue
-        from pipeline.tasks import Analyst, replay_frame
-        from pipeline.triggers import Triggers
 
         self.cfg, self.spec, self.lines, self.asks, self.out, self.stop, self.drain = \
             cfg, spec, lines, asks, out, stop, drain
@@ -147,7 +146,6 @@ class Owner:
         return bool(self.queue)
 
     def take_request(self, head: dict, ids) -> None:
-        from pipeline.operators import Request
 
         if head["kind"] == "cancel":
             if self.queue.cancel(head["id"]) is None and head["id"] == self.current:

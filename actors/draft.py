@@ -16,8 +16,11 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from actors.common import Figures, attach_when_ready, figures_on_request, pin
+from kernels.sampling import SamplingParams
 from pipeline.channel import Channel, ChannelSpec
+from pipeline.decode.assemble import make_draft
+from pipeline.decode.blocks import BLOCK, room_of
+from pipeline.process import Figures, attach_when_ready, figures_on_request, pin
 
 AHEAD = 2
 EMPTY = np.zeros(0, np.int64)
@@ -41,7 +44,6 @@ class Lookahead:
 
 class Drafter:
     def __init__(self, draft, k: int, out, figures: Figures):
-        from pipeline.blocks import BLOCK, room_of
 
         self.draft, self.k, self.out, self.figures = draft, k, out, figures
         self.room = lambda n: room_of(n, BLOCK)
@@ -109,8 +111,6 @@ class Drafter:
 
 
 def run(inbox: ChannelSpec, outbox: str, cfg, spec, vocab: int, stop) -> None:
-    from kernels.sampling import SamplingParams
-    from pipeline.assemble import make_draft
 
     pin(cfg.actors.draft_cpus)
     figures = Figures("draft")

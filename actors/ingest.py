@@ -2,7 +2,7 @@
 
 Receives nothing; emits one message per record to the cache owner (header: offset, time, tags, text, seq, the drop
 counts so far; array: token ids), then an "eof" carrying its counts and figures. When serving, every record also goes
-into the archive (pipeline/archive.py; `seq` is its row there), flushed at least every half second. A file source
+into the archive (pipeline/stream/archive.py; `seq` is its row there), flushed at least every half second. A file source
 (replay, loop, follow) is back-pressured: it waits while the owner's channel is full and never drops. A live source
 (tcp, stdin) cannot be paused for ever: when the owner's backlog and channel stay full for `drop_after_s`, the
 record is dropped, counted and logged, never buffered without limit. Never touches a model or the cache.
@@ -17,14 +17,24 @@ from __future__ import annotations
 import sys
 import threading
 import time
+from pathlib import Path
 
 import numpy as np
 
-from actors.common import Figures, StopFlag, attach_when_ready, figures_on_request, pin
+from models.registry import resolve_gguf
+from models.tokenizer import Tokenizer
+from pipeline.process import (
+    Figures,
+    StopFlag,
+    attach_when_ready,
+    figures_on_request,
+    pin,
+)
+from pipeline.stream import sources
+from pipeline.stream.archive import Archive
 
 
 def open_source(source: dict, stop_event: threading.Event):
-    from pipeline import sources
 
     kind = source.get("kind", "replay")
     if kind == "replay":
@@ -48,7 +58,6 @@ class _Loop:
     """A captured file replayed over and over (the soak): records carry their pass in `loop`."""
 
     def __init__(self, source: dict, stop_event: threading.Event):
-        from pipeline import sources
 
         self.source, self.stop_event, self.loop = source, stop_event, 0
         self.stats = sources.SourceStats()
@@ -66,9 +75,6 @@ class _Loop:
 
 def run(out_name: str, source: dict, gguf: str, cpus: str, stop, drain, drop_after_s: float = 5.0) -> None:
     """stop: the pipeline's stop flag; drain: the operator asked to drain (stop reading, still hand over an eof)."""
-    from models.tokenizer import Tokenizer
-    from pipeline import sources
-    from pipeline.assemble import resolve_gguf
 
     pin(cpus)
     figures = Figures("ingest")
@@ -145,8 +151,6 @@ def _open_archive(spec: dict | None):
     """The archive every line also goes to (serving): None when not asked for."""
     if not spec:
         return None
-    from pipeline.archive import Archive
-    from pathlib import Path
     Path(spec["path"]).parent.mkdir(parents=True, exist_ok=True)
     return Archive(spec["path"], max_lines=spec["max_lines"], flush_every=64)
 

@@ -1,5 +1,5 @@
 """Output actor: owns stdout, the append-only JSONL journal, the zmq PUB socket and, when serving, the operators'
-front (HTTP API, console, zmq questions: pipeline/front.py).
+front (HTTP API, console, zmq questions: pipeline/serve/front.py).
 
 Receives events from the cache owner; detokenizes assessments and checks the tags they mention against the tags of
 the lines the model could see (a mentioned tag none of them carries is counted as hallucinated); hands answer tokens
@@ -14,9 +14,22 @@ import sys
 import time
 
 import numpy as np
+import zmq
 
-from actors.common import Figures, figures_on_request, messages, pin
+from models.registry import resolve_gguf
+from models.tokenizer import Tokenizer
 from pipeline.channel import Channel, ChannelSpec
+from pipeline.decode.exactness import Verdict
+from pipeline.process import (
+    Figures,
+    attach_when_ready,
+    figures_on_request,
+    messages,
+    pin,
+)
+from pipeline.serve.front import Front
+from pipeline.serve.http_api import serve_http
+from pipeline.serve.zmq_api import ZmqFront
 
 TAG = re.compile(r"\b[A-Z]{1,4}\d{2,4}(?:_\d+)?\b")   # plant tags as alarm consoles write them: FIR123, AIR003_3
 
@@ -24,11 +37,8 @@ TAG = re.compile(r"\b[A-Z]{1,4}\d{2,4}(?:_\d+)?\b")   # plant tags as alarm cons
 def run(in_spec: ChannelSpec, gguf: str, journal: str | None, pub: str | None, quiet_lines: bool, cpus: str,
         stop, cfg=None, serve: dict | None = None) -> None:
     """serve: when the pipeline serves operators, {"asks": the owner's question channel, "archive": path,
-    "pids_file": path}; the HTTP and zmq interfaces then run in this process (pipeline/front.py)."""
-    import zmq
+    "pids_file": path}; the HTTP and zmq interfaces then run in this process (pipeline/serve/front.py)."""
 
-    from models.tokenizer import Tokenizer
-    from pipeline.assemble import resolve_gguf
 
     pin(cpus)
     figures = Figures("output")
@@ -96,10 +106,6 @@ def _record(event: dict, log, sock) -> None:
 
 def _start_front(cfg, tok, serve: dict, stop):
     """The operators' interfaces: the front (its channel to the owner), then HTTP and zmq as configured."""
-    from actors.common import attach_when_ready
-    from pipeline.front import Front
-    from pipeline.http_api import serve_http
-    from pipeline.zmq_api import ZmqFront
 
     asks = attach_when_ready(serve["asks"], stop)
     front = Front(cfg, tok, asks, serve["archive"], serve.get("pids_file"))
@@ -180,5 +186,4 @@ def print_summary(figures: list[dict]) -> None:
 
 
 def _exactness_line(ex: dict) -> str:
-    from pipeline.exactness import Verdict
     return Verdict(**ex).line()

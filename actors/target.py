@@ -1,6 +1,6 @@
 """Target actor: owns the target model's session and its KV pool, and judges blocks.
 
-Starts by probing its graph's batch invariance (pipeline/exactness.py) and telling the owner the verdict ("ready").
+Starts by probing its graph's batch invariance (pipeline/decode/exactness.py) and telling the owner the verdict ("ready").
 Receives from the cache owner fully specified passes: a stream or prompt chunk to prefill, or a block to verify (rows,
 positions, the mask, the recent section's slots, the slots committed rows go to). Runs the pass, stores the K/V the
 owner said to keep, and for a block answers with a verdict (rows accepted, next token). Never decides positions,
@@ -13,18 +13,23 @@ import time
 
 import numpy as np
 
-from actors.common import Figures, attach_when_ready, figures_on_request, messages, pin
+from kernels.sampling import SamplingParams, sample, target_probs
+from models.platform import facts
+from models.registry import converted_dir, resolve_gguf
+from models.runner import Runner, RunnerOptions
 from pipeline.channel import Channel, ChannelSpec
+from pipeline.decode.blocks import Block, judge
+from pipeline.decode.exactness import check
+from pipeline.process import (
+    Figures,
+    attach_when_ready,
+    figures_on_request,
+    messages,
+    pin,
+)
 
 
 def run(inbox: ChannelSpec, outbox: str, cfg, spec, stop) -> None:
-    from kernels.sampling import SamplingParams, sample, target_probs
-    from models.registry import converted_dir
-    from models.platform import facts
-    from models.runner import Runner, RunnerOptions
-    from pipeline.assemble import resolve_gguf
-    from pipeline.blocks import Block, judge
-    from pipeline.exactness import check
 
     pin(cfg.actors.target_cpus)
     figures = Figures("target")

@@ -12,6 +12,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
+from gguf import GGMLQuantizationType, GGUFReader, GGUFValueType, GGUFWriter
+from gguf.quants import dequantize, quantize
 
 TARGET_IDS = "ringspec.draft.target_ids"    # GGUF key: int32 array, target id of each draft id (-1 for "other")
 OTHER = 0                                    # the draft id of every token outside the sub-vocabulary
@@ -49,8 +51,6 @@ def snap_to_q8(model) -> None:
     """Round every matrix of `model` through Q8_0 in place, so the model holds exactly what `export` writes (figures
     measured after this are the exported draft's)."""
     import torch
-    from gguf import GGMLQuantizationType
-    from gguf.quants import dequantize, quantize
 
     q8 = GGMLQuantizationType.Q8_0
     with torch.no_grad():
@@ -76,8 +76,6 @@ def permute_qk(w: np.ndarray, n_head: int) -> np.ndarray:
 def export(model, shape: DraftShape, target_ids: np.ndarray, target_gguf, out, meta: dict | None = None) -> Path:
     """Write `model` as a llama GGUF at `out`: Q8_0 matrices, float32 norms, the target's tokenizer fields, the map.
     Returns the path. The file is written beside `out` and renamed into place."""
-    from gguf import GGMLQuantizationType, GGUFReader, GGUFValueType, GGUFWriter
-    from gguf.quants import quantize
 
     from .subset import copy_field
 

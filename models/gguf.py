@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
+from gguf import GGUFReader
 
 SUPPORTED_ARCHS = {"llama": "interleaved", "qwen2": "neox"}  # architecture -> RoPE pairing
 
@@ -53,7 +54,6 @@ class GGUFModel:
     """An opened GGUF: `config`, `field(name)`, `tensor(name)` (raw blocks as stored) and `tensor_type(name)`."""
 
     def __init__(self, path: str | os.PathLike):
-        from gguf import GGUFReader
 
         self.path = Path(path)
         if not self.path.exists():

@@ -5,7 +5,7 @@ Owns the one-operator graphs (random inputs and weights in the model's shapes an
 the target) and the comparison: every row of an M-row run against the same row of a 64-row run, M = 1..64, the rows
 taken from the front and from the back; and for attention, a row's result with 0..9 masked columns appended against
 none (what lies between a lone row and the same row in a block). `run.py doctor` prints the table; the engine's own
-start-up check is the whole pass (pipeline/exactness.py). Never touches a model's weights.
+start-up check is the whole pass (pipeline/decode/exactness.py). Never touches a model's weights.
 
 Measured (ONNX Runtime 1.32, AMD EPYC with AVX2 only, 1 and 2 threads): MatMulNBits computes a 1-row input by
 another kernel than a 2-or-more-row one (1e-6 apart, accuracy levels 0 and 4); every other family is invariant at

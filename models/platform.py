@@ -14,6 +14,9 @@ import platform as _platform
 import struct
 import sys
 
+import numpy
+import onnxruntime
+
 # x86-64 SysV: cpuid(leaf=edi, subleaf=esi, out=rdx) -> out[0..3] = eax, ebx, ecx, edx
 _CPUID = bytes([0x53,                    # push rbx (callee-saved; cpuid writes it)
                 0x49, 0x89, 0xD0,        # mov r8, rdx
@@ -84,8 +87,6 @@ def widest_simd(isa: list[str]) -> str:
 
 
 def facts() -> dict:
-    import numpy
-    import onnxruntime
 
     isa = isa_features()
     return {"onnxruntime": onnxruntime.__version__, "numpy": numpy.__version__,

@@ -12,6 +12,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
+from gguf import GGMLQuantizationType
+from gguf.quants import dequantize as gg_dequantize
 
 BLOCK = 32
 NBITS_TYPES = {"Q4_0": 4, "Q4_1": 4, "Q8_0": 8}
@@ -61,8 +63,6 @@ def concat(parts: list[Packed]) -> Packed:
 
 def dequantize(raw: np.ndarray, qtype: str, shape: tuple[int, ...]) -> np.ndarray:
     """Any GGUF type -> float32 array of `shape` (numpy order)."""
-    from gguf import GGMLQuantizationType
-    from gguf.quants import dequantize as gg_dequantize
 
     if qtype in ("F32", "F16", "BF16") and raw.dtype != np.uint8:
         return np.asarray(raw, dtype=np.float32).reshape(shape)

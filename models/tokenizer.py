@@ -14,7 +14,8 @@ import struct
 
 import numpy as np
 from jinja2.sandbox import ImmutableSandboxedEnvironment
-from tokenizers import Regex, Tokenizer as _BPETokenizer, models, pre_tokenizers
+from tokenizers import Regex, models, pre_tokenizers
+from tokenizers import Tokenizer as _BPETokenizer
 
 CONTROL, USER_DEFINED = 3, 4  # tokenizer.ggml.token_type values that plain text must never produce
 

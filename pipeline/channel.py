@@ -24,6 +24,7 @@ once in CI under Ray). `cleanup_stale` removes segments whose owner died without
 """
 from __future__ import annotations
 
+import _posixshmem
 import atexit
 import mmap
 import os
@@ -37,7 +38,6 @@ import weakref
 from dataclasses import dataclass
 from multiprocessing import util
 
-import _posixshmem
 import msgpack
 import numpy as np
 import zmq

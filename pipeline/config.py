@@ -6,6 +6,9 @@ files other than the profile it is given.
 from __future__ import annotations
 
 import dataclasses
+import ipaddress
+import os
+import re
 import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -183,7 +186,6 @@ def parse(raw: dict, source: str = "<dict>") -> Config:
     if serial_only and cfg.actors.launcher != "serial":
         raise ConfigError(f"{source}: draft.{serial_only[0]} is a serial-engine setting (actors.launcher = "
                           f"\"serial\"); the actor pipeline's draft runs fixed-length chains a block ahead")
-    import os
     usable = os.sched_getaffinity(0)
     for key in ("ingest_cpus", "owner_cpus", "target_cpus", "draft_cpus", "output_cpus"):
         try:
@@ -193,7 +195,6 @@ def parse(raw: dict, source: str = "<dict>") -> Config:
         if cpus - usable:
             raise ConfigError(f"{source}: actors.{key} = {getattr(cfg.actors, key)!r} names CPUs "
                               f"{sorted(cpus - usable)} this machine does not offer (usable: {sorted(usable)})")
-    import re
     try:
         re.compile(cfg.replay.trigger_pattern)
     except re.error as exc:
@@ -218,7 +219,6 @@ def parse(raw: dict, source: str = "<dict>") -> Config:
 
 
 def is_loopback(host: str) -> bool:
-    import ipaddress
     host = host.strip("[]")
     if host == "localhost":
         return True

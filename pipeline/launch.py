@@ -17,6 +17,7 @@ Each channel is created by its consumer; producers attach when it appears (model
 from __future__ import annotations
 
 import importlib
+import json
 import multiprocessing as mp
 import os
 import shutil
@@ -26,8 +27,12 @@ import tempfile
 import time
 from dataclasses import dataclass
 
-from actors.common import StopFlag, Stopped
+from models.convert import load_card
+from models.registry import converted_dir, home, resolve_gguf
 from pipeline.channel import ChannelSpec, cleanup_stale
+from pipeline.decode.drafts import speaks
+from pipeline.process import StopFlag, Stopped
+from pipeline.stream.replay import replay_frame
 
 DRAIN_S = 60.0        # a drain that takes longer than this is cut short
 
@@ -46,11 +51,6 @@ class ActorPlan:
 def plan(cfg, source: dict, journal: str | None, pub: str | None, quiet_lines: bool, run_dir: str,
          tag: str) -> list[ActorPlan]:
     """The five actors and their channels, sized once here from the config and the model's card."""
-    from models.convert import load_card
-    from models.registry import converted_dir
-    from pipeline.assemble import resolve_gguf
-    from pipeline.drafts import speaks
-    from pipeline.tasks import replay_frame
 
     card = load_card(converted_dir(resolve_gguf(cfg.model.gguf)))      # converts on first use, with progress
     vocab = card["config"]["vocab_size"]
@@ -66,7 +66,6 @@ def plan(cfg, source: dict, journal: str | None, pub: str | None, quiet_lines: b
     stop, drain = StopFlag(f"{run_dir}/stop"), f"{run_dir}/drain"
     owner_serve, output_serve = {}, {}
     if cfg.serve.enabled:                 # operators' questions: the front (in output) -> the owner
-        from models.registry import home
         asks = _channel(tag, "asks", 64, cfg.serve.max_prompt_tokens * 4 + (4 << 10))
         archive = cfg.serve.archive or str(home() / "archive" / "stream.sqlite")
         source = {**source, "archive": {"path": archive, "max_lines": cfg.serve.archive_max_lines}}
@@ -112,7 +111,6 @@ def pids_file(run_dir: str) -> str:
 
 
 def _write_pids(run_dir: str, pids: dict) -> None:
-    import json
     with open(pids_file(run_dir) + ".tmp", "w") as f:
         json.dump(pids, f)
     os.replace(pids_file(run_dir) + ".tmp", pids_file(run_dir))
@@ -273,7 +271,6 @@ def _ray(plans: list[ActorPlan], run_dir: str, cfg) -> None:
     started = not ray.is_initialized()
     if started:
         root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-        from models.registry import home
         # "local": always a new instance (None would join whatever /tmp/ray/ray_current_cluster names, live or not)
         ray.init(address=address or "local", include_dashboard=False, log_to_driver=True, namespace="ringspec",
                  num_cpus=None if address else os.cpu_count(), configure_logging=False,

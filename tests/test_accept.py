@@ -11,7 +11,8 @@ from functools import partial
 
 import numpy as np
 import pytest
-from hypothesis import given, settings, strategies as st
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from scipy.stats import chisquare
 
 from kernels.accept import accept_chain, accept_chain_greedy, accept_tree, accept_tree_greedy

@@ -4,9 +4,9 @@ from pathlib import Path
 
 import pytest
 
-from pipeline.archive import Archive, Hit, query_terms, search
-from pipeline.recallset import alarm_of, build, recall_at_k, seq_of
-from pipeline.records import read_log
+from bench.recall_questions import alarm_of, build, recall_at_k, seq_of
+from pipeline.stream.archive import Archive, Hit, query_terms, search
+from pipeline.stream.records import read_log
 
 TEP = Path(__file__).resolve().parents[2] / "shared" / "data" / "tep_alarms"
 TEP_LOG = str(TEP / "filter" / "text_alarms_filter_1.csv")

@@ -5,24 +5,24 @@ import sys
 
 import pytest
 
-from pipeline import bench
+from bench import speed
 
-ROOT = bench.__file__.rsplit("/pipeline/", 1)[0]
+ROOT = speed.__file__.rsplit("/bench/", 1)[0]
 
 
 def test_loop_share_counts_back_to_back_repeats_only():
-    assert bench.loop_share([1, 2, 3] * 10) == 1.0
-    assert bench.loop_share(list(range(50))) == 0.0
+    assert speed.loop_share([1, 2, 3] * 10) == 1.0
+    assert speed.loop_share(list(range(50))) == 0.0
     text = list(range(20)) + [7, 8] * 8 + list(range(100, 120))     # 16 looped tokens out of 56
-    assert bench.loop_share(text) == pytest.approx(16 / 56)
-    assert bench.loop_share([5, 6, 5, 6] + list(range(30))) == 0.0  # two copies, shorter than the minimum span
+    assert speed.loop_share(text) == pytest.approx(16 / 56)
+    assert speed.loop_share([5, 6, 5, 6] + list(range(30))) == 0.0  # two copies, shorter than the minimum span
 
 
 def test_prompts_are_line_aligned_windows_framed_per_task(default_gguf):
     from models.tokenizer import Tokenizer
     tok = Tokenizer.from_gguf(default_gguf)
     log = f"{ROOT}/data/tep_demo.csv"
-    logs, asks = bench.prompts(log, "log", 5), bench.prompts(log, "analysis", 5)
+    logs, asks = speed.prompts(log, "log", 5), speed.prompts(log, "analysis", 5)
     assert len(logs) == 5 and all(len(p.ids) == 512 and p.new_tokens == 256 and not p.stop_ids for p in logs)
     assert [p.offset for p in logs] == [p.offset for p in asks]
     first = tok.decode(list(logs[2].ids[:12]))
@@ -39,26 +39,26 @@ def _runs(ids_by_system):
 
 
 def test_a_ringspec_system_that_differs_from_target_only_is_an_error():
-    chosen = [bench.System("target_only", "ringspec"), bench.System("suffix_serial", "ringspec", "suffix"),
-              bench.System("llama_cpp_plain", "llama_cpp")]
-    fine = bench._table(chosen, _runs({"target_only": [[1, 2, 3]], "suffix_serial": [[1, 2, 3]],
+    chosen = [speed.System("target_only", "ringspec"), speed.System("suffix_serial", "ringspec", "suffix"),
+              speed.System("llama_cpp_plain", "llama_cpp")]
+    fine = speed._table(chosen, _runs({"target_only": [[1, 2, 3]], "suffix_serial": [[1, 2, 3]],
                                       "llama_cpp_plain": [[1, 2, 4]]}))
     assert fine["llama_cpp_plain"]["identical_to_target_only"] == 0          # llama.cpp may differ: reported
     assert fine["suffix_serial"]["agreement_with_llama_cpp"] == pytest.approx(2 / 3)
-    with pytest.raises(bench.Disagreement, match="suffix_serial differs from target_only on prompt 0 at token 2"):
-        bench._table(chosen, _runs({"target_only": [[1, 2, 3]], "suffix_serial": [[1, 2, 9]],
+    with pytest.raises(speed.Disagreement, match="suffix_serial differs from target_only on prompt 0 at token 2"):
+        speed._table(chosen, _runs({"target_only": [[1, 2, 3]], "suffix_serial": [[1, 2, 9]],
                                     "llama_cpp_plain": [[1, 2, 3]]}))
     runs = _runs({"target_only": [[1, 2, 3]], "suffix_serial": [[1, 9, 9]], "llama_cpp_plain": [[1, 2, 3]]})
     runs["suffix_serial"].append({**runs["suffix_serial"][0], "token_ids": [1, 2, 3]})   # a later repeat agrees
-    with pytest.raises(bench.Disagreement, match="at token 1"):                         # the first still counts
-        bench._table(chosen, runs)
+    with pytest.raises(speed.Disagreement, match="at token 1"):                         # the first still counts
+        speed._table(chosen, runs)
 
 
 def test_goals_take_the_fastest_ringspec_system_and_say_by_how_much():
     out = {"log": {"target_only": {"tokens_per_s": 70.0}, "suffix_serial": {"tokens_per_s": 150.0},
                    "llama_cpp_plain": {"tokens_per_s": 100.0}, "llama_cpp_lookup": {"tokens_per_s": 200.0}},
            "analysis": {"target_only": {"tokens_per_s": 90.0}, "suffix_serial": {"tokens_per_s": 120.0}}}
-    got = {(g["task"], g["against"]): g for g in bench.goals(out)}
+    got = {(g["task"], g["against"]): g for g in speed.goals(out)}
     assert set(got) == {("log", "llama_cpp_plain"), ("log", "llama_cpp_lookup"), ("analysis", "target_only")}
     assert got["log", "llama_cpp_plain"]["system"] == "suffix_serial"           # llama.cpp never counts as ours
     assert got["log", "llama_cpp_plain"]["ratio"] == pytest.approx(1.5) and not got["log", "llama_cpp_plain"]["met"]
@@ -67,7 +67,7 @@ def test_goals_take_the_fastest_ringspec_system_and_say_by_how_much():
 
 def test_bench_runs_every_system_on_the_real_model_and_prints_the_json_contract(default_gguf, tmp_path):
     proc = subprocess.run([sys.executable, f"{ROOT}/run.py", "bench", "--offsets", "1", "--repeats", "1", "--json",
-                           "--out", str(tmp_path / "bench.json")], capture_output=True, text=True, timeout=900)
+                           "--out", str(tmp_path / "speed.json")], capture_output=True, text=True, timeout=900)
     assert proc.returncode == 0, proc.stderr[-2000:]
     out = json.loads(proc.stdout)
     assert set(out) == {"log", "analysis", "_meta"}
@@ -75,19 +75,19 @@ def test_bench_runs_every_system_on_the_real_model_and_prints_the_json_contract(
     assert meta["exactness"]["target_only"]["invariant"] and meta["platform"]["onnxruntime"]
     ringspec = {"target_only", "suffix_serial", "pipelined", "adaptive_serial", "lines_serial", "tree_serial",
                 "draft_serial", "hybrid_serial", "adaptive_hybrid_serial", "hybrid_tree_serial", "pipelined_hybrid"}
-    names = ringspec | ({"llama_cpp_plain", "llama_cpp_lookup"} if bench.llama_cpp_available() else set())
+    names = ringspec | ({"llama_cpp_plain", "llama_cpp_lookup"} if speed.llama_cpp_available() else set())
     for task in out.values():
         assert set(task) == names
         for name, row in task.items():
             assert row["tokens_per_s"] > 0 and row["ttft_ms"] > 0 and row["peak_mb"] > 50
             if name in ringspec:                     # the distilled draft too, serial and in a draft actor
                 assert row["identical_to_target_only"] == row["prompts"] == 1 and row["exact_here"]
-    assert json.loads((tmp_path / "bench.json").read_text())["_meta"]["systems"] == meta["systems"]
+    assert json.loads((tmp_path / "speed.json").read_text())["_meta"]["systems"] == meta["systems"]
 
 
 def test_block_lists_parse_ranges_and_refuse_junk():
+    from bench.draftscan import _blocks
     from models.subset import parse_blocks
-    from pipeline.draftscan import _blocks
     assert parse_blocks("0-2,5, 7-8") == [0, 1, 2, 5, 7, 8]
     assert _blocks("0-9:3") == [0, 3, 6, 9]
     for bad in ("a-3", "1-", "2,2", "", "5-3"):
@@ -100,7 +100,7 @@ def test_block_lists_parse_ranges_and_refuse_junk():
 def test_a_draft_holding_every_block_is_always_accepted(default_gguf, tmp_path, monkeypatch):
     """The scan's protocol on the one candidate whose answer is known: a byte copy of the target proposes exactly
     the target's greedy tokens, and the tokens equal target-only's."""
-    from pipeline import draftscan
+    from bench import draftscan
     monkeypatch.setattr(draftscan, "home", lambda: tmp_path)       # the cut GGUF goes here (its conversion is cached)
     out = draftscan.scan(f"{ROOT}/data/tep_demo.csv", candidates=("0-29",), n_offsets=1, draft_len=3)
     row = out["candidates"]["0-29"]

@@ -11,10 +11,10 @@ from models.convert import convert
 from models.runner import Runner, RunnerOptions
 from models.tokenizer import Tokenizer
 from pipeline import config
-from pipeline.blocklen import LengthControl, cut_at_line_end, line_end_ids
 from pipeline.config import ConfigError
-from pipeline.drafts import Proposal, SuffixDraft
-from pipeline.engine import Engine
+from pipeline.decode.blocklen import LengthControl, cut_at_line_end, line_end_ids
+from pipeline.decode.drafts import Proposal, SuffixDraft
+from pipeline.decode.engine import Engine
 from tests.test_engine_sampling import ScriptChain
 from tests.tiny_gguf import write_tiny_gguf
 

@@ -2,7 +2,7 @@
 
 Each tiny model is written by `tests/tiny_gguf.py`, whose state dict holds exactly the values the GGUF stores
 (dequantized), so transformers (float32, eager) computes the function the converted graph must compute. Prompts run
-through a `Runner` with a full-cache policy (no sinks, window >= prompt), driven the way `pipeline/engine.py`'s
+through a `Runner` with a full-cache policy (no sinks, window >= prompt), driven the way `pipeline/decode/engine.py`'s
 `feed` drives a prefill: mask from a `RingIndex`, forward, store the rows' K/V at their slots, commit.
 """
 from __future__ import annotations

@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 import torch
 
+from bench.distill import Recipe, choose_vocab, train, training_logs
 from kernels.ring import RingSpec
 from kernels.sampling import SamplingParams
 from models.convert import convert
@@ -16,9 +17,8 @@ from models.draftnet import TARGET_IDS, DraftShape, build, export, snap_to_q8, v
 from models.gguf import GGUFError
 from models.runner import Runner, RunnerOptions
 from models.tokenizer import Tokenizer
-from pipeline.distill import Recipe, choose_vocab, train, training_logs
-from pipeline.drafts import ModelDraft, speaks
-from pipeline.engine import Engine
+from pipeline.decode.drafts import ModelDraft, speaks
+from pipeline.decode.engine import Engine
 from tests.tiny_gguf import write_tiny_gguf
 
 SPEC = RingSpec(sink=4, window=16, ring=32)        # the greedy run wraps it
@@ -132,10 +132,10 @@ def test_held_out_logs_are_never_training_logs(tmp_path):
 
 
 def test_a_missing_bundled_draft_names_the_command_that_rebuilds_it(tmp_path, monkeypatch):
-    from pipeline import assemble
-    monkeypatch.setattr(assemble, "DEFAULT_DRAFT", tmp_path / "gone.gguf")
+    from models import registry
+    monkeypatch.setattr(registry, "DEFAULT_DRAFT", tmp_path / "gone.gguf")
     with pytest.raises(FileNotFoundError, match="python run.py distill --out"):
-        assemble.resolve_gguf("default-draft")
+        registry.resolve_gguf("default-draft")
 
 
 def test_a_doubting_draft_ends_its_chain_early(distilled, greedy):

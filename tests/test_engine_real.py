@@ -8,9 +8,9 @@ import numpy as np
 import pytest
 
 from kernels.sampling import SamplingParams
-from pipeline.assemble import make_engine
-from pipeline.records import read_log, render
 from models.subset import layer_subset
+from pipeline.decode.assemble import make_engine
+from pipeline.stream.records import read_log, render
 
 SHARED = Path(__file__).resolve().parents[2] / "shared"
 GREEDY = SamplingParams()

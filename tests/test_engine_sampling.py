@@ -22,8 +22,8 @@ from kernels.sampling import SamplingParams, sample, target_probs
 from models.convert import convert
 from models.runner import Runner, RunnerOptions
 from models.tokenizer import Tokenizer
-from pipeline.drafts import ModelDraft, NoDraft, Proposal, SuffixDraft, TreeDraft
-from pipeline.engine import Engine, Stats
+from pipeline.decode.drafts import ModelDraft, NoDraft, Proposal, SuffixDraft, TreeDraft
+from pipeline.decode.engine import Engine, Stats
 from tests.tiny_gguf import write_tiny_gguf
 
 PARAMS = SamplingParams(temperature=1.0, top_k=3)

@@ -1,4 +1,4 @@
-"""Streaming perplexity (`pipeline.evaluate`, `run.py eval-stream`) on the real default model, small: S=4, W=32."""
+"""Streaming perplexity (`bench.perplexity`, `run.py eval-stream`) on the real default model, small: S=4, W=32."""
 from __future__ import annotations
 
 import json
@@ -17,7 +17,7 @@ S, W, N = 4, 32, 300
 
 @pytest.fixture(scope="module")
 def result(default_gguf):
-    from pipeline.evaluate import evaluate_stream
+    from bench.perplexity import evaluate_stream
     return evaluate_stream(str(LOG), sink=S, window=W, max_tokens=N, progress=False,
                            modes=("sink", "window", "recompute", "dense"))
 
@@ -50,8 +50,8 @@ def test_recompute_states_a_stride_of_at_most_w_over_8(result):
 
 
 def test_recompute_scores_a_chunk_from_a_fresh_pass_over_its_context(result, default_gguf):
-    from pipeline.assemble import make_engine
-    from pipeline.evaluate import stream_ids
+    from bench.perplexity import stream_ids
+    from pipeline.decode.assemble import make_engine
     ids = stream_ids(str(LOG), None, "default", N)
     stride = result["modes"]["recompute"]["stride"]
     t = 150                                                      # a token well past the wrap
@@ -64,7 +64,7 @@ def test_recompute_scores_a_chunk_from_a_fresh_pass_over_its_context(result, def
 
 
 def test_dense_stops_with_a_reported_count_under_a_tiny_budget(default_gguf):
-    from pipeline.evaluate import evaluate_stream
+    from bench.perplexity import evaluate_stream
     kv_mb = 2 * 30 * 3 * 64 * 4 / 2**20                        # K and V (float32) of one position, default model
     out = evaluate_stream(str(LOG), sink=S, window=W, max_tokens=N, modes=("dense",), progress=False,
                           dense_budget_mb=100.5 * kv_mb)
@@ -97,7 +97,8 @@ def test_cli_json_prints_one_object_mapping_modes_to_ppl(default_gguf, tmp_path)
 
 def test_png_plot_is_a_valid_png(result, tmp_path):
     import zlib
-    from pipeline.evaluate import write_plot
+
+    from bench.perplexity import write_plot
     path = tmp_path / "plot.png"
     write_plot(result, str(path))
     data = path.read_bytes()

@@ -22,8 +22,8 @@ from kernels.ring import RingSpec
 from models.convert import convert
 from models.graph import PLANT_ENV
 from models.runner import Runner, RunnerOptions
-from pipeline.engine import Engine
-from pipeline.exactness import check
+from pipeline.decode.engine import Engine
+from pipeline.decode.exactness import check
 from tests.tiny_gguf import write_tiny_gguf
 
 ROOT = Path(__file__).resolve().parents[1]

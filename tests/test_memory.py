@@ -11,16 +11,16 @@ import gc
 import tracemalloc
 from pathlib import Path
 
-from pipeline.records import read_log, render
+from pipeline.stream.records import read_log, render
 
 ROOT = Path(__file__).resolve().parents[1]
-HOT = ("pipeline/engine.py", "pipeline/blocks.py", "pipeline/drafts.py", "kernels/", "models/runner.py")
+HOT = ("pipeline/decode/engine.py", "pipeline/decode/blocks.py", "pipeline/decode/drafts.py", "kernels/", "models/runner.py")
 
 
 def test_the_hot_loop_allocates_nothing_that_survives_a_step(default_gguf):
     from kernels.sampling import SamplingParams
     from models.tokenizer import Tokenizer
-    from pipeline.assemble import make_engine
+    from pipeline.decode.assemble import make_engine
 
     tok = Tokenizer.from_gguf(default_gguf)
     ids = tok.encode(render(read_log(ROOT / "data" / "tep_demo.csv")))

@@ -5,8 +5,8 @@ import numpy as np
 import pytest
 
 from pipeline import config
-from pipeline.operators import OperatorQueue, Request
-from pipeline.prompts import RETRIEVED_HEAD, chat_frame, question_span
+from pipeline.serve.operators import OperatorQueue, Request
+from pipeline.stream.prompts import RETRIEVED_HEAD, chat_frame, question_span
 
 
 def req(rid: str, client: str, deadline: float = 100.0) -> Request:
@@ -70,7 +70,7 @@ def test_operator_and_retrieved_text_cannot_write_control_tokens(tok):
 
 
 def test_serving_grows_the_ring_slack_to_hold_a_question_span_and_its_answer():
-    from pipeline.tasks import replay_frame
+    from pipeline.stream.replay import replay_frame
     plain = replay_frame(config.load()).spec
     served = replay_frame(config.load(None, {"serve.enabled": True})).spec
     cfg = config.load(None, {"serve.enabled": True})

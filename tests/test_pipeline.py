@@ -130,10 +130,11 @@ def journal_of(path: Path) -> list[dict]:
 
 
 def serial_assessments(max_lines: int, config_path=None) -> list[str]:
-    from pipeline import config, tasks
+    from pipeline import config
+    from pipeline.stream.replay import replay
 
     out = []
-    tasks.replay(str(LOG), None, config.load(config_path), lambda kind, p: out.append(p["text"])
+    replay(str(LOG), None, config.load(config_path), lambda kind, p: out.append(p["text"])
                  if kind == "assessment" else None, max_lines=max_lines)
     return out
 

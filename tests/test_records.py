@@ -1,7 +1,7 @@
 """A log directory is one stream: its files in natural order, parsed as the first file's format."""
 import pytest
 
-from pipeline.records import log_files, read_log
+from pipeline.stream.records import log_files, read_log
 
 
 def test_a_directory_reads_as_one_stream_in_natural_order(tmp_path):

@@ -10,10 +10,9 @@ import pytest
 import torch
 from gguf import GGUFReader
 
-from tests.reference_model import ReferenceModel
 from models.subset import layer_subset
+from tests.reference_model import ReferenceModel
 from tests.tiny_gguf import tiny_vocab, write_tiny_gguf
-
 
 # ---------------------------------------------------------------------------------------------------- helpers
 

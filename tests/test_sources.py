@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from pipeline import records, sources
+from pipeline.stream import records, sources
 
 SHARED = Path(__file__).resolve().parents[2] / "shared"
 TEP_CSV = SHARED / "data" / "tep_alarms" / "filter" / "text_alarms_filter_1.csv"

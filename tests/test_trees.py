@@ -14,14 +14,14 @@ import numpy as np
 import pytest
 
 from kernels.ring import RingSpec, slot_of
+from kernels.sampling import SamplingParams
 from kernels.suffix import SuffixIndex
 from models.convert import convert
 from models.runner import Runner, RunnerOptions
 from models.tokenizer import Tokenizer
-from pipeline.blocks import plan_block, root_paths, verify_mask
-from pipeline.drafts import Proposal, SuffixDraft, TreeDraft
-from pipeline.engine import Engine, Stats
-from kernels.sampling import SamplingParams
+from pipeline.decode.blocks import plan_block, root_paths, verify_mask
+from pipeline.decode.drafts import Proposal, SuffixDraft, TreeDraft
+from pipeline.decode.engine import Engine, Stats
 from tests.tiny_gguf import write_tiny_gguf
 
 SPEC = RingSpec(sink=4, window=24, ring=48)

@@ -1,5 +1,5 @@
 """Assessment triggers: every N lines since the last one, right after a matching line, after a quiet spell."""
-from pipeline.triggers import Triggers
+from pipeline.stream.triggers import Triggers
 
 
 def test_every_n_lines_counts_from_the_last_assessment():

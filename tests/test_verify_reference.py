@@ -30,8 +30,8 @@ from kernels.sampling import SamplingParams
 from models.registry import converted_dir
 from models.runner import Runner, RunnerOptions
 from models.tokenizer import Tokenizer
-from pipeline.drafts import Proposal
-from pipeline.engine import Engine, Stats
+from pipeline.decode.drafts import Proposal
+from pipeline.decode.engine import Engine, Stats
 from tests.reference_model import ReferenceModel
 
 S, W, R = 4, 16, 24

@@ -6,13 +6,12 @@ function, so a GGUF consumer can be checked against transformers without any dow
 """
 from __future__ import annotations
 
-
 import numpy as np
 import torch
 from gguf import GGMLQuantizationType, GGUFWriter
 from gguf.quants import dequantize, quantize
 
-from models.draftnet import permute_qk   # transformers' Q/K rows -> llama.cpp's, as convert_hf_to_gguf does
+from models.draftnet import permute_qk  # transformers' Q/K rows -> llama.cpp's, as convert_hf_to_gguf does
 
 CONTROL_TOKENS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]   # ids 0, 1, 2 as in SmolLM2
 BOS_ID, EOS_ID = 1, 2

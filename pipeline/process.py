@@ -12,6 +12,7 @@ import sys
 import time
 from contextlib import contextmanager
 
+from pipeline.channel import Channel
 from pipeline.config import cpu_set
 
 
@@ -87,7 +88,6 @@ class Stopped(Exception):
 
 def attach_when_ready(name: str, stop, timeout: float = 300.0):
     """Attach to a channel whose owner may still be starting (loading a model), giving up early on `stop`."""
-    from pipeline.channel import Channel
 
     deadline = time.monotonic() + timeout
     while True:

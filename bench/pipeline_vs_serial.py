@@ -1,6 +1,6 @@
 """Pipelined against serial with the same draft, side by side in one run: decode speed, overlap, overhead share.
 
-Owns the measurement only: the serial side is `tasks.replay` in this process, the pipelined side is `run.py replay`
+Owns the measurement only: the serial side is `pipeline.stream.replay.replay` in this process, the pipelined side is `run.py replay`
 (local launcher) in a child process writing a journal; the two alternate `repeats` times on the same log and profile
 and report medians. Never prints; the CLI does.
 """
@@ -13,6 +13,8 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+
+from pipeline.stream.replay import replay
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -30,7 +32,6 @@ def _summary(stats: list[dict], wall_s: float) -> dict:
 
 
 def serial(log: str, cfg, max_lines: int) -> dict:
-    from pipeline import tasks
 
     stats = []
 
@@ -39,7 +40,7 @@ def serial(log: str, cfg, max_lines: int) -> dict:
             stats.append({**payload["stats"], "_text": payload["text"]})
 
     t0 = time.perf_counter()
-    tasks.replay(log, None, cfg, emit, max_lines=max_lines)
+    replay(log, None, cfg, emit, max_lines=max_lines)
     return _summary(stats, time.perf_counter() - t0)
 
 

@@ -3,7 +3,7 @@
 Owns the start-up exactness check. A probe decodes a few rows one pass each (as target-only decoding does), then
 verifies the same rows as blocks of 2..8 rows (and, on a tree runner, as a token tree with a sibling), at a small
 position (and, for `doctor`, past 2^31 too), and compares every row's logits and new K/V bit for bit. Blocks and masks come from
-`pipeline/blocks.py`, the one place both engines plan with. Never decides what a failure means for a run: callers
+`pipeline/decode/blocks.py`, the one place both engines plan with. Never decides what a failure means for a run: callers
 report the verdict (a start-up line, the journal's first record, /metrics, the bench's metadata; `run.py doctor`).
 
 The rule it checks is the runner's (models/runner.py, "Batch invariance"): with it, speculation changes no output
@@ -16,9 +16,14 @@ from dataclasses import asdict, dataclass
 
 import numpy as np
 
-from kernels.ring import RingIndex, slot_of
-from pipeline.blocks import BLOCK, plan_block, verify_mask
-from pipeline.drafts import Proposal
+from kernels.ring import RingIndex, RingSpec, slot_of
+from models.convert import load_card
+from models.opcheck import families
+from models.platform import facts
+from models.registry import converted_dir, resolve_gguf
+from models.runner import Runner, RunnerOptions
+from pipeline.decode.blocks import BLOCK, plan_block, verify_mask
+from pipeline.decode.drafts import Proposal
 
 FAR = 2**31 - BLOCK          # an aligned block start past which positions need int64 (the second probe position)
 OFFSET = 5                   # rows start this far into their aligned block (a recent section of 5 positions)
@@ -156,13 +161,6 @@ def doctor(gguf: str = "default", threads: int = 2, max_rows: int = 32, accuracy
     """Everything `run.py doctor` reports: the platform as this process sees it, each operator family's row
     invariance at the model's shapes (models/opcheck.py), and the whole-pass verdict of the chain graph with and
     without the padding rule and of the tree graph with it. "exact": what the engine would run is invariant."""
-    from kernels.ring import RingSpec
-    from models.convert import load_card
-    from models.opcheck import families
-    from models.platform import facts
-    from models.registry import converted_dir
-    from models.runner import Runner, RunnerOptions
-    from pipeline.assemble import resolve_gguf
 
     model_dir = converted_dir(resolve_gguf(gguf))
     spec = RingSpec(4, 256, 256 + max_rows)

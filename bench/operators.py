@@ -20,6 +20,8 @@ from pathlib import Path
 
 import numpy as np
 
+from pipeline.stream.records import read_log
+
 ROOT = Path(__file__).resolve().parents[1]
 WARM_LINES = 150     # about three windows of TEP lines: the archive holds older lines to retrieve
 QUESTIONS = [        # about 30 tokens each with SmolLM2's tokenizer
@@ -119,7 +121,6 @@ class _Server:
 
 def questions(log: str, n: int) -> list[str]:
     """n questions about tags of the log, 30 tokens or so each, deterministic."""
-    from pipeline.records import read_log
     tags = sorted({r.tags[0] for r in read_log(log, "csv") if r.tags})
     levels = ["HIGH", "LOW", "HIGH HIGH"]
     return [QUESTIONS[i % len(QUESTIONS)].format(tag=tags[(7 * i) % len(tags)], level=levels[i % len(levels)])

@@ -1,6 +1,6 @@
 """The operators' front, inside the output actor: requests in flight, their framing, retrieval and their answers.
 
-Owns what the interfaces (HTTP in `pipeline/http_api.py`, zmq in `pipeline/zmq_api.py`) share: a question becomes a
+Owns what the interfaces (HTTP in `pipeline/serve/http_api.py`, zmq in `pipeline/serve/zmq_api.py`) share: a question becomes a
 request to the cache owner (older lines retrieved from the archive, the span framed and bounded, a deadline), and the
 owner's answer events become text deltas for whoever asked. Also keeps what the console and /metrics show: the
 stream's tail, the analyses, the owner's latest status, request counts and latencies. Never runs a model and never
@@ -12,6 +12,7 @@ The channel to the owner has one producer, so sends go through a lock.
 from __future__ import annotations
 
 import itertools
+import json
 import os
 import queue
 import threading
@@ -21,8 +22,10 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from actors.common import proc_status
 from models.tokenizer import StreamDecoder
+from pipeline.process import proc_status
+from pipeline.stream.archive import search
+from pipeline.stream.prompts import question_span
 
 LATENCIES_KEPT = 1000       # recent requests whose latencies /metrics summarises
 MAX_SUBSCRIBERS = 32        # consoles following /v1/events at once
@@ -58,7 +61,6 @@ class Answer:
 
 class Front:
     def __init__(self, cfg, tok, asks, archive_path: str | None, pids_file: str | None = None):
-        from pipeline.prompts import question_span
 
         self.cfg, self.serve, self.tok, self.asks = cfg, cfg.serve, tok, asks
         self.archive_path, self.pids_file = archive_path, pids_file
@@ -129,7 +131,6 @@ class Front:
         """Older lines about the question, from the archive (none of those still inside the model's window)."""
         if not self.serve.retrieve or not self.archive_path:
             return []
-        from pipeline.archive import search
         return search(self.archive_path, question, self.serve.retrieve, before_seq=self.window_from_seq)
 
     def cancel(self, answer: Answer, why: str) -> None:
@@ -247,7 +248,6 @@ class Front:
 
     def resident_bytes(self) -> dict[str, int]:
         """Resident memory of each actor of this pipeline on this node (from the launcher's pid list)."""
-        import json
         try:
             with open(self.pids_file) as f:
                 pids = json.load(f)

@@ -1,6 +1,6 @@
 """`eval-recall`: do questions about events that left the window get answered, with and without the archive?
 
-Owns the answer measurement over `pipeline.recallset`'s questions: for each, the real model reads the lines still in
+Owns the answer measurement over `bench.recall_questions`'s questions: for each, the real model reads the lines still in
 its window (the replay's frame, the serving profile's ring), then is asked the question twice from that same state,
 once as is and once with the archive's retrieved older lines leading the question (what `serve` does). An answer
 is an exact match when it contains the answering line's clock time (HH:MM:SS). Retrieval recall@k is reported
@@ -10,19 +10,18 @@ from __future__ import annotations
 
 import time
 
-from pipeline.archive import search
-from pipeline.recallset import archive_for, seq_of
+from bench.recall_questions import archive_for, seq_of
+from models.registry import converted_dir, resolve_gguf
+from models.runner import Runner, RunnerOptions
+from pipeline.decode.drafts import SuffixDraft
+from pipeline.decode.engine import Engine
+from pipeline.stream.archive import search
+from pipeline.stream.prompts import question_span
+from pipeline.stream.records import read_log
+from pipeline.stream.replay import replay_frame
 
 
 def answer_rate(questions, k: int, archive_dir, cfg, max_tokens: int = 40, progress=None) -> dict:
-    from models.registry import converted_dir
-    from models.runner import Runner, RunnerOptions
-    from pipeline.assemble import resolve_gguf
-    from pipeline.drafts import SuffixDraft
-    from pipeline.engine import Engine
-    from pipeline.prompts import question_span
-    from pipeline.records import read_log
-    from pipeline.tasks import replay_frame
 
     frame = replay_frame(cfg)
     tok, system = frame.tok, cfg.replay.system_prompt

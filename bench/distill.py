@@ -18,7 +18,12 @@ from pathlib import Path
 
 import numpy as np
 
-from models.draftnet import OTHER, DraftShape
+from bench.speed import TASKS, prompts, rendered
+from kernels.sampling import SamplingParams
+from models.draftnet import OTHER, DraftShape, build, export, snap_to_q8, vocab_map
+from models.gguf import sha256_file
+from models.registry import home, resolve_gguf
+from pipeline.decode.assemble import make_engine
 
 
 @dataclass(frozen=True)
@@ -55,9 +60,6 @@ def target_continuations(logs, per_log: int, progress=None) -> list[dict]:
     """The target's greedy output for `per_log` bench-style prompts of each log and task: [{log, task, ids, start}]
     with ids = prompt + output and start = where the output begins. Uses the serial engine with the stream draft
     (its tokens are target-only's, which the bench checks)."""
-    from kernels.sampling import SamplingParams
-    from pipeline.assemble import make_engine
-    from pipeline.bench import TASKS, prompts
 
     engine = make_engine(sink=4, window=1024, draft="suffix", draft_len=6, threads=2)
     out = []
@@ -132,7 +134,6 @@ def train(shape: DraftShape, recipe: Recipe, raw, conts, to_draft, progress=None
     +-5 points from check to check, and the best-scoring checkpoint was the worse draft on the bench log."""
     import torch
 
-    from models.draftnet import build
 
     torch.set_num_threads(2)
     rng = np.random.default_rng(recipe.seed)
@@ -167,10 +168,6 @@ def train(shape: DraftShape, recipe: Recipe, raw, conts, to_draft, progress=None
 def corpus(logs, recipe: Recipe, gguf: str = "default", progress=None) -> tuple[list[np.ndarray], list[dict]]:
     """(raw token streams of the logs, the target's continuations): cached under $RINGSPEC_HOME/distill by the
     logs' bytes, the model file and the recipe's continuation count."""
-    from models.gguf import sha256_file
-    from models.registry import home
-    from pipeline.assemble import resolve_gguf
-    from pipeline.bench import TASKS, rendered
 
     key = hashlib.sha256(json.dumps([[_digest(p) for p in logs], sha256_file(resolve_gguf(gguf)),
                                      recipe.continuations]).encode()).hexdigest()[:16]
@@ -197,9 +194,6 @@ def distill(root, held_out, out, shape: DraftShape = DraftShape(), recipe: Recip
             progress=None) -> dict:
     """The whole recipe; writes the draft GGUF to `out` and its report beside it (`.json`), returns the report.
     `progress(stage, done, total, note)` is called through every stage."""
-    from models.draftnet import export, snap_to_q8, vocab_map
-    from pipeline.assemble import resolve_gguf
-    from pipeline.bench import rendered
 
     t0 = time.perf_counter()
     logs = training_logs(root, held_out, recipe.logs)

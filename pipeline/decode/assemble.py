@@ -5,35 +5,23 @@ Owns start-up order and start-up errors. Never runs a step.
 from __future__ import annotations
 
 import sys
-from pathlib import Path
 
 from kernels.ring import RingSpec
 from kernels.sampling import SamplingParams
-from models.registry import converted_dir, default_model_path
+from models.registry import converted_dir, resolve_gguf
 from models.runner import Runner, RunnerOptions
 from models.tokenizer import Tokenizer
-from pipeline.blocklen import LengthControl, line_end_ids
-from pipeline.drafts import HybridDraft, ModelDraft, NoDraft, SuffixDraft, TreeDraft, speaks
-from pipeline.engine import Engine
-from pipeline.exactness import check
-
-
-DEFAULT_DRAFT = Path(__file__).resolve().parents[1] / "data" / "draft-smollm2-tep.gguf"   # `python run.py distill`
-
-
-def resolve_gguf(name: str) -> Path:
-    """"default": the registry's SmolLM2; "default-draft": the neural draft distilled for it; else a path."""
-    if name in ("", "default"):
-        return default_model_path()
-    if name == "default-draft":
-        if not DEFAULT_DRAFT.exists():
-            raise FileNotFoundError(f"the bundled draft {DEFAULT_DRAFT} is missing: rebuild it with "
-                                    f"`python run.py distill --out {DEFAULT_DRAFT}` (the train extra)")
-        return DEFAULT_DRAFT
-    path = Path(name)
-    if not path.exists():
-        raise FileNotFoundError(f"model file {path} does not exist")
-    return path
+from pipeline.decode.blocklen import LengthControl, line_end_ids
+from pipeline.decode.drafts import (
+    HybridDraft,
+    ModelDraft,
+    NoDraft,
+    SuffixDraft,
+    TreeDraft,
+    speaks,
+)
+from pipeline.decode.engine import Engine
+from pipeline.decode.exactness import check
 
 
 def make_draft(kind: str, spec: RingSpec, params: SamplingParams, draft_gguf: str = "", max_rows: int = 32,

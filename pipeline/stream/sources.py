@@ -23,7 +23,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import BinaryIO, Iterable, Iterator
 
-from pipeline import records
+from pipeline.stream import records
 
 CHUNK = 64 * 1024
 _TAIL = 64          # bytes before the read position a follower re-checks to notice copytruncate

@@ -15,8 +15,9 @@ import queue
 import threading
 
 import msgpack
+import zmq
 
-from pipeline.front import Front, RequestError
+from pipeline.serve.front import Front, RequestError
 
 POLL_MS = 5
 
@@ -39,7 +40,6 @@ class ZmqFront:
         self._thread.join(timeout=2.0)
 
     def _run(self) -> None:
-        import zmq
 
         sock = zmq.Context.instance().socket(zmq.ROUTER)
         sock.setsockopt(zmq.LINGER, 0)
@@ -106,7 +106,6 @@ class ZmqFront:
 
 def ask(endpoint: str, question: str, max_tokens: int | None = None, timeout_s: float = 120.0, on_delta=None) -> dict:
     """The client: send one question, hand each delta to on_delta(text), return the final map (or raise)."""
-    import zmq
 
     sock = zmq.Context.instance().socket(zmq.DEALER)
     sock.setsockopt(zmq.LINGER, 0)

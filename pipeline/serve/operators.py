@@ -16,7 +16,7 @@ import numpy as np
 class Request:
     id: str                      # the front's id for the request (answers and cancels carry it)
     client: str                  # who asked: an API key, a "user" field or a peer address
-    ids: np.ndarray              # the question span's tokens (pipeline/prompts.py frames it)
+    ids: np.ndarray              # the question span's tokens (pipeline/stream/prompts.py frames it)
     max_tokens: int
     deadline: float              # monotonic clock
     arrived: float               # monotonic clock, when the owner took it

@@ -16,8 +16,7 @@ import numpy as np
 from kernels.accept import accept_tree, accept_tree_greedy
 from kernels.ring import slot_of
 from kernels.sampling import SamplingParams, target_probs
-from pipeline.drafts import Proposal
-
+from pipeline.decode.drafts import Proposal
 
 BLOCK = 32     # positions per aligned block (<= the runner's max_recent + 1)
 

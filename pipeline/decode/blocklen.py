@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from pipeline.drafts import Proposal
+from pipeline.decode.drafts import Proposal
 
 DECAY = 0.95                          # weight of an observation one verify older
 PRIOR_TRIES = 2.0                     # pseudo-tries per depth at the prior estimate

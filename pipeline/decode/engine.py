@@ -22,9 +22,17 @@ import numpy as np
 
 from kernels.ring import RingIndex, slot_of
 from kernels.sampling import SamplingParams, sample, target_probs
-from pipeline.blocks import BLOCK, judge, lap, near_wrap, plan_block, room_of, verify_mask
-from pipeline.blocklen import LengthControl, cut_at_line_end
-from pipeline.drafts import NoDraft, Proposal
+from pipeline.decode.blocklen import LengthControl, cut_at_line_end
+from pipeline.decode.blocks import (
+    BLOCK,
+    judge,
+    lap,
+    near_wrap,
+    plan_block,
+    room_of,
+    verify_mask,
+)
+from pipeline.decode.drafts import NoDraft, Proposal
 
 
 @dataclass
@@ -42,7 +50,7 @@ class Stats:
     salvaged: int = 0                # tree blocks whose accepted path starts at a sibling of the first proposal
     wraps: int = 0                   # times the committed position crossed a ring wrap point
     draft_s: float = 0.0
-    # pipelined runs only (pipeline/deferred.py): draft time spent while the target verified the previous block
+    # pipelined runs only (pipeline/decode/deferred.py): draft time spent while the target verified the previous block
     # (counted only for proposals that were verified), draft time on proposals discarded as stale, the target's time
     # handling verify messages and inside their forward passes, its idle time between consecutive verify passes of
     # one generation; decode_overhead_share = the decode wall time not spent inside the target's forward passes
@@ -147,7 +155,7 @@ class Engine(Sequence):
         self.line_ends = line_ends              # bool per token id: a block ends after a newline; None: it may not
         self.rng = np.random.default_rng(seed)
         self.pending: int | None = None
-        self.exactness = None                   # the start-up batch-invariance verdict (pipeline/exactness.py)
+        self.exactness = None                   # the start-up batch-invariance verdict (pipeline/decode/exactness.py)
         T = runner.opts.max_rows
         self._probs = np.zeros((T, runner.vocab), np.float64)
 

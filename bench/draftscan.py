@@ -9,9 +9,10 @@ from __future__ import annotations
 
 import statistics
 
-from models.registry import home
+from bench.speed import Disagreement, System, _ringspec_runner, prompts
+from models.convert import load_card
+from models.registry import converted_dir, home, resolve_gguf
 from models.subset import layer_subset, parse_blocks
-from pipeline.bench import Disagreement, System, _ringspec_runner, prompts
 
 # Candidates tried for SmolLM2-135M (30 blocks): early exits, strided, and the block ranges least missed.
 DEFAULT_CANDIDATES = ("0-5", "0-14", "0-29:2", "0-18,29", "0-9,20-29", "0-5,12-29")
@@ -41,9 +42,6 @@ def draft_file(gguf, spec: str, blocks: list[int]):
 
 def scan(log: str, candidates=DEFAULT_CANDIDATES, n_offsets: int = 3, draft_len: int = 3, threads: int = 2,
          window: int = 1024, task: str = "log", progress=None) -> dict:
-    from models.convert import load_card
-    from models.registry import converted_dir
-    from pipeline.assemble import resolve_gguf
 
     gguf = resolve_gguf("default")
     n_blocks = load_card(converted_dir(gguf))["config"]["n_layers"]

@@ -12,15 +12,28 @@ Tasks:
 """
 from __future__ import annotations
 
+import ctypes
 import dataclasses
 import functools
 import multiprocessing as mp
 import os
+import signal
 import statistics
 import time
 from dataclasses import dataclass
 
 import numpy as np
+
+from bench.pipelined import PipelinedWorker
+from kernels.sampling import SamplingParams
+from models.platform import facts
+from models.registry import resolve_gguf
+from models.tokenizer import Tokenizer
+from pipeline.config import ReplaySection
+from pipeline.decode.assemble import make_engine
+from pipeline.process import proc_status
+from pipeline.stream.prompts import chat_frame
+from pipeline.stream.records import read_log
 
 TASKS = ("log", "analysis")
 QUESTION = "Summarise the most severe alarms above."
@@ -111,9 +124,6 @@ class Prompt:
 @functools.lru_cache(maxsize=4)
 def rendered(log: str, gguf: str, fmt: str | None):
     """(tokenizer, token ids of the rendered log, the token index where each line starts): read once per log."""
-    from models.tokenizer import Tokenizer
-    from pipeline.assemble import resolve_gguf
-    from pipeline.records import read_log
 
     tok = Tokenizer.from_gguf(resolve_gguf(gguf))
     lines = [tok.encode(r.text + "\n") for r in read_log(log, fmt)]
@@ -123,8 +133,6 @@ def rendered(log: str, gguf: str, fmt: str | None):
 
 def prompts(log: str, task: str, n: int, gguf: str = "default", fmt: str | None = None) -> list[Prompt]:
     """`n` line-aligned windows of the rendered log, evenly spread over it, framed for `task`."""
-    from pipeline.config import ReplaySection
-    from pipeline.tasks import chat_frame
 
     tok, ids, starts = rendered(str(log), gguf, fmt)
     want = PROMPT_TOKENS[task]
@@ -170,8 +178,6 @@ def _prefix_agreement(a, b) -> int:
 
 # -- workers -------------------------------------------------------------------------------------------------------
 def _ringspec_runner(system: System, threads: int, window: int):
-    from kernels.sampling import SamplingParams
-    from pipeline.assemble import make_engine
 
     engine = make_engine(sink=4, window=window, draft=system.draft, draft_gguf=system.draft_gguf,
                          draft_len=system.draft_len, threads=threads, min_confidence=system.min_confidence,
@@ -193,7 +199,6 @@ def _ringspec_runner(system: System, threads: int, window: int):
 def _llama_cpp_runner(system: System, threads: int, window: int):
     from llama_cpp import Llama
 
-    from pipeline.assemble import resolve_gguf
 
     draft = None
     if system.draft == "lookup":
@@ -220,10 +225,7 @@ def _llama_cpp_runner(system: System, threads: int, window: int):
 
 
 def _worker(system: System, threads: int, window: int, cpus: list[int], conn) -> None:
-    import ctypes
-    import signal
 
-    from actors.common import proc_status
     ctypes.CDLL(None).prctl(1, signal.SIGKILL)               # PR_SET_PDEATHSIG: never outlive the bench
     os.sched_setaffinity(0, cpus)
     try:
@@ -284,8 +286,6 @@ def bench(log: str, tasks=TASKS, n_offsets: int = 5, repeats: int = 3, threads: 
     need = max(len(p.ids) + p.new_tokens for ps in task_prompts.values() for p in ps)
     if need > window:
         raise ValueError(f"a prompt plus its new tokens needs {need} positions; the pool window is {window}")
-    from models.platform import facts
-    from pipeline.benchpipe import PipelinedWorker
     workers = [(PipelinedWorker if s.kind == "pipelined" else _Worker)(s, threads, window, cpus) for s in chosen]
     try:
         exactness = {w.system.name: w._reply()["exactness"] for w in workers}

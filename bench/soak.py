@@ -18,8 +18,15 @@ import time
 from pathlib import Path
 
 import numpy as np
+import zmq
 
-from pipeline import svg
+from bench import svg
+from models.convert import load_card
+from models.registry import converted_dir, resolve_gguf
+from models.runner import kv_bytes_per_slot
+from pipeline.launch import run_pipeline
+from pipeline.stream.records import format_of
+from pipeline.stream.replay import replay_frame
 
 WARMUP = 0.10        # the first 10% of the tokens are warm-up
 
@@ -66,7 +73,6 @@ class _Listener(threading.Thread):
 
     def __init__(self, endpoint: str, every: int, progress=None):
         super().__init__(daemon=True)
-        import zmq
 
         self.sock = zmq.Context.instance().socket(zmq.SUB)
         self.sock.setsockopt(zmq.SUBSCRIBE, b"")
@@ -160,13 +166,6 @@ def report(samples: list[dict], loops: dict, tokens: int, eof: dict | None, kv_f
 
 def soak(cfg, log: str, tokens: int, every_tokens: int = 5000, progress=None) -> dict:
     """Loop `log` through the pipeline until `tokens` stream tokens went in; sample, then report."""
-    from models.convert import load_card
-    from models.registry import converted_dir
-    from models.runner import kv_bytes_per_slot
-    from pipeline.assemble import resolve_gguf
-    from pipeline.launch import run_pipeline
-    from pipeline.records import format_of
-    from pipeline.tasks import replay_frame
 
     cfg = dataclasses.replace(cfg, replay=dataclasses.replace(cfg.replay, score_stream=True),
                               actors=dataclasses.replace(cfg.actors, launcher="local"))

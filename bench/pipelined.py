@@ -7,37 +7,36 @@ returns the generation's figures, `close()` stops everything. Never measures any
 """
 from __future__ import annotations
 
+import ctypes
 import multiprocessing as mp
 import os
 import shutil
+import signal
 import tempfile
 import time
 
 import numpy as np
 
-from actors.common import StopFlag, attach_when_ready, proc_status
+from kernels.ring import RingSpec
+from kernels.sampling import SamplingParams
+from models.convert import load_card
+from models.registry import converted_dir, resolve_gguf
+from pipeline import config
+from pipeline.channel import Channel, cleanup_stale
+from pipeline.decode.deferred import DeferredEngine
+from pipeline.launch import enter, model_links
+from pipeline.process import StopFlag, attach_when_ready, proc_status
 
 
 def _enter(module: str, kwargs: dict) -> None:
     """An actor that dies with the bench (PR_SET_PDEATHSIG), then the launcher's entry point."""
-    import ctypes
-    import signal
 
-    from pipeline.launch import enter
     ctypes.CDLL(None).prctl(1, signal.SIGKILL)
     enter(module, kwargs)
 
 
 class PipelinedWorker:
     def __init__(self, system, threads: int, window: int, cpus: list[int]):
-        from kernels.ring import RingSpec
-        from models.convert import load_card
-        from models.registry import converted_dir
-        from pipeline import config
-        from pipeline.assemble import resolve_gguf
-        from pipeline.channel import Channel
-        from pipeline.deferred import DeferredEngine
-        from pipeline.launch import model_links
 
         cpu_list = ",".join(map(str, cpus))
         self.system = system
@@ -73,7 +72,6 @@ class PipelinedWorker:
         return {"exactness": self.engine.exactness}
 
     def run(self, prompt) -> dict:
-        from kernels.sampling import SamplingParams
 
         self.engine.reset()                                         # a fresh context and draft, as the serial systems
         res = self.engine.generate(np.asarray(prompt.ids, np.int64), prompt.new_tokens, SamplingParams(),
@@ -83,7 +81,6 @@ class PipelinedWorker:
                 "peak_mb": sum(proc_status(p.pid)["vmhwm_mb"] for p in self.procs)}
 
     def close(self) -> None:
-        from pipeline.channel import cleanup_stale
         try:
             self.engine.close()
         except Exception:                                           # noqa: BLE001 -- stopping anyway

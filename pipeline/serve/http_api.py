@@ -4,7 +4,7 @@ Owns the HTTP protocol only: routes, request bounds (body size, JSON shape, the 
 server-sent-event shapes, and what a client that goes away costs (its request is cancelled, counted). Everything a
 request means is `Front`'s. Never touches a model or a channel.
 
-    GET  /                       the console (pipeline/console.html)
+    GET  /                       the console (pipeline/serve/console.html)
     GET  /healthz                {"status": "ok", ...}; never needs the key
     GET  /metrics                Prometheus text format
     GET  /v1/models              the one model served
@@ -24,7 +24,8 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from urllib.parse import parse_qs, urlparse
 
-from pipeline.front import Front, RequestError
+from pipeline.serve.front import Front, RequestError
+from pipeline.serve.metrics import render
 
 CONSOLE = Path(__file__).with_name("console.html")
 MODEL_NAME = "ringspec"
@@ -114,7 +115,6 @@ class _Handler(BaseHTTPRequestHandler):
         self._json(200, self.server.front.gauges())
 
     def _metrics(self):
-        from pipeline.metrics import render
         self._send(200, render(self.server.front).encode(), "text/plain; version=0.0.4; charset=utf-8")
 
     def _events(self):

@@ -8,7 +8,7 @@ otherwise the draft restarts at the verdict under a new epoch and every proposal
 runs a model and never touches a pool: it sends fully specified passes (rows, positions, mask, slots) and reads
 verdicts.
 
-Identity: masks, blocks and acceptance are those of `Engine` (pipeline/blocks.py), so greedy output is the serial
+Identity: masks, blocks and acceptance are those of `Engine` (pipeline/decode/blocks.py), so greedy output is the serial
 engine's bit for bit.
 """
 from __future__ import annotations
@@ -19,10 +19,10 @@ import numpy as np
 
 from kernels.ring import RingIndex, slot_of
 from kernels.sampling import SamplingParams
-from pipeline.blocks import BLOCK, plan_block
 from pipeline.channel import Selector
-from pipeline.drafts import Proposal
-from pipeline.engine import GenerateResult, Sequence, Stats
+from pipeline.decode.blocks import BLOCK, plan_block
+from pipeline.decode.drafts import Proposal
+from pipeline.decode.engine import GenerateResult, Sequence, Stats
 
 TIMEOUT_S = 120.0
 

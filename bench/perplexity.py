@@ -19,19 +19,21 @@ from __future__ import annotations
 
 import gc
 import math
+import struct
 import sys
 import time
+import zlib
 
 import numpy as np
 
-from actors.common import proc_status
+from bench import svg
 from models.convert import load_card
-from models.registry import converted_dir
+from models.registry import converted_dir, resolve_gguf
 from models.runner import kv_bytes_per_slot
 from models.tokenizer import Tokenizer
-from pipeline import svg
-from pipeline.assemble import make_engine, resolve_gguf
-from pipeline.records import read_log, render
+from pipeline.decode.assemble import make_engine
+from pipeline.process import proc_status
+from pipeline.stream.records import read_log, render
 
 MODES = ("sink", "window", "recompute", "naive", "dense")
 MEMORY_NOTE = ("all modes run one after another in one process: rss figures are that process's VmRSS; peak is "
@@ -324,8 +326,6 @@ def write_plot(result: dict, path: str, span: int = 64) -> str:
 
 
 def _write_png(path: str, img: np.ndarray) -> None:
-    import struct
-    import zlib
     h, w, _ = img.shape
     raw = b"".join(b"\x00" + img[y].tobytes() for y in range(h))
 

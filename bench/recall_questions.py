@@ -1,6 +1,6 @@
 """Questions whose answers lie outside the model's window, and how often the archive retrieves the answering line.
 
-Owns the question set built from TEP alarm CSVs and the recall@k measurement over `pipeline.archive`. Never runs a
+Owns the question set built from TEP alarm CSVs and the recall@k measurement over `pipeline.stream.archive`. Never runs a
 model and never writes anywhere but the archive directory it is given.
 
 A "record index" here is the record's position in `read_log(log, "csv")`; an archive built for a log from record 0
@@ -14,8 +14,8 @@ from collections import Counter
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from pipeline.archive import Archive, search
-from pipeline.records import Record, read_log
+from pipeline.stream.archive import Archive, search
+from pipeline.stream.records import Record, read_log
 
 PHRASES = {"H": "HIGH", "L": "LOW", "HH": "HIGH HIGH", "LL": "LOW LOW"}   # as operators say the alarm types
 ALARM_TEMPLATES = ("When did {tag} last go {phrase}?", "When did {tag} last raise a {phrase} alarm?")
