@@ -23,13 +23,7 @@ import numpy as np
 
 from models.registry import resolve_gguf
 from models.tokenizer import Tokenizer
-from pipeline.process import (
-    Figures,
-    StopFlag,
-    attach_when_ready,
-    figures_on_request,
-    pin,
-)
+from pipeline.process import Figures, StopFlag, attach_when_ready, figures_on_request, pin
 from pipeline.stream import sources
 from pipeline.stream.archive import Archive
 

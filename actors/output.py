@@ -20,13 +20,7 @@ from models.registry import resolve_gguf
 from models.tokenizer import Tokenizer
 from pipeline.channel import Channel, ChannelSpec
 from pipeline.decode.exactness import Verdict
-from pipeline.process import (
-    Figures,
-    attach_when_ready,
-    figures_on_request,
-    messages,
-    pin,
-)
+from pipeline.process import Figures, attach_when_ready, figures_on_request, messages, pin
 from pipeline.serve.front import Front
 from pipeline.serve.http_api import serve_http
 from pipeline.serve.zmq_api import ZmqFront

@@ -20,13 +20,7 @@ from models.runner import Runner, RunnerOptions
 from pipeline.channel import Channel, ChannelSpec
 from pipeline.decode.blocks import Block, judge
 from pipeline.decode.exactness import check
-from pipeline.process import (
-    Figures,
-    attach_when_ready,
-    figures_on_request,
-    messages,
-    pin,
-)
+from pipeline.process import Figures, attach_when_ready, figures_on_request, messages, pin
 
 
 def run(inbox: ChannelSpec, outbox: str, cfg, spec, stop) -> None:

@@ -23,6 +23,7 @@ from kernels.sampling import SamplingParams
 from models.draftnet import OTHER, DraftShape, build, export, snap_to_q8, vocab_map
 from models.gguf import sha256_file
 from models.registry import home, resolve_gguf
+from pipeline import config
 from pipeline.decode.assemble import make_engine
 
 
@@ -61,7 +62,7 @@ def target_continuations(logs, per_log: int, progress=None) -> list[dict]:
     with ids = prompt + output and start = where the output begins. Uses the serial engine with the stream draft
     (its tokens are target-only's, which the bench checks)."""
 
-    engine = make_engine(sink=4, window=1024, draft="suffix", draft_len=6, threads=2)
+    engine = make_engine(config.override(config.parse({}), {"draft.kind": "suffix"}))   # the defaults' ring
     out = []
     jobs = [(log, task) for log in logs for task in TASKS]
     for i, (log, task) in enumerate(jobs):

@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import statistics
 
-from bench.speed import Disagreement, System, _ringspec_runner, prompts
+from bench.speed import Disagreement, _ringspec_runner, prompts
+from bench.systems import System
 from models.convert import load_card
 from models.registry import converted_dir, home, resolve_gguf
 from models.subset import layer_subset, parse_blocks

@@ -31,6 +31,7 @@ from models.convert import load_card
 from models.registry import converted_dir, resolve_gguf
 from models.runner import kv_bytes_per_slot
 from models.tokenizer import Tokenizer
+from pipeline import config
 from pipeline.decode.assemble import make_engine
 from pipeline.process import proc_status
 from pipeline.stream.records import read_log, render
@@ -42,6 +43,13 @@ MEMORY_NOTE = ("all modes run one after another in one process: rss figures are 
 
 
 # -- memory --------------------------------------------------------------------------------------------------------
+
+def _engine(gguf: str, sink: int, window: int, chunk: int, threads: int, rope_angles: str = "float64"):
+    """A scoring engine: no draft, `chunk` rows a pass, the batch-invariance probe skipped (nothing is generated)."""
+    cfg = config.override(config.parse({}), {"model.gguf": str(gguf), "model.threads": threads, "model.max_rows": chunk,
+                                             "cache.sink": sink, "cache.window": window, "draft.kind": "none"})
+    return make_engine(cfg, check_rows=False, rope_angles=rope_angles)
+
 def _reset_peak() -> bool:
     """Reset VmHWM to the current RSS (Linux clear_refs "5"); False where not permitted."""
     try:
@@ -153,12 +161,11 @@ def evaluate_stream(log: str, fmt: str | None = None, modes=MODES, sink: int = 4
         engine = None
         if mode in ("sink", "window", "naive"):
             s = sink if mode == "sink" else 0
-            engine = make_engine(gguf, sink=s, window=window, max_rows=chunk, threads=threads, check_rows=False,
-                                 rope_angles="float32" if mode == "naive" else "float64")
+            engine = _engine(gguf, s, window, chunk, threads, rope_angles="float32" if mode == "naive" else "float64")
             extra["cache_first_eviction"] = s + window
             scored_to = n
         elif mode == "recompute":
-            engine = make_engine(gguf, sink=0, window=window, max_rows=chunk, threads=threads, check_rows=False)
+            engine = _engine(gguf, 0, window, chunk, threads)
             extra.update(stride=stride, min_context=window - stride, cache_first_eviction=None,
                          note=f"every scored token has >= W - stride = {window - stride} tokens of context "
                               f"(stride {stride} <= W/8 = {window / 8:g}); cost ~W/stride forward rows per token")
@@ -175,8 +182,7 @@ def evaluate_stream(log: str, fmt: str | None = None, modes=MODES, sink: int = 4
                 extra["stop_reason"] = f"full cache reached {why}: stopped after {scored_to} tokens"
             if scored_to >= 2:
                 dense_window = min(cap, -(-scored_to // 256) * 256)    # rounded up: fewer distinct graphs
-                engine = make_engine(gguf, sink=0, window=dense_window, max_rows=chunk, threads=threads,
-                                     check_rows=False)
+                engine = _engine(gguf, 0, dense_window, chunk, threads)
         build_s = time.perf_counter() - t_build
         bar = _bar(mode, max(scored_to - 1, 0), progress)
         t0 = time.perf_counter()

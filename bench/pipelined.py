@@ -17,12 +17,13 @@ import time
 
 import numpy as np
 
-from kernels.ring import RingSpec
+from bench.systems import settings
 from kernels.sampling import SamplingParams
 from models.convert import load_card
 from models.registry import converted_dir, resolve_gguf
 from pipeline import config
 from pipeline.channel import Channel, cleanup_stale
+from pipeline.config import ring_spec
 from pipeline.decode.deferred import DeferredEngine
 from pipeline.launch import enter, model_links
 from pipeline.process import StopFlag, attach_when_ready, proc_status
@@ -40,13 +41,10 @@ class PipelinedWorker:
 
         cpu_list = ",".join(map(str, cpus))
         self.system = system
-        self.cfg = config.load(None, {"model.threads": threads, "model.batch_invariant": system.batch_invariant,
-                                      "draft.kind": system.draft,
-                                      "draft.model": system.draft_gguf, "draft.length": system.draft_len,
-                                      "draft.min_confidence": system.min_confidence,
+        self.cfg = config.load(None, {**settings(system, threads, window),
                                       "actors.target_cpus": cpu_list, "actors.draft_cpus": cpu_list})
         rows = self.cfg.model.max_rows
-        self.spec = RingSpec(4, window, window + rows)            # the serial systems' pool (make_engine)
+        self.spec = ring_spec(self.cfg)                            # the serial systems' pool (make_engine)
         vocab = load_card(converted_dir(resolve_gguf(self.cfg.model.gguf)))["config"]["vocab_size"]
         self.run_dir = tempfile.mkdtemp(prefix="ringspec_benchpipe_")
         self.stop = StopFlag(f"{self.run_dir}/stop")

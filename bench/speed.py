@@ -13,7 +13,6 @@ Tasks:
 from __future__ import annotations
 
 import ctypes
-import dataclasses
 import functools
 import multiprocessing as mp
 import os
@@ -25,10 +24,12 @@ from dataclasses import dataclass
 import numpy as np
 
 from bench.pipelined import PipelinedWorker
+from bench.systems import System, select, settings, systems
 from kernels.sampling import SamplingParams
 from models.platform import facts
 from models.registry import resolve_gguf
 from models.tokenizer import Tokenizer
+from pipeline import config
 from pipeline.config import ReplaySection
 from pipeline.decode.assemble import make_engine
 from pipeline.process import proc_status
@@ -43,64 +44,6 @@ NEW_TOKENS = {"log": 256, "analysis": 128}
 
 class Disagreement(RuntimeError):
     pass
-
-
-@dataclass(frozen=True)
-class System:
-    """A way of generating: a ringspec engine with a proposer, or llama.cpp with or without its lookup draft."""
-    name: str
-    kind: str                     # "ringspec" (one process) | "pipelined" (target and draft actors) | "llama_cpp"
-    draft: str = "none"           # ringspec: none | suffix | model | hybrid; llama_cpp: none | lookup
-    draft_gguf: str = ""
-    draft_len: int = 6
-    min_confidence: float = 0.0   # a draft model's chain stops below this top probability
-    adaptive: bool = False        # ringspec serial: proposals per verify chosen online, at most draft_len
-    end_at_line: bool = False     # ringspec serial: a block ends after a newline-carrying proposal
-    siblings: int = 0             # ringspec serial: token trees with this many other first tokens (the tree graph)
-    batch_invariant: bool = True  # ringspec: the runner's one-row padding rule (off: the "_unpadded" twins)
-
-    @property
-    def exact_reference(self) -> str:
-        """The system whose tokens this one's must equal: target-only under the same padding rule."""
-        return "target_only" if self.batch_invariant else "target_only_unpadded"
-
-
-def select(chosen: list[System], only) -> list[System]:
-    """The systems named in `only` plus target_only (every system is checked against it); all when `only` is empty."""
-    if not only:
-        return chosen
-    unknown = set(only) - {s.name for s in chosen}
-    if unknown:
-        raise ValueError(f"unknown bench system(s) {', '.join(sorted(unknown))}: choose from "
-                         f"{', '.join(s.name for s in chosen)}")
-    return [s for s in chosen if s.name in only or s.name in ("target_only", "target_only_unpadded")]
-
-
-def systems(draft_gguf: str = "", llama_cpp: bool = True, unpadded: bool = False) -> list[System]:
-    """Every system; unpadded: each ringspec system also without the one-row padding rule (name + "_unpadded"),
-    to measure what the rule costs."""
-    out = _systems(draft_gguf, llama_cpp)
-    if unpadded:
-        out += [dataclasses.replace(s, name=f"{s.name}_unpadded", batch_invariant=False)
-                for s in out if s.kind != "llama_cpp"]
-    return out
-
-
-def _systems(draft_gguf: str, llama_cpp: bool) -> list[System]:
-    out = [System("target_only", "ringspec"), System("suffix_serial", "ringspec", "suffix"),
-           System("pipelined", "pipelined", "suffix"),
-           System("adaptive_serial", "ringspec", "suffix", adaptive=True),
-           System("lines_serial", "ringspec", "suffix", end_at_line=True),
-           System("tree_serial", "ringspec", "suffix", siblings=2)]
-    if draft_gguf:
-        out += [System("draft_serial", "ringspec", "model", draft_gguf, 3),
-                System("hybrid_serial", "ringspec", "hybrid", draft_gguf, 6),
-                System("adaptive_hybrid_serial", "ringspec", "hybrid", draft_gguf, 8, adaptive=True),
-                System("hybrid_tree_serial", "ringspec", "hybrid", draft_gguf, 6, siblings=2),
-                System("pipelined_hybrid", "pipelined", "hybrid", draft_gguf, 6)]
-    if llama_cpp:
-        out += [System("llama_cpp_plain", "llama_cpp"), System("llama_cpp_lookup", "llama_cpp", "lookup")]
-    return out
 
 
 def llama_cpp_available() -> bool:
@@ -178,12 +121,7 @@ def _prefix_agreement(a, b) -> int:
 
 # -- workers -------------------------------------------------------------------------------------------------------
 def _ringspec_runner(system: System, threads: int, window: int):
-
-    engine = make_engine(sink=4, window=window, draft=system.draft, draft_gguf=system.draft_gguf,
-                         draft_len=system.draft_len, threads=threads, min_confidence=system.min_confidence,
-                         adaptive=system.adaptive, end_at_line=system.end_at_line, siblings=system.siblings,
-                         batch_invariant=system.batch_invariant,
-                         draft_threads=1)   # a draft of a few MB on two threads spins against the target: 2x slower
+    engine = make_engine(config.load(None, settings(system, threads, window)))
 
     def run(prompt: Prompt) -> dict:
         engine.reset()                          # a fresh context and draft: nothing carried between prompts

@@ -24,12 +24,7 @@ import numpy as np
 import onnxruntime as ort
 
 from kernels.ring import NEG, RingSpec
-from kernels.rope import (
-    rope_inv_freq,
-    rope_tables,
-    rope_tables_float32,
-    sink_query_positions,
-)
+from kernels.rope import rope_inv_freq, rope_tables, rope_tables_float32, sink_query_positions
 from models.convert import load_card
 from models.graph import ensure_graph
 
@@ -37,7 +32,7 @@ from models.graph import ensure_graph
 @dataclass(frozen=True)
 class RunnerOptions:
     threads: int = 2
-    max_rows: int = 64          # largest block/chunk one pass may carry
+    max_rows: int = 32          # largest block/chunk one pass may carry
     max_recent: int = 64        # largest "recent" section (committed positions passed beside the new rows)
     accuracy_level: int = 4     # MatMulNBits int8 activations: the fast exact-weight path (DESIGN.md)
     rope_angles: str = "float64"  # "float32" only for the naive baseline of eval-stream (DESIGN.md says: don't)

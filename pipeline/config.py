@@ -1,6 +1,8 @@
 """Configuration: TOML profiles in configs/, validated once at start-up into typed, frozen objects.
 
-Owns the schema (sections, keys, types, ranges) and the error messages. Never starts anything and never reads
+Owns the schema (sections, keys, types, ranges), every default (a key a profile leaves out takes the value written
+here; a section whose object lives in a lower layer, the runner's options or the sampling parameters, takes that
+object's defaults), the ring's size (`ring_spec`) and the error messages. Never starts anything and never reads
 files other than the profile it is given.
 """
 from __future__ import annotations
@@ -14,6 +16,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import get_type_hints
 
+from kernels.ring import RingSpec
+from kernels.sampling import SamplingParams
+from models.runner import RunnerOptions
+
 ROOT = Path(__file__).resolve().parents[1]
 DEFAULT_PROFILE = ROOT / "configs" / "default.toml"
 
@@ -25,11 +31,11 @@ class ConfigError(ValueError):
 @dataclass(frozen=True)
 class ModelSection:
     gguf: str = "default"            # "default" = the bundled SmolLM2-135M-Instruct, else a path to a GGUF
-    threads: int = 2
-    max_rows: int = 32               # largest block or prefill chunk in one target pass
-    accuracy_level: int = 4
-    spin: bool = True                # ONNX Runtime's threads spin-wait between ops
-    batch_invariant: bool = True     # no operator sees one row (models/runner.py): exact on every CPU; off to measure
+    threads: int = RunnerOptions.threads
+    max_rows: int = RunnerOptions.max_rows      # largest block or prefill chunk in one target pass
+    accuracy_level: int = RunnerOptions.accuracy_level
+    spin: bool = RunnerOptions.spin             # ONNX Runtime's threads spin-wait between ops
+    batch_invariant: bool = RunnerOptions.batch_invariant   # no operator sees one row: exact on every CPU
 
 
 @dataclass(frozen=True)
@@ -58,10 +64,13 @@ class DraftSection:
 
 @dataclass(frozen=True)
 class SamplingSection:
-    temperature: float = 0.0
-    top_k: int = 0
-    top_p: float = 1.0
-    seed: int = 0
+    temperature: float = SamplingParams.temperature
+    top_k: int = SamplingParams.top_k
+    top_p: float = SamplingParams.top_p
+    seed: int = SamplingParams.seed
+
+    def params(self) -> SamplingParams:
+        return SamplingParams(self.temperature, self.top_k, self.top_p, self.seed)
 
 
 @dataclass(frozen=True)
@@ -133,9 +142,26 @@ class Config:
     serve: ServeSection = field(default_factory=ServeSection)
     source: str = "<defaults>"
 
-    @property
-    def ring(self) -> int:
-        return self.cache.window + max(self.cache.slack, self.model.max_rows)
+
+def override(cfg: Config, values: dict) -> Config:
+    """`cfg` with {"section.key": value} replaced (values a caller derived, e.g. a full cache sized to a text)."""
+    tables: dict = {}
+    for dotted, value in values.items():
+        section, key = dotted.split(".", 1)
+        tables.setdefault(section, {})[key] = value
+    return dataclasses.replace(cfg, **{name: dataclasses.replace(getattr(cfg, name), **table)
+                                       for name, table in tables.items()})
+
+
+def ring_spec(cfg: Config, head: int = 0, scratch: int = 0) -> RingSpec:
+    """The KV pool every engine of a run is built with; the one place a ring is sized.
+
+    Sinks: [cache] sink, grown to hold a `head` kept forever (the replay's system prompt). Ring: the window plus a
+    slack for the rows not yet committed: a target block (max_rows); with a `scratch` span (a question and its answer,
+    rolled back after) the slack holds it too, plus two draft blocks, since a draft actor runs a block ahead."""
+    rows = max(cfg.model.max_rows, 2 * (cfg.draft.length + 1)) if scratch else cfg.model.max_rows
+    return RingSpec(max(cfg.cache.sink, head), cfg.cache.window,
+                    cfg.cache.window + max(cfg.cache.slack, scratch + rows))
 
 
 _CHOICES = {("draft", "kind"): ("none", "suffix", "model", "hybrid"), ("replay", "format"): ("plain", "csv", "jsonl"),

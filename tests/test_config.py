@@ -10,7 +10,7 @@ from pipeline.config import ConfigError
 def test_default_profile_loads_and_sizes_the_ring_for_the_largest_block():
     cfg = config.load()
     assert cfg.draft.kind in ("none", "suffix", "model", "hybrid")
-    assert cfg.ring >= cfg.cache.window + cfg.model.max_rows
+    assert config.ring_spec(cfg).ring >= cfg.cache.window + cfg.model.max_rows
 
 
 @pytest.mark.parametrize("text, words", [

@@ -9,11 +9,17 @@ import pytest
 
 from kernels.sampling import SamplingParams
 from models.subset import layer_subset
+from pipeline import config
 from pipeline.decode.assemble import make_engine
 from pipeline.stream.records import read_log, render
 
 SHARED = Path(__file__).resolve().parents[2] / "shared"
 GREEDY = SamplingParams()
+
+
+def engine_of(keys: dict):
+    """The serial engine of the default profile with `keys` set, target only unless a draft is named."""
+    return make_engine(config.override(config.parse({}), {"draft.kind": "none", **keys}))
 
 
 def log_softmax(x: np.ndarray) -> np.ndarray:
@@ -25,7 +31,7 @@ def log_softmax(x: np.ndarray) -> np.ndarray:
 def test_logits_agree_with_llamacpp_on_the_tep_fixture(default_gguf, fixture_npz):
     ids = fixture_npz["token_ids"].astype(np.int64)
     n = len(ids)
-    engine = make_engine(sink=0, window=n, max_rows=32)
+    engine = engine_of({"cache.sink": 0, "cache.window": n})
     rows = []
     engine.feed(ids, all_logits=True, on_logits=lambda start, logits: rows.append(logits.copy()))
     logits = np.concatenate(rows)
@@ -38,7 +44,7 @@ def test_logits_agree_with_llamacpp_on_the_tep_fixture(default_gguf, fixture_npz
 
 def test_greedy_continuation_matches_llamacpp(default_gguf, fixture_npz):
     ids = fixture_npz["token_ids"].astype(np.int64)
-    engine = make_engine(sink=0, window=len(ids) + 32, max_rows=32)
+    engine = engine_of({"cache.sink": 0, "cache.window": len(ids) + 32})
     out = engine.generate(ids, 16, GREEDY).token_ids
     assert out == fixture_npz["greedy_continuation_ids"][:16].tolist()
 
@@ -46,6 +52,7 @@ def test_greedy_continuation_matches_llamacpp(default_gguf, fixture_npz):
 # -- greedy identity over a wrapping stream ------------------------------------------------------------------------
 
 SINK, WINDOW, ROWS = 4, 48, 16        # ring = 64 slots: the stream below wraps it about 25 times
+POLICY = {"cache.sink": SINK, "cache.window": WINDOW, "model.max_rows": ROWS}
 
 
 @pytest.fixture(scope="module")
@@ -75,15 +82,15 @@ def run_stream(engine, ids):
 
 @pytest.fixture(scope="module")
 def target_only(stream_ids):
-    engine = make_engine(sink=SINK, window=WINDOW, max_rows=ROWS)
+    engine = engine_of(POLICY)
     return run_stream(engine, stream_ids)
 
 
 @pytest.mark.parametrize("draft", ["suffix", "model", "hybrid", "suffix tree", "hybrid tree"])
 def test_greedy_identity_with_each_draft_while_the_ring_wraps(draft, stream_ids, target_only, draft_gguf):
     draft, _, tree = draft.partition(" ")
-    engine = make_engine(sink=SINK, window=WINDOW, max_rows=ROWS, draft=draft, siblings=2 if tree else 0,
-                         draft_gguf=str(draft_gguf) if draft != "suffix" else "", draft_len=5)
+    engine = engine_of({**POLICY, "draft.kind": draft, "draft.siblings": 2 if tree else 0,
+                        "draft.model": str(draft_gguf), "draft.length": 5})
     outputs, stats = run_stream(engine, stream_ids)
     ref_outputs, _ = target_only
     # Bit for bit, no near-tie excuse: every row is computed as target-only decoding computes it (trees through the
@@ -107,8 +114,8 @@ def test_greedy_identity_with_each_draft_while_the_ring_wraps(draft, stream_ids,
 
 def test_mark_and_rollback_restore_the_stream_exactly(stream_ids):
     """A scratch span (question + answer) rolled back leaves the next generation as if it never happened."""
-    plain = make_engine(sink=SINK, window=WINDOW, max_rows=ROWS, slack=40)
-    scratch = make_engine(sink=SINK, window=WINDOW, max_rows=ROWS, slack=40, draft="suffix")
+    plain = engine_of({**POLICY, "cache.slack": 40})
+    scratch = engine_of({**POLICY, "cache.slack": 40, "draft.kind": "suffix"})
     plain.feed(stream_ids[:300])
     scratch.feed(stream_ids[:300])
     mark = scratch.mark()

@@ -51,13 +51,15 @@ def test_recompute_states_a_stride_of_at_most_w_over_8(result):
 
 def test_recompute_scores_a_chunk_from_a_fresh_pass_over_its_context(result, default_gguf):
     from bench.perplexity import stream_ids
+    from pipeline import config
     from pipeline.decode.assemble import make_engine
     ids = stream_ids(str(LOG), None, "default", N)
     stride = result["modes"]["recompute"]["stride"]
     t = 150                                                      # a token well past the wrap
     a = t - t % stride
     c = a - (W - stride)
-    engine = make_engine(sink=0, window=64, max_rows=64)        # an independent full cache, last-row logits only
+    full = {"cache.sink": 0, "cache.window": 64, "model.max_rows": 64, "draft.kind": "none"}
+    engine = make_engine(config.override(config.parse({}), full))     # an independent full cache, last-row logits
     logits = engine.feed(ids[c:t]).astype(np.float64)
     want = np.log(np.exp(logits - logits.max()).sum()) + logits.max() - logits[ids[t]]
     assert abs(nll(result, "recompute")[t - 1] - want) < 1e-3

@@ -20,11 +20,13 @@ HOT = ("pipeline/decode/engine.py", "pipeline/decode/blocks.py", "pipeline/decod
 def test_the_hot_loop_allocates_nothing_that_survives_a_step(default_gguf):
     from kernels.sampling import SamplingParams
     from models.tokenizer import Tokenizer
+    from pipeline import config
     from pipeline.decode.assemble import make_engine
 
     tok = Tokenizer.from_gguf(default_gguf)
     ids = tok.encode(render(read_log(ROOT / "data" / "tep_demo.csv")))
-    engine = make_engine(sink=4, window=256, slack=160, draft="suffix", draft_len=6)
+    engine = make_engine(config.override(config.parse({}), {"cache.window": 256, "cache.slack": 160,
+                                                             "draft.kind": "suffix", "draft.length": 6}))
     ask = tok.encode("\nSummarise the alarms above:")
     params = SamplingParams()
 

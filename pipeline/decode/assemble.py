@@ -1,4 +1,4 @@
-"""Turn a validated Config (or CLI options) into a ready single-process Engine: model, tokenizer, pools, draft.
+"""Turn a validated Config into a ready single-process Engine: model, tokenizer, pools, draft.
 
 Owns start-up order and start-up errors. Never runs a step.
 """
@@ -11,15 +11,9 @@ from kernels.sampling import SamplingParams
 from models.registry import converted_dir, resolve_gguf
 from models.runner import Runner, RunnerOptions
 from models.tokenizer import Tokenizer
+from pipeline.config import Config, ring_spec
 from pipeline.decode.blocklen import LengthControl, line_end_ids
-from pipeline.decode.drafts import (
-    HybridDraft,
-    ModelDraft,
-    NoDraft,
-    SuffixDraft,
-    TreeDraft,
-    speaks,
-)
+from pipeline.decode.drafts import HybridDraft, ModelDraft, NoDraft, SuffixDraft, TreeDraft, speaks
 from pipeline.decode.engine import Engine
 from pipeline.decode.exactness import check
 
@@ -57,30 +51,28 @@ def _chain_draft(kind: str, spec: RingSpec, params: SamplingParams, draft_gguf: 
     raise ValueError(f"unknown draft kind {kind!r} (none, suffix, model, hybrid)")
 
 
-def make_engine(gguf: str = "default", sink: int = 4, window: int = 1024, slack: int = 0, max_rows: int = 32,
-                threads: int = 2, draft: str = "none", draft_gguf: str = "", draft_len: int = 6,
-                params: SamplingParams = SamplingParams(), draft_threads: int = 1,
-                rope_angles: str = "float64", min_confidence: float = 0.0, siblings: int = 0,
-                adaptive: bool = False, end_at_line: bool = False, batch_invariant: bool = True,
-                check_rows: bool = True) -> Engine:
-    """Everything `generate`, `score` and the replay need; the GGUF is converted on first use. adaptive: the number
-    of proposals is chosen per pass (at most draft_len); end_at_line: a block ends after a newline-carrying token.
-    check_rows: probe the target's batch invariance first (`engine.exactness`; a line on stderr when rows are not
-    invariant); teacher-forced scoring, which claims no identity, may skip it."""
-    path = resolve_gguf(gguf)
-    spec = RingSpec(sink, window, window + max(slack, max_rows))
-    runner = Runner(converted_dir(path), spec, RunnerOptions(threads=threads, max_rows=max_rows,
-                                                             rope_angles=rope_angles, trees=siblings > 0,
-                                                             batch_invariant=batch_invariant))
+def make_engine(cfg: Config, spec: RingSpec | None = None, *, check_rows: bool = True,
+                rope_angles: str = "float64") -> Engine:
+    """The single-process engine of a validated config: target, pool (`spec`, default `ring_spec(cfg)`), draft,
+    block-length policy. The GGUF is converted on first use. check_rows: probe the target's batch invariance first
+    (`engine.exactness`; a line on stderr when rows are not invariant); teacher-forced scoring, which claims no
+    identity, may skip it."""
+    m, d = cfg.model, cfg.draft
+    spec = spec or ring_spec(cfg)
+    params = cfg.sampling.params()
+    path = resolve_gguf(m.gguf)
+    runner = Runner(converted_dir(path), spec, RunnerOptions(threads=m.threads, max_rows=m.max_rows,
+                                                             accuracy_level=m.accuracy_level, spin=m.spin,
+                                                             rope_angles=rope_angles, trees=d.siblings > 0,
+                                                             batch_invariant=m.batch_invariant))
     exactness = check(runner) if check_rows else None
     if exactness is not None and not exactness.invariant:
         print(f"ringspec: warning: {exactness.line()}", file=sys.stderr, flush=True)
     tok = Tokenizer.from_gguf(path)
-    proposer = make_draft(draft, spec, params, draft_gguf, max_rows, draft_threads, runner.vocab, min_confidence,
-                          siblings)
-    control = LengthControl(min(draft_len, max_rows - 1)) if adaptive else None
-    ends = line_end_ids(tok, runner.vocab) if end_at_line else None
-    engine = Engine(runner, tok, proposer, draft_len=draft_len, seed=params.seed, length_control=control,
-                    line_ends=ends)
+    proposer = make_draft(d.kind, spec, params, d.model, m.max_rows, d.threads, runner.vocab, d.min_confidence,
+                          d.siblings)
+    control = LengthControl(min(d.length, m.max_rows - 1)) if d.adaptive else None
+    ends = line_end_ids(tok, runner.vocab) if d.end_at_line else None
+    engine = Engine(runner, tok, proposer, draft_len=d.length, seed=params.seed, length_control=control, line_ends=ends)
     engine.exactness = exactness
     return engine

@@ -22,16 +22,9 @@ import numpy as np
 
 from kernels.ring import RingIndex, slot_of
 from kernels.sampling import SamplingParams, sample, target_probs
+from pipeline.config import DraftSection
 from pipeline.decode.blocklen import LengthControl, cut_at_line_end
-from pipeline.decode.blocks import (
-    BLOCK,
-    judge,
-    lap,
-    near_wrap,
-    plan_block,
-    room_of,
-    verify_mask,
-)
+from pipeline.decode.blocks import BLOCK, judge, lap, near_wrap, plan_block, room_of, verify_mask
 from pipeline.decode.drafts import NoDraft, Proposal
 
 
@@ -138,7 +131,7 @@ class Sequence:
 
 
 class Engine(Sequence):
-    def __init__(self, runner, tokenizer, draft=None, draft_len: int = 4, seed: int = 0, block: int = BLOCK,
+    def __init__(self, runner, tokenizer, draft=None, draft_len: int = DraftSection.length, seed: int = 0, block: int = BLOCK,
                  length_control: LengthControl | None = None, line_ends: np.ndarray | None = None):
         self.runner, self.tok = runner, tokenizer
         if not 1 <= block <= runner.opts.max_recent + 1:

@@ -15,6 +15,7 @@ from kernels.ring import RingSpec
 from kernels.sampling import SamplingParams
 from models.registry import resolve_gguf
 from models.tokenizer import Tokenizer
+from pipeline.config import Config, ring_spec
 from pipeline.decode.assemble import make_engine
 from pipeline.stream.prompts import chat_frame
 from pipeline.stream.records import read_log
@@ -48,32 +49,24 @@ class Frame:
     spec: RingSpec
 
 
-def replay_frame(cfg) -> Frame:
-    """The sinks grow to hold the system prompt; the slack holds the scratch span (question and answer) plus the
-    uncommitted rows beyond it: a target block, or two draft blocks when the draft runs a block ahead."""
-    c = cfg
-    params = SamplingParams(c.sampling.temperature, c.sampling.top_k, c.sampling.top_p, c.sampling.seed)
-    tok = Tokenizer.from_gguf(resolve_gguf(c.model.gguf))
-    head, ask = chat_frame(tok, c.replay.system_prompt, c.replay.question)
-    scratch = len(ask) + c.replay.max_new_tokens
-    if c.serve.enabled:                    # an operator's question span and its answer
-        scratch = max(scratch, c.serve.max_prompt_tokens + c.serve.max_answer_tokens)
-    slack = max(c.cache.slack, scratch + max(c.model.max_rows, 2 * (c.draft.length + 1)))
-    return Frame(tok, head, ask, params, RingSpec(max(c.cache.sink, len(head)), c.cache.window,
-                                                  c.cache.window + slack))
+def replay_frame(cfg: Config) -> Frame:
+    """The system prompt and the open user turn (kept in the sinks), the question, and the ring sized for them: the
+    scratch span holds the question and its answer, or an operator's question span and its answer when serving."""
+    params = cfg.sampling.params()
+    tok = Tokenizer.from_gguf(resolve_gguf(cfg.model.gguf))
+    head, ask = chat_frame(tok, cfg.replay.system_prompt, cfg.replay.question)
+    scratch = len(ask) + cfg.replay.max_new_tokens
+    if cfg.serve.enabled:                    # an operator's question span and its answer
+        scratch = max(scratch, cfg.serve.max_prompt_tokens + cfg.serve.max_answer_tokens)
+    return Frame(tok, head, ask, params, ring_spec(cfg, head=len(head), scratch=scratch))
 
 
-def make_analyst(cfg) -> Analyst:
+def make_analyst(cfg: Config) -> Analyst:
     """The single-process analyst: target and draft in this process (`replay --launcher serial`)."""
-    c, f = cfg, replay_frame(cfg)
-    engine = make_engine(c.model.gguf, sink=f.spec.sink, window=f.spec.window, slack=f.spec.slack,
-                         max_rows=c.model.max_rows, threads=c.model.threads, draft=c.draft.kind,
-                         draft_gguf=c.draft.model, draft_len=c.draft.length, params=f.params,
-                         draft_threads=c.draft.threads, min_confidence=c.draft.min_confidence,
-                         adaptive=c.draft.adaptive, end_at_line=c.draft.end_at_line, siblings=c.draft.siblings,
-                         batch_invariant=c.model.batch_invariant)
-    engine.feed(f.head)
-    return Analyst(engine, f.tok, f.ask, f.params, c.replay.max_new_tokens)
+    frame = replay_frame(cfg)
+    engine = make_engine(cfg, frame.spec)
+    engine.feed(frame.head)
+    return Analyst(engine, frame.tok, frame.ask, frame.params, cfg.replay.max_new_tokens)
 
 
 def replay(log: str, fmt: str, cfg, emit, max_lines: int = 0) -> dict:
