@@ -16,7 +16,6 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from kernels.sampling import SamplingParams
 from pipeline.channel import Channel, ChannelSpec
 from pipeline.decode.assemble import make_draft
 from pipeline.decode.blocks import BLOCK, room_of
@@ -115,10 +114,7 @@ def run(inbox: ChannelSpec, outbox: str, cfg, spec, vocab: int, stop) -> None:
     pin(cfg.actors.draft_cpus)
     figures = Figures("draft")
     figures_on_request(figures)
-    s = cfg.sampling
-    params = SamplingParams(s.temperature, s.top_k, s.top_p, s.seed)
-    draft = make_draft(cfg.draft.kind, spec, params, cfg.draft.model, cfg.model.max_rows, cfg.draft.threads, vocab,
-                       cfg.draft.min_confidence)
+    draft = make_draft(cfg, spec, vocab)
     catch_up = getattr(draft, "catch_up", lambda: False)
     with Channel.create(inbox) as inp, attach_when_ready(outbox, stop) as out:
         drafter = Drafter(draft, min(cfg.draft.length, cfg.model.max_rows - 1), out, figures)

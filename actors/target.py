@@ -16,7 +16,7 @@ import numpy as np
 from kernels.sampling import SamplingParams, sample, target_probs
 from models.platform import facts
 from models.registry import converted_dir, resolve_gguf
-from models.runner import Runner, RunnerOptions
+from models.runner import Runner
 from pipeline.channel import Channel, ChannelSpec
 from pipeline.decode.blocks import Block, judge
 from pipeline.decode.exactness import check
@@ -29,9 +29,7 @@ def run(inbox: ChannelSpec, outbox: str, cfg, spec, stop) -> None:
     figures = Figures("target")
     figures_on_request(figures)
     runner = Runner(converted_dir(resolve_gguf(cfg.model.gguf)), spec,
-                    RunnerOptions(threads=cfg.model.threads, max_rows=cfg.model.max_rows,
-                                  accuracy_level=cfg.model.accuracy_level, spin=cfg.model.spin,
-                                  batch_invariant=cfg.model.batch_invariant))
+                    cfg.model.runner_options())
     exactness = check(runner)
     s = cfg.sampling
     params = SamplingParams(s.temperature, s.top_k, s.top_p, s.seed)

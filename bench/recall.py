@@ -12,7 +12,7 @@ import time
 
 from bench.recall_questions import archive_for, seq_of
 from models.registry import converted_dir, resolve_gguf
-from models.runner import Runner, RunnerOptions
+from models.runner import Runner
 from pipeline.decode.drafts import SuffixDraft
 from pipeline.decode.engine import Engine
 from pipeline.stream.archive import search
@@ -26,7 +26,7 @@ def answer_rate(questions, k: int, archive_dir, cfg, max_tokens: int = 40, progr
     frame = replay_frame(cfg)
     tok, system = frame.tok, cfg.replay.system_prompt
     runner = Runner(converted_dir(resolve_gguf(cfg.model.gguf)), frame.spec,
-                    RunnerOptions(threads=cfg.model.threads, max_rows=cfg.model.max_rows))
+                    cfg.model.runner_options())
     rows, logs = [], {}
     t0 = time.perf_counter()
     for i, q in enumerate(questions):

@@ -66,7 +66,7 @@ def _compare(run, rows: np.ndarray) -> tuple[list[int], float]:
     return sorted(set(bad)), worst
 
 
-def families(card: dict, threads: int = 2, accuracy_level: int = 4, seed: int = 0) -> list[Family]:
+def families(card: dict, threads: int, accuracy_level: int, seed: int = 0) -> list[Family]:
     """Every operator family of the model's graphs (models/graph.py), each at the shapes this model gives it."""
     cfg = card["config"]
     rng = np.random.default_rng(seed)

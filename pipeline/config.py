@@ -37,12 +37,17 @@ class ModelSection:
     spin: bool = RunnerOptions.spin             # ONNX Runtime's threads spin-wait between ops
     batch_invariant: bool = RunnerOptions.batch_invariant   # no operator sees one row: exact on every CPU
 
+    def runner_options(self, **extra) -> RunnerOptions:
+        """The target runner's options from this section (`extra`: graph choices such as trees or rope_angles)."""
+        return RunnerOptions(threads=self.threads, max_rows=self.max_rows, accuracy_level=self.accuracy_level,
+                             spin=self.spin, batch_invariant=self.batch_invariant, **extra)
+
 
 @dataclass(frozen=True)
 class CacheSection:
-    sink: int = 4
-    window: int = 1024
-    slack: int = 0                   # ring = window + max(slack, max_rows): room for uncommitted rows (K_max)
+    sink: int = 4                    # attention-sink slots (the replay grows them to hold its system prompt)
+    window: int = 1024               # W: the most recent tokens each query attends to
+    slack: int = 0                   # extra ring slots: ring = window + max(slack, uncommitted rows): `ring_spec`
 
 
 @dataclass(frozen=True)
@@ -53,7 +58,7 @@ class DraftSection:
     adaptive: bool = False           # choose each pass's length online from observed acceptance and verify cost
     end_at_line: bool = False        # a block ends after its first proposed token that carries a newline
     siblings: int = 0                # token trees: other first tokens verified beside the chain (suffix, hybrid)
-    threads: int = 1
+    threads: int = 1                 # ONNX Runtime threads of a draft model
     min_confidence: float = 0.0      # a draft model stops its chain when its top probability falls below this
 
     @property
@@ -64,7 +69,7 @@ class DraftSection:
 
 @dataclass(frozen=True)
 class SamplingSection:
-    temperature: float = SamplingParams.temperature
+    temperature: float = SamplingParams.temperature      # 0 = greedy
     top_k: int = SamplingParams.top_k
     top_p: float = SamplingParams.top_p
     seed: int = SamplingParams.seed

@@ -18,16 +18,18 @@ from pipeline.decode.engine import Engine
 from pipeline.decode.exactness import check
 
 
-def make_draft(kind: str, spec: RingSpec, params: SamplingParams, draft_gguf: str = "", max_rows: int = 32,
-               threads: int = 1, target_vocab: int | None = None, min_confidence: float = 0.0, siblings: int = 0):
-    """The proposer `kind` names; with siblings > 0 (suffix or hybrid) its chains become token trees."""
-    draft = _chain_draft(kind, spec, params, draft_gguf, max_rows, threads, target_vocab, min_confidence)
-    if not siblings:
+def make_draft(cfg: Config, spec: RingSpec, target_vocab: int | None = None):
+    """The proposer [draft] names, its model's pool sized by `spec`; with siblings > 0 (suffix or hybrid) its chains
+    become token trees."""
+    d = cfg.draft
+    draft = _chain_draft(d.kind, spec, cfg.sampling.params(), d.model, cfg.model.max_rows, d.threads, target_vocab,
+                         d.min_confidence)
+    if not d.siblings:
         return draft
-    if kind not in ("suffix", "hybrid"):
-        raise ValueError(f"token trees (siblings = {siblings}) branch from the stream: draft kind suffix or hybrid, "
-                         f"not {kind!r}")
-    return TreeDraft(draft, draft if kind == "suffix" else draft.stream, siblings)
+    if d.kind not in ("suffix", "hybrid"):
+        raise ValueError(f"token trees (siblings = {d.siblings}) branch from the stream: draft kind suffix or hybrid, "
+                         f"not {d.kind!r}")
+    return TreeDraft(draft, draft if d.kind == "suffix" else draft.stream, d.siblings)
 
 
 def _chain_draft(kind: str, spec: RingSpec, params: SamplingParams, draft_gguf: str, max_rows: int, threads: int,
@@ -61,16 +63,12 @@ def make_engine(cfg: Config, spec: RingSpec | None = None, *, check_rows: bool =
     spec = spec or ring_spec(cfg)
     params = cfg.sampling.params()
     path = resolve_gguf(m.gguf)
-    runner = Runner(converted_dir(path), spec, RunnerOptions(threads=m.threads, max_rows=m.max_rows,
-                                                             accuracy_level=m.accuracy_level, spin=m.spin,
-                                                             rope_angles=rope_angles, trees=d.siblings > 0,
-                                                             batch_invariant=m.batch_invariant))
+    runner = Runner(converted_dir(path), spec, m.runner_options(rope_angles=rope_angles, trees=d.siblings > 0))
     exactness = check(runner) if check_rows else None
     if exactness is not None and not exactness.invariant:
         print(f"ringspec: warning: {exactness.line()}", file=sys.stderr, flush=True)
     tok = Tokenizer.from_gguf(path)
-    proposer = make_draft(d.kind, spec, params, d.model, m.max_rows, d.threads, runner.vocab, d.min_confidence,
-                          d.siblings)
+    proposer = make_draft(cfg, spec, runner.vocab)
     control = LengthControl(min(d.length, m.max_rows - 1)) if d.adaptive else None
     ends = line_end_ids(tok, runner.vocab) if d.end_at_line else None
     engine = Engine(runner, tok, proposer, draft_len=d.length, seed=params.seed, length_control=control, line_ends=ends)
