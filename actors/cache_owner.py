@@ -64,7 +64,6 @@ class _Nothing:
 
 class Owner:
     def __init__(self, cfg, spec, lines, asks, out, links, stop, drain):
-
         self.cfg, self.spec, self.lines, self.asks, self.out, self.stop, self.drain = \
             cfg, spec, lines, asks, out, stop, drain
         self.figures = Figures("cache_owner")
@@ -146,7 +145,6 @@ class Owner:
         return bool(self.queue)
 
     def take_request(self, head: dict, ids) -> None:
-
         if head["kind"] == "cancel":
             if self.queue.cancel(head["id"]) is None and head["id"] == self.current:
                 self.cancelled.add(head["id"])          # being answered: stops at the next block

@@ -43,7 +43,6 @@ class Lookahead:
 
 class Drafter:
     def __init__(self, draft, k: int, out, figures: Figures):
-
         self.draft, self.k, self.out, self.figures = draft, k, out, figures
         self.room = lambda n: room_of(n, BLOCK)
         self.run: Lookahead | None = None
@@ -110,7 +109,6 @@ class Drafter:
 
 
 def run(inbox: ChannelSpec, outbox: str, cfg, spec, vocab: int, stop) -> None:
-
     pin(cfg.actors.draft_cpus)
     figures = Figures("draft")
     figures_on_request(figures)

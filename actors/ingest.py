@@ -29,7 +29,6 @@ from pipeline.stream.archive import Archive
 
 
 def open_source(source: dict, stop_event: threading.Event):
-
     kind = source.get("kind", "replay")
     if kind == "replay":
         return sources.replay(source["path"], source.get("speed", 0.0), fmt=source.get("format"), stop=stop_event,
@@ -52,7 +51,6 @@ class _Loop:
     """A captured file replayed over and over (the soak): records carry their pass in `loop`."""
 
     def __init__(self, source: dict, stop_event: threading.Event):
-
         self.source, self.stop_event, self.loop = source, stop_event, 0
         self.stats = sources.SourceStats()
         self._sources = sources

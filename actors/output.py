@@ -33,7 +33,6 @@ def run(in_spec: ChannelSpec, gguf: str, journal: str | None, pub: str | None, q
     """serve: when the pipeline serves operators, {"asks": the owner's question channel, "archive": path,
     "pids_file": path}; the HTTP and zmq interfaces then run in this process (pipeline/serve/front.py)."""
 
-
     pin(cpus)
     figures = Figures("output")
     figures_on_request(figures)

@@ -24,7 +24,6 @@ from pipeline.process import Figures, attach_when_ready, figures_on_request, mes
 
 
 def run(inbox: ChannelSpec, outbox: str, cfg, spec, stop) -> None:
-
     pin(cfg.actors.target_cpus)
     figures = Figures("target")
     figures_on_request(figures)

@@ -20,7 +20,7 @@ import numpy as np
 
 from bench.speed import TASKS, prompts, rendered
 from kernels.sampling import SamplingParams
-from models.draftnet import OTHER, DraftShape, build, export, snap_to_q8, vocab_map
+from models.draftnet import OTHER, DraftShape, build, export, snap_to_q8, training_stack, vocab_map
 from models.gguf import sha256_file
 from models.registry import home, resolve_gguf
 from pipeline import config
@@ -110,7 +110,7 @@ def _windows(rng, conts, raw, recipe: Recipe, n: int) -> np.ndarray:
 def agreement(model, conts, to_draft, target_ids) -> dict:
     """Top-1 agreement of the draft with the target on the target's own output, teacher-forced (the chance a draft
     token is accepted when the tokens before it were), per task."""
-    import torch
+    torch = training_stack()[0]
 
     hits: dict[str, list[float]] = {}
     model.eval()
@@ -133,8 +133,7 @@ def train(shape: DraftShape, recipe: Recipe, raw, conts, to_draft, progress=None
     check = (continuations kept out, target_ids): every `recipe.check_every` steps the draft's agreement with the
     target on them goes into the history. It is a figure, not a selector: on so few continuations it moves by
     +-5 points from check to check, and the best-scoring checkpoint was the worse draft on the bench log."""
-    import torch
-
+    torch = training_stack()[0]
 
     torch.set_num_threads(2)
     rng = np.random.default_rng(recipe.seed)

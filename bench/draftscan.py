@@ -43,7 +43,6 @@ def draft_file(gguf, spec: str, blocks: list[int]):
 
 def scan(log: str, candidates=DEFAULT_CANDIDATES, n_offsets: int = 3, draft_len: int = 3, threads: int = 2,
          window: int = 1024, task: str = "log", progress=None) -> dict:
-
     gguf = resolve_gguf("default")
     n_blocks = load_card(converted_dir(gguf))["config"]["n_layers"]
     lists = {spec: _blocks(spec) for spec in candidates}

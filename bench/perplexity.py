@@ -25,6 +25,7 @@ import time
 import zlib
 
 import numpy as np
+from tqdm import tqdm
 
 from bench import svg
 from models.convert import load_card
@@ -267,7 +268,6 @@ def summary(result: dict) -> dict:
 def _bar(mode: str, total: int, enabled: bool):
     if not enabled:
         return None
-    from tqdm import tqdm
     return tqdm(total=total, desc=f"eval-stream {mode}", unit="tok", file=sys.stderr, leave=False)
 
 

@@ -32,7 +32,6 @@ def _summary(stats: list[dict], wall_s: float) -> dict:
 
 
 def serial(log: str, cfg, max_lines: int) -> dict:
-
     stats = []
 
     def emit(kind, payload):

@@ -38,7 +38,6 @@ def _enter(module: str, kwargs: dict) -> None:
 
 class PipelinedWorker:
     def __init__(self, system, threads: int, window: int, cpus: list[int]):
-
         cpu_list = ",".join(map(str, cpus))
         self.system = system
         self.cfg = config.load(None, {**settings(system, threads, window),
@@ -70,7 +69,6 @@ class PipelinedWorker:
         return {"exactness": self.engine.exactness}
 
     def run(self, prompt) -> dict:
-
         self.engine.reset()                                         # a fresh context and draft, as the serial systems
         res = self.engine.generate(np.asarray(prompt.ids, np.int64), prompt.new_tokens, SamplingParams(),
                                    stop_ids=prompt.stop_ids)

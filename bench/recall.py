@@ -22,7 +22,6 @@ from pipeline.stream.replay import replay_frame
 
 
 def answer_rate(questions, k: int, archive_dir, cfg, max_tokens: int = 40, progress=None) -> dict:
-
     frame = replay_frame(cfg)
     tok, system = frame.tok, cfg.replay.system_prompt
     runner = Runner(converted_dir(resolve_gguf(cfg.model.gguf)), frame.spec,

@@ -46,12 +46,18 @@ class Disagreement(RuntimeError):
     pass
 
 
-def llama_cpp_available() -> bool:
+def llama_cpp():
+    """llama-cpp-python (the bench extra), or None when it is not installed: the one place it is imported."""
     try:
-        import llama_cpp  # noqa: F401
+        import llama_cpp
+        import llama_cpp.llama_speculative
     except ImportError:
-        return False
-    return True
+        return None
+    return llama_cpp
+
+
+def llama_cpp_available() -> bool:
+    return llama_cpp() is not None
 
 
 # -- what a system sees --------------------------------------------------------------------------------------------
@@ -135,16 +141,13 @@ def _ringspec_runner(system: System, threads: int, window: int):
 
 
 def _llama_cpp_runner(system: System, threads: int, window: int):
-    from llama_cpp import Llama
-
-
+    lib = llama_cpp()
     draft = None
     if system.draft == "lookup":
-        from llama_cpp.llama_speculative import LlamaPromptLookupDecoding
-        draft = LlamaPromptLookupDecoding(num_pred_tokens=system.draft_len)
-    llm = Llama(model_path=str(resolve_gguf("default")), n_ctx=window + 4, n_threads=threads,
-                n_threads_batch=threads, n_batch=512, flash_attn=True, draft_model=draft,
-                logits_all=draft is not None, verbose=False)          # a draft's rows are verified from all logits
+        draft = lib.llama_speculative.LlamaPromptLookupDecoding(num_pred_tokens=system.draft_len)
+    llm = lib.Llama(model_path=str(resolve_gguf("default")), n_ctx=window + 4, n_threads=threads,
+                    n_threads_batch=threads, n_batch=512, flash_attn=True, draft_model=draft,
+                    logits_all=draft is not None, verbose=False)      # a draft's rows are verified from all logits
 
     def run(prompt: Prompt) -> dict:
         llm.reset()                                          # no prompt-cache hit: TTFT includes the prefill
@@ -163,7 +166,6 @@ def _llama_cpp_runner(system: System, threads: int, window: int):
 
 
 def _worker(system: System, threads: int, window: int, cpus: list[int], conn) -> None:
-
     ctypes.CDLL(None).prctl(1, signal.SIGKILL)               # PR_SET_PDEATHSIG: never outlive the bench
     os.sched_setaffinity(0, cpus)
     try:

@@ -13,9 +13,12 @@ import time
 from pathlib import Path
 
 import numpy as np
+from tqdm import tqdm
 
 from . import quant
+from .draftnet import TARGET_IDS
 from .gguf import GGUFError, GGUFModel, sha256_file
+from .tokenizer import Tokenizer
 
 CARD = "card.json"
 WEIGHTS = "weights.bin"
@@ -66,7 +69,6 @@ def _linear(model: GGUFModel, w: WeightWriter, out: str, sources: list[str], bia
 
 def convert(gguf_path: str | os.PathLike, out_dir: str | os.PathLike, progress: bool = True) -> Path:
     """Convert a llama-family GGUF into `out_dir`; returns the card path. Idempotent for the same source."""
-    from .tokenizer import Tokenizer
 
     out = Path(out_dir)
     model = GGUFModel(gguf_path)
@@ -145,7 +147,6 @@ def convert(gguf_path: str | os.PathLike, out_dir: str | os.PathLike, progress: 
 
 def _target_ids(model: GGUFModel) -> list[int] | None:
     """A distilled draft's vocabulary map (models.draftnet.TARGET_IDS), checked against its tokenizer; else None."""
-    from .draftnet import TARGET_IDS
 
     ids = model.field(TARGET_IDS)
     if ids is None:
@@ -183,5 +184,4 @@ class _Silent:
 def _progress(total: int, desc: str, enabled: bool):
     if not enabled:
         return _Silent()
-    from tqdm import tqdm
     return tqdm(total=total, desc=desc, unit="layer", file=sys.stderr, leave=False)

@@ -15,6 +15,8 @@ import numpy as np
 from gguf import GGMLQuantizationType, GGUFReader, GGUFValueType, GGUFWriter
 from gguf.quants import dequantize, quantize
 
+from .subset import copy_field
+
 TARGET_IDS = "ringspec.draft.target_ids"    # GGUF key: int32 array, target id of each draft id (-1 for "other")
 OTHER = 0                                    # the draft id of every token outside the sub-vocabulary
 
@@ -32,10 +34,17 @@ class DraftShape:
     context: int = 2048
 
 
-def build(shape: DraftShape, seed: int = 0):
-    """A freshly initialised draft (transformers LlamaForCausalLM, float32, tied head)."""
+def training_stack():
+    """torch and transformers' llama (the train extra), imported on first use: the one place they are imported, so
+    the engine runs without them."""
     import torch
     from transformers import LlamaConfig, LlamaForCausalLM
+    return torch, LlamaConfig, LlamaForCausalLM
+
+
+def build(shape: DraftShape, seed: int = 0):
+    """A freshly initialised draft (transformers LlamaForCausalLM, float32, tied head)."""
+    torch, LlamaConfig, LlamaForCausalLM = training_stack()
 
     torch.manual_seed(seed)
     cfg = LlamaConfig(vocab_size=shape.vocab, hidden_size=shape.d_model, intermediate_size=shape.d_ff,
@@ -50,7 +59,7 @@ def build(shape: DraftShape, seed: int = 0):
 def snap_to_q8(model) -> None:
     """Round every matrix of `model` through Q8_0 in place, so the model holds exactly what `export` writes (figures
     measured after this are the exported draft's)."""
-    import torch
+    torch = training_stack()[0]
 
     q8 = GGMLQuantizationType.Q8_0
     with torch.no_grad():
@@ -76,8 +85,6 @@ def permute_qk(w: np.ndarray, n_head: int) -> np.ndarray:
 def export(model, shape: DraftShape, target_ids: np.ndarray, target_gguf, out, meta: dict | None = None) -> Path:
     """Write `model` as a llama GGUF at `out`: Q8_0 matrices, float32 norms, the target's tokenizer fields, the map.
     Returns the path. The file is written beside `out` and renamed into place."""
-
-    from .subset import copy_field
 
     out = Path(out)
     tmp = out.with_suffix(".part")

@@ -54,7 +54,6 @@ class GGUFModel:
     """An opened GGUF: `config`, `field(name)`, `tensor(name)` (raw blocks as stored) and `tensor_type(name)`."""
 
     def __init__(self, path: str | os.PathLike):
-
         self.path = Path(path)
         if not self.path.exists():
             raise GGUFError(f"{self.path}: no such file")

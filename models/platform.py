@@ -17,6 +17,11 @@ import sys
 import numpy
 import onnxruntime
 
+try:
+    from numpy._core._multiarray_umath import __cpu_features__ as _CPU_FEATURES
+except ImportError:                                        # numpy < 2
+    from numpy.core._multiarray_umath import __cpu_features__ as _CPU_FEATURES
+
 # x86-64 SysV: cpuid(leaf=edi, subleaf=esi, out=rdx) -> out[0..3] = eax, ebx, ecx, edx
 _CPUID = bytes([0x53,                    # push rbx (callee-saved; cpuid writes it)
                 0x49, 0x89, 0xD0,        # mov r8, rdx
@@ -70,11 +75,7 @@ def cpuinfo_model() -> str | None:
 
 def isa_features() -> list[str]:
     """The ISA features this process sees, by numpy's CPUID / AT_HWCAP dispatcher (sorted)."""
-    try:
-        from numpy._core._multiarray_umath import __cpu_features__ as features
-    except ImportError:                                    # numpy < 2
-        from numpy.core._multiarray_umath import __cpu_features__ as features
-    return sorted(name for name, present in features.items() if present)
+    return sorted(name for name, present in _CPU_FEATURES.items() if present)
 
 
 def widest_simd(isa: list[str]) -> str:
@@ -87,7 +88,6 @@ def widest_simd(isa: list[str]) -> str:
 
 
 def facts() -> dict:
-
     isa = isa_features()
     return {"onnxruntime": onnxruntime.__version__, "numpy": numpy.__version__,
             "python": _platform.python_version(), "machine": _platform.machine(), "system": sys.platform,

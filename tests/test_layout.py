@@ -27,6 +27,7 @@ LAYERS = [                      # bottom first; a module may import its own laye
     "run",                      # the CLI
 ]
 PACKAGES = ("kernels", "models", "pipeline", "actors", "bench", "run")
+OPTIONAL = {"torch", "transformers", "llama_cpp", "ray", "rknnlite", "rknn"}   # extras: imported where first used
 
 
 def layer_of(module: str) -> int:
@@ -117,6 +118,22 @@ def cycles(edges: dict[str, list[tuple[str, int]]]) -> list[list[str]]:
     return out
 
 
+def late_imports(path: Path) -> list[tuple[str, int]]:
+    """(top-level package, line) of every import inside a function (a module-level try/except is module level)."""
+    out = []
+
+    def visit(node, inside: bool):
+        for child in ast.iter_child_nodes(node):
+            if inside and isinstance(child, ast.Import):
+                out.extend((a.name.split(".")[0], child.lineno) for a in child.names)
+            elif inside and isinstance(child, ast.ImportFrom):
+                out.append(((child.module or "").split(".")[0] if not child.level else ".", child.lineno))
+            visit(child, inside or isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)))
+
+    visit(ast.parse(path.read_text(), str(path)), False)
+    return out
+
+
 def test_every_module_sits_in_a_layer():
     for name in modules():
         layer_of(name)
@@ -134,6 +151,23 @@ def test_nothing_the_main_job_runs_imports_bench():
     edges = graph()
     runtime = [m for m in edges if m.split(".")[0] in ("kernels", "models", "pipeline", "actors")]
     assert [(m, d) for m in runtime for d, _ in edges[m] if d.split(".")[0] == "bench"] == []
+
+
+def test_imports_stand_at_module_level_except_optional_extras_each_in_one_function():
+    """The dependency graph is what the top of each file says; an optional extra (torch, llama-cpp, ray, rknn) is
+    imported inside the one function that needs it first, so the engine runs without it."""
+    late = {name: late_imports(path) for name, path in modules().items()}
+    assert [(m, pkg, line) for m, found in late.items() for pkg, line in found if pkg not in OPTIONAL] == []
+    homes: dict[str, set] = {}
+    for name, path in modules().items():
+        tree = ast.parse(path.read_text())
+        for fn in (n for n in ast.walk(tree) if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))):
+            for node in ast.walk(fn):
+                if isinstance(node, (ast.Import, ast.ImportFrom)):
+                    names = [a.name for a in node.names] if isinstance(node, ast.Import) else [node.module or ""]
+                    for pkg in {n.split(".")[0] for n in names} & OPTIONAL:
+                        homes.setdefault(pkg, set()).add(f"{name}.{fn.name}")
+    assert {pkg: where for pkg, where in homes.items() if len(where) > 1} == {}
 
 
 @pytest.mark.parametrize("planted", ["from pipeline.serve.front import Front", "import actors.target"])

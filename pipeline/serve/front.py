@@ -61,7 +61,6 @@ class Answer:
 
 class Front:
     def __init__(self, cfg, tok, asks, archive_path: str | None, pids_file: str | None = None):
-
         self.cfg, self.serve, self.tok, self.asks = cfg, cfg.serve, tok, asks
         self.archive_path, self.pids_file = archive_path, pids_file
         self._span = question_span

@@ -40,7 +40,6 @@ class ZmqFront:
         self._thread.join(timeout=2.0)
 
     def _run(self) -> None:
-
         sock = zmq.Context.instance().socket(zmq.ROUTER)
         sock.setsockopt(zmq.LINGER, 0)
         sock.setsockopt(zmq.ROUTER_MANDATORY, 0)     # a reply to a client that left is dropped, not an error
