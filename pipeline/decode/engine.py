@@ -24,7 +24,7 @@ from kernels.ring import RingIndex, slot_of
 from kernels.sampling import SamplingParams, sample, target_probs
 from pipeline.decode.blocklen import LengthControl, cut_at_line_end
 from pipeline.decode.blocks import (
-    BLOCK,
+    ALIGNED_BLOCK,
     judge,
     lap,
     near_wrap,
@@ -138,7 +138,7 @@ class Sequence:
 
 
 class Engine(Sequence):
-    def __init__(self, runner, tokenizer, draft=None, draft_len: int = 4, seed: int = 0, block: int = BLOCK,
+    def __init__(self, runner, tokenizer, draft=None, draft_len: int = 4, seed: int = 0, block: int = ALIGNED_BLOCK,
                  length_control: LengthControl | None = None, line_ends: np.ndarray | None = None):
         self.runner, self.tok = runner, tokenizer
         if not 1 <= block <= runner.opts.max_recent + 1:
