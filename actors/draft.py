@@ -18,7 +18,7 @@ import numpy as np
 
 from pipeline.channel import Channel, ChannelSpec
 from pipeline.decode.assemble import make_draft
-from pipeline.decode.blocks import BLOCK, room_of
+from pipeline.decode.blocks import ALIGNED_BLOCK, room_of
 from pipeline.process import Figures, attach_when_ready, figures_on_request, pin
 
 AHEAD = 2
@@ -44,7 +44,7 @@ class Lookahead:
 class Drafter:
     def __init__(self, draft, k: int, out, figures: Figures):
         self.draft, self.k, self.out, self.figures = draft, k, out, figures
-        self.room = lambda n: room_of(n, BLOCK)
+        self.room = lambda n: room_of(n, ALIGNED_BLOCK)
         self.run: Lookahead | None = None
         self.proposals, self.drafted_s = 0, 0.0
 

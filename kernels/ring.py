@@ -14,7 +14,7 @@ from dataclasses import dataclass
 import numpy as np
 
 EMPTY = -1
-BLOCK = 32              # pool reads are widened to a multiple of this many ring slots
+COLUMN_STEP = 32        # pool reads are widened to a multiple of this many ring slots
 NEG = np.float32(-1e30)  # finite on purpose: a fully masked -inf row is NaN after softmax, and -inf - -inf is NaN
 
 
@@ -121,7 +121,7 @@ class RingIndex:
         self.n = 0
         self.ring_start = 0
         self.slot_pos = np.full(spec.pool_slots, EMPTY, dtype=np.int64)
-        self.column_step = BLOCK      # pool_columns' rounding (tests lower it to exercise the cut)
+        self.column_step = COLUMN_STEP  # pool_columns' rounding (tests lower it to exercise the cut)
 
     def _protected_from(self, n: int) -> int:
         """First ring position a query at any u >= n can still see."""

@@ -15,7 +15,7 @@ import numpy as np
 from gguf import GGMLQuantizationType
 from gguf.quants import dequantize as gg_dequantize
 
-BLOCK = 32
+QUANT_BLOCK = 32          # weights per quantized block: Q4_0, Q4_1 and Q8_0 alike (llama.cpp's QK4_0, QK8_0)
 NBITS_TYPES = {"Q4_0": 4, "Q4_1": 4, "Q8_0": 8}
 
 
@@ -39,7 +39,7 @@ def _nibbles_to_ort(qs: np.ndarray) -> np.ndarray:
 
 def pack(raw: np.ndarray, qtype: str, n_out: int, k_in: int) -> Packed:
     """raw: GGUF block bytes of a weight [n_out, k_in] (uint8 rows of blocks)."""
-    nb = k_in // BLOCK
+    nb = k_in // QUANT_BLOCK
     blocks = np.ascontiguousarray(raw).reshape(n_out, nb, -1)
     if qtype == "Q4_0":
         return Packed(4, _nibbles_to_ort(blocks[..., 2:18]), _f16(blocks, 0).reshape(-1), None)
@@ -72,6 +72,6 @@ def dequantize(raw: np.ndarray, qtype: str, shape: tuple[int, ...]) -> np.ndarra
 def embedding_rows(raw: np.ndarray, qtype: str, vocab: int, d: int) -> tuple[np.ndarray, np.ndarray | None]:
     """Q8_0 embeddings stay int8 with per-block scales (gathered then scaled in the graph); others -> float32."""
     if qtype == "Q8_0":
-        blocks = np.ascontiguousarray(raw).reshape(vocab, d // BLOCK, 34)
+        blocks = np.ascontiguousarray(raw).reshape(vocab, d // QUANT_BLOCK, 34)
         return blocks[..., 2:34].view(np.int8).reshape(vocab, d).copy(), _f16(blocks, 0)   # [V, d], [V, d/32]
     return dequantize(raw, qtype, (vocab, d)), None

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[1]
+from tests.paths import ROOT
 
 LAYERS = [                      # bottom first; a module may import its own layer and the ones listed before it
     "kernels",                  # pure numerics over arrays

@@ -18,10 +18,10 @@ from kernels.ring import slot_of
 from kernels.sampling import SamplingParams, target_probs
 from pipeline.decode.drafts import Proposal
 
-BLOCK = 32     # positions per aligned block (<= the runner's max_recent + 1)
+ALIGNED_BLOCK = 32     # positions per aligned block (<= the runner's max_recent + 1)
 
 
-def room_of(n: int, block: int = BLOCK) -> int:
+def room_of(n: int, block: int = ALIGNED_BLOCK) -> int:
     """Deepest proposal a block whose pending token sits at position n can hold (0: verify the pending token alone)."""
     return n - n % block + block - 1 - n
 

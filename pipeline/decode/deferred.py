@@ -20,7 +20,7 @@ import numpy as np
 from kernels.ring import RingIndex, slot_of
 from kernels.sampling import SamplingParams
 from pipeline.channel import Selector
-from pipeline.decode.blocks import BLOCK, plan_block
+from pipeline.decode.blocks import ALIGNED_BLOCK, plan_block
 from pipeline.decode.drafts import Proposal
 from pipeline.decode.engine import GenerateResult, Sequence, Stats
 
@@ -145,7 +145,7 @@ class DeferredEngine(Sequence):
 
     def _verify(self, prop: Proposal, block: int):
         n = self.index.n
-        blk = plan_block(n, self.pending, prop, BLOCK, self.spec.sink, self.spec.ring)
+        blk = plan_block(n, self.pending, prop, ALIGNED_BLOCK, self.spec.sink, self.spec.ring)
         mask = self.index.visible_mask(blk.pos, blk.anc, out=self._mask, recent_from=n - len(blk.recent))
         arrays = {"ids": blk.tokens, "pos": blk.pos, "mask": mask, "parent": blk.parent,
                   "recent": slot_of(blk.recent, self.spec.sink, self.spec.ring), "slots": blk.slots}

@@ -24,7 +24,7 @@ from kernels.ring import RingIndex, slot_of
 from kernels.sampling import SamplingParams, sample, target_probs
 from pipeline.config import DraftSection
 from pipeline.decode.blocklen import LengthControl, cut_at_line_end
-from pipeline.decode.blocks import BLOCK, judge, lap, near_wrap, plan_block, room_of, verify_mask
+from pipeline.decode.blocks import ALIGNED_BLOCK, judge, lap, near_wrap, plan_block, room_of, verify_mask
 from pipeline.decode.drafts import NoDraft, Proposal
 
 
@@ -131,8 +131,9 @@ class Sequence:
 
 
 class Engine(Sequence):
-    def __init__(self, runner, tokenizer, draft=None, draft_len: int = DraftSection.length, seed: int = 0, block: int = BLOCK,
-                 length_control: LengthControl | None = None, line_ends: np.ndarray | None = None):
+    def __init__(self, runner, tokenizer, draft=None, draft_len: int = DraftSection.length, seed: int = 0,
+                 block: int = ALIGNED_BLOCK, length_control: LengthControl | None = None,
+                 line_ends: np.ndarray | None = None):
         self.runner, self.tok = runner, tokenizer
         if not 1 <= block <= runner.opts.max_recent + 1:
             raise ValueError(f"block {block} must be in 1..max_recent+1 ({runner.opts.max_recent + 1})")

@@ -22,10 +22,10 @@ from models.opcheck import families
 from models.platform import facts
 from models.registry import converted_dir, resolve_gguf
 from models.runner import Runner, RunnerOptions
-from pipeline.decode.blocks import BLOCK, plan_block, verify_mask
+from pipeline.decode.blocks import ALIGNED_BLOCK, plan_block, verify_mask
 from pipeline.decode.drafts import Proposal
 
-FAR = 2**31 - BLOCK          # an aligned block start past which positions need int64 (the second probe position)
+FAR = 2**31 - ALIGNED_BLOCK  # an aligned block start past which positions need int64 (the second probe position)
 OFFSET = 5                   # rows start this far into their aligned block (a recent section of 5 positions)
 QUICK = (2, 3, 5)            # block sizes verified against rows decoded one pass each, at start-up
 THOROUGH = (2, 3, 8)         # ... and by `doctor`
@@ -79,7 +79,7 @@ class _Probe:
     def verify(self, pending: int, prop: Proposal):
         """One verify pass as the engines run it: (logits [N+1, V], new K [L, KVH, N+1, D]) copies, and the block."""
         S, R = self.spec.sink, self.spec.ring
-        blk = plan_block(self.index.n, pending, prop, BLOCK, S, R)
+        blk = plan_block(self.index.n, pending, prop, ALIGNED_BLOCK, S, R)
         mask = verify_mask(self.index, blk, self.runner.mask_buffer())
         logits = self.runner.forward(blk.tokens, blk.pos, mask, path=blk.path,
                                      recent_slots=slot_of(blk.recent, S, R) if len(blk.recent) else None)
@@ -107,8 +107,8 @@ class _Probe:
         self.worst = max(self.worst, diff)
 
     def at(self, base: int, counts, tree: bool) -> None:
-        """Probe rows [base, base + max(counts)) (base % BLOCK == OFFSET): alone, then in blocks (and a tree of 4
-        nodes)."""
+        """Probe rows [base, base + max(counts)) (base % ALIGNED_BLOCK == OFFSET): alone, then in blocks (and a tree
+        of 4 nodes)."""
         top = max(counts)
         chain = self.tokens[:top]
         alone = self.alone(chain)
@@ -138,12 +138,12 @@ def check(runner, thorough: bool = False) -> Verdict:
     t0 = time.perf_counter()
     S, opts = runner.spec.sink, runner.opts
     most = min(opts.max_rows, runner.spec.slack + 1)
-    counts = tuple(T for T in (THOROUGH if thorough else QUICK) if T <= min(most, BLOCK - OFFSET))
+    counts = tuple(T for T in (THOROUGH if thorough else QUICK) if T <= min(most, ALIGNED_BLOCK - OFFSET))
     tree = opts.trees and most >= 4
     tokens = np.array([t % runner.vocab for t in TOKENS], np.int64)
     probe = _Probe(runner, tokens)
     if counts:
-        probe.feed(np.resize(tokens, S + (OFFSET - S) % BLOCK))      # the sinks, then up to OFFSET into a block
+        probe.feed(np.resize(tokens, S + (OFFSET - S) % ALIGNED_BLOCK))  # the sinks, then up to OFFSET into a block
         probe.at(probe.index.n, counts, tree)
         if thorough:
             probe.index.evict_to(FAR)

@@ -40,7 +40,7 @@ _WORD = re.compile(r"\w+")
 @dataclass(frozen=True)
 class Hit:
     seq: int          # the line's sequence number in the archive (monotonic across runs)
-    offset: int       # the record's index in its source (pipeline.records.Record.offset)
+    offset: int       # the record's index in its source (pipeline.stream.records.Record.offset)
     time: str         # the record's timestamp as the source wrote it ("" if none)
     text: str         # the rendered line (what the model sees)
     matched: int      # how many distinct query terms the line contains

@@ -1,14 +1,14 @@
 """The line archive (memory beyond the ring) and the recall question set built on it: no model, all fast."""
 import sqlite3
-from pathlib import Path
 
 import pytest
 
 from bench.recall_questions import alarm_of, build, recall_at_k, seq_of
 from pipeline.stream.archive import Archive, Hit, query_terms, search
 from pipeline.stream.records import read_log
+from tests.paths import SHARED
 
-TEP = Path(__file__).resolve().parents[2] / "shared" / "data" / "tep_alarms"
+TEP = SHARED / "data" / "tep_alarms"
 TEP_LOG = str(TEP / "filter" / "text_alarms_filter_1.csv")
 
 

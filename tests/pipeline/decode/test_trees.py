@@ -6,7 +6,8 @@ token-by-token decoding does. The tree graph (`models.graph`, tree=True) lays ea
 path; here every row of several trees, through the tree graph, is compared bit for bit with the chain pass of its
 path through the chain graph (fed the same prompt separately: the prefills must agree too). The old layout, a
 shared section in which a sibling's own column sits after its masked cousins, is shown to differ on the same
-fixture: the comparison has teeth. Tiny random-weight model; the real model is in tests/test_engine_real.py.
+fixture: the comparison has teeth. Tiny random-weight model; the real model is in
+tests/pipeline/decode/test_engine_real.py.
 """
 from __future__ import annotations
 

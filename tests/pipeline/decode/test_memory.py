@@ -9,11 +9,10 @@ from __future__ import annotations
 
 import gc
 import tracemalloc
-from pathlib import Path
 
 from pipeline.stream.records import read_log, render
+from tests.paths import ROOT
 
-ROOT = Path(__file__).resolve().parents[1]
 HOT = ("pipeline/decode/engine.py", "pipeline/decode/blocks.py", "pipeline/decode/drafts.py", "kernels/", "models/runner.py")
 
 

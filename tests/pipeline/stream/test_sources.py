@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 
 from pipeline.stream import records, sources
+from tests.paths import SHARED
 
-SHARED = Path(__file__).resolve().parents[2] / "shared"
 TEP_CSV = SHARED / "data" / "tep_alarms" / "filter" / "text_alarms_filter_1.csv"
 POLL = 0.01
 DEADLINE = 5.0      # every wait in this file gives up after this many seconds

@@ -24,9 +24,9 @@ from models.graph import PLANT_ENV
 from models.runner import Runner, RunnerOptions
 from pipeline.decode.engine import Engine
 from pipeline.decode.exactness import check
+from tests.paths import ROOT
 from tests.tiny_gguf import write_tiny_gguf
 
-ROOT = Path(__file__).resolve().parents[1]
 LOG = ROOT / "data" / "tep_demo.csv"
 SPEC = RingSpec(sink=4, window=32, ring=48)
 FAULT = "1e-3"

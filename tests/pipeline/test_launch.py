@@ -21,8 +21,8 @@ from pathlib import Path
 import pytest
 
 from models.subset import layer_subset
+from tests.paths import ROOT
 
-ROOT = Path(__file__).resolve().parents[1]
 LOG = ROOT / "data" / "tep_demo.csv"
 
 

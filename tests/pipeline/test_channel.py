@@ -10,14 +10,13 @@ import sys
 import textwrap
 import time
 import uuid
-from pathlib import Path
 
 import numpy as np
 import pytest
 
 from pipeline.channel import PREFIX, SHM_DIR, Channel, ChannelSpec, cleanup_stale
+from tests.paths import ROOT
 
-ROOT = Path(__file__).resolve().parents[1]
 SPAWN = mp.get_context("spawn")
 
 

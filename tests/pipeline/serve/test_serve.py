@@ -20,7 +20,8 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[1]
+from tests.paths import ROOT, SHARED
+
 KEY = "test-key"
 LINES = 400
 pytestmark = pytest.mark.slow
@@ -341,7 +342,7 @@ def test_a_question_preempts_a_running_analysis(default_gguf, tmp_path):
 
 
 def test_eval_recall_reports_retrieval_and_exact_answers_with_and_without_the_archive(default_gguf):
-    log = ROOT.parent / "shared" / "data" / "tep_alarms" / "filter" / "text_alarms_filter_1.csv"
+    log = SHARED / "data" / "tep_alarms" / "filter" / "text_alarms_filter_1.csv"
     proc = subprocess.run([sys.executable, str(ROOT / "run.py"), "eval-recall", "--logs", str(log), "--per-log", "2",
                            "--max-questions", "2", "--k", "2", "--json"], capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr

@@ -32,6 +32,7 @@ from models.runner import Runner, RunnerOptions
 from models.tokenizer import Tokenizer
 from pipeline.decode.drafts import Proposal
 from pipeline.decode.engine import Engine, Stats
+from tests.paths import SHARED
 from tests.reference_model import ReferenceModel
 
 S, W, R = 4, 16, 24
@@ -41,7 +42,7 @@ BLOCK = 5                 # proposals after the pending token: rows at n .. n+5
 # 7 nodes (8 rows with the pending token): a chain of 5 and, beside its first node, a branch of 2 whose rows share
 # positions with chain rows and must see none of them. Two leaves: two reference passes.
 TREE_PARENT = np.array([-1, 0, 1, 2, 3, -1, 5])
-TEXT = Path(__file__).resolve().parents[2] / "shared" / "data" / "tep_alarms" / "filter" / "text_alarms_filter_1.csv"
+TEXT = SHARED / "data" / "tep_alarms" / "filter" / "text_alarms_filter_1.csv"
 
 
 def _start(target: int) -> int:

@@ -15,7 +15,7 @@ from pipeline.config import ConfigError
 from pipeline.decode.blocklen import LengthControl, cut_at_line_end, line_end_ids
 from pipeline.decode.drafts import Proposal, SuffixDraft
 from pipeline.decode.engine import Engine
-from tests.test_engine_sampling import ScriptChain
+from tests.pipeline.decode.test_engine_sampling import ScriptChain
 from tests.tiny_gguf import write_tiny_gguf
 
 PASS_S, ROW_S = 0.0132, 0.0025        # docs/speed.md: one row, and each extra row

@@ -2,8 +2,6 @@
 the stream wraps a small ring many times (DESIGN.md, "Greedy identity", "Rollback never corrupts the window")."""
 from __future__ import annotations
 
-from pathlib import Path
-
 import numpy as np
 import pytest
 
@@ -12,8 +10,8 @@ from models.subset import layer_subset
 from pipeline import config
 from pipeline.decode.assemble import make_engine
 from pipeline.stream.records import read_log, render
+from tests.paths import SHARED
 
-SHARED = Path(__file__).resolve().parents[2] / "shared"
 GREEDY = SamplingParams()
 
 

@@ -27,9 +27,9 @@ from models.convert import CARD, WEIGHTS, convert, load_card
 from models.gguf import GGUFError, GGUFModel
 from models.graph import STALE_DAYS, STATIC_RECENT, ensure_graph, graph_path
 from models.runner import Runner, RunnerOptions
+from tests.paths import ROOT
 from tests.tiny_gguf import BOS_ID, CHAT_TEMPLATE, EOS_ID, write_tiny_gguf
 
-ROOT = Path(__file__).resolve().parents[1]
 N_PROMPT = 20
 WINDOW = 32                       # >= N_PROMPT: a full cache, nothing is ever evicted
 EXACT = 1e-3                      # accuracy_level 0: float activations, exact weights

@@ -1,8 +1,8 @@
 """Speculative sampling is lossless end to end (DESIGN.md, "Lossless speculation"): real ONNX Runtime graphs, the real
 engine loop, the real drafts.
 
-tests/test_accept.py proves the acceptance kernels on Markov chains; here `Engine.generate` itself must emit the
-target's own joint law of the first three tokens, whatever proposes them: no draft, the draft model, a fixed guessed
+tests/kernels/test_accept.py proves the acceptance kernels on Markov chains; here `Engine.generate` itself must emit
+the target's own joint law of the first three tokens, whatever proposes them: no draft, the draft model, a fixed guessed
 chain, a token tree. The exact law comes from the target alone, one prefix at a time (top_k=3: at most 27 cells).
 Each statistical test has fixed seeds, so it is deterministic; it is calibrated as if the seeds were random: the
 correct engine must pass a chi-square goodness-of-fit test at significance alpha = 1e-3, a deliberately broken

@@ -5,13 +5,13 @@ import json
 import math
 import subprocess
 import sys
-from pathlib import Path
 
 import numpy as np
 import pytest
 
-ROOT = Path(__file__).resolve().parents[1]
-LOG = ROOT.parent / "shared" / "data" / "tep_alarms" / "filter" / "text_alarms_filter_1.csv"
+from tests.paths import ROOT, SHARED
+
+LOG = SHARED / "data" / "tep_alarms" / "filter" / "text_alarms_filter_1.csv"
 S, W, N = 4, 32, 300
 
 
