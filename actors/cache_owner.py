@@ -1,10 +1,10 @@
 """Cache-owner actor: owns the sequence state and the schedule between operator questions, analyses and the stream.
 
-Receives tokenized records from ingest and, when serving, framed operator questions (and cancels) from the front;
-drives the target and draft actors through `DeferredEngine` (the only mover of committed positions, for both rings);
-emits "start" (the target's batch-invariance verdict and platform), "line", "assessment", "answer_delta", "answer",
-"status" and "eof" events to output. Never parses or renders
-text, never runs a model and never prints.
+Receives tokenized records from ingest (`Line`, then `Eof`) and, when serving, framed operator questions
+(`Question`, `Cancel`) from the front; drives the target and draft actors through `DeferredEngine` (the only mover of
+committed positions, for both rings); emits `Start` (the target's batch-invariance verdict and platform), `Line`,
+`Assessment`, `AnswerDelta`, `Answer`, `Status`, `StreamEnd` and `Eof` events to output (pipeline/messages.py).
+Never parses or renders text, never runs a model and never prints.
 
 The schedule, highest first: operator questions (fair across operators, each with a deadline), then a due analysis,
 then the stream's next line. A question arriving during an analysis preempts it between two blocks (the analysis is
@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import time
 from collections import deque
+from dataclasses import fields, replace
 
 import numpy as np
 
@@ -30,6 +31,21 @@ from models.registry import converted_dir, resolve_gguf
 from models.runner import kv_bytes_per_slot
 from pipeline.channel import Channel, Selector
 from pipeline.decode.deferred import DeferredEngine
+from pipeline.messages import (
+    Answer,
+    AnswerDelta,
+    Assessment,
+    Cancel,
+    Eof,
+    Line,
+    Question,
+    Start,
+    Status,
+    StreamEnd,
+    copied,
+    decode,
+    send,
+)
 from pipeline.process import Figures, attach_when_ready, figures_on_request, pin
 from pipeline.serve.operators import OperatorQueue, Request
 from pipeline.stream.replay import Analyst, replay_frame
@@ -71,16 +87,15 @@ class Owner:
         frame = replay_frame(cfg)
         self.stop_ids = tuple(frame.tok.stop_ids)
         self.engine = DeferredEngine(spec, cfg.model.max_rows, cfg.draft.length, *links)
-        self.out.send({"kind": "start", "exactness": self.engine.exactness, "platform": self.engine.platform,
-                       "model": cfg.model.gguf, "draft": cfg.draft.kind, "sink": spec.sink, "window": spec.window,
-                       "ring": spec.ring}, timeout=60.0)
+        send(self.out, Start(exactness=self.engine.exactness, platform=self.engine.platform, model=cfg.model.gguf,
+                             draft=cfg.draft.kind, sink=spec.sink, window=spec.window, ring=spec.ring), timeout=60.0)
         self.engine.feed(frame.head)
         self.analyst = Analyst(self.engine, frame.tok, frame.ask, frame.params, cfg.replay.max_new_tokens)
         self.triggers = Triggers(cfg.replay.every_lines, cfg.replay.trigger_pattern, cfg.replay.idle_s)
         self.queue = OperatorQueue()
         self.selector = Selector([lines] + ([asks] if asks is not None else []))
         self.asks_only = Selector([asks]) if asks is not None else None
-        self.backlog: deque = deque()                 # (header, ids) of lines read while the model generated
+        self.backlog: deque = deque()                 # lines (and the Eof) read while the model generated
         self.backlog_max = cfg.serve.backlog_lines
         self.seen: deque = deque()                    # (last position, offset, tags, seq) of the lines in the ring
         self.due: str | None = None                   # an analysis to run when no question waits
@@ -106,17 +121,17 @@ class Owner:
                 self.asks_only.wait(0.005)   # serving: one line pass at a time, so a question never queues behind many
             elif self.backlog:
                 with self.figures.busy():
-                    if self.take_line(*self.backlog.popleft()):
+                    if self.take_line(self.backlog.popleft()):
                         return
             elif self.stream_ended:
                 if self.drain is None or self.drain.is_set():
                     return self.close()
                 self.selector.wait(0.2)
             elif self.lines in self.selector.wait(0.2):
-                with self.lines.recv(timeout=1.0) as msg:
-                    header, ids = dict(msg.header), _ids(msg)
+                with self.lines.recv(timeout=1.0) as received:
+                    line = copied(decode(received))
                 with self.figures.busy():
-                    if self.take_line(header, ids):
+                    if self.take_line(line):
                         return
             else:
                 self.due = self.due or self.triggers.on_quiet(time.monotonic() - self.last_line)
@@ -131,12 +146,12 @@ class Owner:
         """Take waiting questions and cancels into the queue (and, while generating, waiting lines into the
         backlog); drop the requests whose deadline passed. True when a question waits."""
         while self.asks is not None and self.asks.ready():
-            with self.asks.recv(timeout=1.0) as msg:
-                head, ids = dict(msg.header), _ids(msg)
-            self.take_request(head, ids)
+            with self.asks.recv(timeout=1.0) as received:
+                request = copied(decode(received))
+            self.take_request(request)
         while lines_too and len(self.backlog) < self.backlog_max and self.lines.ready():
-            with self.lines.recv(timeout=1.0) as msg:
-                self.backlog.append((dict(msg.header), _ids(msg)))
+            with self.lines.recv(timeout=1.0) as received:
+                self.backlog.append(copied(decode(received)))
             self.counts["backlog_max_depth"] = max(self.counts["backlog_max_depth"], len(self.backlog))
         for req in self.queue.expired(time.monotonic()):
             self.counts["expired"] += 1
@@ -144,16 +159,19 @@ class Owner:
                                         f"({len(self.queue)} still waiting)")
         return bool(self.queue)
 
-    def take_request(self, head: dict, ids) -> None:
-        if head["kind"] == "cancel":
-            if self.queue.cancel(head["id"]) is None and head["id"] == self.current:
-                self.cancelled.add(head["id"])          # being answered: stops at the next block
+    def take_request(self, request: Question | Cancel) -> None:
+
+        if isinstance(request, Cancel):
+            if self.queue.cancel(request.id) is None and request.id == self.current:
+                self.cancelled.add(request.id)          # being answered: stops at the next block
             self.counts["cancelled"] += 1
             return
+        if not isinstance(request, Question):
+            raise ValueError(f"cache owner: unexpected {request.kind!r} among the questions")
         now = time.monotonic()
-        self.queue.push(Request(head["id"], head["client"], ids, int(head["max_tokens"]),
-                                now + float(head["deadline_s"]), now, self.stop_ids,
-                                {"deadline_s": float(head["deadline_s"])}))
+        self.queue.push(Request(request.id, request.client, np.asarray(request.ids, np.int64), request.max_tokens,
+                                now + float(request.deadline_s), now, self.stop_ids,
+                                {"deadline_s": float(request.deadline_s)}))
 
     # -- the three kinds of work -------------------------------------------------------------------------------------
     def answer(self, req) -> None:
@@ -164,7 +182,7 @@ class Owner:
             return req.id not in self.cancelled and time.monotonic() < req.deadline
 
         def on_tokens(ids) -> None:
-            self.out.send({"kind": "answer_delta", "id": req.id}, {"ids": np.asarray(ids, np.int32)}, timeout=60.0)
+            send(self.out, AnswerDelta(id=req.id, ids=np.asarray(ids, np.int32)), timeout=60.0)
 
         mark = self.engine.mark()
         res = self.engine.generate(req.ids, req.max_tokens, self.analyst.params, stop_ids=req.stop_ids,
@@ -180,9 +198,8 @@ class Owner:
                          completion_tokens=len(ids))
         self.last_status = 0.0                           # the gauges show this answer at the next turn of the loop
 
-    def send_answer(self, req, error: str | None = None, **fields) -> None:
-        self.out.send({"kind": "answer", "id": req.id, "error": error, "prompt_tokens": len(req.ids), **fields},
-                      timeout=60.0)
+    def send_answer(self, req, error: str | None = None, **outcome) -> None:
+        send(self.out, Answer(id=req.id, error=error, prompt_tokens=len(req.ids), **outcome), timeout=60.0)
 
     def assess(self, reason: str) -> None:
         t0 = time.perf_counter()
@@ -196,38 +213,39 @@ class Owner:
             return
         self.due = None
         seen = self.seen
-        self.out.send({"kind": "assessment", "trigger": reason, "offsets": [seen[0][1], seen[-1][1]],
-                       "lines": self.counts["lines"], "window_lines": len(seen),
-                       "window_tags": sorted({t for _, _, tags, _ in seen for t in tags}),
-                       "latency_ms": (time.perf_counter() - t0) * 1000.0, "stats": res.stats.as_dict()},
-                      {"ids": np.asarray(res.token_ids, np.int32)}, timeout=60.0)
+        tags = sorted({t for _, _, line_tags, _ in seen for t in line_tags})
+        send(self.out, Assessment(trigger=reason, offsets=[seen[0][1], seen[-1][1]], lines=self.counts["lines"],
+                                  window_lines=len(seen), window_tags=tags,
+                                  latency_ms=(time.perf_counter() - t0) * 1000.0, stats=res.stats.as_dict(),
+                                  ids=np.asarray(res.token_ids, np.int32)), timeout=60.0)
 
-    def take_line(self, header: dict, ids) -> bool:
+    def take_line(self, line: Line | Eof) -> bool:
         """Prefill one stream line (or end the stream); True when this actor is done."""
-        if header["kind"] == "eof":
-            self.eof = header
+        if isinstance(line, Eof):
+            self.eof = line
             self.stream_ended = True
             if not self.serving:
                 self.close()
                 return True
-            self.out.send({**{k: v for k, v in header.items() if k != "figures"}, "kind": "stream_end"},
-                          timeout=60.0)
+            send(self.out, StreamEnd(**{f.name: getattr(line, f.name) for f in fields(StreamEnd)}), timeout=60.0)
             return False
+        if not isinstance(line, Line):
+            raise ValueError(f"cache owner: unexpected {line.kind!r} among the stream's lines")
         engine = self.engine
         self.first_line = self.first_line or time.perf_counter()
         self.last_line = time.monotonic()
+        nll_sum = nll_n = None
         if self.cfg.replay.score_stream:
-            header["nll_sum"], header["nll_n"] = engine.feed(ids, score=True)
+            nll_sum, nll_n = engine.feed(line.ids, score=True)
         else:
-            engine.feed(ids)
+            engine.feed(line.ids)
         self.counts["lines"] += 1
-        self.seen.append((engine.index.n - 1, header["offset"], header.get("tags", []), header.get("seq", 0)))
+        self.seen.append((engine.index.n - 1, line.offset, line.tags, line.seq))
         while self.seen and self.seen[0][0] < engine.index.n - engine.spec.window:
             self.seen.popleft()
-        header["window_from_seq"] = self.seen[0][3]
-        header["backlog"] = len(self.backlog)
-        self.out.send(header, timeout=60.0)
-        reason = self.triggers.after_line(header["text"])
+        send(self.out, replace(line, ids=None, nll_sum=nll_sum, nll_n=nll_n, window_from_seq=self.seen[0][3],
+                               backlog=len(self.backlog)), timeout=60.0)
+        reason = self.triggers.after_line(line.text)
         self.due = self.due or reason
         return False
 
@@ -239,24 +257,18 @@ class Owner:
             return
         self.last_status = now
         totals = self.engine.totals.as_dict()
-        self.out.send({"kind": "status", "queue": len(self.queue), "backlog": len(self.backlog),
-                       "lines_inbox": self.lines.depth(),
-                       "kv_pool_bytes": self.kv_pool_bytes, "position": int(self.engine.index.n),
-                       **self.counts, **{k: totals[k] for k in ("tokens_per_s", "generated", "accepted_per_verify",
-                                                                 "acceptance_rate", "verify_calls")}}, timeout=60.0)
+        send(self.out, Status(queue=len(self.queue), backlog=len(self.backlog), lines_inbox=self.lines.depth(),
+                              kv_pool_bytes=self.kv_pool_bytes, position=int(self.engine.index.n), **self.counts,
+                              **{k: totals[k] for k in ("tokens_per_s", "generated", "accepted_per_verify",
+                                                        "acceptance_rate", "verify_calls")}), timeout=60.0)
 
     def close(self) -> None:
         model_figures = self.engine.close()
         self.figures.extra.update(stream_wall_s=time.perf_counter() - (self.first_line or 0.0),
                                   inbox_max_depth=self.lines.max_depth, **self.counts,
                                   **{k: v for k, v in self.engine.totals.as_dict().items() if k in _TOTALS})
-        header = dict(self.eof)
-        header["figures"] = header.get("figures", []) + [self.figures.snapshot()] + model_figures
-        self.out.send(header, timeout=60.0)
-
-
-def _ids(msg):
-    return None if "ids" not in msg.arrays else np.array(msg.arrays["ids"], np.int64)
+        send(self.out, replace(self.eof, figures=self.eof.figures + [self.figures.snapshot()] + model_figures),
+             timeout=60.0)
 
 
 _TOTALS = ("tokens_per_s", "generated", "decode_s", "verify_calls", "accepted_per_verify", "acceptance_rate",

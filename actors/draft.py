@@ -1,13 +1,15 @@
 """Draft actor: owns the draft (the stream proposer, or a draft model with its own KV pool) and runs ahead.
 
-Receives from the cache owner: committed text (`observe`), scratch rollbacks, and during a generation `start` (the
-pending token at committed position n, after committing a verdict's tokens), `commit` (the tokens a verdict
-committed) and `halt`. Emits proposals tagged (epoch, block, n, pending): block b+1 is drafted from the draft's own
-guess of the token after block b while the target verifies block b; at most `AHEAD` blocks are out at once. While
-idle it brings a draft model's pool up to the committed text, so an analysis does not wait for it.
+Receives from the cache owner (pipeline/messages.py): committed text (`Observe`), scratch rollbacks (`Rollback`), and
+during a generation `Restart` (the pending token at committed position n, after committing a verdict's tokens),
+`Commit` (the tokens a verdict committed) and `Halt`; `Close` ends it with its figures (`Closed`). Emits `Proposal`s
+tagged (epoch, block, n, pending): block b+1 is drafted from the draft's own guess of the token after block b while
+the target verifies block b; at most `AHEAD` blocks are out at once. While idle it brings a draft model's pool up to
+the committed text, so an analysis does not wait for it.
 
 Never moves the committed position on its own: its ring commits exactly what the owner says was committed (checked
-at every `start`), and a `start` drops every speculative row. Stale proposals are the owner's to discard, by epoch.
+at every `Restart`), and a `Restart` drops every speculative row. Stale proposals are the owner's to discard, by
+epoch.
 """
 from __future__ import annotations
 
@@ -19,6 +21,7 @@ import numpy as np
 from pipeline.channel import Channel, ChannelSpec
 from pipeline.decode.assemble import make_draft
 from pipeline.decode.blocks import ALIGNED_BLOCK, room_of
+from pipeline.messages import Close, Closed, Commit, Halt, Observe, Proposal, Restart, Rollback, decode, send
 from pipeline.process import Figures, attach_when_ready, figures_on_request, pin
 
 AHEAD = 2
@@ -52,36 +55,37 @@ class Drafter:
     def busy(self) -> bool:
         return self.run is not None and self.run.wants_block()
 
-    def handle(self, kind: str, h: dict, arrays: dict) -> None:
+    def handle(self, msg) -> None:
         draft, run = self.draft, self.run
-        if kind == "observe":
-            draft.observe(arrays["ids"])
-        elif kind == "rollback":
-            draft.rollback(h["position"])
-            if h.get("forget"):
-                draft.forget()
-            self.run = None
-        elif kind == "start":
-            if len(arrays["ids"]):
-                draft.observe(arrays["ids"])
-            if draft.committed != h["n"]:
-                raise RuntimeError(f"draft out of lockstep: it holds {draft.committed} committed tokens, the "
-                                   f"cache owner {h['n']}")
-            draft.rollback(h["n"])                        # drop any speculation past the committed text
-            self.run = Lookahead(h["epoch"], h["n"], h["pending"], h["budget"])
-        elif kind == "commit":
-            ids = [int(t) for t in arrays["ids"]]
-            draft.observe(ids)
-            if run is not None and h["epoch"] == run.epoch:
-                if run.path[:len(ids)] == ids:            # the block we assumed: keep running ahead
-                    run.path = run.path[len(ids):]
-                    run.out -= 1
-                else:                                     # a rejection: the owner restarts us with a new epoch
-                    self.run = None
-        elif kind == "halt":
-            self.run = None
-        else:
-            raise ValueError(f"draft: unknown message kind {kind!r}")
+        match msg:
+            case Observe():
+                draft.observe(msg.ids)
+            case Rollback():
+                draft.rollback(msg.position)
+                if msg.forget:
+                    draft.forget()
+                self.run = None
+            case Restart():
+                if len(msg.ids):
+                    draft.observe(msg.ids)
+                if draft.committed != msg.n:
+                    raise RuntimeError(f"draft out of lockstep: it holds {draft.committed} committed tokens, the "
+                                       f"cache owner {msg.n}")
+                draft.rollback(msg.n)                     # drop any speculation past the committed text
+                self.run = Lookahead(msg.epoch, msg.n, msg.pending, msg.budget)
+            case Commit():
+                ids = [int(t) for t in msg.ids]
+                draft.observe(ids)
+                if run is not None and msg.epoch == run.epoch:
+                    if run.path[:len(ids)] == ids:        # the block we assumed: keep running ahead
+                        run.path = run.path[len(ids):]
+                        run.out -= 1
+                    else:                                 # a rejection: the owner restarts us with a new epoch
+                        self.run = None
+            case Halt():
+                self.run = None
+            case _:
+                raise ValueError(f"draft: unexpected message {msg.kind!r}")
 
     def draft_block(self) -> None:
         """Draft the next block of the current generation and send it."""
@@ -101,9 +105,8 @@ class Drafter:
 
     def _send(self, r: Lookahead, tokens, parent, q, n: int, pending: int, t0: float) -> None:
         t1 = time.perf_counter()
-        arrays = {"tokens": tokens, "parent": parent} | ({} if q is None else {"q": q})
-        self.out.send({"kind": "proposal", "epoch": r.epoch, "block": r.block, "n": n, "pending": pending,
-                       "t0": t0, "t1": t1}, arrays, timeout=60.0)
+        send(self.out, Proposal(epoch=r.epoch, block=r.block, n=n, pending=pending, t0=t0, t1=t1, tokens=tokens,
+                                parent=parent, q=q), timeout=60.0)
         self.proposals += 1
         self.drafted_s += t1 - t0
 
@@ -123,17 +126,18 @@ def run(inbox: ChannelSpec, outbox: str, cfg, spec, vocab: int, stop) -> None:
                         if catch_up():                    # idle: bring the pool up to the committed text
                             continue
                 try:
-                    msg = inp.recv(timeout=0.2)
+                    received = inp.recv(timeout=0.2)
                 except TimeoutError:
                     continue
-                with figures.busy(), msg:
-                    if msg.header["kind"] == "eof":
+                with figures.busy(), received:
+                    msg = decode(received)
+                    if isinstance(msg, Close):
                         figures.extra.update(proposals=drafter.proposals, drafted_s=drafter.drafted_s,
                                              inbox_max_depth=inp.max_depth,
                                              forward_s=getattr(getattr(draft, "runner", None), "forward_s", 0.0))
-                        out.send({"kind": "eof", "figures": figures.snapshot()}, timeout=60.0)
+                        send(out, Closed(figures=figures.snapshot()), timeout=60.0)
                         return
-                    drafter.handle(msg.header["kind"], msg.header, msg.arrays)
+                    drafter.handle(msg)
                 continue
             with figures.busy():
                 drafter.draft_block()

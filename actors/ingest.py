@@ -1,11 +1,12 @@
 """Ingest actor: owns the source, the parser, the renderer and the tokenizer.
 
-Receives nothing; emits one message per record to the cache owner (header: offset, time, tags, text, seq, the drop
-counts so far; array: token ids), then an "eof" carrying its counts and figures. When serving, every record also goes
-into the archive (pipeline/stream/archive.py; `seq` is its row there), flushed at least every half second. A file source
-(replay, loop, follow) is back-pressured: it waits while the owner's channel is full and never drops. A live source
-(tcp, stdin) cannot be paused for ever: when the owner's backlog and channel stay full for `drop_after_s`, the
-record is dropped, counted and logged, never buffered without limit. Never touches a model or the cache.
+Receives nothing; emits one `Line` per record to the cache owner (offset, time, tags, text, seq, the drop counts so
+far, and its token ids), then an `Eof` carrying its counts and figures (pipeline/messages.py). When serving, every
+record also goes into the archive (pipeline/stream/archive.py; `seq` is its row there), flushed at least every half
+second. A file source (replay, loop, follow) is back-pressured: it waits while the owner's channel is full and never
+drops. A live source (tcp, stdin) cannot be paused for ever: when the owner's backlog and channel stay full for
+`drop_after_s`, the record is dropped, counted and logged, never buffered without limit. Never touches a model or
+the cache.
 
 Sources (`source["kind"]`): replay (a captured file at `speed` times its original pace, or at `rate` lines per
 second), follow (`tail -f`, across rotations), tcp (a line server on host:port), stdin (the launcher's stdin,
@@ -23,6 +24,7 @@ import numpy as np
 
 from models.registry import resolve_gguf
 from models.tokenizer import Tokenizer
+from pipeline.messages import Eof, Line, send
 from pipeline.process import Figures, StopFlag, attach_when_ready, figures_on_request, pin
 from pipeline.stream import sources
 from pipeline.stream.archive import Archive
@@ -93,11 +95,11 @@ def run(out_name: str, source: dict, gguf: str, cpus: str, stop, drain, drop_aft
                 seq = archive.add(rec.offset, rec.time, rec.text) if archive else sent + dropped + 1
             st = src.stats
             t0 = time.perf_counter()                 # waiting on a full queue is back-pressure, not work
-            header = {"kind": "line", "offset": rec.offset, "time": rec.time, "tags": list(rec.tags),
-                      "text": rec.text, "loop": getattr(src, "loop", 0), "n_tokens": len(ids), "seq": seq,
-                      "drops": {"queue_full": dropped, "invalid_utf8": st.invalid_utf8, "nul_bytes": st.nul_bytes,
-                                "oversized": st.oversized}}
-            if _deliver(out, header, ids, None if waits else drop_after_s, stop):
+            line = Line(offset=rec.offset, time=rec.time, tags=list(rec.tags), text=rec.text,
+                        loop=getattr(src, "loop", 0), n_tokens=len(ids), seq=seq,
+                        drops={"queue_full": dropped, "invalid_utf8": st.invalid_utf8, "nul_bytes": st.nul_bytes,
+                               "oversized": st.oversized}, ids=ids)
+            if _deliver(out, line, None if waits else drop_after_s, stop):
                 sent += 1
                 tokens += len(ids)
             elif not stop.is_set():
@@ -114,9 +116,9 @@ def run(out_name: str, source: dict, gguf: str, cpus: str, stop, drain, drop_aft
         if archive:
             archive.close()
         st = src.stats
-        out.send({"kind": "eof", "sent": sent, "tokens": tokens, "dropped_full": dropped,
-                  "invalid_utf8": st.invalid_utf8, "nul_bytes": st.nul_bytes, "oversized": st.oversized,
-                  "lines": st.lines, "stopped": reading.is_set(), "figures": [figures.snapshot()]}, timeout=60.0)
+        send(out, Eof(sent=sent, tokens=tokens, dropped_full=dropped, invalid_utf8=st.invalid_utf8,
+                      nul_bytes=st.nul_bytes, oversized=st.oversized, lines=st.lines, stopped=reading.is_set(),
+                      figures=[figures.snapshot()]), timeout=60.0)
     stop_event.set()
 
 
@@ -124,7 +126,7 @@ ARCHIVE_FLUSH_S = 0.5        # a line is searchable at most this long after it w
 FILE_SOURCES = ("replay", "loop", "follow")     # a file waits for the pipeline: back-pressured, never dropped
 
 
-def _deliver(out, header: dict, ids, timeout: float | None, stop) -> bool:
+def _deliver(out, line: Line, timeout: float | None, stop) -> bool:
     """Send one line; True when sent. timeout None: wait as long as the owner's channel stays full (a file), only
     giving up on a hard stop (a drain still delivers what was read); else give up after `timeout` s (a live
     source: the owner's backlog and the channel are both full, and the line is dropped)."""
@@ -132,7 +134,7 @@ def _deliver(out, header: dict, ids, timeout: float | None, stop) -> bool:
     while True:
         wait = 0.5 if deadline is None else min(0.5, max(deadline - time.monotonic(), 0.0))
         try:
-            out.send(header, {"ids": ids}, timeout=wait)
+            send(out, line, timeout=wait)
             return True
         except TimeoutError:
             if stop.is_set() or (deadline is not None and time.monotonic() >= deadline):

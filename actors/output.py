@@ -1,10 +1,11 @@
 """Output actor: owns stdout, the append-only JSONL journal, the zmq PUB socket and, when serving, the operators'
 front (HTTP API, console, zmq questions: pipeline/serve/front.py).
 
-Receives events from the cache owner; detokenizes assessments and checks the tags they mention against the tags of
-the lines the model could see (a mentioned tag none of them carries is counted as hallucinated); hands answer tokens
-to the front, which streams them to whoever asked; writes each event once to every sink; prints the actors' figures
-at the end. Never touches a model or the cache.
+Receives events from the cache owner (pipeline/messages.py); detokenizes assessments and checks the tags they mention
+against the tags of the lines the model could see (a mentioned tag none of them carries is counted as hallucinated);
+hands answer tokens to the front, which streams them to whoever asked; writes each event once to every sink, as a
+JSON record made from the typed event (`as_dict`, then what this actor adds: text, time, tags, figures); prints the
+actors' figures at the end. Never touches a model or the cache.
 """
 from __future__ import annotations
 
@@ -13,13 +14,25 @@ import re
 import sys
 import time
 
-import numpy as np
 import zmq
 
 from models.registry import resolve_gguf
 from models.tokenizer import Tokenizer
 from pipeline.channel import Channel, ChannelSpec
 from pipeline.decode.exactness import Verdict
+from pipeline.messages import (
+    Answer,
+    AnswerDelta,
+    Assessment,
+    Eof,
+    Line,
+    Start,
+    Status,
+    StreamEnd,
+    as_dict,
+    copied,
+    decode,
+)
 from pipeline.process import Figures, attach_when_ready, figures_on_request, messages, pin
 from pipeline.serve.front import Front
 from pipeline.serve.http_api import serve_http
@@ -49,32 +62,33 @@ def run(in_spec: ChannelSpec, gguf: str, journal: str | None, pub: str | None, q
         with Channel.create(in_spec) as inp:
             if serve:
                 front, servers = _start_front(cfg, tok, serve, stop)
-            for msg in messages(inp, stop):
+            for received in messages(inp, stop):
                 with figures.busy():
-                    with msg:
-                        event = dict(msg.header)
-                        raw = np.array(msg.arrays["ids"]) if "ids" in msg.arrays else None
-                    if front is not None and event["kind"] in ("answer_delta", "answer", "status", "stream_end"):
-                        record = front.on_event(event, raw)
+                    with received:
+                        event = copied(decode(received))
+                    if front is not None and isinstance(event, (AnswerDelta, Answer, Status, StreamEnd)):
+                        record = front.on_event(event)
                         if record is not None:
-                            _emit(record, quiet_lines)
-                            _record(record, log, sock)
+                            _emit(event, record, quiet_lines)
+                            _record(event, record, log, sock)
                         continue
-                    if raw is not None:
-                        event["text"] = tok.decode([int(t) for t in raw if int(t) not in stops]).strip()
-                    event["t"] = time.time()
-                    if event["kind"] == "assessment":
-                        mentioned = sorted(set(TAG.findall(event["text"])))
-                        event["tags_mentioned"] = mentioned
-                        event["tags_hallucinated"] = [t for t in mentioned if t not in set(event["window_tags"])]
-                    if event["kind"] == "eof":
+                    record = as_dict(event)
+                    ids = getattr(event, "ids", None)
+                    if ids is not None:
+                        record["text"] = tok.decode([int(t) for t in ids if int(t) not in stops]).strip()
+                    record["t"] = time.time()
+                    if isinstance(event, Assessment):
+                        mentioned = sorted(set(TAG.findall(record["text"])))
+                        record["tags_mentioned"] = mentioned
+                        record["tags_hallucinated"] = [t for t in mentioned if t not in set(event.window_tags)]
+                    if isinstance(event, Eof):
                         figures.extra["inbox_max_depth"] = inp.max_depth
-                        event["figures"] = event.get("figures", []) + [figures.snapshot()]
+                        record["figures"] = event.figures + [figures.snapshot()]
                     if front is not None:
-                        front.on_event(event, raw)
-                    _emit(event, quiet_lines)
-                    _record(event, log, sock)
-                if event["kind"] == "eof":
+                        front.on_event(event, record)
+                    _emit(event, record, quiet_lines)
+                    _record(event, record, log, sock)
+                if isinstance(event, Eof):
                     return
     finally:
         for server in servers or ():          # the HTTP server shuts down, the zmq front closes
@@ -88,13 +102,13 @@ def run(in_spec: ChannelSpec, gguf: str, journal: str | None, pub: str | None, q
             sock.close()
 
 
-def _record(event: dict, log, sock) -> None:
+def _record(event, record: dict, log, sock) -> None:
     """The journal takes every event but stream lines; PUB takes them all."""
-    if log and event["kind"] != "line":
-        log.write(json.dumps(event) + "\n")
+    if log and not isinstance(event, Line):
+        log.write(json.dumps(record) + "\n")
         log.flush()
     if sock is not None:
-        sock.send_multipart([event["kind"].encode(), json.dumps(event).encode()])
+        sock.send_multipart([event.kind.encode(), json.dumps(record).encode()])
 
 
 def _start_front(cfg, tok, serve: dict, stop):
@@ -119,44 +133,52 @@ def _start_front(cfg, tok, serve: dict, stop):
     return front, servers
 
 
-def _emit(event: dict, quiet_lines: bool) -> None:
-    if event["kind"] == "start":
-        ex, pf = event["exactness"], event["platform"]
-        level = "ringspec:" if ex["invariant"] else "ringspec: warning:"
-        print(f"{level} target on {pf['cpu']} ({pf['simd']}), "
-              f"onnxruntime {pf['onnxruntime']}: {_exactness_line(ex)}", file=sys.stderr, flush=True)
-    elif event["kind"] == "line" and not quiet_lines:
-        print(f"  {event['text']}", flush=True)
-    elif event["kind"] == "assessment":
-        st = event["stats"]
-        text = event["text"].replace("\n", "\n   ")
-        print(f"\n>> [after line {event['lines']}, {event['trigger']}; offsets {event['offsets'][0]}-"
-              f"{event['offsets'][1]}] {text}\n"
-              f"   ({st['generated']} tokens, {st['tokens_per_s']:.0f} tok/s, {event['latency_ms']:.0f} ms, "
-              f"{st['accepted_per_verify']:.2f} tokens/verify; tags {len(event['tags_mentioned'])} mentioned, "
-              f"{len(event['tags_hallucinated'])} not in view)\n", flush=True)
-    elif event["kind"] == "answer":
-        if event["error"]:
-            print(f"\n?? [{event['client']}] {event['question'][:200]!r}: not answered: {event['error']}\n", flush=True)
-            return
-        text = event["text"].replace("\n", "\n   ")
-        ttft = "-" if event["ttft_ms"] is None else f"{event['ttft_ms']:.0f}"
-        print(f"\n?? [{event['client']}] {event['question'][:200]}\n=> {text}\n"
-              f"   ({event['completion_tokens']} tokens, ttft {ttft} ms, total {event['total_ms']:.0f} ms, queued "
-              f"{event['queued_ms']:.0f} ms, {len(event['retrieved'])} older lines retrieved, "
-              f"{event['finish_reason']})\n", flush=True)
-    elif event["kind"] == "eof":
-        print(f"end of stream: {event['sent']} records, dropped {event['dropped_full']} (queue full), "
-              f"{event['invalid_utf8']} invalid UTF-8, {event['nul_bytes']} with NUL, {event['oversized']} "
-              f"oversized", file=sys.stderr, flush=True)
-        print(f"{'actor':12s} {'pid':>7s} {'cpus':>6s} {'busy':>6s} {'wall s':>7s} {'RSS MB':>7s} {'thr':>4s} "
-              f"{'queue':>5s}",
+def _emit(event, record: dict, quiet_lines: bool) -> None:
+    """What the operator sees on stdout and stderr, from an event's record."""
+    match event:
+        case Start():
+            ex, pf = record["exactness"], record["platform"]
+            level = "ringspec:" if ex["invariant"] else "ringspec: warning:"
+            print(f"{level} target on {pf['cpu']} ({pf['simd']}), "
+                  f"onnxruntime {pf['onnxruntime']}: {_exactness_line(ex)}", file=sys.stderr, flush=True)
+        case Line() if not quiet_lines:
+            print(f"  {record['text']}", flush=True)
+        case Assessment():
+            st = record["stats"]
+            text = record["text"].replace("\n", "\n   ")
+            print(f"\n>> [after line {record['lines']}, {record['trigger']}; offsets {record['offsets'][0]}-"
+                  f"{record['offsets'][1]}] {text}\n"
+                  f"   ({st['generated']} tokens, {st['tokens_per_s']:.0f} tok/s, {record['latency_ms']:.0f} ms, "
+                  f"{st['accepted_per_verify']:.2f} tokens/verify; tags {len(record['tags_mentioned'])} mentioned, "
+                  f"{len(record['tags_hallucinated'])} not in view)\n", flush=True)
+        case Answer():
+            if record["error"]:
+                print(f"\n?? [{record['client']}] {record['question'][:200]!r}: not answered: {record['error']}\n",
+                      flush=True)
+                return
+            text = record["text"].replace("\n", "\n   ")
+            ttft = "-" if record["ttft_ms"] is None else f"{record['ttft_ms']:.0f}"
+            print(f"\n?? [{record['client']}] {record['question'][:200]}\n=> {text}\n"
+                  f"   ({record['completion_tokens']} tokens, ttft {ttft} ms, total {record['total_ms']:.0f} ms, "
+                  f"queued {record['queued_ms']:.0f} ms, {len(record['retrieved'])} older lines retrieved, "
+                  f"{record['finish_reason']})\n", flush=True)
+        case Eof():
+            _end_of_stream(record)
+
+
+def _end_of_stream(record: dict) -> None:
+    """The run's last words on stderr: the stream's counts, each actor's figures, the pipeline's summary."""
+    print(f"end of stream: {record['sent']} records, dropped {record['dropped_full']} (queue full), "
+          f"{record['invalid_utf8']} invalid UTF-8, {record['nul_bytes']} with NUL, {record['oversized']} "
+          f"oversized", file=sys.stderr, flush=True)
+    print(f"{'actor':12s} {'pid':>7s} {'cpus':>6s} {'busy':>6s} {'wall s':>7s} {'RSS MB':>7s} {'thr':>4s} "
+          f"{'queue':>5s}",
+          file=sys.stderr)
+    for f in record.get("figures", []):
+        print(f"{f['actor']:12s} {f['pid']:7d} {','.join(map(str, f['cpus'])):>6s} {f['busy_share']:6.0%} "
+              f"{f['wall_s']:7.1f} {f['vmrss_mb']:7.0f} {f['threads']:4d} {f.get('inbox_max_depth', 0):5d}",
               file=sys.stderr)
-        for f in event.get("figures", []):
-            print(f"{f['actor']:12s} {f['pid']:7d} {','.join(map(str, f['cpus'])):>6s} {f['busy_share']:6.0%} "
-                  f"{f['wall_s']:7.1f} {f['vmrss_mb']:7.0f} {f['threads']:4d} {f.get('inbox_max_depth', 0):5d}",
-                  file=sys.stderr)
-        print_summary(event.get("figures", []))
+    print_summary(record.get("figures", []))
 
 
 def print_summary(figures: list[dict]) -> None:

@@ -1,11 +1,12 @@
 """Target actor: owns the target model's session and its KV pool, and judges blocks.
 
-Starts by probing its graph's batch invariance (pipeline/decode/exactness.py) and telling the owner the verdict ("ready").
-Receives from the cache owner fully specified passes: a stream or prompt chunk to prefill, or a block to verify (rows,
-positions, the mask, the recent section's slots, the slots committed rows go to). Runs the pass, stores the K/V the
-owner said to keep, and for a block answers with a verdict (rows accepted, next token). Never decides positions,
-slots or what is committed: the owner does, from its ring index; this actor's only state is the pool's contents and
-its sampler.
+Starts by probing its graph's batch invariance (pipeline/decode/exactness.py) and telling the owner the verdict
+(`Ready`). Receives from the cache owner fully specified passes (pipeline/messages.py): a stream or prompt chunk to
+prefill (`Prefill`), or a block to verify (`Verify`: rows, positions, the mask, the recent section's slots, the slots
+committed rows go to). Runs the pass, stores the K/V the owner said to keep, and for a block answers with a
+`Verdict` (rows accepted, next token); `Close` ends it with its figures (`Closed`). Never decides positions, slots
+or what is committed: the owner does, from its ring index; this actor's only state is the pool's contents and its
+sampler.
 """
 from __future__ import annotations
 
@@ -20,6 +21,7 @@ from models.runner import Runner
 from pipeline.channel import Channel, ChannelSpec
 from pipeline.decode.blocks import Block, judge
 from pipeline.decode.exactness import check
+from pipeline.messages import Close, Closed, Picked, Prefill, Ready, Scored, Verdict, Verify, decode, send
 from pipeline.process import Figures, attach_when_ready, figures_on_request, messages, pin
 
 
@@ -38,45 +40,44 @@ def run(inbox: ChannelSpec, outbox: str, cfg, spec, stop) -> None:
     shifted = np.zeros((cfg.model.max_rows, runner.vocab), np.float64)     # scoring buffers, allocated once
     top, total, picked = (np.zeros(cfg.model.max_rows, np.float64) for _ in range(3))
     with Channel.create(inbox) as inp, attach_when_ready(outbox, stop) as out:
-        out.send({"kind": "ready", "exactness": exactness.as_dict(), "platform": facts()}, timeout=60.0)
-        for msg in messages(inp, stop):
-            with figures.busy(), msg:
-                h, a = msg.header, msg.arrays
-                if h["kind"] == "eof":
+        send(out, Ready(exactness=exactness.as_dict(), platform=facts()), timeout=60.0)
+        for received in messages(inp, stop):
+            with figures.busy(), received:
+                msg = decode(received)
+                if isinstance(msg, Close):
                     figures.extra.update(forward_s=runner.forward_s, inbox_max_depth=inp.max_depth,
                                          forward_calls=runner.forward_calls, forward_rows=runner.forward_rows,
                                          kv_pool_mb=runner.pool_bytes / 2**20)
-                    out.send({"kind": "eof", "figures": figures.snapshot()}, timeout=60.0)
+                    send(out, Closed(figures=figures.snapshot()), timeout=60.0)
                     return
-                ids, pos, recent = a["ids"], a["pos"], a["recent"]
+                if not isinstance(msg, (Prefill, Verify)):
+                    raise ValueError(f"target: unexpected message {msg.kind!r}")
+                ids, pos, recent = msg.ids, msg.pos, msg.recent
                 T, m = len(ids), len(recent)
-                mask = a["mask"]                      # the pass reads it where the message left it
+                mask = msg.mask                       # the pass reads it where the message left it
                 t0 = time.perf_counter()
-                if h["kind"] == "prefill":
+                if isinstance(msg, Prefill):
                     last_row[0] = T - 1
-                    logits = runner.forward(ids, pos, mask, None if h["score"] else last_row,
+                    logits = runner.forward(ids, pos, mask, None if msg.score else last_row,
                                             recent_slots=recent if m else None)
-                    runner.store(np.arange(T), a["slots"])
-                    if h["score"]:                    # row r predicts token r + 1 of the chunk
+                    runner.store(np.arange(T), msg.slots)
+                    if msg.score:                     # row r predicts token r + 1 of the chunk
                         n = T - 1
                         nll = _nll(logits[:n], ids[1:], shifted[:n], top[:n], total[:n], picked[:n])
-                        out.send({"kind": "scored", "nll_sum": nll, "nll_n": n}, timeout=60.0)
+                        send(out, Scored(nll_sum=nll, nll_n=n), timeout=60.0)
                         logits = logits[n:]
-                    if h["pick"]:
+                    if msg.pick:
                         nxt = int(np.argmax(logits[0])) if params.greedy else \
                             sample(target_probs(logits[0], params, out=probs[0]), rng)
-                        out.send({"kind": "picked", "next": nxt}, timeout=60.0)
-                elif h["kind"] == "verify":
+                        send(out, Picked(next=nxt), timeout=60.0)
+                else:
                     f0 = runner.forward_s
                     logits = runner.forward(ids, pos, mask, recent_slots=recent if m else None)
-                    blk = Block(ids, a["parent"], a.get("q"), pos, None, recent, a["slots"])
+                    blk = Block(ids, msg.parent, msg.q, pos, None, recent, msg.slots)
                     rows, nxt = judge(logits, blk, params, probs, rng)
-                    runner.store(rows, a["slots"][:len(rows)])
-                    out.send({"kind": "verdict", "epoch": h["epoch"], "block": h["block"], "rows": rows.tolist(),
-                              "next": nxt, "t0": t0, "t1": time.perf_counter(),
-                              "forward_s": runner.forward_s - f0}, timeout=60.0)
-                else:
-                    raise ValueError(f"target: unknown message kind {h['kind']!r}")
+                    runner.store(rows, msg.slots[:len(rows)])
+                    send(out, Verdict(epoch=msg.epoch, block=msg.block, rows=rows.tolist(), next=nxt, t0=t0,
+                                      t1=time.perf_counter(), forward_s=runner.forward_s - f0), timeout=60.0)
 
 
 def _nll(logits, targets, shifted, top, total, picked) -> float:

@@ -6,7 +6,7 @@ it what was committed), and the pipelining: block b+1, drafted ahead from the dr
 block b, is verified next if the verdict on b bore the guess out (every proposal accepted, bonus == the guess);
 otherwise the draft restarts at the verdict under a new epoch and every proposal of the old epoch is discarded. Never
 runs a model and never touches a pool: it sends fully specified passes (rows, positions, mask, slots) and reads
-verdicts.
+verdicts (the messages of pipeline/messages.py).
 
 Identity: masks, blocks and acceptance are those of `Engine` (pipeline/decode/blocks.py), so greedy output is the serial
 engine's bit for bit.
@@ -20,9 +20,28 @@ import numpy as np
 from kernels.ring import RingIndex, slot_of
 from kernels.sampling import SamplingParams
 from pipeline.channel import Selector
+from pipeline.decode import drafts
 from pipeline.decode.blocks import ALIGNED_BLOCK, plan_block
-from pipeline.decode.drafts import Proposal
 from pipeline.decode.engine import GenerateResult, Sequence, Stats
+from pipeline.messages import (
+    Close,
+    Closed,
+    Commit,
+    Halt,
+    Observe,
+    Picked,
+    Prefill,
+    Proposal,
+    Ready,
+    Restart,
+    Rollback,
+    Scored,
+    Verdict,
+    Verify,
+    copied,
+    decode,
+    send,
+)
 
 TIMEOUT_S = 120.0
 
@@ -41,10 +60,10 @@ class DeferredEngine(Sequence):
         self.to_target, self.from_target, self.to_draft, self.from_draft = to_target, from_target, to_draft, from_draft
         self._selector = Selector([from_target, from_draft])
         self._mask = np.empty(max_rows * (spec.pool_slots + max_recent + max_rows), np.float32)
-        self._early: list = []          # proposals that arrived while waiting for something else (header, arrays)
+        self._early: list[Proposal] = []   # proposals that arrived while waiting for something else
         self.totals = Stats()           # every generation's stats, summed (for the run-time figures)
-        ready = self._await("ready")[0]  # the target's first word: its batch-invariance verdict, where it runs
-        self.exactness, self.platform = ready["exactness"], ready["platform"]
+        ready = self._await(Ready)      # the target's first word: its batch-invariance verdict, where it runs
+        self.exactness, self.platform = ready.exactness, ready.platform
 
     # -- feeding text into the cache -------------------------------------------------------------------------------
     def feed(self, ids, pick: bool = False, score: bool = False):
@@ -65,19 +84,18 @@ class DeferredEngine(Sequence):
             slots = self.index.write(pos)
             self.index.commit(T)
             last = pick and start + T == len(ids)
-            self.to_target.send({"kind": "prefill", "pick": last, "score": score},
-                                {"ids": chunk, "pos": pos, "mask": mask, "recent": pos[:0], "slots": slots},
-                                timeout=TIMEOUT_S)
-            self.to_draft.send({"kind": "observe"}, {"ids": chunk}, timeout=TIMEOUT_S)
+            send(self.to_target, Prefill(pick=last, score=score, ids=chunk, pos=pos, mask=mask, recent=pos[:0],
+                                         slots=slots), timeout=TIMEOUT_S)
+            send(self.to_draft, Observe(ids=chunk), timeout=TIMEOUT_S)
             if score:
-                scored = self._await("scored")[0]
-                nll_sum, nll_n = nll_sum + scored["nll_sum"], nll_n + scored["nll_n"]
+                scored = self._await(Scored)
+                nll_sum, nll_n = nll_sum + scored.nll_sum, nll_n + scored.nll_n
         if pick:
-            return self._await("picked")[0]["next"]
+            return self._await(Picked).next
         return (nll_sum, nll_n) if score else None
 
     def _rollback_draft(self, mark: int, forget: bool = False) -> None:
-        self.to_draft.send({"kind": "rollback", "position": int(mark), "forget": forget}, timeout=TIMEOUT_S)
+        send(self.to_draft, Rollback(position=int(mark), forget=forget), timeout=TIMEOUT_S)
 
     # -- generation ------------------------------------------------------------------------------------------------
     def generate(self, prompt_ids, max_tokens: int, params: SamplingParams = SamplingParams(),
@@ -99,30 +117,29 @@ class DeferredEngine(Sequence):
         block, last_verify = 0, None
         while len(out) < max_tokens and not stops.intersection(out[-self.max_rows:]) and \
                 (keep_going is None or keep_going()):
-            head, arrays = self._proposal(block)
-            if head["n"] != self.index.n or head["pending"] != self.pending:    # the guess was wrong
-                stats.wasted_draft_s += head["t1"] - head["t0"]
+            drafted = self._proposal(block)
+            if drafted.n != self.index.n or drafted.pending != self.pending:    # the guess was wrong
+                stats.wasted_draft_s += drafted.t1 - drafted.t0
                 self._restart(max_tokens - len(out))
                 block = 0
                 continue
-            prop = Proposal(arrays["tokens"], arrays["parent"], arrays.get("q"))
-            blk = self._verify(prop, block)
-            verdict, _ = self._await("verdict")
+            blk = self._verify(drafts.Proposal(drafted.tokens, drafted.parent, drafted.q), block)
+            verdict = self._await(Verdict)
             if last_verify is not None:      # draft work for this block done while the target verified the last one
-                stats.overlap_s += max(0.0, min(head["t1"], last_verify[1]) - max(head["t0"], last_verify[0]))
-                stats.target_idle_s += verdict["t0"] - last_verify[1]
-            stats.draft_s += head["t1"] - head["t0"]
-            stats.verify_s += verdict["t1"] - verdict["t0"]
-            stats.verify_forward_s += verdict["forward_s"]
-            last_verify = (verdict["t0"], verdict["t1"])
-            rows = np.asarray(verdict["rows"], np.int64)
+                stats.overlap_s += max(0.0, min(drafted.t1, last_verify[1]) - max(drafted.t0, last_verify[0]))
+                stats.target_idle_s += verdict.t0 - last_verify[1]
+            stats.draft_s += drafted.t1 - drafted.t0
+            stats.verify_s += verdict.t1 - verdict.t0
+            stats.verify_forward_s += verdict.forward_s
+            last_verify = (verdict.t0, verdict.t1)
+            rows = np.asarray(verdict.rows, np.int64)
             committed = blk.tokens[rows]
-            self.pending = verdict["next"]
+            self.pending = verdict.next
             out.extend([int(t) for t in committed[1:]] + [self.pending])
             shown = _show(out, shown, stops, max_tokens, on_tokens)
             if len(rows) - 1 == len(blk.proposals):
                 block += 1                   # the draft's next block stands if its guess equals self.pending
-                self.to_draft.send({"kind": "commit", "epoch": self.epoch}, {"ids": committed}, timeout=TIMEOUT_S)
+                send(self.to_draft, Commit(epoch=self.epoch, ids=committed), timeout=TIMEOUT_S)
             else:                            # a rejection: the draft restarts at the correction, in one message
                 block = 0
                 self._restart(max_tokens - len(out), committed)
@@ -131,7 +148,7 @@ class DeferredEngine(Sequence):
             self.index.commit(len(rows))
             stats.count_block(blk, rows, self.spec, self.max_rows)
         stats.decode_s = time.perf_counter() - t1
-        self.to_draft.send({"kind": "halt"}, timeout=TIMEOUT_S)
+        send(self.to_draft, Halt(), timeout=TIMEOUT_S)
         result = self._finish(out, start, stops, max_tokens, stats)
         self.totals.add(stats)
         return result
@@ -140,36 +157,35 @@ class DeferredEngine(Sequence):
         """Start the draft at the pending token under a new epoch (after committing `committed`, if given)."""
         self.epoch += 1
         ids = np.zeros(0, np.int64) if committed is None else committed
-        self.to_draft.send({"kind": "start", "epoch": self.epoch, "n": self.index.n + len(ids),
-                            "pending": int(self.pending), "budget": int(budget)}, {"ids": ids}, timeout=TIMEOUT_S)
+        send(self.to_draft, Restart(epoch=self.epoch, n=self.index.n + len(ids), pending=int(self.pending),
+                                    budget=int(budget), ids=ids), timeout=TIMEOUT_S)
 
-    def _verify(self, prop: Proposal, block: int):
+    def _verify(self, prop: drafts.Proposal, block: int):
         n = self.index.n
         blk = plan_block(n, self.pending, prop, ALIGNED_BLOCK, self.spec.sink, self.spec.ring)
         mask = self.index.visible_mask(blk.pos, blk.anc, out=self._mask, recent_from=n - len(blk.recent))
-        arrays = {"ids": blk.tokens, "pos": blk.pos, "mask": mask, "parent": blk.parent,
-                  "recent": slot_of(blk.recent, self.spec.sink, self.spec.ring), "slots": blk.slots}
-        if blk.q is not None:
-            arrays["q"] = blk.q
-        self.to_target.send({"kind": "verify", "epoch": self.epoch, "block": block}, arrays, timeout=TIMEOUT_S)
+        send(self.to_target, Verify(epoch=self.epoch, block=block, ids=blk.tokens, pos=blk.pos, mask=mask,
+                                    parent=blk.parent, recent=slot_of(blk.recent, self.spec.sink, self.spec.ring),
+                                    slots=blk.slots, q=blk.q), timeout=TIMEOUT_S)
         return blk
 
-    def _proposal(self, block: int) -> tuple[dict, dict]:
+    def _proposal(self, block: int) -> Proposal:
         """The current epoch's proposal for `block` (copied out of the channel); stale ones are dropped."""
         while True:
-            for i, (head, arrays) in enumerate(self._early):
-                if head["epoch"] == self.epoch and head["block"] == block:
+            for i, prop in enumerate(self._early):
+                if prop.epoch == self.epoch and prop.block == block:
                     del self._early[i]
-                    return head, arrays
-            self._early = [(h, a) for h, a in self._early if h["epoch"] == self.epoch and h["block"] > block]
+                    return prop
+            self._early = [p for p in self._early if p.epoch == self.epoch and p.block > block]
             self._receive(want_target=False)
 
-    def _await(self, kind: str) -> tuple[dict, dict]:
+    def _await(self, cls):
+        """The target's next message, which must be a `cls`."""
         while True:
             got = self._receive(want_target=True)
             if got is not None:
-                if got[0]["kind"] != kind:
-                    raise RuntimeError(f"cache owner: expected {kind!r} from the target, got {got[0]['kind']!r}")
+                if not isinstance(got, cls):
+                    raise RuntimeError(f"cache owner: expected {cls.kind!r} from the target, got {got.kind!r}")
                 return got
 
     def _receive(self, want_target: bool):
@@ -184,29 +200,29 @@ class DeferredEngine(Sequence):
                 raise ActorSilent(f"cache owner: no message from the {'target' if want_target else 'draft'} "
                                   f"within {TIMEOUT_S:.0f} s")
         ch = ready[0]
-        with ch.recv(timeout=1.0) as msg:
-            head = dict(msg.header)
-            arrays = {k: np.array(v) for k, v in msg.arrays.items()}
+        with ch.recv(timeout=1.0) as received:
+            msg = copied(decode(received))
         if ch is self.from_draft:
-            if head["kind"] != "proposal":
-                raise RuntimeError(f"cache owner: unexpected {head['kind']!r} from the draft")
-            if head["epoch"] == self.epoch:
-                self._early.append((head, arrays))
+            if not isinstance(msg, Proposal):
+                raise RuntimeError(f"cache owner: unexpected {msg.kind!r} from the draft")
+            if msg.epoch == self.epoch:
+                self._early.append(msg)
             return None
-        return head, arrays
+        return msg
 
     def close(self) -> list[dict]:
         """End of stream: ask both model actors for their figures."""
         figures = []
-        for to, name in ((self.to_target, "target"), (self.to_draft, "draft")):
-            to.send({"kind": "eof"}, timeout=TIMEOUT_S)
+        for to in (self.to_target, self.to_draft):
+            send(to, Close(), timeout=TIMEOUT_S)
         for ch in (self.from_target, self.from_draft):
             deadline = time.monotonic() + TIMEOUT_S
             while True:
-                with ch.recv(timeout=max(0.1, deadline - time.monotonic())) as msg:
-                    if msg.header["kind"] == "eof":
-                        figures.append(dict(msg.header["figures"]))
-                        break
+                with ch.recv(timeout=max(0.1, deadline - time.monotonic())) as received:
+                    msg = decode(received)
+                if isinstance(msg, Closed):
+                    figures.append(dict(msg.figures))
+                    break
         return figures
 
 

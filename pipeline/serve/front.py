@@ -7,7 +7,7 @@ stream's tail, the analyses, the owner's latest status, request counts and laten
 touches the cache: the owner decides when a question is answered.
 
 Threads: the interfaces call `ask`/`cancel` from their own threads; the output actor's event loop calls `on_event`.
-The channel to the owner has one producer, so sends go through a lock.
+The channel to the owner has one producer, so sends (`Question`, `Cancel`: pipeline/messages.py) go through a lock.
 """
 from __future__ import annotations
 
@@ -23,6 +23,19 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from models.tokenizer import StreamDecoder
+from pipeline.messages import Answer as AnswerEvent  # `Answer` here is a request's answer as it arrives
+from pipeline.messages import (
+    AnswerDelta,
+    Assessment,
+    Cancel,
+    Line,
+    Question,
+    Start,
+    Status,
+    StreamEnd,
+    as_dict,
+    send,
+)
 from pipeline.process import proc_status
 from pipeline.stream.archive import search
 from pipeline.stream.prompts import question_span
@@ -118,8 +131,8 @@ class Front:
                             [h.__dict__ for h in retrieved], time.monotonic(), tuple(stop),
                             frame_ms=(time.perf_counter() - t0) * 1e3, decoder=StreamDecoder(self.tok))
             try:
-                self.asks.send({"kind": "question", "id": answer.id, "client": client, "max_tokens": max_tokens,
-                                "deadline_s": float(deadline_s)}, {"ids": np.asarray(span, np.int32)}, timeout=5.0)
+                send(self.asks, Question(id=answer.id, client=client, max_tokens=max_tokens,
+                                         deadline_s=float(deadline_s), ids=np.asarray(span, np.int32)), timeout=5.0)
             except TimeoutError:
                 raise RequestError(503, "the cache owner takes no questions right now; retry shortly",
                                    "server_busy") from None
@@ -137,7 +150,7 @@ class Front:
         self.counts[why] += 1
         with self._lock:
             if self.answers.pop(answer.id, None) is not None:
-                self.asks.send({"kind": "cancel", "id": answer.id}, timeout=5.0)
+                send(self.asks, Cancel(id=answer.id), timeout=5.0)
             answer.finished = True
 
     def subscribe(self) -> queue.Queue:
@@ -155,33 +168,34 @@ class Front:
                 self.subscribers.remove(q)
 
     # -- from the event loop -----------------------------------------------------------------------------------------
-    def on_event(self, event: dict, ids) -> dict | None:
-        """Route one owner event; returns the finished answer's record (for the journal and PUB) on "answer"."""
-        kind = event["kind"]
-        if kind == "answer_delta":
-            answer = self.answers.get(event["id"])
-            if answer is not None:
-                self._delta(answer, ids)
-            return None
-        if kind == "answer":
-            return self._done(event)
-        if kind == "line":
-            self.window_from_seq = event.get("window_from_seq", self.window_from_seq)
-            self.drops = event.get("drops", self.drops)
-            self.tail.append(_line_view(event))
-            self._publish("line", _line_view(event))
-        elif kind == "assessment":
-            view = {k: event[k] for k in ("trigger", "lines", "offsets", "text", "latency_ms", "t") if k in event}
-            self.analyses.append(view)
-            self._publish("assessment", view)
-        elif kind == "start":
-            self.start = event
-        elif kind == "status":
-            self.status = event
-            self._publish("status", self.gauges())
-        elif kind == "stream_end":
-            self.stream_end = event
-            self._publish("stream_end", {"sent": event.get("sent", 0)})
+    def on_event(self, event, record: dict | None = None) -> dict | None:
+        """Route one owner event (pipeline/messages.py); `record` is the journal record the output actor made of a
+        Start, Line or Assessment (its decoded text, its time). Returns the finished answer's record (for the journal
+        and PUB) on Answer."""
+        match event:
+            case AnswerDelta():
+                answer = self.answers.get(event.id)
+                if answer is not None:
+                    self._delta(answer, event.ids)
+            case AnswerEvent():
+                return self._done(event)
+            case Line():
+                self.window_from_seq = event.window_from_seq
+                self.drops = event.drops
+                self.tail.append(_line_view(record))
+                self._publish("line", _line_view(record))
+            case Assessment():
+                view = {k: record[k] for k in ("trigger", "lines", "offsets", "text", "latency_ms", "t") if k in record}
+                self.analyses.append(view)
+                self._publish("assessment", view)
+            case Start():
+                self.start = record
+            case Status():
+                self.status = as_dict(event)
+                self._publish("status", self.gauges())
+            case StreamEnd():
+                self.stream_end = as_dict(event)
+                self._publish("stream_end", {"sent": event.sent})
         return None
 
     def _delta(self, answer: Answer, ids) -> None:
@@ -198,32 +212,31 @@ class Front:
         if len(text) > len(answer.text):
             answer.items.put(("delta", text[len(answer.text):]))
             answer.text = text
-        if cut >= 0:                                  # the owner stops; its "answer" event still ends this one
+        if cut >= 0:                                  # the owner stops; its Answer event still ends this one
             answer.stopped_by_string = True
             with self._lock:
-                self.asks.send({"kind": "cancel", "id": answer.id}, timeout=5.0)
+                send(self.asks, Cancel(id=answer.id), timeout=5.0)
 
-    def _done(self, event: dict) -> dict | None:
+    def _done(self, event: AnswerEvent) -> dict | None:
         with self._lock:
-            answer = self.answers.pop(event["id"], None)
+            answer = self.answers.pop(event.id, None)
         if answer is None:                           # cancelled by its asker: nobody waits
             return None
         now = time.monotonic()
-        finish = "stop" if answer.stopped_by_string else event.get("finish")
-        info = {"error": event.get("error"), "finish_reason": finish,
-                "prompt_tokens": event.get("prompt_tokens", answer.prompt_tokens),
-                "completion_tokens": event.get("completion_tokens", 0), "queued_ms": event.get("queued_ms"),
+        finish = "stop" if answer.stopped_by_string else event.finish
+        info = {"error": event.error, "finish_reason": finish, "prompt_tokens": event.prompt_tokens,
+                "completion_tokens": event.completion_tokens, "queued_ms": event.queued_ms,
                 "ttft_ms": None if answer.t_first is None else (answer.t_first - answer.t_request) * 1e3,
                 "total_ms": (now - answer.t_request) * 1e3, "retrieved": answer.retrieved,
                 "frame_ms": answer.frame_ms,
-                "stats": event.get("stats", {})}
+                "stats": event.stats}
         answer.finished = True
         answer.items.put(("done", info))
         if info["error"] is None and info["ttft_ms"] is not None:
             self.ttft_ms.append(info["ttft_ms"])
             self.total_ms.append(info["total_ms"])
             self.tokens_per_s.append(info["stats"].get("tokens_per_s", 0.0))
-        return {"kind": "answer", "id": answer.id, "client": answer.client, "question": answer.question,
+        return {"kind": event.kind, "id": answer.id, "client": answer.client, "question": answer.question,
                 "text": answer.text, **info}
 
     def _publish(self, kind: str, data: dict) -> None:
