@@ -17,7 +17,7 @@ ROOT = Path(__file__).resolve().parents[1]
 LAYERS = [                      # bottom first; a module may import its own layer and the ones listed before it
     "kernels",                  # pure numerics over arrays
     "models",                   # GGUF, conversion, graphs, the ONNX Runtime runner, the model registry
-    "pipeline.config pipeline.channel pipeline.process",      # validated profiles, shared-memory channels, a process's self
+    "pipeline.config pipeline.channel pipeline.process pipeline.report",  # profiles, channels, a process's self, reports
     "pipeline.decode",          # sequence state, the speculative step, the serial and pipelined engines, drafts
     "pipeline.stream",          # records, sources, triggers, prompts, the replay frame, the archive
     "pipeline.serve",           # the operators' front: HTTP, zmq, metrics, the fair queue
