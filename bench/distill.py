@@ -6,12 +6,14 @@ Owns the recipe behind `python run.py distill`:
   vocab    the most frequent target tokens of that corpus; the rest map to the draft's "other" id
   train    a small llama (models.draftnet) on next-token loss over both, on two cores, for a fixed budget of steps
   export   a Q8_0 GGUF with the vocabulary map, cached under $RINGSPEC_HOME/drafts
-Needs the `train` extra (torch, transformers). Never runs while serving; never reads the held-out log.
+Needs the `train` extra (torch, transformers). Never runs while serving; never reads the held-out log. `run_distill` is
+the `distill` verb: the recipe checked first, progress bars on stderr, the figures in `DistillReport`.
 """
 from __future__ import annotations
 
 import hashlib
 import json
+import sys
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -25,6 +27,7 @@ from models.gguf import sha256_file
 from models.registry import home, resolve_gguf
 from pipeline import config
 from pipeline.decode.assemble import make_engine
+from pipeline.report import Report
 
 
 @dataclass(frozen=True)
@@ -232,3 +235,61 @@ def distill(root, held_out, out, shape: DraftShape = DraftShape(), recipe: Recip
     report["gguf"], report["bytes"] = str(path), path.stat().st_size
     Path(out).with_suffix(".json").write_text(json.dumps(report, indent=1))
     return report
+
+
+@dataclass
+class DistillReport(Report):
+    """`distill`'s report (also written beside the GGUF as .json): size, training, coverage and agreement."""
+
+    def text(self) -> str:
+        rep, shape = self.data, self.data["shape"]
+        agree = ", ".join(f"{task} {v:.1%}" for task, v in rep["agreement"].items())
+        cover = rep["vocab_coverage"]
+        return "\n".join([
+            (f"{rep['gguf']} ({rep['bytes'] / 1e6:.1f} MB): {shape['n_layers']} layers, d {shape['d_model']}, "
+             f"{shape['vocab']} ids"),
+            (f"trained on {len(rep['logs'])} logs: {rep['raw_tokens']} log tokens, {rep['continuations']} target "
+             f"continuations ({rep['continuation_tokens']} tokens); corpus {rep['corpus_s']} s, training "
+             f"{rep['train_s']} s, final loss {rep['loss']}"),
+            (f"sub-vocabulary covers {cover['eval']:.1%} of the target's held-out output; top-1 agreement with the "
+             f"target on it: {agree}"),
+            f"measure it: python run.py bench --draft-model {rep['gguf']}"])
+
+
+def run_distill(logs, held_out, out=None, train_logs: int = Recipe.logs, continuations: int = Recipe.continuations,
+                steps: int = Recipe.steps, vocab: int = DraftShape.vocab, d_model: int = DraftShape.d_model,
+                layers: int = DraftShape.n_layers) -> DistillReport:
+    """Builds a training set from TEP logs (rendered as replay renders them) and the target's greedy continuations of
+    them for both bench tasks, chooses the draft's sub-vocabulary (the most frequent target tokens; the rest have
+    draft probability 0), trains a small llama on two cores and writes it as a Q8_0 GGUF with a JSON report beside it
+    (vocabulary coverage, the draft's top-1 agreement with the target on held-out continuations, the loss curve). The
+    continuations are cached under $RINGSPEC_HOME/distill. The held-out logs (the bench's, by default) are skipped by
+    content. Measure the result with `bench --draft-model OUT`.
+
+    The recipe is checked before any work; out defaults to $RINGSPEC_HOME/drafts/distilled.gguf."""
+    sizes = {"steps": steps, "vocab": vocab, "d_model": d_model, "layers": layers, "train_logs": train_logs,
+             "continuations": continuations}
+    for name, value in sizes.items():
+        if value < 1:
+            raise ValueError(f"--{name.replace('_', '-')} must be at least 1")
+    if d_model % 64:
+        raise ValueError("--d-model must be a multiple of 64 (heads of 64, Q8_0 blocks of 32)")
+    from tqdm import tqdm
+
+    shape = DraftShape(vocab=vocab, d_model=d_model, n_layers=layers, d_ff=3 * d_model, n_heads=d_model // 64,
+                       n_kv_heads=max(1, d_model // 128))
+    recipe = Recipe(logs=train_logs, continuations=continuations, steps=steps)
+    path = Path(out) if out else home() / "drafts" / "distilled.gguf"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    bars: dict = {}
+
+    def progress(stage, done, total, note):
+        bar = bars.get(stage) or bars.setdefault(stage, tqdm(total=total, desc=stage, file=sys.stderr))
+        bar.update(done - bar.n)
+        if note:
+            bar.set_postfix_str(note)
+
+    report = distill(logs, held_out, path, shape, recipe, progress=progress)
+    for bar in bars.values():
+        bar.close()
+    return DistillReport(report)

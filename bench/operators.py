@@ -4,7 +4,8 @@ Owns the measurement: it starts `run.py serve` (the real pipeline) replaying a T
 30-token questions over HTTP with streaming on, one after another, and times each from the request to the first
 content delta (TTFT) and to the last (answer tokens/s); then, at a ladder of line rates with a question every few
 seconds, whether ingestion keeps up (lines reaching the ring against lines offered, and the backlog at the end).
-Never reaches into the server: everything comes from its HTTP answers and /metrics.
+Never reaches into the server: everything comes from its HTTP answers and /metrics. `run_operator_bench` is `bench
+--task operator`: progress on stderr, the tables in `OperatorReport`.
 """
 from __future__ import annotations
 
@@ -16,10 +17,13 @@ import subprocess
 import sys
 import tempfile
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
+from pipeline.config import replay_log
+from pipeline.report import Report
 from pipeline.stream.records import read_log
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -185,3 +189,56 @@ def _lag(server: _Server, rate: float) -> dict:
     waiting = depth.get("backlog_lines", 0) + depth.get("lines_channel", 0)
     return {"lines_per_s": lines_per_s, "waiting_lines": waiting, "dropped": drops,
             "kept_up": lines_per_s >= 0.95 * rate and drops == 0}
+
+
+@dataclass
+class OperatorReport(Report):
+    """{"latency": [per retrieve k], "keeps_up": [per line rate]}: two tables and the highest rate kept up."""
+    rate: float = 0.0             # the stream's lines per second while questions were timed
+    k: int = 0                    # the profile's serve.retrieve
+
+    def text(self) -> str:
+        out, k = self.data, self.k
+        lines = [f"\noperator questions (30 tokens, 30-token answers) while the log replays at {self.rate:g} lines/s:",
+                 (f"{'retrieve k':>10s} {'lines got':>9s} {'prompt tok':>10s} {'ttft p50':>9s} {'ttft p95':>9s} "
+                  f"{'tok/s p50':>9s} {'tok/s p95':>9s} | {'frame':>6s} {'queued':>6s} {'prefill':>7s} ms p50 | "
+                  f"{'lines/s':>7s}")]
+        for r in out["latency"]:
+            lines.append(f"{r['retrieve']:>10d} {r['retrieved_mean']:9.1f} {r['prompt_tokens_mean']:10.0f} "
+                         f"{r['ttft_p50_ms']:9.0f} {r['ttft_p95_ms']:9.0f} {r['tokens_per_s_p50']:9.1f} "
+                         f"{r['tokens_per_s_p95']:9.1f} | {r['frame_ms_p50']:6.1f} {r['queued_ms_p50']:6.1f} "
+                         f"{r['prefill_ms_p50']:7.1f}        | {r['lines_per_s']:7.1f}")
+        lines.append(f"\ningestion while answering a question every 5 s (retrieving up to {k} lines):")
+        for r in out["keeps_up"]:
+            lines.append(f"  {r['rate']:5g} lines/s offered: {r['lines_per_s']:5.1f} reached the ring, "
+                         f"{r['waiting_lines']} waiting, {r['dropped']} dropped: "
+                         f"{'keeps up' if r['kept_up'] else 'falls behind'}")
+        best = max((r["rate"] for r in out["keeps_up"] if r["kept_up"]), default=None)
+        lines.append(f"highest line rate kept up: {best if best is not None else 'none of those tried'}")
+        return "\n".join(lines)
+
+
+def _asked(label, i, n, row) -> None:
+    print(f"  {label} question {i}/{n}: ttft {row['ttft_ms'] or 0:6.0f} ms, {row['tokens_per_s']:5.1f} tok/s, "
+          f"{row['prompt_tokens']} prompt tokens ({row['retrieved']} retrieved lines)", file=sys.stderr, flush=True)
+
+
+def _kept(row) -> None:
+    print(f"  rate {row['rate']:g} lines/s: {row['lines_per_s']:.1f} lines/s reached the ring, "
+          f"{row['waiting_lines']} waiting at the end, {row['dropped']} dropped, {row['questions']} questions",
+          file=sys.stderr, flush=True)
+
+
+def run_operator_bench(cfg, profile: str | None, log: str | None = None, rate: float = 20.0, n_questions: int = 20,
+                       rates: str = "4,6,8,10,20", seconds: float = 40.0) -> OperatorReport:
+    """TTFT and answer speed of 30-token questions to a real `serve` while the log replays at `rate` lines/s, with
+    no retrieval and with the profile's serve.retrieve lines; then, at each of `rates` (comma-separated lines/s) for
+    `seconds`, with a question every 5 s: does ingestion keep up? `profile` (the path of `cfg`) is the servers';
+    `log` defaults to the profile's replay.log."""
+    ladder = [float(r) for r in rates.split(",") if r.strip()]
+    if n_questions < 2 or rate <= 0 or not ladder or min(ladder) <= 0:
+        raise ValueError("--questions must be >= 2, --rate and every --rates value > 0")
+    k, log = cfg.serve.retrieve, log or replay_log(cfg)
+    out = {"latency": [latency(log, rate, n_questions, 30, r, profile, progress=_asked) for r in sorted({0, k})]}
+    out["keeps_up"] = keeps_up(log, ladder, seconds, 5.0, 30, k, profile, progress=_kept)
+    return OperatorReport(out, rate, k)

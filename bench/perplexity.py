@@ -14,6 +14,9 @@ Modes (S sinks, W window, positions counted from the first token of the stream):
 
 Every mode's `ppl_post_wrap` is over the same tokens, positions >= S + W (the sink ring's first wrap), so the modes
 compare on one set; `cache_first_eviction` says where each mode's own cache first drops a position.
+
+`run_eval` is the `eval-stream` verb: one evaluation (`EvalReport`) or, when S or W is a list, an ablation
+(`AblationReport`).
 """
 from __future__ import annotations
 
@@ -23,6 +26,7 @@ import struct
 import sys
 import time
 import zlib
+from dataclasses import dataclass
 
 import numpy as np
 from tqdm import tqdm
@@ -35,9 +39,11 @@ from models.tokenizer import Tokenizer
 from pipeline import config
 from pipeline.decode.assemble import make_engine
 from pipeline.process import proc_status
+from pipeline.report import Report
 from pipeline.stream.records import read_log, render
 
 MODES = ("sink", "window", "recompute", "naive", "dense")
+WINDOW = 256         # the evaluation's own W (short: a log wraps it); the profile's cache.window is the pipeline's
 MEMORY_NOTE = ("all modes run one after another in one process: rss figures are that process's VmRSS; peak is "
                "VmHWM, reset before each mode through /proc/self/clear_refs when the kernel allows it "
                "(peak_is_per_mode), else the process-wide peak so far")
@@ -124,7 +130,7 @@ def stream_ids(log: str, fmt: str | None, gguf: str, max_tokens: int = 0) -> np.
     return ids[:max_tokens] if max_tokens else ids
 
 
-def evaluate_stream(log: str, fmt: str | None = None, modes=MODES, sink: int = 4, window: int = 256,
+def evaluate_stream(log: str, fmt: str | None = None, modes=MODES, sink: int = 4, window: int = WINDOW,
                     max_tokens: int = 0, stride: int | None = None, naive_offset: int = 1_000_000,
                     dense_budget_mb: float = 1024.0, gguf: str = "default", chunk: int = 64, threads: int = 2,
                     progress: bool = True, ids=None) -> dict:
@@ -381,3 +387,76 @@ def write_ablation_plot(rows: list[dict], path: str) -> str:
                   svg.label(width - pad - 100, pad + 16 * k, name, color)]
     svg.save(parts, path)
     return path
+
+
+def int_list(text: str, what: str) -> list[int]:
+    """"4" or "0,1,2,4,8" -> [4] or [0, 1, 2, 4, 8]; `what` names the flag in the error."""
+    try:
+        values = [int(v) for v in text.split(",") if v.strip()]
+    except ValueError:
+        raise ValueError(f"--{what} {text!r}: expected an integer or a comma-separated list") from None
+    if not values or min(values) < 0:
+        raise ValueError(f"--{what} {text!r}: expected non-negative integers")
+    return values
+
+
+@dataclass
+class EvalReport(Report):
+    """One evaluation: --json prints each mode's figures (`summary`), --out writes it all (NLL series, _meta)."""
+
+    def as_dict(self) -> dict:
+        return summary(self.data)
+
+    def saved(self) -> dict:
+        return self.data
+
+    def text(self) -> str:
+        meta = self.data["_meta"]
+        lines = [f"{meta['n_tokens']} tokens, wrap at {meta['wrap_position']}; {MEMORY_NOTE}"]
+        for mode, r in self.as_dict().items():
+            post = "-" if r["ppl_post_wrap"] is None else f"{r['ppl_post_wrap']:.3f}"
+            lines.append(f"{mode:10s} ppl {r['ppl']:9.3f}  post-wrap {post:>9s}  {r['tokens_per_s']:7.1f} tok/s  "
+                         f"rss {r['memory']['rss_after_mb']:.0f} MB peak {r['memory']['peak_mb']:.0f} MB  "
+                         f"{r.get('note', '')}{r.get('stop_reason', '')}")
+        return "\n".join(lines)
+
+
+@dataclass
+class AblationReport(Report):
+    """An ablation's rows (`ablate`), one per policy and (S, W)."""
+
+    def text(self) -> str:
+        lines = [f"{'policy':10s} {'S':>3s} {'W':>5s} {'ppl':>9s} {'post-wrap':>10s} {'tok/s':>7s}"]
+        for row in self.data:
+            post = "-" if row["ppl_post_wrap"] is None else f"{row['ppl_post_wrap']:.3f}"
+            s = "-" if row["sink"] is None else str(row["sink"])
+            lines.append(f"{row['policy']:10s} {s:>3s} {row['window']:5d} {row['ppl']:9.3f} {post:>10s} "
+                         f"{row['tokens_per_s']:7.1f}")
+        return "\n".join(lines)
+
+
+def run_eval(cfg, log: str, fmt: str | None = None, sinks: str | None = None, windows: str = str(WINDOW),
+             modes: str = ",".join(MODES), max_tokens: int = 0, stride: int | None = None,
+             naive_offset: int = 1_000_000, dense_budget_mb: float = 1024.0, quiet: bool = False,
+             plot: str | None = None) -> Report:
+    """Teacher-forced NLL of a rendered log under each policy (sink, window, recompute, naive, dense); --json prints
+    one object mapping each mode to its figures (ppl, ppl_post_wrap, ...); run metadata and NLL series go to --out.
+
+    The profile gives the model, its threads and the default sinks (cache.sink); `sinks` and `windows` are one
+    integer each, or comma-separated lists for an ablation. plot: NLL over position (.svg or .png), or an ablation's
+    PPL over S or W (.svg); its path goes to stderr."""
+    sink_list = int_list(str(cfg.cache.sink) if sinks is None else sinks, "sink")
+    window_list = int_list(windows, "window")
+    if len(sink_list) > 1 or len(window_list) > 1:
+        if plot and not plot.endswith(".svg"):
+            raise ValueError(f"--plot {plot!r}: an ablation plot is SVG; name it .svg")
+        rows = ablate(log, fmt, sink_list, window_list, max_tokens, "recompute" in modes.split(","), cfg.model.gguf,
+                      cfg.model.threads, not quiet)
+        if plot:
+            print(f"plot {write_ablation_plot(rows, plot)}", file=sys.stderr)
+        return AblationReport(rows)
+    out = evaluate_stream(log, fmt, modes.split(","), sink_list[0], window_list[0], max_tokens, stride, naive_offset,
+                          dense_budget_mb, cfg.model.gguf, threads=cfg.model.threads, progress=not quiet)
+    if plot:
+        print(f"plot {plot}: {write_plot(out, plot)}", file=sys.stderr)
+    return EvalReport(out)

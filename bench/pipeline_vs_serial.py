@@ -2,7 +2,8 @@
 
 Owns the measurement only: the serial side is `pipeline.stream.replay.replay` in this process, the pipelined side is `run.py replay`
 (local launcher) in a child process writing a journal; the two alternate `repeats` times on the same log and profile
-and report medians. Never prints; the CLI does.
+and report medians. `run_compare` is the `pipeline-bench` verb: each run on stderr as it ends, the table in
+`CompareReport`.
 """
 from __future__ import annotations
 
@@ -12,8 +13,10 @@ import subprocess
 import sys
 import tempfile
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
+from pipeline.report import Report
 from pipeline.stream.replay import replay
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -77,3 +80,37 @@ def compare(log: str, cfg, config_path: str | None, max_lines: int, repeats: int
            for name, rs in runs.items()}
     out["identical"] = len(texts) == 1
     return out
+
+
+@dataclass
+class CompareReport(Report):
+    """Medians per side and whether every assessment was the same text in every run."""
+
+    def text(self) -> str:
+        out = self.data
+        lines = [(f"{'system':10s} {'decode tok/s':>12s} {'tok/verify':>10s} {'overhead':>9s} {'overlap':>8s} "
+                 f"{'draft s':>8s} {'wall s':>7s}")]
+        for name in ("serial", "pipelined"):
+            row = out[name]
+            lines.append(f"{name:10s} {row['decode_tok_s']:12.1f} {row['tokens_per_verify']:10.2f} "
+                         f"{row['overhead_share']:9.1%} {row['overlap_share']:8.0%} {row['draft_s']:8.2f} "
+                         f"{row['wall_s']:7.1f}")
+        lines.append(f"pipelined whole-stream overhead share {out['pipelined']['stream_overhead_share']:.1%}; "
+                     f"assessments identical in every run: {out['identical']}")
+        return "\n".join(lines)
+
+
+def _progress(name, repeat, res) -> None:
+    print(f"  repeat {repeat} {name:9s} decode {res['decode_tok_s']:6.1f} tok/s, {res['tokens_per_verify']:.2f} "
+          f"tok/verify, overhead {res['overhead_share']:.1%}, overlap {res['overlap_share']:.0%}, wall "
+          f"{res['wall_s']:.1f} s", file=sys.stderr, flush=True)
+
+
+def run_compare(cfg, profile: str | None, log: str, max_lines: int = 100, repeats: int = 3) -> CompareReport:
+    """Replays a log through the serial engine and through the local actor pipeline, alternating, with the same
+    profile (so the same draft); prints medians of decode speed, tokens per verify, the pipeline overhead share
+    (decode wall time outside the target's forward passes) and the draft/verify overlap, and whether every
+    assessment was the same text in every run.
+
+    `cfg` is the serial side's profile, `profile` its path (the pipelined side's --config)."""
+    return CompareReport(compare(log, cfg, profile, max_lines, repeats, _progress))

@@ -37,10 +37,10 @@ def _enter(module: str, kwargs: dict) -> None:
 
 
 class PipelinedWorker:
-    def __init__(self, system, threads: int, window: int, cpus: list[int]):
+    def __init__(self, system, threads: int, window: int, cpus: list[int], profile: str | None = None):
         cpu_list = ",".join(map(str, cpus))
         self.system = system
-        self.cfg = config.load(None, {**settings(system, threads, window),
+        self.cfg = config.load(profile, {**settings(system, threads, window),
                                       "actors.target_cpus": cpu_list, "actors.draft_cpus": cpu_list})
         rows = self.cfg.model.max_rows
         self.spec = ring_spec(self.cfg)                            # the serial systems' pool (make_engine)

@@ -4,7 +4,8 @@ Owns the sampling (every actor's resident and anonymous memory, open descriptors
 shared-memory segments, every `every_tokens` stream tokens) and the verdict figures: slopes and spread after a
 warm-up, growth of descriptors, threads and segments, the PPL of the first and the last complete loop period, the
 KV pool against its formula. Runs the local launcher in this process and listens to the output actor's zmq PUB
-socket; never touches an actor's state.
+socket; never touches an actor's state. `run_soak` is the `soak` verb: samples on stderr as they come, the figures in
+`SoakReport`.
 """
 from __future__ import annotations
 
@@ -12,9 +13,11 @@ import dataclasses
 import json
 import math
 import os
+import sys
 import tempfile
 import threading
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -24,7 +27,9 @@ from bench import svg
 from models.convert import load_card
 from models.registry import converted_dir, resolve_gguf
 from models.runner import kv_bytes_per_slot
+from pipeline.config import replay_log
 from pipeline.launch import run_pipeline
+from pipeline.report import Report
 from pipeline.stream.records import format_of
 from pipeline.stream.replay import replay_frame
 
@@ -209,3 +214,60 @@ def write_plot(result: dict, path: str) -> str:
         parts += [svg.polyline(pts, color), svg.label(w - 120, 40 + 14 * i, name, color)]
     svg.save(parts, path)
     return path
+
+
+@dataclass
+class SoakReport(Report):
+    """The soak's result: --json prints it without the sample series, --out writes it all."""
+
+    def as_dict(self) -> dict:
+        return {k: v for k, v in self.data.items() if k != "series"}
+
+    def saved(self) -> dict:
+        return self.data
+
+    def text(self) -> str:
+        out = self.data
+        lines = [(f"{out['tokens']:,} tokens in {out['wall_s']:.0f} s, {out['assessments']} assessments, "
+                 f"{out['samples']} samples; warm-up {out['warmup_tokens']:,} tokens"),
+                 (f"{'actor':12s} {'rss MB':>7s} {'slope KiB/1k tok':>17s} {'anon slope':>11s} {'spread KiB':>11s} "
+                  f"{'fds +':>6s} {'thr +':>6s}")]
+        for name, a in out["actors"].items():
+            lines.append(f"{name:12s} {a['rss_last_mb']:7.1f} {a['rss_slope_kib_per_1k_tokens']:17.3f} "
+                         f"{a['anon_slope_kib_per_1k_tokens']:11.3f} {a['rss_spread_kib']:11.0f} "
+                         f"{a['fds_growth']:6d} {a['threads_growth']:6d}")
+        ratio = out["ppl_last_over_first"]
+        lines.append(f"all actors: slope {out['rss_slope_kib_per_1k_tokens']:.3f} KiB per 1,000 tokens, spread "
+                     f"{out['rss_spread_kib']:.0f} KiB; segments {out['segments_growth']:+d}; PPL first loop "
+                     f"{out['ppl_first_loop'] or float('nan'):.3f}, last {out['ppl_last_loop'] or float('nan'):.3f} "
+                     f"({'-' if ratio is None else f'{ratio:.3f}x'}, {out['loops_complete']} complete loops); KV pool "
+                     f"{out['kv_pool_bytes']:,} B, formula {out['kv_pool_formula_bytes']:,} B")
+        lines.append("goals: " + ", ".join(f"{k} {'yes' if v else 'NO'}" for k, v in out["goals"].items()))
+        return "\n".join(lines)
+
+
+def _printer():
+    """Progress on stderr: each sample's tokens, time, summed resident memory, and the segments when they change."""
+    seen: list[set] = []
+
+    def progress(row):
+        rss = sum(a["rss_kb"] for a in row["actors"].values()) / 1024
+        names = set(row["segment_names"])
+        change = f" (+{sorted(names - seen[0])} -{sorted(seen[0] - names)})" if seen and names != seen[0] else ""
+        seen[:] = [names]
+        print(f"  {row['tokens']:>10,} tokens {row['t']:8.0f} s  rss {rss:7.1f} MB  segments {row['segments']}"
+              f"{change}", file=sys.stderr, flush=True)
+    return progress
+
+
+def run_soak(cfg, log: str | None, tokens: int, every_tokens: int = 5000, plot: str | None = None) -> SoakReport:
+    """Replays a real log over and over through the local actor pipeline (analyses as configured), samples every
+    actor's resident and anonymous memory, descriptors, threads and the shared-memory segments every few thousand
+    tokens, and reports slopes after a 10% warm-up, the spread, and the PPL of the last complete loop against the
+    first.
+
+    log: the profile's replay.log by default; plot: resident memory per actor over tokens, as SVG to this path."""
+    out = soak(cfg, log or replay_log(cfg), tokens, every_tokens, _printer())
+    if plot:
+        write_plot(out, plot)
+    return SoakReport(out)

@@ -4,7 +4,8 @@ Owns the protocol (tasks, prompts, repeats, medians) and the figures per system:
 verify, decode overhead share, peak resident memory, the share of generated tokens inside repetition loops, and
 agreement of greedy tokens with `target_only` and with llama.cpp. Each system lives in its own worker process (so
 its peak memory is its own) and keeps its model loaded across prompts. Never asserts a speed; raises `Disagreement`
-when a ringspec system's greedy tokens differ from `target_only`'s, which is a correctness failure.
+when a ringspec system's greedy tokens differ from `target_only`'s, which is a correctness failure. `run_bench` is the
+`bench` verb: progress on stderr, the table in `BenchReport`, a disagreement as exit code 3.
 
 Tasks:
   log       N offsets of the rendered log (line-aligned), each a 512-token prefix, 256 greedy tokens, no wrap
@@ -18,6 +19,7 @@ import multiprocessing as mp
 import os
 import signal
 import statistics
+import sys
 import time
 from dataclasses import dataclass
 
@@ -33,6 +35,7 @@ from pipeline import config
 from pipeline.config import ReplaySection
 from pipeline.decode.assemble import make_engine
 from pipeline.process import proc_status
+from pipeline.report import Failure, Report
 from pipeline.stream.prompts import chat_frame
 from pipeline.stream.records import read_log
 
@@ -126,8 +129,8 @@ def _prefix_agreement(a, b) -> int:
 
 
 # -- workers -------------------------------------------------------------------------------------------------------
-def _ringspec_runner(system: System, threads: int, window: int):
-    engine = make_engine(config.load(None, settings(system, threads, window)))
+def _ringspec_runner(system: System, threads: int, window: int, profile: str | None = None):
+    engine = make_engine(config.load(profile, settings(system, threads, window)))
 
     def run(prompt: Prompt) -> dict:
         engine.reset()                          # a fresh context and draft: nothing carried between prompts
@@ -140,12 +143,12 @@ def _ringspec_runner(system: System, threads: int, window: int):
     return run
 
 
-def _llama_cpp_runner(system: System, threads: int, window: int):
+def _llama_cpp_runner(system: System, threads: int, window: int, profile: str | None = None):
     lib = llama_cpp()
     draft = None
     if system.draft == "lookup":
         draft = lib.llama_speculative.LlamaPromptLookupDecoding(num_pred_tokens=system.draft_len)
-    llm = lib.Llama(model_path=str(resolve_gguf("default")), n_ctx=window + 4, n_threads=threads,
+    llm = lib.Llama(model_path=str(resolve_gguf(config.load(profile).model.gguf)), n_ctx=window + 4, n_threads=threads,
                     n_threads_batch=threads, n_batch=512, flash_attn=True, draft_model=draft,
                     logits_all=draft is not None, verbose=False)      # a draft's rows are verified from all logits
 
@@ -165,11 +168,11 @@ def _llama_cpp_runner(system: System, threads: int, window: int):
     return run
 
 
-def _worker(system: System, threads: int, window: int, cpus: list[int], conn) -> None:
+def _worker(system: System, threads: int, window: int, cpus: list[int], conn, profile: str | None) -> None:
     ctypes.CDLL(None).prctl(1, signal.SIGKILL)               # PR_SET_PDEATHSIG: never outlive the bench
     os.sched_setaffinity(0, cpus)
     try:
-        run = (_ringspec_runner if system.kind == "ringspec" else _llama_cpp_runner)(system, threads, window)
+        run = (_ringspec_runner if system.kind == "ringspec" else _llama_cpp_runner)(system, threads, window, profile)
         conn.send(("ready", {"exactness": getattr(run, "exactness", None)}))
         while (prompt := conn.recv()) is not None:
             result = run(prompt)
@@ -182,11 +185,11 @@ def _worker(system: System, threads: int, window: int, cpus: list[int], conn) ->
 
 
 class _Worker:
-    def __init__(self, system: System, threads: int, window: int, cpus: list[int]):
+    def __init__(self, system: System, threads: int, window: int, cpus: list[int], profile: str | None = None):
         ctx = mp.get_context("spawn")
         self.system = system
         self.conn, child = ctx.Pipe()
-        self.proc = ctx.Process(target=_worker, args=(system, threads, window, cpus, child), daemon=True,
+        self.proc = ctx.Process(target=_worker, args=(system, threads, window, cpus, child, profile), daemon=True,
                                 name=f"bench:{system.name}")
         self.proc.start()
 
@@ -215,22 +218,25 @@ class _Worker:
 # -- the run -------------------------------------------------------------------------------------------------------
 def bench(log: str, tasks=TASKS, n_offsets: int = 5, repeats: int = 3, threads: int = 2, window: int = 1024,
           draft_gguf: str = "", use_llama_cpp: bool | None = None, progress=None, only=(),
-          unpadded: bool = False) -> dict:
+          unpadded: bool = False, profile: str | None = None) -> dict:
     """{task: {system: figures}} plus "_meta"; medians over repeats x offsets, systems alternated per prompt.
     only: these systems (and target_only, the reference), else all. unpadded: every ringspec system also without
-    the one-row padding rule, alternated with the rest."""
+    the one-row padding rule, alternated with the rest. profile: the TOML profile each system's keys are set over
+    (bench/systems.py; default configs/default.toml), and the model the prompts are tokenized for."""
     use_llama_cpp = llama_cpp_available() if use_llama_cpp is None else use_llama_cpp
     chosen = select(systems(draft_gguf, use_llama_cpp, unpadded), only)
     cpus = sorted(os.sched_getaffinity(0))[:2]
-    task_prompts = {task: prompts(log, task, n_offsets) for task in tasks}
+    base = config.load(profile)
+    task_prompts = {task: prompts(log, task, n_offsets, base.model.gguf) for task in tasks}
     need = max(len(p.ids) + p.new_tokens for ps in task_prompts.values() for p in ps)
     if need > window:
         raise ValueError(f"a prompt plus its new tokens needs {need} positions; the pool window is {window}")
-    workers = [(PipelinedWorker if s.kind == "pipelined" else _Worker)(s, threads, window, cpus) for s in chosen]
+    workers = [(PipelinedWorker if s.kind == "pipelined" else _Worker)(s, threads, window, cpus, profile)
+               for s in chosen]
     try:
         exactness = {w.system.name: w._reply()["exactness"] for w in workers}
         out: dict = {"_meta": {"log": str(log), "offsets": n_offsets, "repeats": repeats, "threads": threads,
-                               "cpus": cpus, "pool": {"sink": 4, "window": window},
+                               "cpus": cpus, "pool": {"sink": base.cache.sink, "window": window},
                                "systems": [s.name for s in chosen], "platform": facts(),
                                "exactness": {k: v for k, v in exactness.items() if v is not None}}}
         for task, ps in task_prompts.items():
@@ -317,3 +323,68 @@ def _table(chosen: list[System], runs: dict[str, list[dict]], exactness: dict | 
             "agreement_with_llama_cpp": None if llama is None else statistics.mean(
                 _prefix_agreement(mine[k], llama[k]) / max(len(llama[k]), 1) for k in llama)}
     return table
+
+
+@dataclass
+class BenchReport(Report):
+    """The bench's result ({task: {system: figures}, "_meta"}): the exactness caveats, one table per task, the goals."""
+
+    def text(self) -> str:
+        out = self.data
+        fmt = lambda v, spec: "-" if v is None else format(v, spec)   # noqa: E731
+        lines = [f"{name}: identity with target-only not claimed here: {verdict['where']}"
+                 for name, verdict in out["_meta"]["exactness"].items() if not verdict["invariant"]]
+        for task in (t for t in TASKS if t in out):
+            lines.append(f"\n{task}: {out['_meta'][task + '_offsets']} offsets, medians of {out['_meta']['repeats']} "
+                         f"repeats")
+            lines.append(f"{'system':22s} {'tok/s':>7s} {'ttft ms':>8s} {'tok/verify':>10s} {'overhead':>8s} "
+                         f"{'peak MB':>8s} {'loops':>6s} {'=target':>8s} {'~llama':>7s} {'salvaged':>8s}")
+            for name, r in out[task].items():
+                lines.append(f"{name:22s} {r['tokens_per_s']:7.1f} {r['ttft_ms']:8.0f} "
+                             f"{fmt(r['accepted_per_verify'], '10.2f'):>10s} {fmt(r['overhead_share'], '8.1%'):>8s} "
+                             f"{r['peak_mb']:8.0f} {r['loop_share']:6.1%} "
+                             f"{r['identical_to_target_only']:>4d}/{r['prompts']:<3d} "
+                             f"{fmt(r['agreement_with_llama_cpp'], '7.0%'):>7s} {fmt(r['salvaged_share'], '8.1%'):>8s}")
+        if out["_meta"]["goals"]:
+            lines.append("\ngoals (decode tok/s ratios):")
+        for g in out["_meta"]["goals"]:
+            verdict = "met" if g["met"] else f"short by {1 - g['ratio'] / g['goal']:.0%}"
+            lines.append(f"  {g['task']:8s} {g['system']:14s} / {g['against']:16s} {g['ratio']:5.2f}x  (goal "
+                         f"{g['goal']}x: {verdict})")
+        return "\n".join(lines)
+
+
+def _progress(task, repeat, k, name, res) -> None:
+    print(f"  {task:8s} repeat {repeat} prompt {k} {name:18s} {res['tokens_per_s']:7.1f} tok/s  ttft "
+          f"{res['ttft_ms']:6.0f} ms", file=sys.stderr, flush=True)
+
+
+def run_bench(cfg, profile: str | None, log: str | None = None, task: str = "all", n_offsets: int = 5, repeats: int = 3,
+              systems_named: str = "", llama_cpp: bool = True, unpadded: bool = False) -> Report:
+    """Greedy decoding of the same prompts by every system, each in its own worker process confined to the same two
+    cores, alternated per prompt; medians printed. Tasks: log (line-aligned 512-token prefixes, 256 tokens, no wrap)
+    and analysis (the replay's chat frame around a 512-token window, 'summarise the most severe alarms above', 128
+    tokens). llama.cpp joins when llama-cpp-python is installed (pip install -e '.[bench]'). Exits 3 if a ringspec
+    system's tokens differ from target_only's. --unpadded adds every ringspec system without the one-row padding
+    rule (NAME_unpadded), alternated with the rest: what exactness on every CPU costs (python run.py doctor). The
+    draft_serial, hybrid_* and pipelined_hybrid systems run the neural draft (--draft-model, the profile's
+    draft.model; none leaves them out). --json prints {task: {system: figures}, "_meta": run metadata (platform,
+    exactness verdicts, goals)}. --task operator: a real `serve` answering 30-token questions while the log replays at
+    --rate lines/s (TTFT and answer tok/s, p50 and p95, with and without retrieval), then the line rates of --rates
+    with a question every 5 s: does ingestion keep up?
+
+    The validated profile `cfg` gives the threads, the pool window and the neural draft; `profile` (its path) is what
+    each worker sets its system's keys over (bench/systems.py); `log` defaults to the profile's replay.log; `task`:
+    log, analysis or all; `llama_cpp` False leaves llama.cpp out even when installed. Progress goes to stderr."""
+    if n_offsets < 1 or repeats < 1:
+        raise ValueError("--offsets and --repeats must be at least 1")
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))      # unwind: the workers are closed on the way out
+    try:
+        draft = "" if cfg.draft.model == "none" else cfg.draft.model
+        only = [name.strip() for name in systems_named.split(",") if name.strip()]
+        out = bench(log or config.replay_log(cfg), TASKS if task == "all" else (task,), n_offsets, repeats,
+                    cfg.model.threads, cfg.cache.window, draft, None if llama_cpp else False, _progress, only, unpadded,
+                    profile)
+    except Disagreement as exc:
+        return Failure(line=f"ringspec: bench: {exc}", code=3)
+    return BenchReport(out)

@@ -1,7 +1,8 @@
 """GGUF -> a converted model directory: one shared weight file, a model card, and ONNX graphs built per shape.
 
 Owns the on-disk layout of a converted model (``weights.bin`` + ``card.json`` + ``graphs/*.onnx``) and the decision
-of which weights stay quantized. Never runs a model and never changes a weight's value.
+of which weights stay quantized; `run_convert` is the `convert` verb (its `ConvertReport` reads as `run.py`'s
+reports do). Never runs a model and never changes a weight's value.
 """
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ import json
 import os
 import sys
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -18,6 +20,7 @@ from tqdm import tqdm
 from . import quant
 from .draftnet import TARGET_IDS
 from .gguf import GGUFError, GGUFModel, sha256_file
+from .graph import ensure_graph
 from .tokenizer import Tokenizer
 
 CARD = "card.json"
@@ -174,6 +177,45 @@ def load_card(model_dir: str | os.PathLike) -> dict:
     if card.get("format") != FORMAT:
         raise ValueError(f"{path}: card format {card.get('format')} != {FORMAT}; re-convert")
     return card
+
+
+@dataclass
+class ConvertReport:
+    """What `convert` made: the card, its path and the graphs built on request (`run.py` prints `text()`)."""
+    gguf: str
+    out: str
+    card_path: Path
+    card: dict
+    graphs: list[Path]
+    exit_code = 0
+    indent = None
+
+    def as_dict(self) -> dict:
+        return {"gguf": self.gguf, "out": self.out, "card": str(self.card_path),
+                "graphs": [str(g) for g in self.graphs]}
+
+    def text(self) -> str:
+        cfg = self.card["config"]
+        return "\n".join([*map(str, self.graphs), f"converted {self.gguf} -> {self.out}",
+                          (f"  {cfg['arch']}: {cfg['n_layers']} layers, d={cfg['d_model']}, {cfg['n_heads']} heads / "
+                           f"{cfg['n_kv_heads']} kv,"),
+                          (f"  vocab {cfg['vocab_size']}, weights {self.card['source']['tensor_types']}; card: "
+                           f"{self.card_path}")])
+
+    def notes(self) -> str:
+        return ""
+
+
+def run_convert(gguf: str, out: str, graphs=()) -> ConvertReport:
+    """Convert a llama/qwen2 GGUF into an ONNX model directory; each "T,S,R" in `graphs` also builds the static-shape
+    graph for T rows, S sinks, R ring slots."""
+    card_path = convert(gguf, out)
+    card = load_card(out)
+    built = []
+    for spec in graphs:
+        T, S, R = (int(x) for x in spec.split(","))
+        built.append(ensure_graph(Path(out), card, T, S, R))
+    return ConvertReport(gguf, out, card_path, card, built)
 
 
 class _Silent:

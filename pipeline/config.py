@@ -2,8 +2,8 @@
 
 Owns the schema (sections, keys, types, ranges), every default (a key a profile leaves out takes the value written
 here; a section whose object lives in a lower layer, the runner's options or the sampling parameters, takes that
-object's defaults), the ring's size (`ring_spec`) and the error messages. Never starts anything and never reads
-files other than the profile it is given.
+object's defaults), the ring's size (`ring_spec`), where the replay log is (`replay_log`) and the error messages.
+Never starts anything and never reads files other than the profile it is given.
 """
 from __future__ import annotations
 
@@ -156,6 +156,11 @@ def override(cfg: Config, values: dict) -> Config:
         tables.setdefault(section, {})[key] = value
     return dataclasses.replace(cfg, **{name: dataclasses.replace(getattr(cfg, name), **table)
                                        for name, table in tables.items()})
+
+
+def replay_log(cfg: Config) -> str:
+    """The profile's replay.log as a path; a relative one is from the repository root, not the working directory."""
+    return str(ROOT / cfg.replay.log if not Path(cfg.replay.log).is_absolute() else cfg.replay.log)
 
 
 def ring_spec(cfg: Config, head: int = 0, scratch: int = 0) -> RingSpec:

@@ -13,6 +13,8 @@ an actor (everything stops, the cause is reported, no orphan process and no left
                     from_target  to_draft
 
 Each channel is created by its consumer; producers attach when it appears (models take seconds to load).
+`run_replay` and `run_serve` are the `replay` and `serve` verbs: a log through the configured launcher (or, for
+`replay`, the serial engine in this process).
 """
 from __future__ import annotations
 
@@ -31,9 +33,12 @@ from dataclasses import dataclass
 from models.convert import load_card
 from models.registry import converted_dir, home, resolve_gguf
 from pipeline.channel import ChannelSpec, cleanup_stale
+from pipeline.config import replay_log
 from pipeline.decode.drafts import speaks
 from pipeline.process import StopFlag, Stopped
-from pipeline.stream.replay import replay_frame
+from pipeline.report import Report
+from pipeline.stream.replay import ReplayReport, printer, replay, replay_frame
+from pipeline.stream.sources import source_of
 
 DRAIN_S = 60.0        # a drain that takes longer than this is cut short
 
@@ -152,6 +157,62 @@ def run_pipeline(cfg, source: dict, journal: str | None = None, pub: str | None 
     finally:
         shutil.rmtree(run_dir, ignore_errors=True)
         cleanup_stale()
+
+
+def run_replay(cfg, log: str | None = None, fmt: str | None = None, speed: float = 0.0, follow: bool = False,
+               journal: str | None = None, pub: str | None = None, quiet_lines: bool = False) -> Report:
+    """Stream a log (plain lines, TEP alarm CSV or JSON lines) through the pipeline: ingest, cache owner, target,
+    draft and output actors. Every N lines the model writes a short assessment of what it has seen. SIGINT/SIGTERM
+    drain the pipeline (twice: stop now); SIGUSR1 prints every actor's figures.
+
+    sources:
+      FILE                 replay a captured file (--speed scales its timing)
+      FILE --follow        tail -f FILE, surviving rename and copytruncate rotation
+      tcp://HOST:PORT      a line server; clients connect one after another
+      -                    standard input
+    launchers (--launcher, or [actors] launcher in the profile):
+      local   one process per actor over shared-memory channels (default)
+      ray     the same actors as five named Ray actors on one node (--ray-address joins
+              a cluster; otherwise a local Ray instance is started and stopped)
+      serial  everything in this process (the reference the pipeline must equal)"""
+    log = log or replay_log(cfg)
+    if cfg.actors.launcher != "serial":
+        run_pipeline(cfg, source_of(log, fmt, cfg.replay.max_lines, speed, follow), journal=journal, pub=pub,
+                     quiet_lines=quiet_lines)
+        return Report()
+    if log.startswith("tcp://") or log == "-" or follow:
+        raise ValueError("the serial launcher replays files only; use --launcher local for sockets, stdin, --follow")
+    return ReplayReport(replay(log, fmt, cfg, printer(quiet_lines), max_lines=cfg.replay.max_lines))
+
+
+def run_serve(cfg, log: str | None = None, fmt: str | None = None, rate: float = 0.0, speed: float = 0.0,
+              loop: bool = False, follow: bool = False, journal: str | None = None,
+              quiet_lines: bool = False) -> Report:
+    """Run the pipeline over a log and answer operators' questions while it flows. A question goes ahead of stream
+    prefill and analyses, is answered from the current context plus older lines retrieved from the archive (every
+    ingested line is indexed in SQLite FTS5), and streams its tokens as they are committed; the stream's lines wait
+    in a bounded backlog meanwhile. After the stream ends the server keeps answering until SIGINT/SIGTERM.
+
+    endpoints (HTTP):
+      /                         web console: live tail, analyses, chat, gauges
+      /v1/chat/completions      OpenAI chat API ("stream": true for server-sent events)
+      /v1/completions           OpenAI completions: the prompt continues the log
+      /healthz, /metrics        health, Prometheus metrics
+    zmq: python run.py ask "when did PIR108 last go HIGH HIGH?"
+    A non-loopback --http needs --api-key (or serve.api_key); clients send
+    Authorization: Bearer KEY."""
+    if cfg.actors.launcher == "serial":
+        raise ValueError("serve runs the actor pipeline: use launcher local or ray")
+    source = source_of(log or replay_log(cfg), fmt, cfg.replay.max_lines, speed, follow)
+    if rate < 0:
+        raise ValueError("--rate must be >= 0")
+    if loop:
+        if source["kind"] != "replay":
+            raise ValueError("--loop replays a file; it cannot loop a socket, stdin or --follow")
+        source["kind"] = "loop"
+    source["rate"] = rate
+    run_pipeline(cfg, source, journal=journal, pub=cfg.serve.pub or None, quiet_lines=quiet_lines)
+    return Report()
 
 
 class _Signals:

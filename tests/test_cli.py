@@ -41,10 +41,13 @@ def test_generate_with_and_without_draft_print_the_same_tokens(default_gguf):
     args = ("generate", "--prompt", "12:00:01 FIC101 H FEED FLOW HIGH\n12:00:09 FIC101 H NR FEED FLOW HIGH "
                                     "RECOVERED\n12:00:15 FIC101 H", "--max-tokens", "20", "--json",
             "--sink", "4", "--window", "64")
-    plain = one_json_object(run(*args).stdout)
+    plain = one_json_object(run(*args, "--draft", "none").stdout)         # without --draft: the profile's suffix
+    assert plain["stats"]["proposed"] == 0
     for draft in ("suffix", "model", "hybrid"):             # model and hybrid: the bundled distilled draft
         drafted = one_json_object(run(*args, "--draft", draft).stdout)
         assert plain["token_ids"] == drafted["token_ids"], draft
+    profile = one_json_object(run(*args).stdout)
+    assert profile["token_ids"] == plain["token_ids"] and profile["stats"]["proposed"] > 0
 
 
 def test_score_json_contract_full_cache_and_ring(default_gguf, tmp_path):
@@ -127,3 +130,36 @@ def test_distill_refuses_a_bad_recipe_before_any_work():
                         (("--d-model", "100"), "--d-model must be a multiple of 64")):
         proc = run("distill", *args)
         assert proc.returncode == 2 and words in proc.stderr and "Traceback" not in proc.stderr, proc.stderr
+
+
+def test_a_flag_overrides_the_profile_and_its_absence_leaves_the_profile_value(tmp_path):
+    profile = tmp_path / "p.toml"
+    profile.write_text(f'[serve]\nzmq = "ipc://{tmp_path}/from-profile"\n')
+    from_profile = run("ask", "hello?", "--config", str(profile), "--timeout", "0.5")
+    from_flag = run("ask", "hello?", "--config", str(profile), "--zmq", f"ipc://{tmp_path}/from-flag",
+                    "--timeout", "0.5")
+    assert from_profile.returncode == from_flag.returncode == 2
+    assert f"no reply from ipc://{tmp_path}/from-profile" in from_profile.stderr
+    assert f"no reply from ipc://{tmp_path}/from-flag" in from_flag.stderr
+    assert "Traceback" not in from_profile.stderr + from_flag.stderr
+
+
+def test_help_names_the_profile_key_and_its_default():
+    out = " ".join(run("generate", "--help").stdout.split())
+    assert "the profile's draft.kind, 'suffix'" in out and "the profile's draft.length, 6" in out
+
+
+def test_sink_without_window_is_refused():
+    proc = run("generate", "--prompt", "x", "--sink", "8", "--json")
+    assert proc.returncode == 2 and proc.stdout == ""
+    assert "--sink needs --window" in proc.stderr and "Traceback" not in proc.stderr
+
+
+def test_a_failure_report_prints_only_its_line_and_exits_with_its_code(capsys):
+    sys.path.insert(0, str(ROOT))
+    from pipeline.report import Failure
+    from run import show
+
+    assert show(Failure(line="ringspec: bench: differs", code=3), as_json=True) == 3
+    out, err = capsys.readouterr()
+    assert out == "" and err == "ringspec: bench: differs\n"

@@ -18,7 +18,7 @@ LAYERS = [                      # bottom first; a module may import its own laye
     "kernels",                  # pure numerics over arrays
     "models",                   # GGUF, conversion, graphs, the ONNX Runtime runner, the model registry
     "pipeline.config pipeline.channel pipeline.process "     # validated profiles, shared-memory channels,
-    "pipeline.messages",                                     # a process's self, the actors' typed messages
+    "pipeline.messages pipeline.report",                     # a process's self, the actors' typed messages, reports
     "pipeline.decode",          # sequence state, the speculative step, the serial and pipelined engines, drafts
     "pipeline.stream",          # records, sources, triggers, prompts, the replay frame, the archive
     "pipeline.serve",           # the operators' front: HTTP, zmq, metrics, the fair queue

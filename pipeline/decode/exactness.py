@@ -4,7 +4,8 @@ Owns the start-up exactness check. A probe decodes a few rows one pass each (as 
 verifies the same rows as blocks of 2..8 rows (and, on a tree runner, as a token tree with a sibling), at a small
 position (and, for `doctor`, past 2^31 too), and compares every row's logits and new K/V bit for bit. Blocks and masks come from
 `pipeline/decode/blocks.py`, the one place both engines plan with. Never decides what a failure means for a run: callers
-report the verdict (a start-up line, the journal's first record, /metrics, the bench's metadata; `run.py doctor`).
+report the verdict (a start-up line, the journal's first record, /metrics, the bench's metadata; `run.py doctor`,
+whose report is `DoctorReport`).
 
 The rule it checks is the runner's (models/runner.py, "Batch invariance"): with it, speculation changes no output
 token; without it, on some CPUs, a row alone and the same row in a block differ (DESIGN.md, "Greedy identity").
@@ -13,6 +14,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import asdict, dataclass
+from typing import ClassVar
 
 import numpy as np
 
@@ -22,8 +24,10 @@ from models.opcheck import families
 from models.platform import facts
 from models.registry import converted_dir, resolve_gguf
 from models.runner import Runner, RunnerOptions
+from pipeline.config import Config
 from pipeline.decode.blocks import ALIGNED_BLOCK, plan_block, verify_mask
 from pipeline.decode.drafts import Proposal
+from pipeline.report import Report
 
 FAR = 2**31 - ALIGNED_BLOCK  # an aligned block start past which positions need int64 (the second probe position)
 OFFSET = 5                   # rows start this far into their aligned block (a recent section of 5 positions)
@@ -157,11 +161,58 @@ def check(runner, thorough: bool = False) -> Verdict:
                    time.perf_counter() - t0, opts.batch_invariant, tree)
 
 
-def doctor(gguf: str = "default", threads: int = 2, max_rows: int = 32, accuracy_level: int = 4) -> dict:
-    """Everything `run.py doctor` reports: the platform as this process sees it, each operator family's row
-    invariance at the model's shapes (models/opcheck.py), and the whole-pass verdict of the chain graph with and
-    without the padding rule and of the tree graph with it. "exact": what the engine would run is invariant."""
+@dataclass
+class DoctorReport(Report):
+    """`doctor`'s findings: the platform, the operator table, the whole-pass verdicts; exit 1 when not exact."""
+    indent: ClassVar[int | None] = 1
 
+    @property
+    def exit_code(self) -> int:
+        return 0 if self.data["exact"] else 1
+
+    def text(self) -> str:
+        rep = self.data
+        pf = rep["platform"]
+        lines = [(f"onnxruntime {pf['onnxruntime']}, numpy {pf['numpy']}, Python {pf['python']}, {pf['system']} "
+                  f"{pf['machine']}\nCPU (as this process sees it): {pf['cpu']}") +
+                 (f"   (/proc/cpuinfo: {pf['cpuinfo']})" if pf["cpuinfo"] and pf["cpuinfo"] != pf["cpu"] else ""),
+                 (f"ISA features (CPUID / auxiliary vector): {' '.join(pf['isa'])}\nAVX-512: "
+                  f"{' '.join(pf['avx512']) or 'none'}"),
+                 (f"\noperator families alone, at the model's shapes, {rep['threads']} threads: a row among 1..64 rows "
+                  f"against the same row among 64, and a row with 0..9 masked columns appended against none:")]
+        for op in rep["operators"]:
+            bad, what = op["differs_at"], op["varied"]
+            verdict = "invariant" if not bad else (f"1 row differs (up to {op['max_abs']:.2g}); 2..64 rows invariant"
+                                                   if bad == [1] and what == "rows" else
+                                                   f"differs at {bad} {what} (up to {op['max_abs']:.2g})")
+            lines.append(f"  {op['family']:70s} {verdict}\n  {'':4s}{op['shapes']}")
+        lines.append("\nwhole pass (the model's graph; rows alone vs in blocks of 2-8 rows and a 4-node tree, at "
+                     "positions 5 and 2^31 - 27):")
+        for name, label in (("chain", "chain graph, padding rule on (the engine)"),
+                            ("tree", "tree graph, padding rule on (token trees)"),
+                            ("chain_unpadded", "chain graph, padding rule off (information)")):
+            v = rep["passes"][name]
+            lines.append(f"  {label:46s} {'invariant' if v['invariant'] else 'NOT invariant: ' + v['where']}")
+        lines.append("\n" + ("exact: speculation changes no output token on this CPU" if rep["exact"] else
+                             "NOT exact on this CPU: greedy output with a draft may differ from single-token decoding"))
+        return "\n".join(lines)
+
+
+def doctor(cfg: Config) -> DoctorReport:
+    """Probe whether a row's logits and K/V are the same bits whatever the number of rows in its pass (batch
+    invariance), which greedy identity with a draft needs. Prints the ONNX Runtime version, the CPU and the ISA
+    features this process sees (CPUID / auxiliary vector), each operator family of the graph run alone at the model's
+    shapes (1..64 rows), and the whole pass: rows decoded one pass each against the same rows in blocks of 2-8 and a
+    token tree, at a small position and past 2^31, with the one-row padding rule (what the engine runs) and without
+    it. Exits 0 when the engine's passes are invariant, 1 when not: qualify a new ONNX Runtime or CPU with it. The
+    engine runs the whole-pass probe at start-up.
+
+    The profile gives the model, its threads, the largest pass (model.max_rows) and the MatMulNBits accuracy level.
+    Reports each operator family's row invariance at the model's shapes (models/opcheck.py) and the whole-pass
+    verdict of the chain graph with and without the padding rule and of the tree graph with it. "exact": what the
+    engine would run is invariant."""
+    gguf, threads = cfg.model.gguf, cfg.model.threads
+    max_rows, accuracy_level = cfg.model.max_rows, cfg.model.accuracy_level
     model_dir = converted_dir(resolve_gguf(gguf))
     spec = RingSpec(4, 256, 256 + max_rows)
     passes = {}
@@ -173,6 +224,6 @@ def doctor(gguf: str = "default", threads: int = 2, max_rows: int = 32, accuracy
     ops = [{"family": f.name, "shapes": f.shapes, "varied": f.varied, "differs_at": list(f.differs_at),
             "max_abs": f.max_abs, "holds": f.holds}
            for f in families(load_card(model_dir), threads, accuracy_level)]
-    return {"platform": facts(), "model": str(model_dir), "threads": threads, "accuracy_level": accuracy_level,
-            "operators": ops, "passes": passes,
-            "exact": passes["chain"]["invariant"] and passes["tree"]["invariant"]}
+    return DoctorReport({"platform": facts(), "model": str(model_dir), "threads": threads,
+                         "accuracy_level": accuracy_level, "operators": ops, "passes": passes,
+                         "exact": passes["chain"]["invariant"] and passes["tree"]["invariant"]})

@@ -6,17 +6,23 @@ and receives, in order, maps {"id", "delta": str} as the answer's tokens are com
 {"id", "done": true, "text", "finish_reason", "usage", "ringspec": {...}} or {"error": str, "code": int}.
 Several clients and several questions per client may be in flight. Never touches a model or a channel.
 
+`run_ask` is the `ask` verb: the client, the answer streamed to stdout as it comes, and `AskReport`.
+
 Threads: the socket lives in one thread; each request's answer is read in a thread of its own that hands frames
 back through a queue (zmq sockets are not thread-safe).
 """
 from __future__ import annotations
 
 import queue
+import sys
 import threading
+from dataclasses import dataclass
+from typing import ClassVar
 
 import msgpack
 import zmq
 
+from pipeline.report import Report
 from pipeline.serve.front import Front, RequestError
 
 POLL_MS = 5
@@ -128,3 +134,36 @@ def ask(endpoint: str, question: str, max_tokens: int | None = None, timeout_s: 
             return reply
     finally:
         sock.close()
+
+
+@dataclass
+class AskReport(Report):
+    """The final reply of `ask`; its text (streamed already) ends with a newline, the retrieved lines and timings go
+    to stderr."""
+    indent: ClassVar[int | None] = 2
+
+    def text(self) -> str:
+        return ""
+
+    def notes(self) -> str:
+        meta = self.data.get("ringspec", {})
+        lines = [f"  [retrieved: line {line['offset']} at {line['time'] or '?'}] {line['text']}"
+                 for line in meta.get("retrieved", [])]
+        ttft = meta.get("ttft_ms")
+        lines.append(f"({self.data['usage']['completion_tokens']} tokens, {self.data['finish_reason']}, ttft "
+                     f"{'-' if ttft is None else f'{ttft:.0f}'} ms, total {meta.get('total_ms', 0):.0f} ms)")
+        return "\n".join(lines)
+
+
+def run_ask(endpoint: str, question: str, max_tokens: int | None = None, timeout_s: float = 120.0,
+            stream: bool = True) -> AskReport:
+    """Ask a running `serve` a question over zmq: the answer streams to stdout as it is decoded, then the retrieved
+    older lines and the timings go to stderr.
+
+    stream False: nothing is written while waiting (--json prints the final reply instead)."""
+
+    def show(text):
+        sys.stdout.write(text)
+        sys.stdout.flush()
+
+    return AskReport(ask(endpoint, question, max_tokens, timeout_s, on_delta=show if stream else None))

@@ -1,7 +1,8 @@
 """The replay's frame and its single-process analyst: the ring a replay's engines are built with, the primed engine
 that answers between lines, and a captured log streamed through it (`replay --launcher serial`).
 
-Owns the replay frame (sinks sized to the system prompt, slack for the scratch span and the uncommitted rows). Never
+Owns the replay frame (sinks sized to the system prompt, slack for the scratch span and the uncommitted rows), and how
+the serial replay reads on a terminal (`printer` for its events, `ReplayReport` for its totals). `replay` never
 prints: events go to the caller's `emit`.
 """
 from __future__ import annotations
@@ -17,6 +18,7 @@ from models.registry import resolve_gguf
 from models.tokenizer import Tokenizer
 from pipeline.config import Config, ring_spec
 from pipeline.decode.assemble import make_engine
+from pipeline.report import Report
 from pipeline.stream.prompts import chat_frame
 from pipeline.stream.records import read_log
 from pipeline.stream.triggers import Triggers
@@ -96,3 +98,28 @@ def replay(log: str, fmt: str, cfg, emit, max_lines: int = 0) -> dict:
     totals["wall_s"] = time.perf_counter() - t0
     totals["tokens_per_s"] = totals["generated"] / totals["decode_s"] if totals["decode_s"] else 0.0
     return totals
+
+
+def printer(quiet_lines: bool = False):
+    """An `emit` for `replay` that prints every line (unless quiet_lines) and every assessment as it happens."""
+
+    def emit(kind, payload):
+        if kind == "line" and not quiet_lines:
+            print(f"  {payload.text}")
+        elif kind == "assessment":
+            st = payload["stats"]
+            text = payload["text"].replace("\n", "\n   ")
+            print(f"\n>> [after line {payload['lines']}, {payload['trigger']}] {text}\n"
+                  f"   ({st['generated']} tokens, {st['tokens_per_s']:.0f} tok/s, ttft {st['ttft_ms']:.0f} ms, "
+                  f"{st['accepted_per_verify']:.2f} tokens/verify)\n", flush=True)
+    return emit
+
+
+@dataclass
+class ReplayReport(Report):
+    """The serial replay's totals (what `replay` returns)."""
+
+    def text(self) -> str:
+        t = self.data
+        return (f"replayed {t['lines']} lines ({t['stream_tokens']} tokens), {t['assessments']} assessments, "
+                f"{t['tokens_per_s']:.0f} tok/s decode, {t['wall_s']:.1f} s")

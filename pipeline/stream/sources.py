@@ -7,6 +7,7 @@ exactly `records.render(records.read_log(path))`. Never tokenizes and never touc
 
 Every source is an iterable of `Line`s with a `stats` and a `stop()` (or a shared `threading.Event`). `Line.offset` is
 the byte offset of the line in its file or connection (it restarts at 0 after a rotation and for each TCP client).
+`source_of` turns a command line's FILE / tcp://HOST:PORT / - into the description the ingest actor opens.
 """
 from __future__ import annotations
 
@@ -344,6 +345,22 @@ def tcp(host: str = "127.0.0.1", port: int = 0, **kw) -> Tcp:
 def stdin(path: str | None = None, **kw) -> Stream:
     """This process's stdin, or `path` (a launcher hands its own stdin to an actor as /proc/PID/fd/0)."""
     return Stream(open(path, "rb", buffering=0) if path else sys.stdin.buffer, **kw)
+
+
+def source_of(log: str, fmt: str | None, max_lines: int, speed: float, follow: bool) -> dict:
+    """What the ingest actor reads, from the command line's FILE / tcp://HOST:PORT / - and flags."""
+    src = {"max_lines": max_lines}
+    if log.startswith("tcp://"):
+        host, _, port = log[len("tcp://"):].rpartition(":")
+        if not port.isdigit():
+            raise ValueError(f"{log}: expected tcp://HOST:PORT")
+        return {**src, "kind": "tcp", "host": host or "127.0.0.1", "port": int(port), "format": fmt or "plain"}
+    if log == "-":
+        return {**src, "kind": "stdin", "path": f"/proc/{os.getpid()}/fd/0", "format": fmt or "plain"}
+    if not follow and not Path(log).is_file():
+        raise FileNotFoundError(f"log file {log} does not exist")
+    return {**src, "kind": "follow" if follow else "replay", "path": str(Path(log).resolve()),
+            "format": fmt or records.format_of(log), "speed": speed}
 
 
 def parse(fmt: str, source: Iterable[Line], max_record_bytes: int = 64 * 1024) -> Iterator[records.Record]:
