@@ -19,6 +19,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import numpy as np
+from tqdm import tqdm
 
 from bench.speed import TASKS, prompts, rendered
 from kernels.sampling import SamplingParams
@@ -274,7 +275,6 @@ def run_distill(logs, held_out, out=None, train_logs: int = Recipe.logs, continu
             raise ValueError(f"--{name.replace('_', '-')} must be at least 1")
     if d_model % 64:
         raise ValueError("--d-model must be a multiple of 64 (heads of 64, Q8_0 blocks of 32)")
-    from tqdm import tqdm
 
     shape = DraftShape(vocab=vocab, d_model=d_model, n_layers=layers, d_ff=3 * d_model, n_heads=d_model // 64,
                        n_kv_heads=max(1, d_model // 128))

@@ -148,8 +148,8 @@ def _llama_cpp_runner(system: System, threads: int, window: int, profile: str | 
     draft = None
     if system.draft == "lookup":
         draft = lib.llama_speculative.LlamaPromptLookupDecoding(num_pred_tokens=system.draft_len)
-    llm = lib.Llama(model_path=str(resolve_gguf(config.load(profile).model.gguf)), n_ctx=window + 4, n_threads=threads,
-                    n_threads_batch=threads, n_batch=512, flash_attn=True, draft_model=draft,
+    llm = lib.Llama(model_path=str(resolve_gguf(config.load(profile).model.gguf)), n_ctx=window + 4,
+                    n_threads=threads, n_threads_batch=threads, n_batch=512, flash_attn=True, draft_model=draft,
                     logits_all=draft is not None, verbose=False)      # a draft's rows are verified from all logits
 
     def run(prompt: Prompt) -> dict:
