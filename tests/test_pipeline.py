@@ -21,6 +21,7 @@ from pathlib import Path
 import pytest
 
 from models.subset import layer_subset
+from pipeline.channel import cleanup_stale
 
 ROOT = Path(__file__).resolve().parents[1]
 LOG = ROOT / "data" / "tep_demo.csv"
@@ -194,6 +195,18 @@ def test_sigkill_of_an_actor_stops_the_pipeline_cleanly(default_gguf):
     assert proc.returncode == 2
     assert "actor target" in err and "died: signal 9 (SIGKILL)" in err and "Traceback" not in err
     assert not any(alive(pid) for pid in actors.values())
+    assert not leftovers(proc)
+
+
+def test_a_launcher_killed_outright_takes_its_actors_with_it(default_gguf):
+    """SIGKILL (or the OOM killer) gives the launcher no chance to stop its actors: they die with it (PR_SET_PDEATHSIG)
+    instead of spinning on as orphans, and what their dead owners left is what `cleanup_stale` removes."""
+    proc = launch(str(LOG), "--quiet-lines", "--speed", "0.01")      # slow replay: mid-stream when killed
+    actors = actor_pids(proc, "local")
+    proc.kill()
+    proc.communicate()
+    wait_for(lambda: not any(alive(pid) for pid in actors.values()), "an actor outlived its SIGKILLed launcher")
+    cleanup_stale(f"ringspec_p{proc.pid}_")
     assert not leftovers(proc)
 
 
