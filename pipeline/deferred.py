@@ -43,6 +43,8 @@ class DeferredEngine(Sequence):
         self._mask = np.empty(max_rows * (spec.pool_slots + max_recent + max_rows), np.float32)
         self._early: list = []          # proposals that arrived while waiting for something else (header, arrays)
         self.totals = Stats()           # every generation's stats, summed (for the run-time figures)
+        self.blocks = 0                 # verify blocks sent to the target so far
+        self.on_block = None            # on_block(blocks) after each is sent (the owner notes what was waiting)
         ready = self._await("ready")[0]  # the target's first word: its batch-invariance verdict, where it runs
         self.exactness, self.platform = ready["exactness"], ready["platform"]
 
@@ -152,6 +154,9 @@ class DeferredEngine(Sequence):
         if blk.q is not None:
             arrays["q"] = blk.q
         self.to_target.send({"kind": "verify", "epoch": self.epoch, "block": block}, arrays, timeout=TIMEOUT_S)
+        self.blocks += 1
+        if self.on_block is not None:
+            self.on_block(self.blocks)
         return blk
 
     def _proposal(self, block: int) -> tuple[dict, dict]:

@@ -213,6 +213,7 @@ class Front:
         info = {"error": event.get("error"), "finish_reason": finish,
                 "prompt_tokens": event.get("prompt_tokens", answer.prompt_tokens),
                 "completion_tokens": event.get("completion_tokens", 0), "queued_ms": event.get("queued_ms"),
+                "queued_blocks": event.get("queued_blocks"),
                 "ttft_ms": None if answer.t_first is None else (answer.t_first - answer.t_request) * 1e3,
                 "total_ms": (now - answer.t_request) * 1e3, "retrieved": answer.retrieved,
                 "frame_ms": answer.frame_ms,
