@@ -103,6 +103,9 @@ class Owner:
         self.current: str | None = None
         self.serving, self.stream_ended = asks is not None, False
         self.counts = dict(lines=0, answers=0, expired=0, cancelled=0, preempted=0, backlog_max_depth=0)
+        self.sent: deque = deque(maxlen=256)          # (verify blocks sent, questions written by then), per block
+        if asks is not None:
+            self.engine.on_block = self.block_sent
         self.first_line, self.last_line, self.last_status = None, time.monotonic(), 0.0
         card = load_card(converted_dir(resolve_gguf(cfg.model.gguf)))["config"]
         self.kv_pool_bytes = kv_bytes_per_slot(card) * spec.pool_slots
@@ -147,8 +150,8 @@ class Owner:
         backlog); drop the requests whose deadline passed. True when a question waits."""
         while self.asks is not None and self.asks.ready():
             with self.asks.recv(timeout=1.0) as received:
-                request = copied(decode(received))
-            self.take_request(request)
+                request, seq = copied(decode(received)), received.seq
+            self.take_request(request, self.blocks_before(seq))
         while lines_too and len(self.backlog) < self.backlog_max and self.lines.ready():
             with self.lines.recv(timeout=1.0) as received:
                 self.backlog.append(copied(decode(received)))
@@ -159,7 +162,17 @@ class Owner:
                                         f"({len(self.queue)} still waiting)")
         return bool(self.queue)
 
-    def take_request(self, request: Question | Cancel) -> None:
+    def block_sent(self, blocks: int) -> None:
+        self.sent.append((blocks, self.asks.written()))
+
+    def blocks_before(self, seq: int) -> int:
+        """Verify blocks already sent when question `seq` was written. Blocks sent after it, up to its answer's
+        start, are blocks it waited for (at most the one being prepared as it came, since the owner asks before each
+        block): counted in blocks, not seconds, so a loaded host does not change them."""
+        before = [n for n, written in self.sent if written <= seq]
+        return before[-1] if before else self.sent[0][0] - 1 if self.sent else self.engine.blocks
+
+    def take_request(self, request: Question | Cancel, blocks_before: int) -> None:
 
         if isinstance(request, Cancel):
             if self.queue.cancel(request.id) is None and request.id == self.current:
@@ -171,11 +184,11 @@ class Owner:
         now = time.monotonic()
         self.queue.push(Request(request.id, request.client, np.asarray(request.ids, np.int64), request.max_tokens,
                                 now + float(request.deadline_s), now, self.stop_ids,
-                                {"deadline_s": float(request.deadline_s)}))
+                                {"deadline_s": float(request.deadline_s), "blocks_before": blocks_before}))
 
     # -- the three kinds of work -------------------------------------------------------------------------------------
     def answer(self, req) -> None:
-        self.current, started = req.id, time.monotonic()
+        self.current, started, waited = req.id, time.monotonic(), self.engine.blocks - req.meta["blocks_before"]
 
         def keep_going() -> bool:
             self.poll(lines_too=True)
@@ -195,7 +208,7 @@ class Owner:
         self.current = None
         self.counts["answers"] += 1
         self.send_answer(req, finish=finish, stats=res.stats.as_dict(), queued_ms=(started - req.arrived) * 1e3,
-                         completion_tokens=len(ids))
+                         queued_blocks=waited, completion_tokens=len(ids))
         self.last_status = 0.0                           # the gauges show this answer at the next turn of the loop
 
     def send_answer(self, req, error: str | None = None, **outcome) -> None:

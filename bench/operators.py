@@ -25,6 +25,7 @@ import numpy as np
 from pipeline.config import replay_log
 from pipeline.report import Report
 from pipeline.stream.records import read_log
+from pipeline.watch import wait_for
 
 ROOT = Path(__file__).resolve().parents[1]
 WARM_LINES = 150     # about three windows of TEP lines: the archive holds older lines to retrieve
@@ -53,25 +54,26 @@ class _Server:
         if "[serve]" in base:
             raise ValueError(f"{config}: leave out [serve]: the operator bench sets it (retrieve, max_waiting)")
         profile.write_text(base + f"\n[serve]\nretrieve = {retrieve}\nmax_waiting = 64\n")
-        self.proc = subprocess.Popen([sys.executable, str(ROOT / "run.py"), "serve", log, "--loop", "--rate",
-                                      str(rate), "--config", str(profile), "--http", f"127.0.0.1:{self.port}",
-                                      "--zmq", "", "--pub", "", "--quiet-lines",
-                                      "--archive", str(Path(workdir) / f"archive_{rate:g}_{retrieve}.sqlite")],
-                                     stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-        deadline = time.monotonic() + 300
-        while True:
-            if self.proc.poll() is not None:
-                raise RuntimeError(f"the server exited: {self.proc.stderr.read()[-2000:]}")
-            try:
-                if self.health()["lines"] >= warm_lines:
-                    break
-            except (OSError, ValueError):
-                pass
-            if time.monotonic() > deadline:
-                raise RuntimeError("the server did not come up within 300 s")
-            time.sleep(0.5)
+        self.log = Path(workdir) / f"serve_{rate:g}_{retrieve}.log"
+        with open(self.log, "w") as log_file:
+            self.proc = subprocess.Popen([sys.executable, str(ROOT / "run.py"), "serve", log, "--loop", "--rate",
+                                          str(rate), "--config", str(profile), "--http", f"127.0.0.1:{self.port}",
+                                          "--zmq", "", "--pub", "", "--quiet-lines",
+                                          "--archive", str(Path(workdir) / f"archive_{rate:g}_{retrieve}.sqlite")],
+                                         stdout=subprocess.DEVNULL, stderr=log_file, text=True)
+        try:                 # waits while the server works (a loaded host only slows it); fails if it exits or stalls
+            wait_for(lambda: (self._lines() or 0) >= warm_lines, "the server coming up", pids=[self.proc.pid],
+                     progress=lambda: (self.log.stat().st_size, self._lines()))
+        except TimeoutError as e:
+            raise RuntimeError(f"{e}: {self.log.read_text()[-2000:]}") from None
         self.t_start = time.monotonic()
         self.lines_at_start = self.health()["lines"]
+
+    def _lines(self) -> int | None:
+        try:
+            return self.health()["lines"]
+        except (OSError, ValueError):
+            return None
 
     def health(self) -> dict:
         conn = http.client.HTTPConnection("127.0.0.1", self.port, timeout=30)

@@ -338,6 +338,11 @@ class Channel:
         notifies, then advances head; a consumer woken in between must not sleep again)."""
         return max(int(self._ctl[_W_HEAD]), self._announced) > self._next
 
+    def written(self) -> int:
+        """Messages the producer has written so far (consumer end; never blocks): message `seq` is in the ring
+        once this exceeds it."""
+        return int(self._ctl[_W_HEAD])
+
     def depth(self) -> int:
         """Messages waiting to be received (consumer end; never blocks)."""
         return max(int(self._ctl[_W_HEAD]), self._announced) - self._next

@@ -122,10 +122,13 @@ def _write_pids(run_dir: str, pids: dict) -> None:
     os.replace(pids_file(run_dir) + ".tmp", pids_file(run_dir))
 
 
-def enter(module: str, kwargs: dict) -> None:
+def enter(module: str, kwargs: dict, parent: int | None = None) -> None:
     """An actor's entry point, in its own process: run it; a failure is one line on stderr and exit code 1.
-    The process is named rs:<actor> (what `top` and `ps -o comm` show)."""
+    The process is named rs:<actor> (what `top` and `ps -o comm` show). With `parent` (the local launcher's pid) the
+    actor dies with it: a launcher killed outright (SIGKILL, OOM) leaves no actor spinning on (PR_SET_PDEATHSIG)."""
     _name_process(f"rs:{module.split('.')[-1]}")
+    if parent is not None:
+        _die_with(parent)
     signal.signal(signal.SIGUSR1, signal.SIG_IGN)       # until the actor installs its figures handler
     signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGUSR1})
     try:
@@ -136,6 +139,16 @@ def enter(module: str, kwargs: dict) -> None:
         print(f"ringspec: error: actor {module.split('.')[-1]}: {type(exc).__name__}: {exc}", file=sys.stderr,
               flush=True)
         raise SystemExit(1) from None
+
+
+def _die_with(parent: int) -> None:
+    """SIGKILL this process when its parent exits; exit now if the parent is already gone."""
+    try:
+        ctypes.CDLL(None).prctl(1, signal.SIGKILL, 0, 0, 0)           # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        return
+    if os.getppid() != parent:                                      # died before the request took effect
+        os._exit(1)
 
 
 def _name_process(name: str) -> None:
@@ -256,7 +269,8 @@ def _cause(name: str, pid: int, code: int) -> str:
 
 def _local(plans: list[ActorPlan], run_dir: str, cfg) -> None:
     ctx = mp.get_context("spawn")
-    procs = {p.name: ctx.Process(target=enter, args=(p.module, p.kwargs), name=f"ringspec-{p.name}") for p in plans}
+    procs = {p.name: ctx.Process(target=enter, args=(p.module, p.kwargs, os.getpid()), name=f"ringspec-{p.name}")
+             for p in plans}
     signals = _Signals(run_dir, lambda: [p.pid for p in procs.values() if p.pid])
     stop = signals.stop
     try:

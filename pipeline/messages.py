@@ -287,6 +287,7 @@ class Answer:
     finish: str | None = None                   # stop | length | cancelled | deadline
     stats: dict = field(default_factory=dict)
     queued_ms: float | None = None
+    queued_blocks: int | None = None            # verify blocks sent after the question came, before its answer
     completion_tokens: int = 0
 
 

@@ -18,7 +18,8 @@ LAYERS = [                      # bottom first; a module may import its own laye
     "kernels",                  # pure numerics over arrays
     "models",                   # GGUF, conversion, graphs, the ONNX Runtime runner, the model registry
     "pipeline.config pipeline.channel pipeline.process "     # validated profiles, shared-memory channels,
-    "pipeline.messages pipeline.report",                     # a process's self, the actors' typed messages, reports
+    "pipeline.messages pipeline.report pipeline.watch",      # a process's self, the actors' typed messages, reports,
+                                                             # waiting on another process by its progress
     "pipeline.decode",          # sequence state, the speculative step, the serial and pipelined engines, drafts
     "pipeline.stream",          # records, sources, triggers, prompts, the replay frame, the archive
     "pipeline.serve",           # the operators' front: HTTP, zmq, metrics, the fair queue

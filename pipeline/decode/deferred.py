@@ -62,6 +62,8 @@ class DeferredEngine(Sequence):
         self._mask = np.empty(max_rows * (spec.pool_slots + max_recent + max_rows), np.float32)
         self._early: list[Proposal] = []   # proposals that arrived while waiting for something else
         self.totals = Stats()           # every generation's stats, summed (for the run-time figures)
+        self.blocks = 0                 # verify blocks sent to the target so far
+        self.on_block = None            # on_block(blocks) after each is sent (the owner notes what was waiting)
         ready = self._await(Ready)      # the target's first word: its batch-invariance verdict, where it runs
         self.exactness, self.platform = ready.exactness, ready.platform
 
@@ -167,6 +169,9 @@ class DeferredEngine(Sequence):
         send(self.to_target, Verify(epoch=self.epoch, block=block, ids=blk.tokens, pos=blk.pos, mask=mask,
                                     parent=blk.parent, recent=slot_of(blk.recent, self.spec.sink, self.spec.ring),
                                     slots=blk.slots, q=blk.q), timeout=TIMEOUT_S)
+        self.blocks += 1
+        if self.on_block is not None:
+            self.on_block(self.blocks)
         return blk
 
     def _proposal(self, block: int) -> Proposal:

@@ -226,6 +226,7 @@ class Front:
         finish = "stop" if answer.stopped_by_string else event.finish
         info = {"error": event.error, "finish_reason": finish, "prompt_tokens": event.prompt_tokens,
                 "completion_tokens": event.completion_tokens, "queued_ms": event.queued_ms,
+                "queued_blocks": event.queued_blocks,
                 "ttft_ms": None if answer.t_first is None else (answer.t_first - answer.t_request) * 1e3,
                 "total_ms": (now - answer.t_request) * 1e3, "retrieved": answer.retrieved,
                 "frame_ms": answer.frame_ms,

@@ -272,6 +272,6 @@ def _meta(info: dict) -> dict:
     """ringspec's own fields beside OpenAI's: the retrieved lines (offsets, timestamps) and the timings."""
     st = info.get("stats", {})
     return {"retrieved": info["retrieved"], "frame_ms": info["frame_ms"], "queued_ms": info["queued_ms"],
-            "prefill_ms": st.get("ttft_ms"), "ttft_ms": info["ttft_ms"],
+            "queued_blocks": info["queued_blocks"], "prefill_ms": st.get("ttft_ms"), "ttft_ms": info["ttft_ms"],
             "total_ms": info["total_ms"], "tokens_per_s": st.get("tokens_per_s"),
             "accepted_per_verify": st.get("accepted_per_verify")}

@@ -13,7 +13,7 @@ from bench.distill import Recipe, choose_vocab, train, training_logs
 from kernels.ring import RingSpec
 from kernels.sampling import SamplingParams
 from models.convert import convert
-from models.draftnet import TARGET_IDS, DraftShape, build, export, snap_to_q8, vocab_map
+from models.draftnet import TARGET_IDS, DraftShape, export, snap_to_q8, vocab_map
 from models.gguf import GGUFError
 from models.runner import Runner, RunnerOptions
 from models.tokenizer import Tokenizer

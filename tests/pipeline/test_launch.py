@@ -21,6 +21,8 @@ from pathlib import Path
 import pytest
 
 from models.subset import layer_subset
+from pipeline import watch
+from pipeline.channel import cleanup_stale
 from tests.paths import ROOT
 
 LOG = ROOT / "data" / "tep_demo.csv"
@@ -76,26 +78,25 @@ def catches(pid: int, sig: int) -> bool:
 ACTORS = frozenset({"ingest", "cache_owner", "target", "draft", "output"})
 
 
-def actor_pids(proc, launcher: str, timeout: float = 180.0) -> dict[str, int]:
+def actor_pids(proc, launcher: str) -> dict[str, int]:
     """{actor name: pid} once all five actors run and have named themselves (local: spawned children; ray: the
     RayActor workers). A just-started actor is still called "python" for a moment: wait for its name."""
-    deadline, names = time.time() + timeout, {}
-    while time.time() < deadline:
-        assert proc.poll() is None, f"the pipeline exited with {proc.returncode} before its actors ran"
+    names = {}
+
+    def named() -> bool:
         if launcher == "local":
             pids = [p for p in processes(b"multiprocessing.spawn") if alive(p) and parent_of(p) == proc.pid]
         else:
             pids = [p for p in processes(b"ray::RayActor.run") if alive(p)]
-        names = {}
+        names.clear()
         for p in pids:
             try:
                 names[Path(f"/proc/{p}/comm").read_text().strip().removeprefix("rs:")] = p
             except FileNotFoundError:                   # gone between the listing and the read
                 pass
-        if ACTORS <= set(names):
-            return {name: names[name] for name in ACTORS}
-        time.sleep(0.2)
-    raise AssertionError(f"the five actors did not start and name themselves ({sorted(names)} seen)")
+        return ACTORS <= set(names)
+    wait_for(named, "the five actors starting and naming themselves", proc, progress=lambda: sorted(names))
+    return {name: names[name] for name in ACTORS}
 
 
 _launched: list[subprocess.Popen] = []
@@ -143,7 +144,7 @@ def serial_assessments(max_lines: int, config_path=None) -> list[str]:
 def test_pipelined_assessments_equal_the_serial_engine(default_gguf, tmp_path, launcher, lines):
     journal = tmp_path / "journal.jsonl"
     proc = launch(str(LOG), "--quiet-lines", "--max-lines", str(lines), "--journal", str(journal), launcher=launcher)
-    out, err = proc.communicate(timeout=600)
+    out, err = finish(proc, "the pipeline ending")
     assert proc.returncode == 0, err
     records = journal_of(journal)
     assert records[-1]["kind"] == "eof" and records[-1]["sent"] == lines
@@ -173,7 +174,7 @@ def test_a_draft_model_running_ahead_changes_nothing_in_the_output(skip20_profil
     journal = tmp_path / "journal.jsonl"
     proc = launch(str(LOG), "--quiet-lines", "--max-lines", "20", "--journal", str(journal), "--config",
                   str(skip20_profile))
-    out, err = proc.communicate(timeout=600)
+    out, err = finish(proc, "the pipeline ending")
     assert proc.returncode == 0, err
     records = journal_of(journal)
     analyses = [r for r in records if r["kind"] == "assessment"]
@@ -191,10 +192,23 @@ def test_sigkill_of_an_actor_stops_the_pipeline_cleanly(default_gguf):
     actors = actor_pids(proc, "local")
     time.sleep(3.0)
     os.kill(actors["target"], signal.SIGKILL)
-    out, err = proc.communicate(timeout=60)
+    out, err = finish(proc, "the pipeline ending")
     assert proc.returncode == 2
     assert "actor target" in err and "died: signal 9 (SIGKILL)" in err and "Traceback" not in err
     assert not any(alive(pid) for pid in actors.values())
+    assert not leftovers(proc)
+
+
+def test_a_launcher_killed_outright_takes_its_actors_with_it(default_gguf):
+    """SIGKILL (or the OOM killer) gives the launcher no chance to stop its actors: they die with it (PR_SET_PDEATHSIG)
+    instead of spinning on as orphans, and what their dead owners left is what `cleanup_stale` removes."""
+    proc = launch(str(LOG), "--quiet-lines", "--speed", "0.01")      # slow replay: mid-stream when killed
+    actors = actor_pids(proc, "local")
+    proc.kill()
+    proc.communicate()
+    wait_for(lambda: not any(alive(pid) for pid in actors.values()), "every actor gone with its SIGKILLed launcher",
+             hang_s=120)
+    cleanup_stale(f"ringspec_p{proc.pid}_")
     assert not leftovers(proc)
 
 
@@ -203,7 +217,7 @@ def test_sigkill_of_a_ray_actor_stops_the_pipeline_cleanly(default_gguf):
     actors = actor_pids(proc, "ray")
     time.sleep(3.0)
     os.kill(actors["draft"], signal.SIGKILL)
-    out, err = proc.communicate(timeout=120)
+    out, err = finish(proc, "the pipeline ending")
     assert proc.returncode == 2, err
     assert "died" in err and "the pipeline was stopped" in err and "Traceback" not in err
     assert not any(alive(pid) for pid in actors.values())
@@ -217,15 +231,13 @@ def test_sigusr1_prints_figures_and_sigterm_drains_and_flushes_the_journal(defau
     proc = launch(str(LOG), "--quiet-lines", "--speed", "0.01", "--every", "2", "--journal", str(journal),
                   launcher=launcher)
     actors = actor_pids(proc, launcher)
-    deadline = time.time() + 180
-    while not (journal.exists() and journal.read_text().strip()):        # streaming: a first assessment is out
-        assert time.time() < deadline and proc.poll() is None, "no assessment was written"
-        time.sleep(0.2)
+    wait_for(lambda: journal.exists() and bool(journal.read_text().strip()),    # streaming: a first assessment
+             "a first assessment in the journal", proc)
     assert all(catches(pid, signal.SIGUSR1) for pid in actors.values())  # every actor answers SIGUSR1
     proc.send_signal(signal.SIGUSR1)                                     # figures on request
     time.sleep(2.0)
     proc.send_signal(signal.SIGTERM)
-    out, err = proc.communicate(timeout=120)
+    out, err = finish(proc, "the pipeline ending")
     assert proc.returncode == 0, err
     on_request = [json.loads(line.split(" ", 1)[1]) for line in err.splitlines() if line.startswith("figures {")]
     assert {f["actor"] for f in on_request} == {"ingest", "cache_owner", "target", "draft", "output"}
@@ -254,11 +266,12 @@ def test_per_actor_cpu_affinity_from_the_config_is_applied(default_gguf, tmp_pat
     profile.write_text("[actors]\n" + "".join(f'{k.replace("cache_", "")}_cpus = "{v}"\n' for k, v in want.items()))
     proc = launch(str(LOG), "--speed", "0.01", "--config", str(profile), launcher=launcher)
     actors = actor_pids(proc, launcher)
-    deadline = time.time() + 120
     seen = {}
-    while time.time() < deadline and seen != want:                      # each actor pins itself on start-up
-        time.sleep(0.5)
-        seen = {name: cpus_allowed(pid) for name, pid in actors.items() if alive(pid)}
+
+    def pinned() -> bool:                                                # each actor pins itself on start-up
+        seen.update({name: cpus_allowed(pid) for name, pid in actors.items() if alive(pid)})
+        return seen == want
+    wait_for(pinned, "every actor pinned", proc, progress=lambda: dict(seen))
     assert seen == want
 
 
@@ -287,7 +300,8 @@ def test_follow_through_the_pipeline_survives_rotation_without_loss(default_gguf
     sent = [f"12:{i // 60:02d}:{i % 60:02d} PIC{i:03d} H PRESSURE HIGH" for i in range(12)]
     proc = launch(str(log), "--follow", "--format", "plain", "--every", "1000", "--max-lines", "12")
     echoed = Echo(proc)
-    wait_for(lambda: holds_open(actor_pids(proc, "local")["ingest"], log), "ingest never opened the log")
+    ingest = actor_pids(proc, "local")["ingest"]
+    wait_for(lambda: holds_open(ingest, log), "ingest opening the log", proc)
     with open(log, "a") as f:
         f.write("\n".join(sent[:5]) + "\n")
     echoed.wait(5)
@@ -299,7 +313,8 @@ def test_follow_through_the_pipeline_survives_rotation_without_loss(default_gguf
         f.truncate(0)
     with open(log, "a") as f:
         f.write("\n".join(sent[9:]) + "\n")
-    assert proc.wait(timeout=240) == 0, proc.stderr.read()
+    wait_for(lambda: proc.poll() is not None, "the pipeline ending after 12 lines", proc, exit_ok=True)
+    assert proc.wait() == 0, proc.stderr.read()
     echoed.done()
     assert echoed.lines == sent
 
@@ -317,19 +332,30 @@ class Echo:
             if line.startswith("  ") and not line.startswith("   "):
                 self.lines.append(line[2:].rstrip("\n"))
 
-    def wait(self, n: int, timeout: float = 240.0) -> None:
-        wait_for(lambda: len(self.lines) >= n or self.proc.poll() is not None, f"{n} lines were never echoed",
-                 timeout)
+    def wait(self, n: int) -> None:
+        wait_for(lambda: len(self.lines) >= n or self.proc.poll() is not None, f"{n} lines echoed", self.proc,
+                 progress=lambda: len(self.lines))
 
     def done(self) -> None:
         self.reader.join(30)
 
 
-def wait_for(condition, what: str, timeout: float = 240.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        assert time.monotonic() < deadline, what
-        time.sleep(0.1)
+def wait_for(condition, what: str, proc=None, **kw) -> None:
+    """Wait while `proc`'s tree (default: this process's) works; fail if proc exits first or everything stalls.
+    A loaded host only makes this slower (pipeline/watch.py)."""
+    try:
+        watch.wait_for(condition, what, pids=[proc.pid] if proc is not None else (), **kw)
+    except TimeoutError as e:
+        pytest.fail(str(e))
+
+
+def finish(proc, what: str, data=None) -> tuple[str, str]:
+    """proc.communicate(data), waiting while proc's tree works (a loaded host only slows it)."""
+    got = []
+    reader = threading.Thread(target=lambda: got.extend(proc.communicate(data)), daemon=True)
+    reader.start()
+    wait_for(lambda: not reader.is_alive(), what, proc, exit_ok=True)
+    return got[0], got[1]
 
 
 def holds_open(pid: int, path: Path) -> bool:
@@ -358,14 +384,16 @@ def test_a_socket_client_that_disconnects_mid_line_loses_nothing_and_triggers_fi
     profile = tmp_path / "triggers.toml"
     profile.write_text("[replay]\nevery_lines = 1000\ntrigger_pattern = '\\bHH\\b'\nidle_s = 1.0\n")
     proc = launch(f"tcp://127.0.0.1:{port}", "--max-lines", "5", "--config", str(profile), "--journal", str(journal))
-    deadline = time.time() + 120
-    while True:
+    conn = []
+
+    def listening() -> bool:
         try:
-            first = socket.create_connection(("127.0.0.1", port), timeout=1.0)
-            break
+            conn.append(socket.create_connection(("127.0.0.1", port), timeout=1.0))
         except OSError:
-            assert time.time() < deadline, "the TCP source never listened"
-            time.sleep(0.3)
+            pass
+        return bool(conn)
+    wait_for(listening, "the TCP source listening", proc)
+    first = conn[0]
     first.sendall(b"ALM1 FIC101 HIGH\nALM2 TIC202 LOW\nALM3 half a li")
     first.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, b"\x01\x00\x00\x00\x00\x00\x00\x00")
     first.close()                                                        # reset mid-line
@@ -373,7 +401,7 @@ def test_a_socket_client_that_disconnects_mid_line_loses_nothing_and_triggers_fi
              or proc.poll() is not None, "the idle trigger never fired")  # quiet: the idle trigger fires
     with socket.create_connection(("127.0.0.1", port)) as second:
         second.sendall(b"ALM4 PIC303 HH PRESSURE\nALM5 LIC404 LOW\n")   # HH: the pattern trigger fires
-    out, err = proc.communicate(timeout=240)
+    out, err = finish(proc, "the pipeline ending after 5 lines")
     assert proc.returncode == 0, err
     assert stream_lines(out) == ["ALM1 FIC101 HIGH", "ALM2 TIC202 LOW", "ALM3 half a li", "ALM4 PIC303 HH PRESSURE",
                                  "ALM5 LIC404 LOW"]
@@ -387,7 +415,7 @@ def test_bad_bytes_on_stdin_are_counted_never_fatal(default_gguf, tmp_path):
             + bytes(range(1, 9)) + b" junk\n" + b"ok last\n")
     proc = launch("-", "--format", "plain", "--every", "1000", "--quiet-lines", "--journal", str(journal),
                   stdin=subprocess.PIPE, text=False)
-    out, err = proc.communicate(data, timeout=120)
+    out, err = finish(proc, "the pipeline ending", data)
     err = err.decode()
     assert proc.returncode == 0, err
     eof = journal_of(journal)[-1]
@@ -409,7 +437,7 @@ def test_ray_launcher_joins_an_existing_cluster_and_leaves_it_running(default_gg
         assert start.returncode == 0, start.stderr
         address = re.search(r"ray start --address='([^']+)'", start.stdout + start.stderr).group(1)
         proc = launch(str(LOG), "--quiet-lines", "--max-lines", "10", "--ray-address", address, launcher="ray")
-        out, err = proc.communicate(timeout=300)
+        out, err = finish(proc, "the pipeline ending")
         assert proc.returncode == 0, err
         assert out.count(">> [after line 10") == 1
         assert processes(b"gcs_server"), "the cluster we joined was shut down"
@@ -457,6 +485,6 @@ def test_a_start_up_error_names_its_cause_and_starts_nothing(tmp_path):
     profile = tmp_path / "missing_draft.toml"
     profile.write_text('[draft]\nkind = "model"\nmodel = "/nonexistent/draft.gguf"\n')
     proc = launch(str(LOG), "--config", str(profile))
-    out, err = proc.communicate(timeout=120)
+    out, err = finish(proc, "the pipeline ending")
     assert proc.returncode == 2
     assert "model file /nonexistent/draft.gguf does not exist" in err and "Traceback" not in err

@@ -11,7 +11,6 @@ import signal
 import socket
 import subprocess
 import sys
-import time
 from pathlib import Path
 from queue import Empty
 
@@ -24,6 +23,7 @@ from models.graph import PLANT_ENV
 from models.runner import Runner, RunnerOptions
 from pipeline.decode.engine import Engine
 from pipeline.decode.exactness import check
+from pipeline.watch import wait_for
 from tests.paths import ROOT
 from tests.tiny_gguf import write_tiny_gguf
 
@@ -128,19 +128,17 @@ def test_a_planted_fault_reaches_the_journal_metrics_and_healthz(default_gguf, p
                              "--archive", str(tmp_path / "archive.sqlite"), "--journal", str(journal)],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=planted)
     try:
-        deadline = time.monotonic() + 240
-        while True:
-            assert proc.poll() is None, proc.stderr.read()
+        health = {}
+
+        def verdict_served() -> bool:
             try:
                 conn = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
                 conn.request("GET", "/healthz")
-                health = json.loads(conn.getresponse().read())
-                if health["batch_invariant"] is not None:
-                    break
+                health.update(json.loads(conn.getresponse().read()))
             except OSError:
                 pass
-            assert time.monotonic() < deadline, "the server did not come up"
-            time.sleep(0.5)
+            return health.get("batch_invariant") is not None
+        wait_for(verdict_served, "the server's start-up verdict", pids=[proc.pid])
         assert health["batch_invariant"] is False
         conn = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
         conn.request("GET", "/metrics")
@@ -188,14 +186,17 @@ def test_four_processes_on_an_empty_cache_fetch_convert_and_build_once_and_agree
              for i in range(4)]
     for p in procs:
         p.start()
-    results, deadline = [], time.monotonic() + 600
-    while len(results) < len(procs):
+    results = []
+
+    def all_done() -> bool:
         try:
-            results.append(queue.get(timeout=1.0))
+            results.append(queue.get(timeout=0.5))
         except Empty:
             failed = [i for i, p in enumerate(procs) if p.exitcode not in (None, 0)]
             assert not failed, (tmp_path / f"{failed[0]}.err").read_text()[-2000:]
-            assert time.monotonic() < deadline, "the four processes did not finish in 600 s"
+        return len(results) == len(procs)
+    wait_for(all_done, "four processes converting one model", pids=[os.getpid()], cpu_budget_s=900,
+             progress=lambda: (len(results), sum(f.stat().st_size for f in tmp_path.glob("*.err"))))
     for p in procs:
         p.join(60)
         assert p.exitcode == 0
@@ -215,10 +216,8 @@ def test_a_conversion_killed_half_way_is_redone_not_mistaken_for_finished(defaul
     code = "from models.registry import converted_dir, default_model_path; converted_dir(default_model_path())"
     proc = subprocess.Popen([sys.executable, "-c", code], cwd=ROOT, env=env, stderr=subprocess.DEVNULL)
     out = tmp_path / "converted" / f"{Path(default_gguf).stem}-b179c9523d0e"
-    deadline = time.monotonic() + 120
-    while not (out / "weights.bin.part").exists():
-        assert proc.poll() is None and time.monotonic() < deadline, "the conversion never started writing"
-        time.sleep(0.005)
+    wait_for(lambda: (out / "weights.bin.part").exists(), "the conversion writing weights.bin.part", pids=[proc.pid],
+             poll_s=0.005)
     proc.kill()
     proc.wait()
     from models.registry import _intact
