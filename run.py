@@ -14,10 +14,10 @@ import argparse
 import functools
 import inspect
 import json
+import os
 import sys
 from pathlib import Path
 
-from bench import distill, draftscan, operators, perplexity, pipeline_vs_serial, recall, soak, speed
 from models.convert import run_convert
 from pipeline import config
 from pipeline.decode.exactness import doctor
@@ -27,7 +27,15 @@ from pipeline.report import Failure
 from pipeline.serve.zmq_api import run_ask
 
 ROOT = Path(__file__).resolve().parent
-SHARED = ROOT.parent / "shared"
+MEASURING = {          # the measurement verbs: bench/ sits above this CLI, so they run as `python -m bench VERB`
+    "bench": "speed of every system (ringspec modes, llama.cpp) side by side, one run",
+    "pipeline-bench": "pipelined (actors) vs serial (one process), same draft, one run",
+    "draft-scan": "acceptance and cost of drafts cut from the target's blocks",
+    "eval-stream": "streaming perplexity of a log under several cache policies",
+    "eval-recall": "questions about events that left the window: retrieval recall@k, exact answers",
+    "soak": "loop a log through the pipeline at full speed; sample memory and quality",
+    "distill": "train a small neural draft on the target's own output (needs the train extra)",
+}
 
 
 def _verb(sub, name: str, fn, help: str, epilog: bool = False, profile: str = "TOML profile"):
@@ -114,17 +122,6 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--json", action="store_true", help="print the final reply (text, usage, retrieved lines) as JSON")
     p.set_defaults(run=lambda a: run_ask(_profile(a).serve.zmq, a.question, a.max_tokens, a.timeout, not a.json))
 
-    p = _verb(sub, "eval-recall", recall.run_eval_recall, "questions about events that left the window: retrieval "
-              "recall@k and exact answers with and without the archive", profile="TOML profile the model answers with")
-    p.add_argument("--logs", default=str(SHARED / "data/tep_alarms"), help="a TEP CSV or a directory of them")
-    p.add_argument("--per-log", type=int, default=1, help="questions per log")
-    p.add_argument("--max-questions", type=int, default=40, help="answer at most this many (spread over the set)")
-    p.add_argument("--k", type=int, default=4, help="lines retrieved per question (default %(default)s: the "
-                   "evaluation's own; the server's is the profile's serve.retrieve)")
-    p.add_argument("--json", action="store_true", help="print the result, with every answer, as JSON")
-    p.set_defaults(run=lambda a: recall.run_eval_recall(_profile(a, {"serve.enabled": True}), a.logs, a.per_log,
-                                                        a.max_questions, a.k))
-
     p = _verb(sub, "generate", generate, "generate from a prompt; --json prints one JSON object")
     g = p.add_mutually_exclusive_group(required=True)
     g.add_argument("--prompt", help="prompt text")
@@ -156,29 +153,6 @@ def parser() -> argparse.ArgumentParser:
                    help="also build the static-shape graph for T rows, S sinks, R ring slots (repeatable)")
     p.set_defaults(run=lambda a: run_convert(a.gguf, a.out_dir, a.graph))
 
-    p = _verb(sub, "bench", speed.run_bench, "speed of every system (ringspec modes, llama.cpp) side by side, one run",
-              profile="TOML profile every system's keys are set over (--task operator: the server's)")
-    p.add_argument("--task", choices=("log", "analysis", "all", "operator"), default="all", help="see above")
-    p.add_argument("--log", help="log to take prompts from (default: the profile's replay.log)")
-    p.add_argument("--offsets", type=int, default=5, help="prompts per task, spread over the log (at least 5)")
-    p.add_argument("--repeats", type=int, default=3, help="runs of every prompt by every system")
-    _key(p, "--window", "cache.window", "ring window (pool: the profile's sinks + W; nothing wraps)", type=int)
-    _key(p, "--threads", "model.threads", "ONNX Runtime threads of every system", type=int)
-    _key(p, "--draft-model", "draft.model", "the neural draft of the draft and hybrid systems (none: leave them out)")
-    p.add_argument("--no-llama-cpp", action="store_true", help="leave llama.cpp out even when installed")
-    p.add_argument("--systems", default="", help="comma-separated systems to run (default: all; target_only always)")
-    p.add_argument("--unpadded", action="store_true", help="also every ringspec system without the padding rule")
-    p.add_argument("--json", action="store_true", help="print {task: {system: figures}, \"_meta\": ...} as JSON")
-    p.add_argument("--out", help="also write the result (with run metadata) to this JSON file")
-    p.add_argument("--rate", type=float, default=20.0, help="operator: the stream's lines per second")
-    p.add_argument("--questions", type=int, default=20, help="operator: questions per configuration")
-    p.add_argument("--rates", default="4,6,8,10,20", help="operator: line rates to try for keeping up")
-    p.add_argument("--seconds", type=float, default=40.0, help="operator: seconds per line rate")
-    p.set_defaults(run=lambda a: operators.run_operator_bench(_profile(a), a.config, a.log, a.rate, a.questions,
-                                                              a.rates, a.seconds) if a.task == "operator" else
-                   speed.run_bench(_profile(a), a.config, a.log, a.task, a.offsets, a.repeats, a.systems,
-                                   not a.no_llama_cpp, a.unpadded))
-
     p = _verb(sub, "doctor", doctor, "is speculation exact on this CPU? rows probed bit for bit; exit 1 if not")
     _key(p, "--max-rows", "model.max_rows", "largest pass", type=int)
     _key(p, "--accuracy-level", "model.accuracy_level", "MatMulNBits accuracy level", type=int)
@@ -186,70 +160,8 @@ def parser() -> argparse.ArgumentParser:
     _model(p)
     p.set_defaults(run=lambda a: doctor(_profile(a)))
 
-    p = _verb(sub, "draft-scan", draftscan.run_scan, "acceptance and cost of drafts cut from the target's blocks")
-    p.add_argument("candidates", nargs="*", help="block lists (default: six early-exit, strided and range cuts)")
-    p.add_argument("--log", help="log to take prompts from (default: the profile's replay.log)")
-    p.add_argument("--task", choices=("log", "analysis"), default="log", help="the bench task whose prompts run")
-    p.add_argument("--offsets", type=int, default=3, help="prompts, spread over the log")
-    _key(p, "--draft-len", "draft.length", "proposals per verify", type=int)
-    p.add_argument("--json", action="store_true", help="print the result as one JSON object")
-    p.set_defaults(run=lambda a: draftscan.run_scan(_profile(a), a.config, a.log, a.candidates, a.offsets, a.task))
-
-    p = _verb(sub, "distill", distill.run_distill, "train a small neural draft on the target's own output (needs the "
-                                                   "train extra)", profile="")
-    p.add_argument("--logs", default=str(SHARED / "data/tep_alarms"), help="directory of training CSV logs")
-    p.add_argument("--held-out", nargs="*", default=[str(ROOT / "data/tep_demo.csv")], help="logs never trained on")
-    p.add_argument("--out", dest="gguf_out", metavar="OUT", help="the draft GGUF (default: $RINGSPEC_HOME/drafts/"
-                                                                 "distilled.gguf)")
-    p.add_argument("--train-logs", type=int, default=distill.Recipe.logs, help="training logs used, spread over --logs")
-    p.add_argument("--continuations", type=int, default=distill.Recipe.continuations,
-                   help="target continuations per training log and task (about 2.5 s each on two cores)")
-    p.add_argument("--steps", type=int, default=distill.Recipe.steps, help="training steps")
-    p.add_argument("--vocab", type=int, default=distill.DraftShape.vocab, help="draft sub-vocabulary size")
-    p.add_argument("--d-model", type=int, default=distill.DraftShape.d_model, help="width (a multiple of 64)")
-    p.add_argument("--layers", type=int, default=distill.DraftShape.n_layers, help="transformer blocks")
-    p.add_argument("--json", action="store_true", help="print the report as one JSON object")
-    p.set_defaults(run=lambda a: distill.run_distill(a.logs, a.held_out, a.gguf_out, a.train_logs, a.continuations,
-                                                     a.steps, a.vocab, a.d_model, a.layers))
-
-    p = _verb(sub, "pipeline-bench", pipeline_vs_serial.run_compare, "pipelined (actors) vs serial (one process), "
-              "same draft, one run", profile="TOML profile for both sides")
-    p.add_argument("--log", default=str(SHARED / "data/tep_alarms/filter/text_alarms_filter_5.csv"), help="the log")
-    p.add_argument("--max-lines", type=int, default=100, help="lines per run (the bench's own, not replay.max_lines)")
-    p.add_argument("--repeats", type=int, default=3, help="runs of each side")
-    p.add_argument("--json", action="store_true", help="print the result as one JSON object")
-    p.set_defaults(run=lambda a: pipeline_vs_serial.run_compare(_profile(a), a.config, a.log, a.max_lines, a.repeats))
-
-    p = _verb(sub, "soak", soak.run_soak, "loop a log through the pipeline at full speed; sample memory and quality")
-    p.add_argument("--tokens", type=int, required=True, help="stream tokens to push through")
-    p.add_argument("--log", help="the log to loop, a period of at least 4 windows (default: the profile's replay.log)")
-    p.add_argument("--every", type=int, default=5000, help="sample every N stream tokens")
-    p.add_argument("--json", action="store_true", help="print the result without the samples as one JSON object")
-    p.add_argument("--out", help="write the full result (samples included) as JSON")
-    p.add_argument("--plot", help="resident memory per actor over tokens, .svg")
-    p.set_defaults(run=lambda a: soak.run_soak(_profile(a), a.log, a.tokens, a.every, a.plot))
-
-    p = _verb(sub, "eval-stream", perplexity.run_eval, "streaming perplexity of a log under several cache policies")
-    p.add_argument("--log", required=True, help="log file (plain lines, TEP alarm CSV or JSON lines), or a "
-                   "directory whose files are read as one stream in natural order (filter_2 before filter_10)")
-    p.add_argument("--format", choices=("plain", "csv", "jsonl"), help="log format (default: from the extension)")
-    p.add_argument("--max-tokens", type=int, default=0, help="score at most N tokens of the stream (0: all)")
-    p.add_argument("--sink", help="sinks S (default: the profile's cache.sink); a list (0,1,2,4,8): an ablation")
-    p.add_argument("--window", default=str(perplexity.WINDOW), help="window W (default %(default)s, the evaluation's "
-                   "own, not the profile's cache.window); a list (128,256,512): an ablation")
-    p.add_argument("--modes", default=",".join(perplexity.MODES),
-                   help="comma-separated modes (an ablation runs sink per (S, W), plus recompute per W if listed)")
-    p.add_argument("--stride", type=int, help="recompute stride (default W//8, at most W/8)")
-    p.add_argument("--naive-offset", type=int, default=1_000_000, help="naive: first absolute position")
-    p.add_argument("--dense-budget-mb", type=float, default=1024.0, help="dense: KV memory budget in MB")
-    p.add_argument("--json", action="store_true", help="print exactly one JSON object: mode -> figures")
-    p.add_argument("--out", help="write figures, NLL series and run metadata (_meta) to this JSON file")
-    p.add_argument("--plot", help="NLL over position: .svg (labelled) or .png; for an ablation, PPL over S or W (SVG)")
-    p.add_argument("--quiet", action="store_true", help="no progress bars on stderr")
-    _model(p)
-    p.set_defaults(run=lambda a: perplexity.run_eval(_profile(a), a.log, a.format, a.sink, a.window, a.modes,
-                                                     a.max_tokens, a.stride, a.naive_offset, a.dense_budget_mb,
-                                                     a.quiet, a.plot))
+    for name, help in MEASURING.items():           # listed here, parsed by bench/__main__.py (see main)
+        sub.add_parser(name, help=help, add_help=False)
     return top
 
 
@@ -283,10 +195,14 @@ def show(report, as_json: bool = False, out: str | None = None) -> int:
     return report.exit_code
 
 
-def main(argv=None) -> int:
+def main(argv=None, build=parser) -> int:
+    argv = sys.argv[1:] if argv is None else list(argv)
+    if build is parser and argv and argv[0] in MEASURING:         # no import of bench/ from here: hand over
+        path = os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))
+        os.execve(sys.executable, [sys.executable, "-m", "bench", *argv], {**os.environ, "PYTHONPATH": path})
     try:
-        args = parser().parse_args(argv)
-        args = args if args.verb else parser().parse_args(["replay"])
+        args = build().parse_args(argv)
+        args = args if args.verb else build().parse_args(["replay"])
         return show(args.run(args), getattr(args, "json", False), getattr(args, "out", None))
     except KeyboardInterrupt:
         return 130
