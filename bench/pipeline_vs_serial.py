@@ -1,8 +1,8 @@
 """Pipelined against serial with the same draft, side by side in one run: decode speed, overlap, overhead share.
 
-Owns the measurement only: the serial side is `pipeline.stream.replay.replay` in this process, the pipelined side is `run.py replay`
-(local launcher) in a child process writing a journal; the two alternate `repeats` times on the same log and profile
-and report medians. `run_compare` is the `pipeline-bench` verb: each run on stderr as it ends, the table in
+Owns the measurement only: the serial side is `pipeline.stream.replay.replay` in this process, the pipelined side is
+`run.py replay` (local launcher) in a child process writing a journal; the two alternate `repeats` times on the same log
+and profile and report medians. `run_compare` is the `pipeline-bench` verb: each run on stderr as it ends, the table in
 `CompareReport`.
 """
 from __future__ import annotations

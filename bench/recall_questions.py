@@ -1,7 +1,7 @@
 """Questions whose answers lie outside the model's window, and how often the archive retrieves the answering line.
 
-Owns the question set built from TEP alarm CSVs and the recall@k measurement over `pipeline.stream.archive`. Never runs a
-model and never writes anywhere but the archive directory it is given.
+Owns the question set built from TEP alarm CSVs and the recall@k measurement over `pipeline.stream.archive`. Never runs
+a model and never writes anywhere but the archive directory it is given.
 
 A "record index" here is the record's position in `read_log(log, "csv")`; an archive built for a log from record 0
 gives record index i the seq `seq_of(i)` = i + 1.

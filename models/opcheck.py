@@ -109,8 +109,9 @@ def families(card: dict, threads: int, accuracy_level: int, seed: int = 0) -> li
     if checks:
         family("MatMul (Q4_1 block offsets, float weights)", ", ".join(f"K{K} N{N}" for K, N in dense), checks)
 
-    s = _session([helper.make_node("ReduceSum", ["x", "axis"], ["y"], keepdims=0)], [_value("x", [1, "T", d // 32, 32])],
-                 [_value("y", [1, "T", d // 32])], [numpy_helper.from_array(np.array([-1], np.int64), "axis")], threads)
+    s = _session([helper.make_node("ReduceSum", ["x", "axis"], ["y"], keepdims=0)],
+                 [_value("x", [1, "T", d // 32, 32])], [_value("y", [1, "T", d // 32])],
+                 [numpy_helper.from_array(np.array([-1], np.int64), "axis")], threads)
     family("ReduceSum (Q4_1 block sums)", f"{d // 32} blocks of 32",
            [(lambda x: s.run(None, {"x": x[None]})[0][0], _normal(rng, TOP, d // 32, 32))])
 
@@ -142,7 +143,8 @@ def families(card: dict, threads: int, accuracy_level: int, seed: int = 0) -> li
                   helper.make_node("Mul", ["a", "u"], ["y"])], [_value("x", [1, "T", cfg["d_ff"]]),
                  _value("u", [1, "T", cfg["d_ff"]])], [_value("y", [1, "T", cfg["d_ff"]])], [], threads)
     family("SwiGLU (Sigmoid, Mul)", f"d_ff {cfg['d_ff']}",
-           [(lambda x: s.run(None, {"x": x[None, :, 0], "u": x[None, :, 1]})[0][0], 4 * _normal(rng, TOP, 2, cfg["d_ff"]))])
+           [(lambda x: s.run(None, {"x": x[None, :, 0], "u": x[None, :, 1]})[0][0],
+             4 * _normal(rng, TOP, 2, cfg["d_ff"]))])
 
     family("Attention products (FusedMatMul against pool, section and tree rows)", f"{KVH} kv heads x {G} queries, "
            f"D {D}", _attention(rng, KVH, G, D, threads))
@@ -156,7 +158,8 @@ def families(card: dict, threads: int, accuracy_level: int, seed: int = 0) -> li
         full = np.full((KVH, G, m, cols + m), -1e30, np.float32)
         full[..., :cols] = x.transpose(1, 2, 0, 3)
         return s.run(None, {"x": full})[0][..., :cols].transpose(2, 0, 1, 3)
-    family("Softmax (masked columns of later rows)", f"{cols} visible columns", [(softmax, _normal(rng, TOP, KVH, G, cols))])
+    family("Softmax (masked columns of later rows)", f"{cols} visible columns",
+           [(softmax, _normal(rng, TOP, KVH, G, cols))])
     shapes = f"{KVH} kv heads x {G} queries x 8 rows, 20-40 visible columns, 0..{MASKED} masked"
     for name, checks in _masked_columns(rng, KVH, G, D, threads).items():
         family(name, shapes, checks, "masked columns", _compare_columns)

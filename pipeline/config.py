@@ -177,7 +177,8 @@ def ring_spec(cfg: Config, head: int = 0, scratch: int = 0) -> RingSpec:
 _CHOICES = {("draft", "kind"): ("none", "suffix", "model", "hybrid"), ("replay", "format"): ("plain", "csv", "jsonl"),
             ("actors", "launcher"): ("local", "ray", "serial")}
 _MIN = {("model", "threads"): 1, ("model", "max_rows"): 2, ("cache", "sink"): 0, ("cache", "window"): 1,
-        ("cache", "slack"): 0, ("draft", "length"): 0, ("draft", "threads"): 1, ("draft", "siblings"): 0, ("sampling", "temperature"): 0.0,
+        ("cache", "slack"): 0, ("draft", "length"): 0, ("draft", "threads"): 1, ("draft", "siblings"): 0,
+        ("sampling", "temperature"): 0.0,
         ("sampling", "top_k"): 0, ("replay", "every_lines"): 1, ("replay", "max_new_tokens"): 1,
         ("replay", "max_lines"): 0, ("replay", "idle_s"): 0.0, ("model", "accuracy_level"): 0,
         ("serve", "max_prompt_tokens"): 16, ("serve", "max_answer_tokens"): 1, ("serve", "max_body_bytes"): 1024,

@@ -2,10 +2,10 @@
 
 Owns the start-up exactness check. A probe decodes a few rows one pass each (as target-only decoding does), then
 verifies the same rows as blocks of 2..8 rows (and, on a tree runner, as a token tree with a sibling), at a small
-position (and, for `doctor`, past 2^31 too), and compares every row's logits and new K/V bit for bit. Blocks and masks come from
-`pipeline/decode/blocks.py`, the one place both engines plan with. Never decides what a failure means for a run: callers
-report the verdict (a start-up line, the journal's first record, /metrics, the bench's metadata; `run.py doctor`,
-whose report is `DoctorReport`).
+position (and, for `doctor`, past 2^31 too), and compares every row's logits and new K/V bit for bit. Blocks and masks
+come from `pipeline/decode/blocks.py`, the one place both engines plan with. Never decides what a failure means for a
+run: callers report the verdict (a start-up line, the journal's first record, /metrics, the bench's metadata;
+`run.py doctor`, whose report is `DoctorReport`).
 
 The rule it checks is the runner's (models/runner.py, "Batch invariance"): with it, speculation changes no output
 token; without it, on some CPUs, a row alone and the same row in a block differ (DESIGN.md, "Greedy identity").

@@ -1,8 +1,8 @@
 """The operators' front, inside the output actor: requests in flight, their framing, retrieval and their answers.
 
-Owns what the interfaces (HTTP in `pipeline/serve/http_api.py`, zmq in `pipeline/serve/zmq_api.py`) share: a question becomes a
-request to the cache owner (older lines retrieved from the archive, the span framed and bounded, a deadline), and the
-owner's answer events become text deltas for whoever asked. Also keeps what the console and /metrics show: the
+Owns what the interfaces (HTTP in `pipeline/serve/http_api.py`, zmq in `pipeline/serve/zmq_api.py`) share: a question
+becomes a request to the cache owner (older lines retrieved from the archive, the span framed and bounded, a deadline),
+and the owner's answer events become text deltas for whoever asked. Also keeps what the console and /metrics show: the
 stream's tail, the analyses, the owner's latest status, request counts and latencies. Never runs a model and never
 touches the cache: the owner decides when a question is answered.
 

@@ -26,7 +26,8 @@ def render(front) -> str:
     metric("tokens_per_verify", "gauge", "Tokens committed per target verify pass.", [({}, g["accepted_per_verify"])])
     ex, pf = front.start.get("exactness"), front.start.get("platform", {})
     metric("batch_invariant", "gauge", "1 when the target's rows are batch invariant on this CPU (the start-up "
-           "probe, pipeline/decode/exactness.py); 0: greedy output with a draft may differ from single-token decoding here.",
+           "probe, pipeline/decode/exactness.py); 0: greedy output with a draft may differ from single-token "
+           "decoding here.",
            [({}, float("nan") if ex is None else float(ex["invariant"]))])
     metric("platform_info", "gauge", "What the target runs on, as its process sees it (always 1).",
            [({"onnxruntime": pf.get("onnxruntime", ""), "cpu": pf.get("cpu", ""),
