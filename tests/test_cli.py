@@ -3,19 +3,18 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
 import sys
 
 import pytest
 
+from tests import procs
 from tests.paths import ROOT
 
 TEP = ROOT / "data" / "tep_demo.csv"
 
 
-def run(*args, env=None, timeout=300):
-    return subprocess.run([sys.executable, str(ROOT / "run.py"), *args], capture_output=True, text=True,
-                          timeout=timeout, env=env, cwd=ROOT)
+def run(*args, env=None):
+    return procs.run([sys.executable, str(ROOT / "run.py"), *args], env=env, cwd=ROOT)
 
 
 def one_json_object(stdout: str) -> dict:
@@ -84,7 +83,7 @@ def test_unreachable_registry_without_cache_is_a_clear_error(tmp_path):
     env = dict(os.environ, RINGSPEC_HOME=str(tmp_path / "empty-cache"), PIP_INDEX_URL="http://127.0.0.1:9/simple",
                PIP_NO_CACHE_DIR="1", PIP_RETRIES="0", PIP_TIMEOUT="2")
     env.pop("PIP_FIND_LINKS", None)
-    proc = run("generate", "--prompt", "hello", "--max-tokens", "2", env=env, timeout=120)
+    proc = run("generate", "--prompt", "hello", "--max-tokens", "2", env=env)
     assert proc.returncode == 2
     assert "cannot fetch the default model" in proc.stderr and "Traceback" not in proc.stderr
 

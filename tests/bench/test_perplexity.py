@@ -3,12 +3,12 @@ from __future__ import annotations
 
 import json
 import math
-import subprocess
 import sys
 
 import numpy as np
 import pytest
 
+from tests import procs
 from tests.paths import ROOT, SHARED
 
 LOG = SHARED / "data" / "tep_alarms" / "filter" / "text_alarms_filter_1.csv"
@@ -80,10 +80,9 @@ def test_dense_stops_with_a_reported_count_under_a_tiny_budget(default_gguf):
 def test_cli_json_prints_one_object_mapping_modes_to_ppl(default_gguf, tmp_path):
     out = tmp_path / "out.json"
     plot = tmp_path / "plot.svg"
-    proc = subprocess.run([sys.executable, str(ROOT / "run.py"), "eval-stream", "--log", str(LOG), "--sink", str(S),
-                           "--window", str(W), "--max-tokens", "120", "--modes", "sink,window,naive", "--json",
-                           "--out", str(out), "--plot", str(plot)],
-                          capture_output=True, text=True, timeout=300, cwd=ROOT)
+    proc = procs.run([sys.executable, str(ROOT / "run.py"), "eval-stream", "--log", str(LOG), "--sink", str(S),
+                      "--window", str(W), "--max-tokens", "120", "--modes", "sink,window,naive", "--json",
+                      "--out", str(out), "--plot", str(plot)], cwd=ROOT)
     assert proc.returncode == 0, proc.stderr
     lines = [line for line in proc.stdout.splitlines() if line.strip()]
     assert len(lines) == 1
@@ -113,10 +112,9 @@ def test_png_plot_is_a_valid_png(result, tmp_path):
 def test_ablation_prints_one_row_per_sink_and_window(default_gguf, tmp_path):
     log = tmp_path / "a.log"
     log.write_text("".join(f"12:00:{i % 60:02d} PIC{i % 9:03d} H PRESSURE HIGH ALM\n" for i in range(40)))
-    proc = subprocess.run([sys.executable, str(ROOT / "run.py"), "eval-stream", "--log", str(log), "--sink", "0,2",
-                           "--window", "32,48", "--modes", "sink", "--max-tokens", "300", "--json", "--quiet",
-                           "--plot", str(tmp_path / "ablation.svg")],
-                          capture_output=True, text=True, timeout=600)
+    proc = procs.run([sys.executable, str(ROOT / "run.py"), "eval-stream", "--log", str(log), "--sink", "0,2",
+                      "--window", "32,48", "--modes", "sink", "--max-tokens", "300", "--json", "--quiet",
+                      "--plot", str(tmp_path / "ablation.svg")])
     assert proc.returncode == 0, proc.stderr
     rows = json.loads(proc.stdout)
     assert [(r["policy"], r["sink"], r["window"]) for r in rows] == [

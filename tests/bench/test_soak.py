@@ -3,9 +3,9 @@ equal to its formula, PPL of complete loops reported. (The million-token run is 
 from __future__ import annotations
 
 import json
-import subprocess
 import sys
 
+from tests import procs
 from tests.paths import ROOT
 
 
@@ -14,9 +14,8 @@ def test_a_short_soak_samples_every_actor_and_reports_the_figures(default_gguf, 
     log.write_text("".join(f"12:{i // 60:02d}:{i % 60:02d} PIC{i % 7:03d} H PRESSURE HIGH ALM\n" for i in range(60)))
     profile = tmp_path / "small.toml"
     profile.write_text("[cache]\nwindow = 128\n[replay]\nevery_lines = 40\nmax_new_tokens = 16\n")
-    proc = subprocess.run([sys.executable, str(ROOT / "run.py"), "soak", "--tokens", "4000", "--every", "500",
-                           "--log", str(log), "--config", str(profile), "--json", "--plot", str(tmp_path / "m.svg")],
-                          capture_output=True, text=True, timeout=600)
+    proc = procs.run([sys.executable, str(ROOT / "run.py"), "soak", "--tokens", "4000", "--every", "500",
+                      "--log", str(log), "--config", str(profile), "--json", "--plot", str(tmp_path / "m.svg")])
     assert proc.returncode == 0, proc.stderr
     out = json.loads(proc.stdout.splitlines()[-1])
     assert out["tokens"] >= 4000 and out["samples"] >= 6 and out["assessments"] >= 2

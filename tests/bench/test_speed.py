@@ -1,11 +1,11 @@
 """The speed benchmark's protocol: prompts, the repetition-loop measure, the agreement rule, and one real run."""
 import json
-import subprocess
 import sys
 
 import pytest
 
 from bench import speed
+from tests import procs
 
 ROOT = speed.__file__.rsplit("/bench/", 1)[0]
 
@@ -66,8 +66,8 @@ def test_goals_take_the_fastest_ringspec_system_and_say_by_how_much():
 
 
 def test_bench_runs_every_system_on_the_real_model_and_prints_the_json_contract(default_gguf, tmp_path):
-    proc = subprocess.run([sys.executable, f"{ROOT}/run.py", "bench", "--offsets", "1", "--repeats", "1", "--json",
-                           "--out", str(tmp_path / "speed.json")], capture_output=True, text=True, timeout=900)
+    proc = procs.run([sys.executable, f"{ROOT}/run.py", "bench", "--offsets", "1", "--repeats", "1", "--json",
+                      "--out", str(tmp_path / "speed.json")])
     assert proc.returncode == 0, proc.stderr[-2000:]
     out = json.loads(proc.stdout)
     assert set(out) == {"log", "analysis", "_meta"}

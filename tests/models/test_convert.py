@@ -10,7 +10,6 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -27,6 +26,7 @@ from models.convert import CARD, WEIGHTS, convert, load_card
 from models.gguf import GGUFError, GGUFModel
 from models.graph import STALE_DAYS, STATIC_RECENT, ensure_graph, graph_path
 from models.runner import Runner, RunnerOptions
+from tests import procs
 from tests.paths import ROOT
 from tests.tiny_gguf import BOS_ID, CHAT_TEMPLATE, EOS_ID, write_tiny_gguf
 
@@ -225,8 +225,8 @@ def test_unsupported_architecture_is_named_with_the_supported_ones(tmp_path, arc
 
 
 def test_cli_convert_of_truncated_file_fails_in_one_line(truncated, tmp_path):
-    proc = subprocess.run([sys.executable, "run.py", "convert", str(truncated), "--out", str(tmp_path / "out")],
-                          cwd=ROOT, capture_output=True, text=True, timeout=120)
+    proc = procs.run([sys.executable, "run.py", "convert", str(truncated), "--out", str(tmp_path / "out")],
+                     cwd=ROOT)
     assert proc.returncode != 0
     lines = [line for line in proc.stderr.splitlines() if line.strip()]
     assert len(lines) == 1 and lines[0].startswith("ringspec: error:") and "truncated" in lines[0], proc.stderr
@@ -310,8 +310,8 @@ T, S, R = 4, 2, 36
 @pytest.fixture(scope="module")
 def cli_static(tiny_q41, tmp_path_factory) -> Path:
     out = tmp_path_factory.mktemp("cli") / "model"
-    proc = subprocess.run([sys.executable, "run.py", "convert", str(tiny_q41), "--out", str(out),
-                           "--graph", f"{T},{S},{R}"], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    proc = procs.run([sys.executable, "run.py", "convert", str(tiny_q41), "--out", str(out),
+                      "--graph", f"{T},{S},{R}"], cwd=ROOT)
     assert proc.returncode == 0, proc.stderr
     path = graph_path(out, T, S, R, 4)
     assert proc.stdout.splitlines()[0] == str(path)

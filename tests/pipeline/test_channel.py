@@ -15,6 +15,7 @@ import numpy as np
 import pytest
 
 from pipeline.channel import PREFIX, SHM_DIR, Channel, ChannelSpec, cleanup_stale
+from tests import procs
 from tests.paths import ROOT
 
 SPAWN = mp.get_context("spawn")
@@ -206,7 +207,7 @@ def test_attacher_exit_does_not_unlink_owner_segment():
     spec = _spec("pitfall")
     with Channel.create(spec):
         code = f"from pipeline.channel import Channel; Channel.attach({spec.name!r}).close()"
-        subprocess.run([sys.executable, "-c", code], cwd=ROOT, check=True, timeout=30)
+        procs.run([sys.executable, "-c", code], cwd=ROOT, check=True)
         time.sleep(0.2)                                 # a tracker would unlink as it shuts down, after the exit
         assert _segment_exists(spec)
         child = _start(_attach_and_exit, spec.name)

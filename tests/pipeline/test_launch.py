@@ -23,6 +23,7 @@ import pytest
 from models.subset import layer_subset
 from pipeline import watch
 from pipeline.channel import cleanup_stale
+from tests import procs
 from tests.paths import ROOT
 
 LOG = ROOT / "data" / "tep_demo.csv"
@@ -144,7 +145,7 @@ def serial_assessments(max_lines: int, config_path=None) -> list[str]:
 def test_pipelined_assessments_equal_the_serial_engine(default_gguf, tmp_path, launcher, lines):
     journal = tmp_path / "journal.jsonl"
     proc = launch(str(LOG), "--quiet-lines", "--max-lines", str(lines), "--journal", str(journal), launcher=launcher)
-    out, err = finish(proc, "the pipeline ending")
+    out, err = procs.finish(proc, "the pipeline ending")
     assert proc.returncode == 0, err
     records = journal_of(journal)
     assert records[-1]["kind"] == "eof" and records[-1]["sent"] == lines
@@ -174,7 +175,7 @@ def test_a_draft_model_running_ahead_changes_nothing_in_the_output(skip20_profil
     journal = tmp_path / "journal.jsonl"
     proc = launch(str(LOG), "--quiet-lines", "--max-lines", "20", "--journal", str(journal), "--config",
                   str(skip20_profile))
-    out, err = finish(proc, "the pipeline ending")
+    out, err = procs.finish(proc, "the pipeline ending")
     assert proc.returncode == 0, err
     records = journal_of(journal)
     analyses = [r for r in records if r["kind"] == "assessment"]
@@ -192,7 +193,7 @@ def test_sigkill_of_an_actor_stops_the_pipeline_cleanly(default_gguf):
     actors = actor_pids(proc, "local")
     time.sleep(3.0)
     os.kill(actors["target"], signal.SIGKILL)
-    out, err = finish(proc, "the pipeline ending")
+    out, err = procs.finish(proc, "the pipeline ending")
     assert proc.returncode == 2
     assert "actor target" in err and "died: signal 9 (SIGKILL)" in err and "Traceback" not in err
     assert not any(alive(pid) for pid in actors.values())
@@ -217,7 +218,7 @@ def test_sigkill_of_a_ray_actor_stops_the_pipeline_cleanly(default_gguf):
     actors = actor_pids(proc, "ray")
     time.sleep(3.0)
     os.kill(actors["draft"], signal.SIGKILL)
-    out, err = finish(proc, "the pipeline ending")
+    out, err = procs.finish(proc, "the pipeline ending")
     assert proc.returncode == 2, err
     assert "died" in err and "the pipeline was stopped" in err and "Traceback" not in err
     assert not any(alive(pid) for pid in actors.values())
@@ -237,7 +238,7 @@ def test_sigusr1_prints_figures_and_sigterm_drains_and_flushes_the_journal(defau
     proc.send_signal(signal.SIGUSR1)                                     # figures on request
     time.sleep(2.0)
     proc.send_signal(signal.SIGTERM)
-    out, err = finish(proc, "the pipeline ending")
+    out, err = procs.finish(proc, "the pipeline ending")
     assert proc.returncode == 0, err
     on_request = [json.loads(line.split(" ", 1)[1]) for line in err.splitlines() if line.startswith("figures {")]
     assert {f["actor"] for f in on_request} == {"ingest", "cache_owner", "target", "draft", "output"}
@@ -349,15 +350,6 @@ def wait_for(condition, what: str, proc=None, **kw) -> None:
         pytest.fail(str(e))
 
 
-def finish(proc, what: str, data=None) -> tuple[str, str]:
-    """proc.communicate(data), waiting while proc's tree works (a loaded host only slows it)."""
-    got = []
-    reader = threading.Thread(target=lambda: got.extend(proc.communicate(data)), daemon=True)
-    reader.start()
-    wait_for(lambda: not reader.is_alive(), what, proc, exit_ok=True)
-    return got[0], got[1]
-
-
 def holds_open(pid: int, path: Path) -> bool:
     try:
         return any(os.readlink(f"/proc/{pid}/fd/{fd}") == str(path) for fd in os.listdir(f"/proc/{pid}/fd"))
@@ -401,7 +393,7 @@ def test_a_socket_client_that_disconnects_mid_line_loses_nothing_and_triggers_fi
              or proc.poll() is not None, "the idle trigger never fired")  # quiet: the idle trigger fires
     with socket.create_connection(("127.0.0.1", port)) as second:
         second.sendall(b"ALM4 PIC303 HH PRESSURE\nALM5 LIC404 LOW\n")   # HH: the pattern trigger fires
-    out, err = finish(proc, "the pipeline ending after 5 lines")
+    out, err = procs.finish(proc, "the pipeline ending after 5 lines")
     assert proc.returncode == 0, err
     assert stream_lines(out) == ["ALM1 FIC101 HIGH", "ALM2 TIC202 LOW", "ALM3 half a li", "ALM4 PIC303 HH PRESSURE",
                                  "ALM5 LIC404 LOW"]
@@ -415,7 +407,7 @@ def test_bad_bytes_on_stdin_are_counted_never_fatal(default_gguf, tmp_path):
             + bytes(range(1, 9)) + b" junk\n" + b"ok last\n")
     proc = launch("-", "--format", "plain", "--every", "1000", "--quiet-lines", "--journal", str(journal),
                   stdin=subprocess.PIPE, text=False)
-    out, err = finish(proc, "the pipeline ending", data)
+    out, err = procs.finish(proc, "the pipeline ending", data)
     err = err.decode()
     assert proc.returncode == 0, err
     eof = journal_of(journal)[-1]
@@ -430,14 +422,14 @@ def test_ray_launcher_joins_an_existing_cluster_and_leaves_it_running(default_gg
     # temp dir is short: Ray puts unix sockets under it.
     ray_dir = tempfile.mkdtemp(prefix="rs-ray-", dir="/tmp")
     ray = [sys.executable, "-m", "ray.scripts.scripts"]
-    start = subprocess.run([*ray, "start", "--head", "--num-cpus", "2", "--include-dashboard=false",
-                            "--disable-usage-stats", "--port", str(free_port()), "--temp-dir", ray_dir],
-                           capture_output=True, text=True, timeout=180, cwd=tmp_path, env=ENV)
+    start = procs.run([*ray, "start", "--head", "--num-cpus", "2", "--include-dashboard=false",
+                       "--disable-usage-stats", "--port", str(free_port()), "--temp-dir", ray_dir],
+                      cwd=tmp_path, env=ENV)
     try:
         assert start.returncode == 0, start.stderr
         address = re.search(r"ray start --address='([^']+)'", start.stdout + start.stderr).group(1)
         proc = launch(str(LOG), "--quiet-lines", "--max-lines", "10", "--ray-address", address, launcher="ray")
-        out, err = finish(proc, "the pipeline ending")
+        out, err = procs.finish(proc, "the pipeline ending")
         assert proc.returncode == 0, err
         assert out.count(">> [after line 10") == 1
         assert processes(b"gcs_server"), "the cluster we joined was shut down"
@@ -485,6 +477,6 @@ def test_a_start_up_error_names_its_cause_and_starts_nothing(tmp_path):
     profile = tmp_path / "missing_draft.toml"
     profile.write_text('[draft]\nkind = "model"\nmodel = "/nonexistent/draft.gguf"\n')
     proc = launch(str(LOG), "--config", str(profile))
-    out, err = finish(proc, "the pipeline ending")
+    out, err = procs.finish(proc, "the pipeline ending")
     assert proc.returncode == 2
     assert "model file /nonexistent/draft.gguf does not exist" in err and "Traceback" not in err

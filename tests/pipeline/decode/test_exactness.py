@@ -24,6 +24,7 @@ from models.runner import Runner, RunnerOptions
 from pipeline.decode.engine import Engine
 from pipeline.decode.exactness import check
 from pipeline.watch import wait_for
+from tests import procs
 from tests.paths import ROOT
 from tests.tiny_gguf import write_tiny_gguf
 
@@ -84,9 +85,8 @@ def test_the_probe_leaves_the_runner_as_it_found_it(tiny):
 
 # -- the verdict reaches every report (real model, real processes) --------------------------------------------------
 
-def run_py(*args, env=None, timeout=600) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, str(ROOT / "run.py"), *args], capture_output=True, text=True,
-                          timeout=timeout, env=env)
+def run_py(*args, env=None) -> subprocess.CompletedProcess:
+    return procs.run([sys.executable, str(ROOT / "run.py"), *args], env=env)
 
 
 def test_doctor_passes_here_and_names_the_platform_and_every_operator_family(default_gguf):
@@ -147,7 +147,7 @@ def test_a_planted_fault_reaches_the_journal_metrics_and_healthz(default_gguf, p
         assert 'ringspec_platform_info{onnxruntime="' in metrics
     finally:
         proc.send_signal(signal.SIGINT)
-        _, err = proc.communicate(timeout=60)
+        _, err = procs.finish(proc, "the server draining")
     first = json.loads(journal.read_text().splitlines()[0])
     assert first["kind"] == "start" and first["exactness"]["invariant"] is False
     assert "alone vs row 0 of a 3-row block" in first["exactness"]["where"] and first["platform"]["onnxruntime"]
@@ -222,7 +222,6 @@ def test_a_conversion_killed_half_way_is_redone_not_mistaken_for_finished(defaul
     proc.wait()
     from models.registry import _intact
     assert not _intact(out) and not (out / "card.json").exists()
-    redo = subprocess.run([sys.executable, "-c", code + "; print('ok')"], cwd=ROOT, env=env, capture_output=True,
-                          text=True, timeout=300)
+    redo = procs.run([sys.executable, "-c", code + "; print('ok')"], cwd=ROOT, env=env)
     assert redo.returncode == 0 and "ok" in redo.stdout, redo.stderr[-2000:]
     assert _intact(out) and not (out / "weights.bin.part").exists()

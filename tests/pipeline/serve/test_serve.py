@@ -21,6 +21,7 @@ from pathlib import Path
 import pytest
 
 from pipeline.watch import wait_for
+from tests import procs
 from tests.paths import ROOT, SHARED
 
 KEY = "test-key"
@@ -231,8 +232,8 @@ def test_metrics_are_prometheus_text_with_the_figures_an_operator_watches(server
 
 
 def test_zmq_ask_client_prints_the_answer_as_it_streams(server):
-    proc = subprocess.run([sys.executable, str(ROOT / "run.py"), "ask", "--zmq", server.zmq, "--max-tokens", "20",
-                           "When did AIR001_3 last go HIGH?"], capture_output=True, text=True, timeout=180)
+    proc = procs.run([sys.executable, str(ROOT / "run.py"), "ask", "--zmq", server.zmq, "--max-tokens", "20",
+                      "When did AIR001_3 last go HIGH?"])
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.strip() and "tokens" in proc.stderr and "retrieved" in proc.stderr
 
@@ -335,8 +336,8 @@ def test_a_question_preempts_a_running_analysis(default_gguf, tmp_path):
 
 def test_eval_recall_reports_retrieval_and_exact_answers_with_and_without_the_archive(default_gguf):
     log = SHARED / "data" / "tep_alarms" / "filter" / "text_alarms_filter_1.csv"
-    proc = subprocess.run([sys.executable, str(ROOT / "run.py"), "eval-recall", "--logs", str(log), "--per-log", "2",
-                           "--max-questions", "2", "--k", "2", "--json"], capture_output=True, text=True, timeout=600)
+    proc = procs.run([sys.executable, str(ROOT / "run.py"), "eval-recall", "--logs", str(log), "--per-log", "2",
+                      "--max-questions", "2", "--k", "2", "--json"])
     assert proc.returncode == 0, proc.stderr
     out = json.loads(proc.stdout)
     assert out["questions"] == 2 and set(out["recall_at"]) == {"1", "4", "8"}
@@ -349,9 +350,8 @@ def test_eval_recall_reports_retrieval_and_exact_answers_with_and_without_the_ar
 
 
 def test_operator_bench_measures_answers_and_ingestion_against_a_real_server(default_gguf):
-    proc = subprocess.run([sys.executable, str(ROOT / "run.py"), "bench", "--task", "operator", "--questions", "2",
-                           "--rate", "5", "--rates", "4", "--seconds", "3", "--json"],
-                          capture_output=True, text=True, timeout=900)
+    proc = procs.run([sys.executable, str(ROOT / "run.py"), "bench", "--task", "operator", "--questions", "2",
+                      "--rate", "5", "--rates", "4", "--seconds", "3", "--json"])
     assert proc.returncode == 0, proc.stderr
     out = json.loads(proc.stdout)
     assert [r["retrieve"] for r in out["latency"]] == [0, 2]
