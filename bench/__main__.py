@@ -9,7 +9,7 @@ import argparse
 import sys
 
 from bench import distill, draftscan, operators, perplexity, pipeline_vs_serial, recall, soak, speed
-from run import ROOT, MEASURING, _key, _model, _profile, _verb, main
+from run import MEASURING, ROOT, add_key, add_model_flags, add_verb, main, profile_of
 
 SHARED = ROOT.parent / "shared"
 
@@ -18,15 +18,16 @@ def parser() -> argparse.ArgumentParser:
     top = argparse.ArgumentParser(prog="run.py", description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     sub = top.add_subparsers(dest="verb")
 
-    p = _verb(sub, "bench", speed.run_bench, "speed of every system (ringspec modes, llama.cpp) side by side, one run",
-              profile="TOML profile every system's keys are set over (--task operator: the server's)")
+    p = add_verb(sub, "bench", speed.run_bench, "speed of every system (ringspec modes, llama.cpp) side by side, one "
+                 "run", profile="TOML profile every system's keys are set over (--task operator: the server's)")
     p.add_argument("--task", choices=("log", "analysis", "all", "operator"), default="all", help="see above")
     p.add_argument("--log", help="log to take prompts from (default: the profile's replay.log)")
     p.add_argument("--offsets", type=int, default=5, help="prompts per task, spread over the log (at least 5)")
     p.add_argument("--repeats", type=int, default=3, help="runs of every prompt by every system")
-    _key(p, "--window", "cache.window", "ring window (pool: the profile's sinks + W; nothing wraps)", type=int)
-    _key(p, "--threads", "model.threads", "ONNX Runtime threads of every system", type=int)
-    _key(p, "--draft-model", "draft.model", "the neural draft of the draft and hybrid systems (none: leave them out)")
+    add_key(p, "--window", "cache.window", "ring window (pool: the profile's sinks + W; nothing wraps)", type=int)
+    add_key(p, "--threads", "model.threads", "ONNX Runtime threads of every system", type=int)
+    add_key(p, "--draft-model", "draft.model",
+            "the neural draft of the draft and hybrid systems (none: leave them out)")
     p.add_argument("--no-llama-cpp", action="store_true", help="leave llama.cpp out even when installed")
     p.add_argument("--systems", default="", help="comma-separated systems to run (default: all; target_only always)")
     p.add_argument("--unpadded", action="store_true", help="also every ringspec system without the padding rule")
@@ -36,33 +37,34 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--questions", type=int, default=20, help="operator: questions per configuration")
     p.add_argument("--rates", default="4,6,8,10,20", help="operator: line rates to try for keeping up")
     p.add_argument("--seconds", type=float, default=40.0, help="operator: seconds per line rate")
-    p.set_defaults(run=lambda a: operators.run_operator_bench(_profile(a), a.config, a.log, a.rate, a.questions,
+    p.set_defaults(run=lambda a: operators.run_operator_bench(profile_of(a), a.config, a.log, a.rate, a.questions,
                                                               a.rates, a.seconds) if a.task == "operator" else
-                   speed.run_bench(_profile(a), a.config, a.log, a.task, a.offsets, a.repeats, a.systems,
+                   speed.run_bench(profile_of(a), a.config, a.log, a.task, a.offsets, a.repeats, a.systems,
                                    not a.no_llama_cpp, a.unpadded))
 
-    p = _verb(sub, "eval-recall", recall.run_eval_recall, "questions about events that left the window: retrieval "
-              "recall@k and exact answers with and without the archive", profile="TOML profile the model answers with")
+    p = add_verb(sub, "eval-recall", recall.run_eval_recall, "questions about events that left the window: retrieval "
+                 "recall@k and exact answers with and without the archive",
+                 profile="TOML profile the model answers with")
     p.add_argument("--logs", default=str(SHARED / "data/tep_alarms"), help="a TEP CSV or a directory of them")
     p.add_argument("--per-log", type=int, default=1, help="questions per log")
     p.add_argument("--max-questions", type=int, default=40, help="answer at most this many (spread over the set)")
     p.add_argument("--k", type=int, default=4, help="lines retrieved per question (default %(default)s: the "
                    "evaluation's own; the server's is the profile's serve.retrieve)")
     p.add_argument("--json", action="store_true", help="print the result, with every answer, as JSON")
-    p.set_defaults(run=lambda a: recall.run_eval_recall(_profile(a, {"serve.enabled": True}), a.logs, a.per_log,
+    p.set_defaults(run=lambda a: recall.run_eval_recall(profile_of(a, {"serve.enabled": True}), a.logs, a.per_log,
                                                         a.max_questions, a.k))
 
-    p = _verb(sub, "draft-scan", draftscan.run_scan, "acceptance and cost of drafts cut from the target's blocks")
+    p = add_verb(sub, "draft-scan", draftscan.run_scan, "acceptance and cost of drafts cut from the target's blocks")
     p.add_argument("candidates", nargs="*", help="block lists (default: six early-exit, strided and range cuts)")
     p.add_argument("--log", help="log to take prompts from (default: the profile's replay.log)")
     p.add_argument("--task", choices=("log", "analysis"), default="log", help="the bench task whose prompts run")
     p.add_argument("--offsets", type=int, default=3, help="prompts, spread over the log")
-    _key(p, "--draft-len", "draft.length", "proposals per verify", type=int)
+    add_key(p, "--draft-len", "draft.length", "proposals per verify", type=int)
     p.add_argument("--json", action="store_true", help="print the result as one JSON object")
-    p.set_defaults(run=lambda a: draftscan.run_scan(_profile(a), a.config, a.log, a.candidates, a.offsets, a.task))
+    p.set_defaults(run=lambda a: draftscan.run_scan(profile_of(a), a.config, a.log, a.candidates, a.offsets, a.task))
 
-    p = _verb(sub, "distill", distill.run_distill, "train a small neural draft on the target's own output (needs the "
-                                                   "train extra)", profile="")
+    p = add_verb(sub, "distill", distill.run_distill, "train a small neural draft on the target's own output (needs "
+                 "the train extra)", profile="")
     p.add_argument("--logs", default=str(SHARED / "data/tep_alarms"), help="directory of training CSV logs")
     p.add_argument("--held-out", nargs="*", default=[str(ROOT / "data/tep_demo.csv")], help="logs never trained on")
     p.add_argument("--out", dest="gguf_out", metavar="OUT", help="the draft GGUF (default: $RINGSPEC_HOME/drafts/"
@@ -78,24 +80,24 @@ def parser() -> argparse.ArgumentParser:
     p.set_defaults(run=lambda a: distill.run_distill(a.logs, a.held_out, a.gguf_out, a.train_logs, a.continuations,
                                                      a.steps, a.vocab, a.d_model, a.layers))
 
-    p = _verb(sub, "pipeline-bench", pipeline_vs_serial.run_compare, "pipelined (actors) vs serial (one process), "
-              "same draft, one run", profile="TOML profile for both sides")
+    p = add_verb(sub, "pipeline-bench", pipeline_vs_serial.run_compare, "pipelined (actors) vs serial (one process), "
+                 "same draft, one run", profile="TOML profile for both sides")
     p.add_argument("--log", default=str(SHARED / "data/tep_alarms/filter/text_alarms_filter_5.csv"), help="the log")
     p.add_argument("--max-lines", type=int, default=100, help="lines per run (the bench's own, not replay.max_lines)")
     p.add_argument("--repeats", type=int, default=3, help="runs of each side")
     p.add_argument("--json", action="store_true", help="print the result as one JSON object")
-    p.set_defaults(run=lambda a: pipeline_vs_serial.run_compare(_profile(a), a.config, a.log, a.max_lines, a.repeats))
+    p.set_defaults(run=lambda a: pipeline_vs_serial.run_compare(profile_of(a), a.config, a.log, a.max_lines, a.repeats))
 
-    p = _verb(sub, "soak", soak.run_soak, "loop a log through the pipeline at full speed; sample memory and quality")
+    p = add_verb(sub, "soak", soak.run_soak, "loop a log through the pipeline at full speed; sample memory and quality")
     p.add_argument("--tokens", type=int, required=True, help="stream tokens to push through")
     p.add_argument("--log", help="the log to loop, a period of at least 4 windows (default: the profile's replay.log)")
     p.add_argument("--every", type=int, default=5000, help="sample every N stream tokens")
     p.add_argument("--json", action="store_true", help="print the result without the samples as one JSON object")
     p.add_argument("--out", help="write the full result (samples included) as JSON")
     p.add_argument("--plot", help="resident memory per actor over tokens, .svg")
-    p.set_defaults(run=lambda a: soak.run_soak(_profile(a), a.log, a.tokens, a.every, a.plot))
+    p.set_defaults(run=lambda a: soak.run_soak(profile_of(a), a.log, a.tokens, a.every, a.plot))
 
-    p = _verb(sub, "eval-stream", perplexity.run_eval, "streaming perplexity of a log under several cache policies")
+    p = add_verb(sub, "eval-stream", perplexity.run_eval, "streaming perplexity of a log under several cache policies")
     p.add_argument("--log", required=True, help="log file (plain lines, TEP alarm CSV or JSON lines), or a "
                    "directory whose files are read as one stream in natural order (filter_2 before filter_10)")
     p.add_argument("--format", choices=("plain", "csv", "jsonl"), help="log format (default: from the extension)")
@@ -112,8 +114,8 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--out", help="write figures, NLL series and run metadata (_meta) to this JSON file")
     p.add_argument("--plot", help="NLL over position: .svg (labelled) or .png; for an ablation, PPL over S or W (SVG)")
     p.add_argument("--quiet", action="store_true", help="no progress bars on stderr")
-    _model(p)
-    p.set_defaults(run=lambda a: perplexity.run_eval(_profile(a), a.log, a.format, a.sink, a.window, a.modes,
+    add_model_flags(p)
+    p.set_defaults(run=lambda a: perplexity.run_eval(profile_of(a), a.log, a.format, a.sink, a.window, a.modes,
                                                      a.max_tokens, a.stride, a.naive_offset, a.dense_budget_mb,
                                                      a.quiet, a.plot))
     assert set(sub.choices) == set(MEASURING), "run.MEASURING lists exactly the verbs parsed here"
