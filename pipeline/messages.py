@@ -208,10 +208,8 @@ class Line:
 
 
 @message
-class Eof:
-    """The stream ended (ingest's counts), and at the very end the run's figures (the owner adds its own and the
-    model actors')."""
-    kind: ClassVar[str] = "eof"
+class StreamCounts:
+    """What ingest counted over the stream: the fields Eof and StreamEnd share (not a message kind itself)."""
     sent: int
     tokens: int
     dropped_full: int
@@ -220,6 +218,13 @@ class Eof:
     oversized: int
     lines: int
     stopped: bool                               # a stop or drain ended the reading
+
+
+@message
+class Eof(StreamCounts):
+    """The stream ended (ingest's counts), and at the very end the run's figures (the owner adds its own and the
+    model actors')."""
+    kind: ClassVar[str] = "eof"
     figures: list[dict]                         # pipeline/process.py Figures.snapshot(), one per actor
 
 
@@ -314,17 +319,9 @@ class Status:
 
 
 @message
-class StreamEnd:
+class StreamEnd(StreamCounts):
     """Serving: the stream ended (ingest's counts); questions are still answered until the operator drains."""
     kind: ClassVar[str] = "stream_end"
-    sent: int
-    tokens: int
-    dropped_full: int
-    invalid_utf8: int
-    nul_bytes: int
-    oversized: int
-    lines: int
-    stopped: bool
 
 
 KINDS = {cls.kind: cls for cls in (Prefill, Verify, Close, Ready, Scored, Picked, Verdict, Closed, Observe, Rollback,
