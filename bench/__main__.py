@@ -18,8 +18,8 @@ def parser() -> argparse.ArgumentParser:
     top = argparse.ArgumentParser(prog="run.py", description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     sub = top.add_subparsers(dest="verb")
 
-    p = add_verb(sub, "bench", speed.run_bench, "speed of every system (ringspec modes, llama.cpp) side by side, one "
-                 "run", profile="TOML profile every system's keys are set over (--task operator: the server's)")
+    p = add_verb(sub, "bench", speed.run_bench, MEASURING["bench"],
+                 profile="TOML profile every system's keys are set over (--task operator: the server's)")
     p.add_argument("--task", choices=("log", "analysis", "all", "operator"), default="all", help="see above")
     p.add_argument("--log", help="log to take prompts from (default: the profile's replay.log)")
     p.add_argument("--offsets", type=int, default=5, help="prompts per task, spread over the log (at least 5)")
@@ -42,8 +42,7 @@ def parser() -> argparse.ArgumentParser:
                    speed.run_bench(profile_of(a), a.config, a.log, a.task, a.offsets, a.repeats, a.systems,
                                    not a.no_llama_cpp, a.unpadded))
 
-    p = add_verb(sub, "eval-recall", recall.run_eval_recall, "questions about events that left the window: retrieval "
-                 "recall@k and exact answers with and without the archive",
+    p = add_verb(sub, "eval-recall", recall.run_eval_recall, MEASURING["eval-recall"],
                  profile="TOML profile the model answers with")
     p.add_argument("--logs", default=str(SHARED / "data/tep_alarms"), help="a TEP CSV or a directory of them")
     p.add_argument("--per-log", type=int, default=1, help="questions per log")
@@ -54,7 +53,7 @@ def parser() -> argparse.ArgumentParser:
     p.set_defaults(run=lambda a: recall.run_eval_recall(profile_of(a, {"serve.enabled": True}), a.logs, a.per_log,
                                                         a.max_questions, a.k))
 
-    p = add_verb(sub, "draft-scan", draftscan.run_scan, "acceptance and cost of drafts cut from the target's blocks")
+    p = add_verb(sub, "draft-scan", draftscan.run_scan, MEASURING["draft-scan"])
     p.add_argument("candidates", nargs="*", help="block lists (default: six early-exit, strided and range cuts)")
     p.add_argument("--log", help="log to take prompts from (default: the profile's replay.log)")
     p.add_argument("--task", choices=("log", "analysis"), default="log", help="the bench task whose prompts run")
@@ -63,8 +62,7 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--json", action="store_true", help="print the result as one JSON object")
     p.set_defaults(run=lambda a: draftscan.run_scan(profile_of(a), a.config, a.log, a.candidates, a.offsets, a.task))
 
-    p = add_verb(sub, "distill", distill.run_distill, "train a small neural draft on the target's own output (needs "
-                 "the train extra)", profile="")
+    p = add_verb(sub, "distill", distill.run_distill, MEASURING["distill"], profile="")
     p.add_argument("--logs", default=str(SHARED / "data/tep_alarms"), help="directory of training CSV logs")
     p.add_argument("--held-out", nargs="*", default=[str(ROOT / "data/tep_demo.csv")], help="logs never trained on")
     p.add_argument("--out", dest="gguf_out", metavar="OUT", help="the draft GGUF (default: $RINGSPEC_HOME/drafts/"
@@ -80,15 +78,15 @@ def parser() -> argparse.ArgumentParser:
     p.set_defaults(run=lambda a: distill.run_distill(a.logs, a.held_out, a.gguf_out, a.train_logs, a.continuations,
                                                      a.steps, a.vocab, a.d_model, a.layers))
 
-    p = add_verb(sub, "pipeline-bench", pipeline_vs_serial.run_compare, "pipelined (actors) vs serial (one process), "
-                 "same draft, one run", profile="TOML profile for both sides")
+    p = add_verb(sub, "pipeline-bench", pipeline_vs_serial.run_compare, MEASURING["pipeline-bench"],
+                 profile="TOML profile for both sides")
     p.add_argument("--log", default=str(SHARED / "data/tep_alarms/filter/text_alarms_filter_5.csv"), help="the log")
     p.add_argument("--max-lines", type=int, default=100, help="lines per run (the bench's own, not replay.max_lines)")
     p.add_argument("--repeats", type=int, default=3, help="runs of each side")
     p.add_argument("--json", action="store_true", help="print the result as one JSON object")
     p.set_defaults(run=lambda a: pipeline_vs_serial.run_compare(profile_of(a), a.config, a.log, a.max_lines, a.repeats))
 
-    p = add_verb(sub, "soak", soak.run_soak, "loop a log through the pipeline at full speed; sample memory and quality")
+    p = add_verb(sub, "soak", soak.run_soak, MEASURING["soak"])
     p.add_argument("--tokens", type=int, required=True, help="stream tokens to push through")
     p.add_argument("--log", help="the log to loop, a period of at least 4 windows (default: the profile's replay.log)")
     p.add_argument("--every", type=int, default=5000, help="sample every N stream tokens")
@@ -97,7 +95,7 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--plot", help="resident memory per actor over tokens, .svg")
     p.set_defaults(run=lambda a: soak.run_soak(profile_of(a), a.log, a.tokens, a.every, a.plot))
 
-    p = add_verb(sub, "eval-stream", perplexity.run_eval, "streaming perplexity of a log under several cache policies")
+    p = add_verb(sub, "eval-stream", perplexity.run_eval, MEASURING["eval-stream"])
     p.add_argument("--log", required=True, help="log file (plain lines, TEP alarm CSV or JSON lines), or a "
                    "directory whose files are read as one stream in natural order (filter_2 before filter_10)")
     p.add_argument("--format", choices=("plain", "csv", "jsonl"), help="log format (default: from the extension)")
