@@ -30,6 +30,7 @@ from models.convert import load_card
 from models.registry import converted_dir, resolve_gguf
 from models.runner import kv_bytes_per_slot
 from pipeline.channel import Channel, Selector
+from pipeline.decode.assemble import policy
 from pipeline.decode.deferred import DeferredEngine
 from pipeline.messages import (
     Answer,
@@ -86,7 +87,8 @@ class Owner:
         figures_on_request(self.figures)
         frame = replay_frame(cfg)
         self.stop_ids = tuple(frame.tok.stop_ids)
-        self.engine = DeferredEngine(spec, cfg.model.max_rows, cfg.draft.length, *links)
+        card = load_card(converted_dir(resolve_gguf(cfg.model.gguf)))["config"]
+        self.engine = DeferredEngine(spec, policy(cfg, card["vocab_size"], frame.tok), *links)
         send(self.out, Start(exactness=self.engine.exactness, platform=self.engine.platform, model=cfg.model.gguf,
                              draft=cfg.draft.kind, sink=spec.sink, window=spec.window, ring=spec.ring), timeout=60.0)
         self.engine.feed(frame.head)
@@ -107,7 +109,6 @@ class Owner:
         if asks is not None:
             self.engine.on_block = self.block_sent
         self.first_line, self.last_line, self.last_status = None, time.monotonic(), 0.0
-        card = load_card(converted_dir(resolve_gguf(cfg.model.gguf)))["config"]
         self.kv_pool_bytes = kv_bytes_per_slot(card) * spec.pool_slots
 
     # -- the schedule ------------------------------------------------------------------------------------------------

@@ -3,9 +3,12 @@
 Receives from the cache owner (pipeline/messages.py): committed text (`Observe`), scratch rollbacks (`Rollback`), and
 during a generation `Restart` (the pending token at committed position n, after committing a verdict's tokens),
 `Commit` (the tokens a verdict committed) and `Halt`; `Close` ends it with its figures (`Closed`). Emits `Proposal`s
-tagged (epoch, block, n, pending): block b+1 is drafted from the draft's own guess of the token after block b while
-the target verifies block b; at most `AHEAD` blocks are out at once. While idle it brings a draft model's pool up to
-the committed text, so an analysis does not wait for it.
+tagged (epoch, block, n, pending), shaped as the step shapes them (pipeline/decode/blocklen.py `shape`: line-end
+cuts, the rows of one pass) and as long as the step last chose (`length` in `Restart` and `Commit`: the adaptive
+policy's choice). Block b+1 is drafted from the draft's own guess of the token after block b while the target
+verifies block b, assuming b's trunk (a chain: all of it; a token tree: its base chain) is accepted whole; at most
+`AHEAD` blocks are out at once. While idle it brings a draft model's pool up to the committed text, so an analysis
+does not wait for it.
 
 Never moves the committed position on its own: its ring commits exactly what the owner says was committed (checked
 at every `Restart`), and a `Restart` drops every speculative row. Stale proposals are the owner's to discard, by
@@ -19,8 +22,8 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from pipeline.channel import Channel, ChannelSpec
-from pipeline.decode.assemble import make_draft
-from pipeline.decode.blocks import ALIGNED_BLOCK, room_of
+from pipeline.decode.assemble import make_draft, policy
+from pipeline.decode.blocks import ALIGNED_BLOCK, room_of, trunk
 from pipeline.messages import Close, Closed, Commit, Halt, Observe, Proposal, Restart, Rollback, decode, send
 from pipeline.process import Figures, attach_when_ready, figures_on_request, pin
 
@@ -45,8 +48,9 @@ class Lookahead:
 
 
 class Drafter:
-    def __init__(self, draft, k: int, out, figures: Figures):
-        self.draft, self.k, self.out, self.figures = draft, k, out, figures
+    def __init__(self, draft, policy, out, figures: Figures):
+        self.draft, self.policy, self.out, self.figures = draft, policy, out, figures
+        self.k = policy.length                            # until the owner says otherwise
         self.room = lambda n: room_of(n, ALIGNED_BLOCK)
         self.run: Lookahead | None = None
         self.proposals, self.drafted_s = 0, 0.0
@@ -72,8 +76,10 @@ class Drafter:
                     raise RuntimeError(f"draft out of lockstep: it holds {draft.committed} committed tokens, the "
                                        f"cache owner {msg.n}")
                 draft.rollback(msg.n)                     # drop any speculation past the committed text
+                self.k = self.policy.length if msg.length < 0 else msg.length
                 self.run = Lookahead(msg.epoch, msg.n, msg.pending, msg.budget)
             case Commit():
+                self.k = self.policy.length if msg.length < 0 else msg.length
                 ids = [int(t) for t in msg.ids]
                 draft.observe(ids)
                 if run is not None and msg.epoch == run.epoch:
@@ -98,9 +104,10 @@ class Drafter:
                 self.run = None
                 return
         prop = self.draft.propose(r.pending, min(self.k, r.budget - 1), self.room(r.n), ahead=r.path)
+        prop = self.policy.shape(prop)                    # as the step will shape it
         self._send(r, prop.tokens, prop.parent, prop.q, n=r.n, pending=r.pending, t0=t0)
-        depth = len(prop.tokens)                          # a chain: trees are not drafted ahead
-        r.path = [*r.path, r.pending, *map(int, prop.tokens)]
+        depth = trunk(prop.parent)                        # the next block assumes the trunk accepted whole
+        r.path = [*r.path, r.pending, *map(int, prop.tokens[:depth])]
         r.block, r.n, r.pending, r.out, r.budget = r.block + 1, r.n + depth + 1, None, r.out + 1, r.budget - depth - 1
 
     def _send(self, r: Lookahead, tokens, parent, q, n: int, pending: int, t0: float) -> None:
@@ -118,7 +125,7 @@ def run(inbox: ChannelSpec, outbox: str, cfg, spec, vocab: int, stop) -> None:
     draft = make_draft(cfg, spec, vocab)
     catch_up = getattr(draft, "catch_up", lambda: False)
     with Channel.create(inbox) as inp, attach_when_ready(outbox, stop) as out:
-        drafter = Drafter(draft, min(cfg.draft.length, cfg.model.max_rows - 1), out, figures)
+        drafter = Drafter(draft, policy(cfg, vocab), out, figures)
         while not stop.is_set():
             if inp.ready() or not drafter.busy:
                 if not inp.ready():

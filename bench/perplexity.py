@@ -91,7 +91,7 @@ class _Collector:
 
 
 def _ring_nll(engine, ids: np.ndarray, nll: np.ndarray, bar) -> None:
-    engine.feed(ids, all_logits=True, on_logits=_Collector(ids, nll, bar))
+    engine.feed(ids, on_logits=_Collector(ids, nll, bar))
 
 
 def _recompute_nll(engine, ids: np.ndarray, nll: np.ndarray, bar, window: int, stride: int) -> None:
@@ -106,7 +106,7 @@ def _recompute_nll(engine, ids: np.ndarray, nll: np.ndarray, bar, window: int, s
         c = max(0, a - (window - stride))
         col.base, col.lo, col.hi = c, max(a, 1), min(a + stride, len(ids))
         engine.rollback(0)
-        engine.feed(ids[c:a + stride], all_logits=True, on_logits=col)
+        engine.feed(ids[c:a + stride], on_logits=col)
 
 
 def _angle_error(first: int, last: int, head_dim: int, base: float) -> float:

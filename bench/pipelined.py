@@ -24,6 +24,7 @@ from models.registry import converted_dir, resolve_gguf
 from pipeline import config
 from pipeline.channel import Channel, cleanup_stale
 from pipeline.config import ring_spec
+from pipeline.decode.assemble import policy
 from pipeline.decode.deferred import DeferredEngine
 from pipeline.launch import enter, model_links
 from pipeline.process import StopFlag, attach_when_ready, proc_status
@@ -42,7 +43,6 @@ class PipelinedWorker:
         self.system = system
         self.cfg = config.load(profile, {**settings(system, threads, window),
                                       "actors.target_cpus": cpu_list, "actors.draft_cpus": cpu_list})
-        rows = self.cfg.model.max_rows
         self.spec = ring_spec(self.cfg)                            # the serial systems' pool (make_engine)
         vocab = load_card(converted_dir(resolve_gguf(self.cfg.model.gguf)))["config"]["vocab_size"]
         self.run_dir = tempfile.mkdtemp(prefix="ringspec_benchpipe_")
@@ -62,7 +62,7 @@ class PipelinedWorker:
             p.start()
         self.to_target = attach_when_ready(to_target.name, self.stop)
         self.to_draft = attach_when_ready(to_draft.name, self.stop)
-        self.engine = DeferredEngine(self.spec, rows, system.draft_len, self.to_target, self.from_target,
+        self.engine = DeferredEngine(self.spec, policy(self.cfg, vocab), self.to_target, self.from_target,
                                      self.to_draft, self.from_draft)
 
     def _reply(self):                     # the bench's workers say "ready" once their model is loaded

@@ -219,10 +219,6 @@ def parse(raw: dict, source: str = "<dict>") -> Config:
     if cfg.draft.siblings and cfg.draft.kind not in ("suffix", "hybrid"):
         raise ConfigError(f"{source}: draft.siblings = {cfg.draft.siblings} branches from the stream: it needs "
                           f"kind = \"suffix\" or \"hybrid\", not \"{cfg.draft.kind}\"")
-    serial_only = [key for key in ("adaptive", "end_at_line", "siblings") if getattr(cfg.draft, key)]
-    if serial_only and cfg.actors.launcher != "serial":
-        raise ConfigError(f"{source}: draft.{serial_only[0]} is a serial-engine setting (actors.launcher = "
-                          f"\"serial\"); the actor pipeline's draft runs fixed-length chains a block ahead")
     usable = os.sched_getaffinity(0)
     for key in ("ingest_cpus", "owner_cpus", "target_cpus", "draft_cpus", "output_cpus"):
         try:

@@ -72,9 +72,10 @@ class Verify:
     pos: np.ndarray = array(np.int64, 1)        # [N+1] row positions
     mask: np.ndarray = array(np.float32, 2)     # [N+1, P+m+N+1] additive mask
     parent: np.ndarray = array(np.int64, 1)     # [N] each proposal's parent (-1: the pending token)
-    recent: np.ndarray = array(np.int64, 1)     # [m] pool slots of the block's recent section
+    recent: np.ndarray = array(np.int64, 1)     # [m] positions of the block's recent section (committed, < n)
     slots: np.ndarray = array(np.int64, 1)      # [depth+1] pool slots of positions n, n+1, ... for accepted rows
     q: np.ndarray | None = array(np.float64, 2, optional=True)   # [N, V] draft distributions; None: deterministic
+    path: np.ndarray | None = array(np.int64, 2, optional=True)  # [N+1, depth+1] a tree's root paths; None: a chain
 
 
 @message
@@ -149,16 +150,18 @@ class Restart:
     n: int                                      # committed tokens once `ids` are (checked against the draft's own)
     pending: int
     budget: int                                 # tokens the generation may still emit
+    length: int                                 # proposals per block from now on (-1: the draft's configured length)
     ids: np.ndarray = array(np.int64, 1)        # [c] tokens a verdict committed (c = 0 at a generation's start)
 
 
 @message
 class Commit:
-    """The tokens a verdict committed when every proposal was accepted: the draft keeps running ahead if they are
-    the block it assumed."""
+    """The tokens a verdict committed when the block's whole trunk was accepted: the draft keeps running ahead if
+    they are the block it assumed."""
     kind: ClassVar[str] = "commit"
     epoch: int
-    ids: np.ndarray = array(np.int64, 1)        # [c] the pending token and the accepted proposals
+    length: int                                 # proposals per block from now on (-1: the draft's configured length)
+    ids: np.ndarray = array(np.int64, 1)        # [c] the pending token and the accepted trunk
 
 
 @message

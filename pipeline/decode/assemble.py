@@ -16,6 +16,17 @@ from pipeline.decode.blocklen import LengthControl, line_end_ids
 from pipeline.decode.drafts import HybridDraft, ModelDraft, NoDraft, SuffixDraft, TreeDraft, speaks
 from pipeline.decode.engine import Engine
 from pipeline.decode.exactness import check
+from pipeline.decode.step import Policy
+
+
+def policy(cfg: Config, vocab: int, tokenizer: Tokenizer | None = None) -> Policy:
+    """The block-length policy [draft] names, for a target of `vocab` ids: the length (capped by one pass's rows),
+    adaptive length, line-end blocks (their token mask from `tokenizer`, default the target's)."""
+    d, rows = cfg.draft, cfg.model.max_rows
+    ends = None
+    if d.end_at_line:
+        ends = line_end_ids(tokenizer or Tokenizer.from_gguf(resolve_gguf(cfg.model.gguf)), vocab)
+    return Policy(min(d.length, rows - 1), rows, LengthControl(min(d.length, rows - 1)) if d.adaptive else None, ends)
 
 
 def make_draft(cfg: Config, spec: RingSpec, target_vocab: int | None = None):
@@ -68,9 +79,8 @@ def make_engine(cfg: Config, spec: RingSpec | None = None, *, check_rows: bool =
     if exactness is not None and not exactness.invariant:
         print(f"ringspec: warning: {exactness.line()}", file=sys.stderr, flush=True)
     tok = Tokenizer.from_gguf(path)
-    proposer = make_draft(cfg, spec, runner.vocab)
-    control = LengthControl(min(d.length, m.max_rows - 1)) if d.adaptive else None
-    ends = line_end_ids(tok, runner.vocab) if d.end_at_line else None
-    engine = Engine(runner, tok, proposer, draft_len=d.length, seed=params.seed, length_control=control, line_ends=ends)
+    p = policy(cfg, runner.vocab, tok)
+    engine = Engine(runner, tok, make_draft(cfg, spec, runner.vocab), draft_len=d.length, seed=params.seed,
+                    length_control=p.control, line_ends=p.line_ends)
     engine.exactness = exactness
     return engine

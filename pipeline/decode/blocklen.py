@@ -2,7 +2,8 @@
 
 Owns the online estimates behind the length (per-depth acceptance, verify seconds per row, draft seconds per
 proposal) and the cut of a proposal after its first newline-carrying token. Never proposes, verifies or commits: the
-engine asks `choose`, applies `cut_at_line_end` to what the draft proposed, and reports each verdict to `observe`.
+step (pipeline/decode/step.py) asks `choose`, `shape`s what the draft proposed (the draft actor shapes its run-ahead
+blocks the same way) and reports each verdict to `observe`.
 """
 from __future__ import annotations
 
@@ -94,6 +95,16 @@ class LengthControl:
         self._wxy = d * self._wxy + x * y
         self._draft_s = d * self._draft_s + (draft_s if proposed else 0.0)   # a pass without proposals: no rate
         self._drafted = d * self._drafted + proposed
+
+
+def shape(prop: Proposal, line_ends: np.ndarray | None, max_rows: int) -> Proposal:
+    """A proposal as a block verifies it: cut at line ends (when `line_ends` is given), then the nodes one pass holds
+    (max_rows - 1 after the pending token; parents come before their children, so the last siblings go first)."""
+    if line_ends is not None:
+        prop = cut_at_line_end(prop, line_ends)
+    if len(prop.tokens) > max_rows - 1:
+        prop = prop.keep(np.arange(len(prop.tokens)) < max_rows - 1)
+    return prop
 
 
 def cut_at_line_end(prop: Proposal, ends: np.ndarray) -> Proposal:

@@ -2,7 +2,7 @@
 
 Owns the shape of a verify pass (rows, their positions and tree ancestry, the committed positions that travel as the
 "recent" section, the slots committed rows go to) and the acceptance call. Never runs a model and never moves the
-committed position: `Engine.step` and the cache owner do that, each from one place.
+committed position: the step does (pipeline/decode/step.py), for both engines.
 
 Aligned blocks (see `Engine`): positions are grouped in blocks of B; a row at u reads positions below u - u % B from
 the pool and the rest as one "recent + new" section, and a verify block never crosses a block boundary.
@@ -71,6 +71,13 @@ def plan_block(n: int, pending: int, prop: Proposal, block: int, sink: int, ring
     slots = slot_of(n + np.arange(int(depth.max()) + 1, dtype=np.int64), sink, ring)
     chain = bool((parent_row == np.arange(N + 1) - 1).all())
     return Block(tokens, prop.parent, prop.q, pos, anc, recent, slots, None if chain else root_paths(anc, depth))
+
+
+def trunk(parent: np.ndarray) -> int:
+    """The length of a proposal's trunk: its leading nodes that form a chain from the pending token (a chain: all of
+    them; a tree: the base draft's chain before its siblings). The draft runs ahead assuming the trunk is accepted."""
+    chained = parent == np.arange(len(parent)) - 1
+    return len(parent) if chained.all() else int(np.argmin(chained))
 
 
 def root_paths(anc: np.ndarray, depth: np.ndarray) -> np.ndarray:

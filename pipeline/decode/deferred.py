@@ -1,15 +1,11 @@
-"""Deferred speculative decoding across actors, as the cache owner runs it: the same algorithm as `Engine`, with the
-target and the draft in processes of their own.
+"""The channel pair the step runs with in the actor pipeline: the target actor as verifier, the draft actor as proposer.
 
-Owns the target's sequence state (its `RingIndex`, the pending token), the draft's committed position (by telling
-it what was committed), and the pipelining: block b+1, drafted ahead from the draft's guess while the target verifies
-block b, is verified next if the verdict on b bore the guess out (every proposal accepted, bonus == the guess);
-otherwise the draft restarts at the verdict under a new epoch and every proposal of the old epoch is discarded. Never
-runs a model and never touches a pool: it sends fully specified passes (rows, positions, mask, slots) and reads
-verdicts (the messages of pipeline/messages.py).
-
-Identity: masks, blocks and acceptance are those of `Engine` (pipeline/decode/blocks.py), so greedy output is the serial
-engine's bit for bit.
+Owns the cache owner's end of the four model links (pipeline/messages.py) and the pipelining: block b+1, drafted
+ahead from the draft's guess while the target verifies block b, is verified next if the verdict on b bore the guess
+out (the block's whole trunk accepted, the next token == the guess); otherwise the draft restarts at the verdict
+under a new epoch and every proposal of the old epoch is discarded (counted stale). Never plans, judges or commits:
+the step does (pipeline/decode/step.py), exactly as in the serial engine, and this module carries its planned blocks
+to the target and the target's verdicts back. Never runs a model and never touches a pool.
 """
 from __future__ import annotations
 
@@ -17,12 +13,11 @@ import time
 
 import numpy as np
 
-from kernels.ring import RingIndex, slot_of
 from kernels.sampling import SamplingParams
 from pipeline.channel import Selector
 from pipeline.decode import drafts
-from pipeline.decode.blocks import ALIGNED_BLOCK, plan_block
-from pipeline.decode.engine import GenerateResult, Sequence, Stats
+from pipeline.decode.blocks import Block
+from pipeline.decode.step import Decoder, Drafted, Policy, Prefilled, Verified
 from pipeline.messages import (
     Close,
     Closed,
@@ -50,151 +45,29 @@ class ActorSilent(RuntimeError):
     pass
 
 
-class DeferredEngine(Sequence):
-    def __init__(self, spec, max_rows: int, draft_len: int, to_target, from_target, to_draft, from_draft,
-                 max_recent: int = 64):
-        self.spec, self.max_rows, self.draft_len = spec, max_rows, draft_len
-        self.index = RingIndex(spec)
-        self.pending: int | None = None
-        self.epoch = 0
+class Links:
+    """The four model links and the one receive loop over them: proposals are kept aside until asked for."""
+
+    def __init__(self, to_target, from_target, to_draft, from_draft):
         self.to_target, self.from_target, self.to_draft, self.from_draft = to_target, from_target, to_draft, from_draft
         self._selector = Selector([from_target, from_draft])
-        self._mask = np.empty(max_rows * (spec.pool_slots + max_recent + max_rows), np.float32)
-        self._early: list[Proposal] = []   # proposals that arrived while waiting for something else
-        self.totals = Stats()           # every generation's stats, summed (for the run-time figures)
-        self.blocks = 0                 # verify blocks sent to the target so far
-        self.on_block = None            # on_block(blocks) after each is sent (the owner notes what was waiting)
-        ready = self._await(Ready)      # the target's first word: its batch-invariance verdict, where it runs
-        self.exactness, self.platform = ready.exactness, ready.platform
+        self.proposals: list[Proposal] = []     # proposals that arrived while waiting for something else
+        self.epoch = 0                           # the draft's current generation; older proposals are stale
+        self.dropped = 0                         # proposals discarded as stale since the last `take_dropped`
+        self.dropped_s = 0.0                     # ... and their draft seconds
 
-    # -- feeding text into the cache -------------------------------------------------------------------------------
-    def feed(self, ids, pick: bool = False, score: bool = False):
-        """Commit tokens (the pending one first, if any) in chunks; with `pick`, the target's next token; with
-        `score`, (sum, count) of the NLL of every token but each chunk's first, teacher-forced."""
-        ids = np.asarray(ids, np.int64).reshape(-1)
-        if self.pending is not None:
-            ids = np.concatenate([[self.pending], ids])
-            self.pending = None
-        if pick and not len(ids):
-            raise ValueError("generate needs a non-empty prompt or context")
-        nll_sum, nll_n = 0.0, 0
-        for start in range(0, len(ids), self.max_rows):
-            chunk = ids[start:start + self.max_rows]
-            T = len(chunk)
-            pos = self.index.n + np.arange(T, dtype=np.int64)
-            mask = self.index.visible_mask(pos, None, out=self._mask)
-            slots = self.index.write(pos)
-            self.index.commit(T)
-            last = pick and start + T == len(ids)
-            send(self.to_target, Prefill(pick=last, score=score, ids=chunk, pos=pos, mask=mask, recent=pos[:0],
-                                         slots=slots), timeout=TIMEOUT_S)
-            send(self.to_draft, Observe(ids=chunk), timeout=TIMEOUT_S)
-            if score:
-                scored = self._await(Scored)
-                nll_sum, nll_n = nll_sum + scored.nll_sum, nll_n + scored.nll_n
-        if pick:
-            return self._await(Picked).next
-        return (nll_sum, nll_n) if score else None
-
-    def _rollback_draft(self, mark: int, forget: bool = False) -> None:
-        send(self.to_draft, Rollback(position=int(mark), forget=forget), timeout=TIMEOUT_S)
-
-    # -- generation ------------------------------------------------------------------------------------------------
-    def generate(self, prompt_ids, max_tokens: int, params: SamplingParams = SamplingParams(),
-                 stop_ids=(), on_tokens=None, keep_going=None) -> GenerateResult:
-        """Prefill, then decode up to max_tokens (stopping after a stop token). on_tokens(ids) sees the tokens of the
-        answer as each verdict commits them (stop token included, nothing past it or past max_tokens); keep_going()
-        is asked before each block, and False ends the generation there (a preempted analysis, a deadline)."""
-        stats = Stats(prompt_tokens=len(prompt_ids))
-        t0 = time.perf_counter()
-        self.pending = self.feed(prompt_ids, pick=True)
-        stats.prefill_s = time.perf_counter() - t0
-        stats.ttft_ms = stats.prefill_s * 1000.0
-        start = self.index.n
-        out = [self.pending]
-        stops = set(int(s) for s in stop_ids)
-        shown = _show(out, 0, stops, max_tokens, on_tokens)
-        t1 = time.perf_counter()
-        self._restart(max_tokens - len(out))
-        block, last_verify = 0, None
-        while len(out) < max_tokens and not stops.intersection(out[-self.max_rows:]) and \
-                (keep_going is None or keep_going()):
-            drafted = self._proposal(block)
-            if drafted.n != self.index.n or drafted.pending != self.pending:    # the guess was wrong
-                stats.wasted_draft_s += drafted.t1 - drafted.t0
-                self._restart(max_tokens - len(out))
-                block = 0
-                continue
-            blk = self._verify(drafts.Proposal(drafted.tokens, drafted.parent, drafted.q), block)
-            verdict = self._await(Verdict)
-            if last_verify is not None:      # draft work for this block done while the target verified the last one
-                stats.overlap_s += max(0.0, min(drafted.t1, last_verify[1]) - max(drafted.t0, last_verify[0]))
-                stats.target_idle_s += verdict.t0 - last_verify[1]
-            stats.draft_s += drafted.t1 - drafted.t0
-            stats.verify_s += verdict.t1 - verdict.t0
-            stats.verify_forward_s += verdict.forward_s
-            last_verify = (verdict.t0, verdict.t1)
-            rows = np.asarray(verdict.rows, np.int64)
-            committed = blk.tokens[rows]
-            self.pending = verdict.next
-            out.extend([int(t) for t in committed[1:]] + [self.pending])
-            shown = _show(out, shown, stops, max_tokens, on_tokens)
-            if len(rows) - 1 == len(blk.proposals):
-                block += 1                   # the draft's next block stands if its guess equals self.pending
-                send(self.to_draft, Commit(epoch=self.epoch, ids=committed), timeout=TIMEOUT_S)
-            else:                            # a rejection: the draft restarts at the correction, in one message
-                block = 0
-                self._restart(max_tokens - len(out), committed)
-            n = self.index.n                 # bookkeeping while the draft drafts
-            self.index.write(n + np.arange(len(rows), dtype=np.int64))
-            self.index.commit(len(rows))
-            stats.count_block(blk, rows, self.spec, self.max_rows)
-        stats.decode_s = time.perf_counter() - t1
-        send(self.to_draft, Halt(), timeout=TIMEOUT_S)
-        result = self._finish(out, start, stops, max_tokens, stats)
-        self.totals.add(stats)
-        return result
-
-    def _restart(self, budget: int, committed=None) -> None:
-        """Start the draft at the pending token under a new epoch (after committing `committed`, if given)."""
-        self.epoch += 1
-        ids = np.zeros(0, np.int64) if committed is None else committed
-        send(self.to_draft, Restart(epoch=self.epoch, n=self.index.n + len(ids), pending=int(self.pending),
-                                    budget=int(budget), ids=ids), timeout=TIMEOUT_S)
-
-    def _verify(self, prop: drafts.Proposal, block: int):
-        n = self.index.n
-        blk = plan_block(n, self.pending, prop, ALIGNED_BLOCK, self.spec.sink, self.spec.ring)
-        mask = self.index.visible_mask(blk.pos, blk.anc, out=self._mask, recent_from=n - len(blk.recent))
-        send(self.to_target, Verify(epoch=self.epoch, block=block, ids=blk.tokens, pos=blk.pos, mask=mask,
-                                    parent=blk.parent, recent=slot_of(blk.recent, self.spec.sink, self.spec.ring),
-                                    slots=blk.slots, q=blk.q), timeout=TIMEOUT_S)
-        self.blocks += 1
-        if self.on_block is not None:
-            self.on_block(self.blocks)
-        return blk
-
-    def _proposal(self, block: int) -> Proposal:
-        """The current epoch's proposal for `block` (copied out of the channel); stale ones are dropped."""
-        while True:
-            for i, prop in enumerate(self._early):
-                if prop.epoch == self.epoch and prop.block == block:
-                    del self._early[i]
-                    return prop
-            self._early = [p for p in self._early if p.epoch == self.epoch and p.block > block]
-            self._receive(want_target=False)
-
-    def _await(self, cls):
+    def await_target(self, cls):
         """The target's next message, which must be a `cls`."""
         while True:
-            got = self._receive(want_target=True)
+            got = self.receive(want_target=True)
             if got is not None:
                 if not isinstance(got, cls):
                     raise RuntimeError(f"cache owner: expected {cls.kind!r} from the target, got {got.kind!r}")
                 return got
 
-    def _receive(self, want_target: bool):
-        """Take one message: a draft proposal goes to `_early`; a target message is returned (when wanted)."""
+    def receive(self, want_target: bool):
+        """Take one message: a draft proposal goes to `proposals` (or is dropped as stale); a target message is
+        returned (when wanted)."""
         channels = [self.from_target, self.from_draft] if want_target else [self.from_draft]
         deadline = time.monotonic() + TIMEOUT_S
         while True:
@@ -211,16 +84,150 @@ class DeferredEngine(Sequence):
             if not isinstance(msg, Proposal):
                 raise RuntimeError(f"cache owner: unexpected {msg.kind!r} from the draft")
             if msg.epoch == self.epoch:
-                self._early.append(msg)
+                self.proposals.append(msg)
+            else:
+                self.drop(msg)
             return None
         return msg
+
+    def drop(self, prop: Proposal) -> None:
+        self.dropped += 1
+        self.dropped_s += prop.t1 - prop.t0
+
+
+class ChannelVerifier:
+    """The target actor: a planned pass goes out as `Prefill` or `Verify`; its answers come back. The target judges
+    with its own sampler (the config's [sampling]), consumed in the serial engine's order."""
+
+    def __init__(self, links: Links, mask_size: int):
+        self.links = links
+        self._mask = np.empty(mask_size, np.float32)
+        self.blocks = 0                 # verify blocks sent to the target so far
+        self.on_block = None            # on_block(blocks) after each is sent (the owner notes what was waiting)
+
+    def mask_buffer(self) -> np.ndarray:
+        return self._mask
+
+    def prefill(self, ids, pos, mask, slots, pick: SamplingParams | None = None, score: bool = False,
+                all_logits: bool = False) -> Prefilled:
+        if all_logits:
+            raise ValueError("the actor pipeline returns no logits: score in the serial engine")
+        send(self.links.to_target, Prefill(pick=pick is not None, score=score, ids=ids, pos=pos, mask=mask,
+                                           recent=pos[:0], slots=slots), timeout=TIMEOUT_S)
+        got = Prefilled()
+        if score:
+            scored = self.links.await_target(Scored)
+            got.nll_sum, got.nll_n = scored.nll_sum, scored.nll_n
+        if pick is not None:
+            got.next = self.links.await_target(Picked).next
+        return got
+
+    def verify(self, blk: Block, mask: np.ndarray, params: SamplingParams) -> Verified:
+        send(self.links.to_target, Verify(epoch=self.links.epoch, block=self.blocks, ids=blk.tokens, pos=blk.pos,
+                                          mask=mask, parent=blk.parent, recent=blk.recent, slots=blk.slots, q=blk.q,
+                                          path=blk.path), timeout=TIMEOUT_S)
+        self.blocks += 1
+        if self.on_block is not None:
+            self.on_block(self.blocks)
+        v = self.links.await_target(Verdict)
+        return Verified(np.asarray(v.rows, np.int64), v.next, v.t0, v.t1, v.forward_s)
+
+
+class DraftLink:
+    """The draft actor, a block ahead: the proposal for the step's (epoch, block) if it assumed the position and
+    pending token the step has, else a restart there (what it drafted is stale). The block length the step chose
+    travels with each verdict the draft is told of, for the blocks it drafts next."""
+
+    def __init__(self, links: Links):
+        self.links = links
+        self.block = 0                  # the next block's number within the epoch
+        self.length = -1                # the length the step chose last (-1: none yet, the draft's own)
+
+    def observe(self, ids) -> None:
+        send(self.links.to_draft, Observe(ids=ids), timeout=TIMEOUT_S)
+
+    def rollback(self, mark: int, forget: bool = False) -> None:
+        send(self.links.to_draft, Rollback(position=int(mark), forget=forget), timeout=TIMEOUT_S)
+
+    def start(self, pending: int, n: int, budget: int) -> None:
+        self._restart(pending, n, budget)
+
+    def propose(self, pending: int, n: int, k: int, room: int, budget: int, stats) -> Drafted:
+        self.length = k
+        while True:
+            got = self._proposal(self.block)
+            if got.n == n and got.pending == pending:
+                break
+            self.links.drop(got)            # it assumed another verdict (or had no guess): start again here
+            self._restart(pending, n, budget)
+        stats.stale += self.links.dropped
+        stats.wasted_draft_s += self.links.dropped_s
+        self.links.dropped, self.links.dropped_s = 0, 0.0
+        return Drafted(drafts.Proposal(got.tokens, got.parent, got.q), got.t0, got.t1)
+
+    def verdict(self, committed, n: int, nxt: int, whole: bool, budget: int) -> None:
+        if whole:                           # the draft's next block stands if its guess equals nxt
+            self.block += 1
+            send(self.links.to_draft, Commit(epoch=self.links.epoch, length=self.length, ids=committed),
+                 timeout=TIMEOUT_S)
+        else:                               # a rejection: the draft restarts at the correction, in one message
+            self._restart(nxt, n, budget, committed)
+
+    def halt(self) -> None:
+        send(self.links.to_draft, Halt(), timeout=TIMEOUT_S)
+
+    def _restart(self, pending: int, n: int, budget: int, committed=None) -> None:
+        """Start the draft at `pending` (position n once `committed` is committed) under a new epoch."""
+        links = self.links
+        links.epoch += 1
+        for prop in links.proposals:
+            links.drop(prop)
+        links.proposals = []
+        self.block = 0
+        ids = np.zeros(0, np.int64) if committed is None else committed
+        send(links.to_draft, Restart(epoch=links.epoch, n=n, pending=int(pending), budget=int(budget),
+                                     length=self.length, ids=ids), timeout=TIMEOUT_S)
+
+    def _proposal(self, block: int) -> Proposal:
+        """The current epoch's proposal for `block` (copied out of the channel)."""
+        links = self.links
+        while True:
+            for i, prop in enumerate(links.proposals):
+                if prop.block == block:
+                    return links.proposals.pop(i)
+            links.receive(want_target=False)
+
+
+class DeferredEngine(Decoder):
+    """The step over the model links, as the cache owner (and the speed bench's `pipelined` system) runs it."""
+
+    def __init__(self, spec, policy: Policy, to_target, from_target, to_draft, from_draft, max_recent: int = 64):
+        self.links = Links(to_target, from_target, to_draft, from_draft)
+        self.to_target = to_target
+        rows = policy.max_rows
+        verifier = ChannelVerifier(self.links, rows * (spec.pool_slots + max_recent + rows))
+        super().__init__(spec, verifier, DraftLink(self.links), policy)
+        ready = self.links.await_target(Ready)  # the target's first word: its batch-invariance verdict, where it runs
+        self.exactness, self.platform = ready.exactness, ready.platform
+
+    @property
+    def blocks(self) -> int:
+        return self.verifier.blocks
+
+    @property
+    def on_block(self):
+        return self.verifier.on_block
+
+    @on_block.setter
+    def on_block(self, fn) -> None:
+        self.verifier.on_block = fn
 
     def close(self) -> list[dict]:
         """End of stream: ask both model actors for their figures."""
         figures = []
-        for to in (self.to_target, self.to_draft):
+        for to in (self.links.to_target, self.links.to_draft):
             send(to, Close(), timeout=TIMEOUT_S)
-        for ch in (self.from_target, self.from_draft):
+        for ch in (self.links.from_target, self.links.from_draft):
             deadline = time.monotonic() + TIMEOUT_S
             while True:
                 with ch.recv(timeout=max(0.1, deadline - time.monotonic())) as received:
@@ -229,14 +236,3 @@ class DeferredEngine(Sequence):
                     figures.append(dict(msg.figures))
                     break
         return figures
-
-
-def _show(out: list[int], shown: int, stops: set, max_tokens: int, on_tokens) -> int:
-    """Hand on_tokens the answer's tokens past `shown`, up to the first stop token and max_tokens; the new count."""
-    if on_tokens is None:
-        return shown
-    end = next((i + 1 for i, t in enumerate(out) if t in stops), len(out))
-    end = min(end, max_tokens)
-    if end > shown:
-        on_tokens(out[shown:end])
-    return max(end, shown)

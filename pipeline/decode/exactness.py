@@ -2,10 +2,10 @@
 
 Owns the start-up exactness check. A probe decodes a few rows one pass each (as target-only decoding does), then
 verifies the same rows as blocks of 2..8 rows (and, on a tree runner, as a token tree with a sibling), at a small
-position (and, for `doctor`, past 2^31 too), and compares every row's logits and new K/V bit for bit. Blocks and masks
-come from `pipeline/decode/blocks.py`, the one place both engines plan with. Never decides what a failure means for a
-run: callers report the verdict (a start-up line, the journal's first record, /metrics, the bench's metadata;
-`run.py doctor`, whose report is `DoctorReport`).
+position (and, for `doctor`, past 2^31 too), and compares every row's logits and new K/V bit for bit. Passes are
+planned by the step and run by the local verifier (pipeline/decode/step.py, local.py), as both engines run them.
+Never decides what a failure means for a run: callers report the verdict (a start-up line, the journal's first
+record, /metrics, the bench's metadata; `run.py doctor`, whose report is `DoctorReport`).
 
 The rule it checks is the runner's (models/runner.py, "Batch invariance"): with it, speculation changes no output
 token; without it, on some CPUs, a row alone and the same row in a block differ (DESIGN.md, "Greedy identity").
@@ -18,15 +18,17 @@ from typing import ClassVar
 
 import numpy as np
 
-from kernels.ring import RingIndex, RingSpec, slot_of
+from kernels.ring import RingSpec
 from models.convert import load_card
 from models.opcheck import families
 from models.platform import facts
 from models.registry import converted_dir, resolve_gguf
 from models.runner import Runner, RunnerOptions
 from pipeline.config import Config
-from pipeline.decode.blocks import ALIGNED_BLOCK, plan_block, verify_mask
+from pipeline.decode.blocks import ALIGNED_BLOCK
 from pipeline.decode.drafts import Proposal
+from pipeline.decode.local import LocalDraft, LocalVerifier
+from pipeline.decode.step import Decoder, Policy
 from pipeline.report import Report
 
 FAR = 2**31 - ALIGNED_BLOCK  # an aligned block start past which positions need int64 (the second probe position)
@@ -64,29 +66,22 @@ class Verdict:
 class _Probe:
     def __init__(self, runner, tokens: np.ndarray):
         self.runner, self.spec, self.tokens = runner, runner.spec, tokens
-        self.index = RingIndex(runner.spec)
-        self.passes = self.rows = 0
+        self.rows = min(runner.opts.max_rows, self.spec.slack + 1)          # prefill passes as the engines run them
+        self.verifier = LocalVerifier(runner)
+        self.decoder = Decoder(self.spec, self.verifier, LocalDraft(), Policy(0, self.rows))
+        self.index = self.decoder.index
+        self.passes = self.compared = 0
         self.worst, self.where = 0.0, ""
 
     def feed(self, ids) -> None:
-        """Commit `ids` in chunks, as a prefill does."""
-        step = min(self.runner.opts.max_rows, self.spec.slack + 1)
-        for start in range(0, len(ids), step):
-            chunk = np.asarray(ids[start:start + step], np.int64)
-            pos = self.index.n + np.arange(len(chunk), dtype=np.int64)
-            mask = self.index.visible_mask(pos, None, out=self.runner.mask_buffer())
-            self.runner.forward(chunk, pos, mask, np.array([len(chunk) - 1]))
-            self.runner.store(np.arange(len(chunk)), self.index.write(pos))
-            self.index.commit(len(chunk))
-            self.passes += 1
+        """Commit `ids` in passes, as a prefill does."""
+        self.decoder.feed(ids)
+        self.passes += -(-len(ids) // self.rows)
 
     def verify(self, pending: int, prop: Proposal):
-        """One verify pass as the engines run it: (logits [N+1, V], new K [L, KVH, N+1, D]) copies, and the block."""
-        S, R = self.spec.sink, self.spec.ring
-        blk = plan_block(self.index.n, pending, prop, ALIGNED_BLOCK, S, R)
-        mask = verify_mask(self.index, blk, self.runner.mask_buffer())
-        logits = self.runner.forward(blk.tokens, blk.pos, mask, path=blk.path,
-                                     recent_slots=slot_of(blk.recent, S, R) if len(blk.recent) else None)
+        """One verify pass as the engines plan it: (logits [N+1, V], new K [L, KVH, N+1, D]) copies, and the block."""
+        blk, mask = self.decoder.plan(pending, prop)
+        logits = self.verifier.run(blk, mask)
         self.passes += 1
         return logits.copy(), np.concatenate([self.runner.new_k, self.runner.new_v], axis=1), blk
 
@@ -101,7 +96,7 @@ class _Probe:
         return out
 
     def compare(self, got_logits, got_kv, want, what: str) -> None:
-        self.rows += 1
+        self.compared += 1
         want_logits, want_kv = want
         if np.array_equal(got_logits, want_logits) and np.array_equal(got_kv, want_kv):
             return
@@ -157,7 +152,7 @@ def check(runner, thorough: bool = False) -> Verdict:
         pool.fill(0)
     runner.forward_calls = runner.forward_rows = 0
     runner.forward_s = 0.0
-    return Verdict(probe.where == "", probe.passes, probe.rows, probe.worst, probe.where,
+    return Verdict(probe.where == "", probe.passes, probe.compared, probe.worst, probe.where,
                    time.perf_counter() - t0, opts.batch_invariant, tree)
 
 

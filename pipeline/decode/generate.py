@@ -90,7 +90,7 @@ def score(text: str, cfg: Config, ring: bool = False, chunk: int = 64) -> ScoreR
             if t < n:
                 nll[t - 1] = logz[j] - rows[j, ids[t]]
 
-    engine.feed(ids, all_logits=True, on_logits=collect)
+    engine.feed(ids, on_logits=collect)
     return ScoreReport({"n_tokens": int(n), "nll_mean": float(nll.mean()), "token_ids": [int(t) for t in ids]})
 
 

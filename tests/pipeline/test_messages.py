@@ -69,6 +69,10 @@ SAMPLES = {
     "verify": Verify(epoch=3, block=1, ids=_ids(4, np.int64), pos=np.array([7, 8, 9, 10], np.int64),
                      mask=_mask(4, 24), parent=np.array([-1, 0, 1], np.int64), recent=np.array([5, 6], np.int64),
                      slots=np.array([11, 12, 13, 14], np.int64), q=_q(3)),
+    "verify a tree": Verify(epoch=3, block=2, ids=_ids(4, np.int64), pos=np.array([7, 8, 8, 9], np.int64),
+                            mask=_mask(4, 23), parent=np.array([-1, -1, 0], np.int64), recent=np.zeros(0, np.int64),
+                            slots=np.array([11, 12, 13], np.int64), q=None,
+                            path=np.array([[0, 0, 0], [0, 1, 1], [0, 2, 2], [0, 1, 3]], np.int64)),
     "verify without q": Verify(epoch=3, block=0, ids=_ids(1, np.int64), pos=np.array([7], np.int64),
                                mask=_mask(1, 9), parent=np.zeros(0, np.int64), recent=np.zeros(0, np.int64),
                                slots=np.array([11], np.int64)),
@@ -81,8 +85,8 @@ SAMPLES = {
     "closed": Closed(figures=FIGURES),
     "observe": Observe(ids=_ids(26, np.int64)),
     "rollback": Rollback(position=1 << 33, forget=True),
-    "restart": Restart(epoch=4, n=120, pending=253, budget=60, ids=_ids(3, np.int64)),
-    "commit": Commit(epoch=4, ids=np.arange(10, dtype=np.int64)[::3]),          # strided: sent as its values
+    "restart": Restart(epoch=4, n=120, pending=253, budget=60, length=-1, ids=_ids(3, np.int64)),
+    "commit": Commit(epoch=4, length=3, ids=np.arange(10, dtype=np.int64)[::3]),          # strided: sent as its values
     "halt": Halt(),
     "proposal": Proposal(epoch=4, block=2, n=124, pending=28, t0=1.0, t1=1.5, tokens=_ids(3, np.int64),
                          parent=np.array([-1, 0, 1], np.int64), q=_q(3)),
@@ -209,7 +213,7 @@ def test_an_array_of_the_wrong_dtype_or_rank_is_refused(link):
     with pytest.raises(MessageError, match="'observe' field 'ids': expected a int64 array of rank 1, got int32"):
         _decode_raw(link, {"kind": "observe"}, {"ids": np.arange(4, dtype=np.int32)})
     with pytest.raises(MessageError, match="'commit' field 'ids': .* got int64 of rank 2"):
-        _decode_raw(link, {"kind": "commit", "epoch": 1}, {"ids": np.zeros((2, 2), np.int64)})
+        _decode_raw(link, {"kind": "commit", "epoch": 1, "length": 3}, {"ids": np.zeros((2, 2), np.int64)})
 
 
 def test_a_plain_field_of_the_wrong_type_is_refused(link):

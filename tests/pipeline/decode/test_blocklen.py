@@ -163,13 +163,11 @@ def test_draft_switches_default_off_and_parse():
     assert cfg.draft.adaptive and cfg.draft.end_at_line and cfg.draft.length == 8 and cfg.draft.siblings == 2
 
 
-@pytest.mark.parametrize("draft, message", [
-    ({"adaptive": True}, "draft.adaptive is a serial-engine setting"),
-    ({"siblings": 1}, "draft.siblings is a serial-engine setting"),
-])
-def test_serial_engine_switches_are_refused_for_the_actor_pipeline(draft, message):
-    with pytest.raises(config.ConfigError, match=message):
-        config.parse({"draft": draft, "actors": {"launcher": "local"}})
+@pytest.mark.parametrize("launcher", ["serial", "local", "ray"])
+def test_trees_adaptive_length_and_line_end_blocks_run_under_every_launcher(launcher):
+    cfg = config.parse({"draft": {"adaptive": True, "end_at_line": True, "siblings": 2},
+                        "actors": {"launcher": launcher}})
+    assert cfg.draft.adaptive and cfg.draft.end_at_line and cfg.draft.siblings == 2
 
 
 def test_trees_need_a_stream_to_branch_from():

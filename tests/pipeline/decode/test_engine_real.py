@@ -31,7 +31,7 @@ def test_logits_agree_with_llamacpp_on_the_tep_fixture(default_gguf, fixture_npz
     n = len(ids)
     engine = engine_of({"cache.sink": 0, "cache.window": n})
     rows = []
-    engine.feed(ids, all_logits=True, on_logits=lambda start, logits: rows.append(logits.copy()))
+    engine.feed(ids, on_logits=lambda start, logits: rows.append(logits.copy()))
     logits = np.concatenate(rows)
     top1 = (logits.argmax(-1) == fixture_npz["topk_ids"][:, 0]).mean()
     nll = -log_softmax(logits)[np.arange(n - 1), ids[1:]].mean()

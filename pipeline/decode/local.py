@@ -1,0 +1,111 @@
+"""The local pair the step runs with: the target's runner as verifier and a draft as proposer, in this process.
+
+Owns running and judging passes on a runner (`LocalVerifier`: the serial engine's verifier, and the target actor's,
+which wraps it behind a channel) and asking an in-process draft (`LocalDraft`). Never plans a block and never moves
+the committed position: the step (pipeline/decode/step.py) hands it fully planned blocks and commits their verdicts.
+"""
+from __future__ import annotations
+
+import time
+
+import numpy as np
+
+from kernels.ring import slot_of
+from kernels.sampling import SamplingParams, sample, target_probs
+from pipeline.decode.blocks import Block, judge
+from pipeline.decode.drafts import NoDraft
+from pipeline.decode.step import Drafted, Prefilled, Verified
+
+
+class LocalVerifier:
+    """The target's runner: prefill passes, verify passes judged with this verifier's random stream (consumed in the
+    order the step asks: a generation's pick, then its blocks)."""
+
+    def __init__(self, runner, seed: int = 0):
+        self.runner, self.spec = runner, runner.spec
+        self.rng = np.random.default_rng(seed)
+        V, T = runner.vocab, runner.opts.max_rows
+        self._probs = np.zeros((T, V), np.float64)
+        self._last_row = np.zeros(1, np.int64)
+        self._shifted = np.zeros((T, V), np.float64)             # scoring buffers, allocated once
+        self._top, self._total, self._picked = (np.zeros(T, np.float64) for _ in range(3))
+
+    def mask_buffer(self) -> np.ndarray:
+        return self.runner.mask_buffer()
+
+    def prefill(self, ids, pos, mask, slots, pick: SamplingParams | None = None, score: bool = False,
+                all_logits: bool = False, recent=None) -> Prefilled:
+        """Run a pass of committed text and store every row's K/V at `slots`."""
+        T = len(ids)
+        self._last_row[0] = T - 1
+        logits = self.runner.forward(ids, pos, mask, None if score or all_logits else self._last_row,
+                                     recent_slots=recent if recent is not None and len(recent) else None)
+        self.runner.store(np.arange(T), slots)
+        got = Prefilled(logits=logits)
+        if score:                                   # row r predicts token r + 1 of the pass
+            got.nll_n = T - 1
+            got.nll_sum = self._nll(logits[:T - 1], ids[1:])
+        if pick is not None:
+            got.next = self._pick(logits[-1], pick)
+        return got
+
+    def run(self, blk: Block, mask: np.ndarray) -> np.ndarray:
+        """The block's forward pass: logits [N+1, V] (its K/V in the runner's new_k/new_v until the next pass)."""
+        recent = slot_of(blk.recent, self.spec.sink, self.spec.ring)
+        return self.runner.forward(blk.tokens, blk.pos, mask, path=blk.path,
+                                   recent_slots=recent if len(recent) else None)
+
+    def verify(self, blk: Block, mask: np.ndarray, params: SamplingParams) -> Verified:
+        """Run the block, judge it, store the committed rows' K/V at the block's slots."""
+        t0, f0 = time.perf_counter(), self.runner.forward_s
+        logits = self.run(blk, mask)
+        rows, nxt = judge(logits, blk, params, self._probs, self.rng)
+        self.runner.store(rows, blk.slots[:len(rows)])
+        return Verified(rows, nxt, t0, time.perf_counter(), self.runner.forward_s - f0)
+
+    def _pick(self, logits: np.ndarray, params: SamplingParams) -> int:
+        if params.greedy:
+            return int(np.argmax(logits))
+        return sample(target_probs(logits, params, out=self._probs[0]), self.rng)
+
+    def _nll(self, logits, targets) -> float:
+        """Sum over rows of -log softmax(logits[r])[targets[r]], in float64, in preallocated buffers."""
+        n = len(targets)
+        shifted, top, total, picked = self._shifted[:n], self._top[:n], self._total[:n], self._picked[:n]
+        np.copyto(shifted, logits)
+        picked[:] = shifted[np.arange(n), targets]
+        shifted.max(axis=1, out=top)
+        shifted -= top[:, None]
+        np.exp(shifted, out=shifted)
+        shifted.sum(axis=1, out=total)
+        np.log(total, out=total)
+        return float((total + top - picked).sum())
+
+
+class LocalDraft:
+    """A draft in this process (`pipeline/decode/drafts.py`), asked for each block when the step needs it."""
+
+    def __init__(self, draft=None):
+        self.draft = draft or NoDraft()
+
+    def observe(self, ids) -> None:
+        self.draft.observe(ids)
+
+    def rollback(self, mark: int, forget: bool = False) -> None:
+        self.draft.rollback(mark)
+        if forget:
+            self.draft.forget()
+
+    def start(self, pending: int, n: int, budget: int) -> None:
+        pass
+
+    def propose(self, pending: int, n: int, k: int, room: int, budget: int, stats) -> Drafted:
+        t0 = time.perf_counter()
+        prop = self.draft.propose(pending, k, room)
+        return Drafted(prop, t0, time.perf_counter())
+
+    def verdict(self, committed, n: int, nxt: int, whole: bool, budget: int) -> None:
+        self.draft.observe(committed)
+
+    def halt(self) -> None:
+        pass
