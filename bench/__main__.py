@@ -82,9 +82,12 @@ def parser() -> argparse.ArgumentParser:
                  profile="TOML profile for both sides")
     p.add_argument("--log", default=str(SHARED / "data/tep_alarms/filter/text_alarms_filter_5.csv"), help="the log")
     p.add_argument("--max-lines", type=int, default=100, help="lines per run (the bench's own, not replay.max_lines)")
-    p.add_argument("--repeats", type=int, default=3, help="runs of each side")
+    p.add_argument("--repeats", type=int, default=3, help="runs of each side, per policy")
+    p.add_argument("--policies", default=",".join(pipeline_vs_serial.POLICIES),
+                   help="block policies to compare, comma-separated (default: %(default)s)")
     p.add_argument("--json", action="store_true", help="print the result as one JSON object")
-    p.set_defaults(run=lambda a: pipeline_vs_serial.run_compare(profile_of(a), a.config, a.log, a.max_lines, a.repeats))
+    p.set_defaults(run=lambda a: pipeline_vs_serial.run_compare(a.config, a.log, a.max_lines, a.repeats,
+                                                                tuple(a.policies.split(","))))
 
     p = add_verb(sub, "soak", soak.run_soak, MEASURING["soak"])
     p.add_argument("--tokens", type=int, required=True, help="stream tokens to push through")

@@ -1,8 +1,10 @@
-"""Pipelined against serial with the same draft, side by side in one run: decode speed, overlap, overhead share.
+"""Pipelined against serial with the same draft and block policy, side by side in one run: decode speed, run-ahead
+(the share of verify passes whose block was drafted before the previous verdict), stale blocks, overhead share.
 
 Owns the measurement only: the serial side is `pipeline.stream.replay.replay` in this process, the pipelined side is
-`run.py replay` (local launcher) in a child process writing a journal; the two alternate `repeats` times on the same log
-and profile and report medians. `run_compare` is the `pipeline-bench` verb: each run on stderr as it ends, the table in
+`run.py replay` (local launcher) in a child process writing a journal; for each block policy (fixed length, adaptive
+length, line-end blocks, token trees, all three) the two alternate `repeats` times on the same log and profile and
+report medians. `run_compare` is the `pipeline-bench` verb: each run on stderr as it ends, the table in
 `CompareReport`.
 """
 from __future__ import annotations
@@ -13,13 +15,22 @@ import subprocess
 import sys
 import tempfile
 import time
+import tomllib
 from dataclasses import dataclass
 from pathlib import Path
 
+from pipeline import config
 from pipeline.report import Report
 from pipeline.stream.replay import replay
 
 ROOT = Path(__file__).resolve().parents[1]
+POLICIES = {                                   # profile keys over the profile's own, per block policy
+    "fixed": {},
+    "adaptive": {"draft.adaptive": True},
+    "lines": {"draft.end_at_line": True},
+    "tree": {"draft.siblings": 2},
+    "combined": {"draft.adaptive": True, "draft.end_at_line": True, "draft.siblings": 2},
+}
 
 
 def _summary(stats: list[dict], wall_s: float) -> dict:
@@ -27,10 +38,12 @@ def _summary(stats: list[dict], wall_s: float) -> dict:
     forward_s = sum(s["verify_forward_s"] for s in stats)
     verifies = sum(s["verify_calls"] for s in stats)
     draft_s = sum(s["draft_s"] for s in stats)
+    stale = sum(s.get("stale", 0) for s in stats)
     return {"assessments": len(stats), "decode_tok_s": sum(s["generated"] - 1 for s in stats) / decode_s,
             "tokens_per_verify": sum(s["accepted"] + s["verify_calls"] for s in stats) / verifies,
             "overhead_share": 1.0 - forward_s / decode_s, "overlap_share": sum(s["overlap_s"] for s in stats) /
-            draft_s if draft_s else 0.0, "draft_s": draft_s, "wall_s": wall_s,
+            draft_s if draft_s else 0.0, "ahead_share": sum(s.get("ahead", 0) for s in stats) / verifies,
+            "stale_share": stale / (stale + verifies), "draft_s": draft_s, "wall_s": wall_s,
             "texts": [s.get("_text", "") for s in stats]}
 
 
@@ -65,52 +78,75 @@ def pipelined(log: str, config_path: str | None, max_lines: int) -> dict:
     return out
 
 
-def compare(log: str, cfg, config_path: str | None, max_lines: int, repeats: int, progress=None) -> dict:
-    """{"serial": {...}, "pipelined": {...}} medians over `repeats` alternating runs; "identical": the assessments
-    were the same text in every run."""
-    runs: dict[str, list[dict]] = {"serial": [], "pipelined": []}
-    for r in range(repeats):
-        for name in ("serial", "pipelined") if r % 2 == 0 else ("pipelined", "serial"):
-            res = serial(log, cfg, max_lines) if name == "serial" else pipelined(log, config_path, max_lines)
-            runs[name].append(res)
-            if progress:
-                progress(name, r, res)
-    texts = {tuple(res["texts"]) for rs in runs.values() for res in rs}
-    out = {name: {k: statistics.median(res[k] for res in rs) for k in rs[0] if k != "texts"}
-           for name, rs in runs.items()}
-    out["identical"] = len(texts) == 1
+def profile_with(path: str | None, overrides: dict, where: Path) -> Path:
+    """A profile file: `path` (default configs/default.toml) with `overrides` ({"section.key": value}) written in."""
+    raw = tomllib.loads(Path(path or config.DEFAULT_PROFILE).read_text())
+    for dotted, value in overrides.items():
+        section, key = dotted.split(".", 1)
+        raw.setdefault(section, {})[key] = value
+    out = where / "profile.toml"                  # TOML's strings, numbers, booleans and arrays are JSON's
+    out.write_text("".join(f"[{name}]\n" + "".join(f"{k} = {json.dumps(v)}\n" for k, v in table.items())
+                           for name, table in raw.items()))
+    return out
+
+
+def compare(log: str, config_path: str | None, max_lines: int, repeats: int, policies=tuple(POLICIES),
+            progress=None) -> dict:
+    """Per policy, {"serial": {...}, "pipelined": {...}} medians over `repeats` alternating runs, and "identical":
+    the assessments were the same text in every run of that policy."""
+    out = {}
+    for policy in policies:
+        with tempfile.TemporaryDirectory(prefix="ringspec_bench_") as tmp:
+            profile = profile_with(config_path, POLICIES[policy], Path(tmp))
+            cfg = config.load(profile)
+            runs: dict[str, list[dict]] = {"serial": [], "pipelined": []}
+            for r in range(repeats):
+                for name in ("serial", "pipelined") if r % 2 == 0 else ("pipelined", "serial"):
+                    res = serial(log, cfg, max_lines) if name == "serial" else pipelined(log, str(profile), max_lines)
+                    runs[name].append(res)
+                    if progress:
+                        progress(policy, name, r, res)
+        texts = {tuple(res["texts"]) for rs in runs.values() for res in rs}
+        out[policy] = {name: {k: statistics.median(res[k] for res in rs) for k in rs[0] if k != "texts"}
+                       for name, rs in runs.items()}
+        out[policy]["identical"] = len(texts) == 1
     return out
 
 
 @dataclass
 class CompareReport(Report):
-    """Medians per side and whether every assessment was the same text in every run."""
+    """Medians per policy and side, and whether every assessment was the same text in every run."""
 
     def text(self) -> str:
-        out = self.data
-        lines = [(f"{'system':10s} {'decode tok/s':>12s} {'tok/verify':>10s} {'overhead':>9s} {'overlap':>8s} "
-                 f"{'draft s':>8s} {'wall s':>7s}")]
-        for name in ("serial", "pipelined"):
-            row = out[name]
-            lines.append(f"{name:10s} {row['decode_tok_s']:12.1f} {row['tokens_per_verify']:10.2f} "
-                         f"{row['overhead_share']:9.1%} {row['overlap_share']:8.0%} {row['draft_s']:8.2f} "
-                         f"{row['wall_s']:7.1f}")
-        lines.append(f"pipelined whole-stream overhead share {out['pipelined']['stream_overhead_share']:.1%}; "
-                     f"assessments identical in every run: {out['identical']}")
+        lines = [(f"{'policy':9s} {'serial tok/s':>12s} {'pipelined':>9s} {'ratio':>6s} {'tok/verify':>10s} "
+                  f"{'ahead':>6s} {'stale':>6s} {'overhead s/p':>13s} {'identical':>9s}")]
+        for policy, out in self.data.items():
+            s, p = out["serial"], out["pipelined"]
+            lines.append(f"{policy:9s} {s['decode_tok_s']:12.1f} {p['decode_tok_s']:9.1f} "
+                         f"{p['decode_tok_s'] / s['decode_tok_s']:5.2f}x {p['tokens_per_verify']:10.2f} "
+                         f"{p['ahead_share']:6.0%} {p['stale_share']:6.0%} "
+                         f"{s['overhead_share']:6.1%}/{p['overhead_share']:<6.1%} {str(out['identical']):>9s}")
+        lines.append("ahead: the pipelined side's verify passes whose block was drafted before the previous verdict; "
+                     "stale: drafted blocks discarded (the verdict they assumed did not come); overhead: decode wall "
+                     "time outside the target's forward passes")
         return "\n".join(lines)
 
 
-def _progress(name, repeat, res) -> None:
-    print(f"  repeat {repeat} {name:9s} decode {res['decode_tok_s']:6.1f} tok/s, {res['tokens_per_verify']:.2f} "
-          f"tok/verify, overhead {res['overhead_share']:.1%}, overlap {res['overlap_share']:.0%}, wall "
-          f"{res['wall_s']:.1f} s", file=sys.stderr, flush=True)
+def _progress(policy, name, repeat, res) -> None:
+    print(f"  {policy:9s} repeat {repeat} {name:9s} decode {res['decode_tok_s']:6.1f} tok/s, "
+          f"{res['tokens_per_verify']:.2f} tok/verify, ahead {res['ahead_share']:.0%}, stale {res['stale_share']:.0%}, "
+          f"overhead {res['overhead_share']:.1%}, wall {res['wall_s']:.1f} s", file=sys.stderr, flush=True)
 
 
-def run_compare(cfg, profile: str | None, log: str, max_lines: int = 100, repeats: int = 3) -> CompareReport:
+def run_compare(profile: str | None, log: str, max_lines: int = 100, repeats: int = 3,
+                policies=tuple(POLICIES)) -> CompareReport:
     """Replays a log through the serial engine and through the local actor pipeline, alternating, with the same
-    profile (so the same draft); prints medians of decode speed, tokens per verify, the pipeline overhead share
-    (decode wall time outside the target's forward passes) and the draft/verify overlap, and whether every
-    assessment was the same text in every run.
-
-    `cfg` is the serial side's profile, `profile` its path (the pipelined side's --config)."""
-    return CompareReport(compare(log, cfg, profile, max_lines, repeats, _progress))
+    profile (so the same draft), once per block policy: the profile's own (fixed), adaptive length, line-end blocks,
+    token trees (2 siblings), and all three. Prints per policy the medians of decode speed on both sides, tokens per
+    verify, the pipelined side's run-ahead share (verify passes whose block was drafted before the previous verdict)
+    and stale share (drafted blocks discarded), the overhead share (decode wall time outside the target's forward
+    passes) on both sides, and whether every assessment was the same text in every run."""
+    unknown = set(policies) - set(POLICIES)
+    if unknown:
+        raise ValueError(f"unknown policy {', '.join(sorted(unknown))} (known: {', '.join(POLICIES)})")
+    return CompareReport(compare(log, profile, max_lines, repeats, policies, _progress))

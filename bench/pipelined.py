@@ -1,9 +1,10 @@
 """The speed bench's `pipelined` system: target and draft actors in processes of their own, driven from the bench.
 
-Owns their lifetime for one bench run: the two channels they answer on (created here), the actor processes (spawned
-with `launch.enter`, pinned to the bench's CPUs, killed if the bench dies), and a `DeferredEngine` in this process
-standing where the cache owner stands in `serve` and `replay`. Same interface as the bench's workers: `run(prompt)`
-returns the generation's figures, `close()` stops everything. Never measures anything itself.
+Owns their lifetime for one bench run (`ModelActors`, which the pipelined engine's tests use too): the two channels
+they answer on (created here), the actor processes (spawned with `launch.enter`, pinned to the profile's CPUs, killed
+if the bench dies), and a `DeferredEngine` in this process standing where the cache owner stands in `serve` and
+`replay`. Same interface as the bench's workers: `run(prompt)` returns the generation's figures, `close()` stops
+everything. Never measures anything itself.
 """
 from __future__ import annotations
 
@@ -37,44 +38,33 @@ def _enter(module: str, kwargs: dict) -> None:
     enter(module, kwargs)
 
 
-class PipelinedWorker:
-    def __init__(self, system, threads: int, window: int, cpus: list[int], profile: str | None = None):
-        cpu_list = ",".join(map(str, cpus))
-        self.system = system
-        self.cfg = config.load(profile, {**settings(system, threads, window),
-                                      "actors.target_cpus": cpu_list, "actors.draft_cpus": cpu_list})
-        self.spec = ring_spec(self.cfg)                            # the serial systems' pool (make_engine)
-        vocab = load_card(converted_dir(resolve_gguf(self.cfg.model.gguf)))["config"]["vocab_size"]
+class ModelActors:
+    """The target and draft actors of `cfg` in processes of their own (pinned to `cpus`, killed if this process dies),
+    and a `DeferredEngine` over their links in this process, standing where the cache owner stands."""
+
+    def __init__(self, cfg, spec=None):
+        self.cfg = cfg
+        self.spec = spec or ring_spec(cfg)                          # the serial systems' pool (make_engine)
+        vocab = load_card(converted_dir(resolve_gguf(cfg.model.gguf)))["config"]["vocab_size"]
         self.run_dir = tempfile.mkdtemp(prefix="ringspec_benchpipe_")
         self.stop = StopFlag(f"{self.run_dir}/stop")
-        links = model_links(self.cfg, self.spec, vocab, f"b{os.getpid()}_{int(time.time() * 1000) % 1_000_000}")
+        links = model_links(cfg, self.spec, vocab, f"b{os.getpid()}_{int(time.time() * 1000) % 1_000_000}")
         to_target, to_draft = links["to_target"], links["to_draft"]
         self.from_target = Channel.create(links["from_target"])
         self.from_draft = Channel.create(links["from_draft"])
         ctx = mp.get_context("spawn")
         self.procs = [
             ctx.Process(target=_enter, args=("actors.target", dict(inbox=to_target, outbox=self.from_target.spec.name,
-                                                                   cfg=self.cfg, spec=self.spec, stop=self.stop))),
+                                                                   cfg=cfg, spec=self.spec, stop=self.stop))),
             ctx.Process(target=_enter, args=("actors.draft", dict(inbox=to_draft, outbox=self.from_draft.spec.name,
-                                                                  cfg=self.cfg, spec=self.spec, vocab=vocab,
+                                                                  cfg=cfg, spec=self.spec, vocab=vocab,
                                                                   stop=self.stop)))]
         for p in self.procs:
             p.start()
         self.to_target = attach_when_ready(to_target.name, self.stop)
         self.to_draft = attach_when_ready(to_draft.name, self.stop)
-        self.engine = DeferredEngine(self.spec, policy(self.cfg, vocab), self.to_target, self.from_target,
+        self.engine = DeferredEngine(self.spec, policy(cfg, vocab), self.to_target, self.from_target,
                                      self.to_draft, self.from_draft)
-
-    def _reply(self):                     # the bench's workers say "ready" once their model is loaded
-        return {"exactness": self.engine.exactness}
-
-    def run(self, prompt) -> dict:
-        self.engine.reset()                                         # a fresh context and draft, as the serial systems
-        res = self.engine.generate(np.asarray(prompt.ids, np.int64), prompt.new_tokens, SamplingParams(),
-                                   stop_ids=prompt.stop_ids)
-        st = res.stats.as_dict()
-        return {"token_ids": res.token_ids, **st, "overhead_share": st["decode_overhead_share"],
-                "peak_mb": sum(proc_status(p.pid)["vmhwm_mb"] for p in self.procs)}
 
     def close(self) -> None:
         try:
@@ -92,3 +82,26 @@ class PipelinedWorker:
         shutil.rmtree(self.run_dir, ignore_errors=True)
         cleanup_stale()
 
+
+class PipelinedWorker:
+    def __init__(self, system, threads: int, window: int, cpus: list[int], profile: str | None = None):
+        cpu_list = ",".join(map(str, cpus))
+        self.system = system
+        self.actors = ModelActors(config.load(profile, {**settings(system, threads, window),
+                                                        "actors.target_cpus": cpu_list,
+                                                        "actors.draft_cpus": cpu_list}))
+        self.engine = self.actors.engine
+
+    def _reply(self):                     # the bench's workers say "ready" once their model is loaded
+        return {"exactness": self.engine.exactness}
+
+    def run(self, prompt) -> dict:
+        self.engine.reset()                                         # a fresh context and draft, as the serial systems
+        res = self.engine.generate(np.asarray(prompt.ids, np.int64), prompt.new_tokens, SamplingParams(),
+                                   stop_ids=prompt.stop_ids)
+        st = res.stats.as_dict()
+        return {"token_ids": res.token_ids, **st, "overhead_share": st["decode_overhead_share"],
+                "peak_mb": sum(proc_status(p.pid)["vmhwm_mb"] for p in self.actors.procs)}
+
+    def close(self) -> None:
+        self.actors.close()

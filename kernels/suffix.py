@@ -97,6 +97,8 @@ class SuffixIndex:
             if prev < 0 or prev - g + 1 < oldest or not self._matches(prev, end, g):
                 continue
             n = min(k, end - prev)            # the continuation may run up to (not past) the last pending token
+            if n <= 0:                        # the match is the query itself (nothing pending): nothing follows it
+                continue
             idx = (np.arange(prev + 1, prev + 1 + n)) % self.capacity
             if int(self.tokens[idx[0]]) not in firsts:
                 firsts.add(int(self.tokens[idx[0]]))

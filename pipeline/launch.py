@@ -28,6 +28,7 @@ import signal
 import sys
 import tempfile
 import time
+import traceback
 from dataclasses import dataclass
 
 from models.convert import load_card
@@ -136,8 +137,11 @@ def enter(module: str, kwargs: dict, parent: int | None = None) -> None:
     except Stopped:
         pass                                           # stopped before its peers were up: a clean exit
     except Exception as exc:                           # noqa: BLE001 -- reported, then the launcher stops the rest
-        print(f"ringspec: error: actor {module.split('.')[-1]}: {type(exc).__name__}: {exc}", file=sys.stderr,
-              flush=True)
+        if os.environ.get("RINGSPEC_TRACEBACK"):
+            traceback.print_exc()
+        print(f"ringspec: error: actor {module.split('.')[-1]}: {type(exc).__name__}: {exc}"
+              f"{'' if os.environ.get('RINGSPEC_TRACEBACK') else ' (RINGSPEC_TRACEBACK=1 prints where)'}",
+              file=sys.stderr, flush=True)
         raise SystemExit(1) from None
 
 

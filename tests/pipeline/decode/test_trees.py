@@ -131,6 +131,15 @@ def test_branches_give_each_gram_lengths_continuation_once_per_first_token():
     assert index.branches([5, 6, 7, 8], 2)[0].tolist() == [1, 2]
 
 
+def test_nothing_pending_asks_what_followed_the_streams_own_end():
+    """A draft running ahead guesses the token after a block it assumed whole (the path is then empty): the latest
+    match of the stream's end is the end itself, with nothing after it; an earlier one is not recorded."""
+    index = SuffixIndex(capacity=64, grams=(4, 2))
+    index.append([5, 6, 7, 8, 1, 5, 6, 7, 8])
+    assert index.branches([], 2) == [] and index.propose([], 1).tolist() == []
+    assert SuffixDraft().guess([]) is None
+
+
 def test_followers_are_the_most_frequent_next_tokens():
     index = SuffixIndex(capacity=64, grams=(2,))
     index.append([1, 2, 1, 2, 1, 3, 1, 2, 1, 4])
