@@ -126,7 +126,8 @@ class CompareReport(Report):
                          f"{p['decode_tok_s'] / s['decode_tok_s']:5.2f}x {p['tokens_per_verify']:10.2f} "
                          f"{p['ahead_share']:6.0%} {p['stale_share']:6.0%} "
                          f"{s['overhead_share']:6.1%}/{p['overhead_share']:<6.1%} {str(out['identical']):>9s}")
-        lines.append("ahead: the pipelined side's verify passes whose block was drafted before the previous verdict; "
+        lines.append("ahead: the pipelined side's verify passes whose block the draft ran ahead on (drafted on its "
+                     "guess, before the previous verdict); "
                      "stale: drafted blocks discarded (the verdict they assumed did not come); overhead: decode wall "
                      "time outside the target's forward passes")
         return "\n".join(lines)
@@ -143,7 +144,8 @@ def run_compare(profile: str | None, log: str, max_lines: int = 100, repeats: in
     """Replays a log through the serial engine and through the local actor pipeline, alternating, with the same
     profile (so the same draft), once per block policy: the profile's own (fixed), adaptive length, line-end blocks,
     token trees (2 siblings), and all three. Prints per policy the medians of decode speed on both sides, tokens per
-    verify, the pipelined side's run-ahead share (verify passes whose block was drafted before the previous verdict)
+    verify, the pipelined side's run-ahead share (verify passes whose block the draft drafted on its own guess, before
+    the previous verdict)
     and stale share (drafted blocks discarded), the overhead share (decode wall time outside the target's forward
     passes) on both sides, and whether every assessment was the same text in every run."""
     unknown = set(policies) - set(POLICIES)

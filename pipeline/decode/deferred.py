@@ -163,7 +163,7 @@ class DraftLink:
         stats.stale += self.links.dropped
         stats.wasted_draft_s += self.links.dropped_s
         self.links.dropped, self.links.dropped_s = 0, 0.0
-        return Drafted(drafts.Proposal(got.tokens, got.parent, got.q), got.t0, got.t1)
+        return Drafted(drafts.Proposal(got.tokens, got.parent, got.q), got.t0, got.t1, ahead=got.block > 0)
 
     def verdict(self, committed, n: int, nxt: int, whole: bool, budget: int) -> None:
         if whole:                           # the draft's next block stands if its guess equals nxt

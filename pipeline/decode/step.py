@@ -36,6 +36,7 @@ class Drafted:
     prop: Proposal
     t0: float                       # drafting began
     t1: float                       # ... and ended
+    ahead: bool = False             # drafted on the draft's own guess of the pending token, before the verdict before
 
 
 @dataclass
@@ -94,8 +95,9 @@ class Stats:
     wraps: int = 0                   # times the committed position crossed a ring wrap point
     draft_s: float = 0.0
     # Overlap (the actor pipeline's run-ahead; 0 in the serial engine): draft time spent while the target verified the
-    # previous block, verify passes whose block had been drafted before the previous verdict was out (`ahead`),
-    # drafted blocks discarded because the verdict they assumed did not come (`stale`) and their draft time, the
+    # previous block, verify passes whose block the draft drafted on its own guess of the pending token, before the
+    # previous verdict (`ahead`: counted from the protocol, not the clock), drafted blocks discarded because the
+    # verdict they assumed did not come (`stale`) and their draft time, the
     # target's time handling verify passes and inside their forward passes, its idle time between two verify passes
     # of one generation; decode_overhead_share = the decode wall time not spent inside the target's forward passes
     overlap_s: float = 0.0
@@ -127,10 +129,10 @@ class Stats:
         self.draft_s += d.t1 - d.t0
         self.verify_s += v.t1 - v.t0
         self.verify_forward_s += v.forward_s
+        self.ahead += int(d.ahead)
         if last is not None:
             self.overlap_s += max(0.0, min(d.t1, last.t1) - max(d.t0, last.t0))
             self.target_idle_s += max(0.0, v.t0 - last.t1)
-            self.ahead += int(d.t1 <= last.t1)
 
     def as_dict(self) -> dict:
         committed = self.accepted + self.verify_calls

@@ -141,16 +141,27 @@ def serial_assessments(max_lines: int, config_path=None) -> list[str]:
     return out
 
 
-@pytest.mark.parametrize("launcher,lines", [("local", 30), ("ray", 20)])
-def test_pipelined_assessments_equal_the_serial_engine(default_gguf, tmp_path, launcher, lines):
+# token trees (2 siblings), adaptive block length and line-end blocks, all at once (pipeline-bench runs them locally)
+COMBINED = '[draft]\nkind = "suffix"\nsiblings = 2\nadaptive = true\nend_at_line = true\n'
+
+
+@pytest.mark.parametrize("launcher,lines,profile", [("local", 30, ""), ("ray", 20, COMBINED)],
+                         ids=["local", "ray-trees-adaptive-lines"])
+def test_pipelined_assessments_equal_the_serial_engine(default_gguf, tmp_path, launcher, lines, profile):
     journal = tmp_path / "journal.jsonl"
-    proc = launch(str(LOG), "--quiet-lines", "--max-lines", str(lines), "--journal", str(journal), launcher=launcher)
+    config = tmp_path / "profile.toml"
+    config.write_text(profile)
+    proc = launch(str(LOG), "--quiet-lines", "--max-lines", str(lines), "--journal", str(journal),
+                  *(["--config", str(config)] if profile else []), launcher=launcher)
     out, err = procs.finish(proc, "the pipeline ending")
     assert proc.returncode == 0, err
     records = journal_of(journal)
     assert records[-1]["kind"] == "eof" and records[-1]["sent"] == lines
     pipelined = [r["text"] for r in records if r["kind"] == "assessment"]
-    assert pipelined == serial_assessments(lines) and len(pipelined) == lines // 10
+    assert pipelined == serial_assessments(lines, config if profile else None) and len(pipelined) == lines // 10
+    if profile:                                  # the draft ran ahead of trees, and a sibling's path was accepted
+        stats = [r["stats"] for r in records if r["kind"] == "assessment"]
+        assert sum(s["ahead"] for s in stats) > 0 and sum(s["salvaged"] for s in stats) > 0
     figures = {f["actor"] for f in records[-1]["figures"]}
     assert figures == {"ingest", "cache_owner", "target", "draft", "output"}
     assert "pipeline overhead share" in err

@@ -309,6 +309,29 @@ def test_every_line_reaches_the_ring_while_questions_are_served(server):
     assert int(re.search(r'^ringspec_answers_total\{outcome="answers"\} (\d+)', text, re.M).group(1)) >= 6
 
 
+def test_an_answer_with_trees_adaptive_length_and_line_ends_is_the_target_alones(default_gguf, tmp_path):
+    """The same stream, fully in the ring, and the same question: the target alone and the speculative pipeline with
+    every block policy on write the same answer, token for token."""
+    answers = {}
+    for name, draft in (("target_only", 'kind = "none"'),
+                        ("combined", 'kind = "suffix"\nsiblings = 2\nadaptive = true\nend_at_line = true')):
+        (tmp_path / name).mkdir()
+        srv = start_server(tmp_path / name, f'[draft]\n{draft}\n[serve]\napi_key = "{KEY}"\n'
+                                            f'[replay]\nevery_lines = 1000\n', rate=100, lines=40, ready_lines=40)
+        try:
+            status, body, _ = srv.request("POST", "/v1/chat/completions", {
+                "model": "ringspec", "max_tokens": 48,
+                "messages": [{"role": "user", "content": "Which alarms are active, and on which units?"}]})
+        finally:
+            stop_server(srv)
+        assert status == 200, body
+        answers[name] = json.loads(body)["choices"][0]["message"]["content"]
+        journal = [json.loads(line) for line in (tmp_path / name / "journal.jsonl").read_text().splitlines()]
+        stats = next(r["stats"] for r in journal if r["kind"] == "answer")
+        assert (stats["accepted"] > 0) == (name == "combined"), stats      # the draft's proposals were accepted
+    assert answers["combined"] == answers["target_only"] and answers["combined"].strip()
+
+
 def test_a_question_preempts_a_running_analysis(default_gguf, tmp_path):
     """Every line triggers a 200-token analysis (about 2 s) and lines come every half second, so the owner is inside
     an analysis nearly all the time: a question must not wait for it to end."""
