@@ -24,6 +24,10 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--log", help="log to take prompts from (default: the profile's replay.log)")
     p.add_argument("--offsets", type=int, default=5, help="prompts per task, spread over the log (at least 5)")
     p.add_argument("--repeats", type=int, default=3, help="runs of every prompt by every system")
+    p.add_argument("--new-tokens", type=int, default=0, help="at most this many tokens per prompt (default: the "
+                   "task's, 256 for log, 128 for analysis)")
+    p.add_argument("--warm-lines", type=int, default=operators.WARM_LINES,
+                   help="operator: lines in the ring before questions are timed (default %(default)s)")
     add_key(p, "--window", "cache.window", "ring window (pool: the profile's sinks + W; nothing wraps)", type=int)
     add_key(p, "--threads", "model.threads", "ONNX Runtime threads of every system", type=int)
     add_key(p, "--draft-model", "draft.model",
@@ -38,9 +42,10 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--rates", default="4,6,8,10,20", help="operator: line rates to try for keeping up")
     p.add_argument("--seconds", type=float, default=40.0, help="operator: seconds per line rate")
     p.set_defaults(run=lambda a: operators.run_operator_bench(profile_of(a), a.config, a.log, a.rate, a.questions,
-                                                              a.rates, a.seconds) if a.task == "operator" else
+                                                              a.rates, a.seconds, a.warm_lines)
+                   if a.task == "operator" else
                    speed.run_bench(profile_of(a), a.config, a.log, a.task, a.offsets, a.repeats, a.systems,
-                                   not a.no_llama_cpp, a.unpadded))
+                                   not a.no_llama_cpp, a.unpadded, a.new_tokens))
 
     p = add_verb(sub, "eval-recall", recall.run_eval_recall, MEASURING["eval-recall"],
                  profile="TOML profile the model answers with")

@@ -133,10 +133,11 @@ def questions(log: str, n: int) -> list[str]:
             for i in range(n)]
 
 
-def latency(log: str, rate: float, n: int, max_tokens: int, retrieve: int, config=None, progress=None) -> dict:
+def latency(log: str, rate: float, n: int, max_tokens: int, retrieve: int, config=None, progress=None,
+            warm_lines: int = WARM_LINES) -> dict:
     """TTFT and answer speed of n questions asked one after another while the stream replays at `rate`."""
     with tempfile.TemporaryDirectory(prefix="ringspec_opbench_") as tmp:
-        server = _Server(log, rate, retrieve, config, tmp, warm_lines=WARM_LINES)
+        server = _Server(log, rate, retrieve, config, tmp, warm_lines=warm_lines)
         try:
             rows = []
             for i, q in enumerate(questions(log, n)):
@@ -232,15 +233,16 @@ def _kept(row) -> None:
 
 
 def run_operator_bench(cfg, profile: str | None, log: str | None = None, rate: float = 20.0, n_questions: int = 20,
-                       rates: str = "4,6,8,10,20", seconds: float = 40.0) -> OperatorReport:
+                       rates: str = "4,6,8,10,20", seconds: float = 40.0,
+                       warm_lines: int = WARM_LINES) -> OperatorReport:
     """TTFT and answer speed of 30-token questions to a real `serve` while the log replays at `rate` lines/s, with
     no retrieval and with the profile's serve.retrieve lines; then, at each of `rates` (comma-separated lines/s) for
     `seconds`, with a question every 5 s: does ingestion keep up? `profile` (the path of `cfg`) is the servers';
-    `log` defaults to the profile's replay.log."""
+    `log` defaults to the profile's replay.log; `warm_lines`: lines in the ring before questions are timed."""
     ladder = [float(r) for r in rates.split(",") if r.strip()]
     if n_questions < 2 or rate <= 0 or not ladder or min(ladder) <= 0:
         raise ValueError("--questions must be >= 2, --rate and every --rates value > 0")
     k, log = cfg.serve.retrieve, log or replay_log(cfg)
-    out = {"latency": [latency(log, rate, n_questions, 30, r, profile, progress=_asked) for r in sorted({0, k})]}
+    out = {"latency": [latency(log, rate, n_questions, 30, r, profile, _asked, warm_lines) for r in sorted({0, k})]}
     out["keeps_up"] = keeps_up(log, ladder, seconds, 5.0, 30, k, profile, progress=_kept)
     return OperatorReport(out, rate, k)

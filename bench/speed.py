@@ -83,8 +83,10 @@ def rendered(log: str, gguf: str, fmt: str | None):
     return tok, (np.concatenate(lines) if lines else np.zeros(0, np.int64)), starts
 
 
-def prompts(log: str, task: str, n: int, gguf: str = "default", fmt: str | None = None) -> list[Prompt]:
-    """`n` line-aligned windows of the rendered log, evenly spread over it, framed for `task`."""
+def prompts(log: str, task: str, n: int, gguf: str = "default", fmt: str | None = None,
+            new_tokens: int = 0) -> list[Prompt]:
+    """`n` line-aligned windows of the rendered log, evenly spread over it, framed for `task`; each asks for the
+    task's NEW_TOKENS (at most `new_tokens`, when given)."""
 
     tok, ids, starts = rendered(str(log), gguf, fmt)
     want = PROMPT_TOKENS[task]
@@ -93,14 +95,15 @@ def prompts(log: str, task: str, n: int, gguf: str = "default", fmt: str | None 
     line_starts = starts[:-1][starts[:-1] <= len(ids) - want]
     picks = np.unique(line_starts[np.linspace(0, len(line_starts) - 1, n).round().astype(int)])
     head, ask = chat_frame(tok, ReplaySection().system_prompt, QUESTION)
+    new = min(NEW_TOKENS[task], new_tokens or NEW_TOKENS[task])
     out = []
     for s in picks:
         window = ids[s:s + want]
         if task == "log":
-            out.append(Prompt(task, int(s), tuple(int(t) for t in window), NEW_TOKENS[task], ()))
+            out.append(Prompt(task, int(s), tuple(int(t) for t in window), new, ()))
         else:
             full = np.concatenate([head, window, ask])
-            out.append(Prompt(task, int(s), tuple(int(t) for t in full), NEW_TOKENS[task], tuple(tok.stop_ids)))
+            out.append(Prompt(task, int(s), tuple(int(t) for t in full), new, tuple(tok.stop_ids)))
     return out
 
 
@@ -218,16 +221,17 @@ class _Worker:
 # -- the run -------------------------------------------------------------------------------------------------------
 def bench(log: str, tasks=TASKS, n_offsets: int = 5, repeats: int = 3, threads: int = 2, window: int = 1024,
           draft_gguf: str = "", use_llama_cpp: bool | None = None, progress=None, only=(),
-          unpadded: bool = False, profile: str | None = None) -> dict:
+          unpadded: bool = False, profile: str | None = None, new_tokens: int = 0) -> dict:
     """{task: {system: figures}} plus "_meta"; medians over repeats x offsets, systems alternated per prompt.
     only: these systems (and target_only, the reference), else all. unpadded: every ringspec system also without
     the one-row padding rule, alternated with the rest. profile: the TOML profile each system's keys are set over
-    (bench/systems.py; default configs/default.toml), and the model the prompts are tokenized for."""
+    (bench/systems.py; default configs/default.toml), and the model the prompts are tokenized for. new_tokens: at
+    most this many tokens per prompt (0: the task's own, NEW_TOKENS)."""
     use_llama_cpp = llama_cpp_available() if use_llama_cpp is None else use_llama_cpp
     chosen = select(systems(draft_gguf, use_llama_cpp, unpadded), only)
     cpus = sorted(os.sched_getaffinity(0))[:2]
     base = config.load(profile)
-    task_prompts = {task: prompts(log, task, n_offsets, base.model.gguf) for task in tasks}
+    task_prompts = {task: prompts(log, task, n_offsets, base.model.gguf, new_tokens=new_tokens) for task in tasks}
     need = max(len(p.ids) + p.new_tokens for ps in task_prompts.values() for p in ps)
     if need > window:
         raise ValueError(f"a prompt plus its new tokens needs {need} positions; the pool window is {window}")
@@ -360,7 +364,7 @@ def _progress(task, repeat, k, name, res) -> None:
 
 
 def run_bench(cfg, profile: str | None, log: str | None = None, task: str = "all", n_offsets: int = 5, repeats: int = 3,
-              systems_named: str = "", llama_cpp: bool = True, unpadded: bool = False) -> Report:
+              systems_named: str = "", llama_cpp: bool = True, unpadded: bool = False, new_tokens: int = 0) -> Report:
     """Greedy decoding of the same prompts by every system, each in its own worker process confined to the same two
     cores, alternated per prompt; medians printed. Tasks: log (line-aligned 512-token prefixes, 256 tokens, no wrap)
     and analysis (the replay's chat frame around a 512-token window, 'summarise the most severe alarms above', 128
@@ -375,16 +379,17 @@ def run_bench(cfg, profile: str | None, log: str | None = None, task: str = "all
 
     The validated profile `cfg` gives the threads, the pool window and the neural draft; `profile` (its path) is what
     each worker sets its system's keys over (bench/systems.py); `log` defaults to the profile's replay.log; `task`:
-    log, analysis or all; `llama_cpp` False leaves llama.cpp out even when installed. Progress goes to stderr."""
-    if n_offsets < 1 or repeats < 1:
-        raise ValueError("--offsets and --repeats must be at least 1")
+    log, analysis or all; `llama_cpp` False leaves llama.cpp out even when installed; `new_tokens` caps each
+    prompt's tokens (a quick check). Progress goes to stderr."""
+    if n_offsets < 1 or repeats < 1 or new_tokens < 0:
+        raise ValueError("--offsets and --repeats must be at least 1, --new-tokens at least 0")
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))      # unwind: the workers are closed on the way out
     try:
         draft = "" if cfg.draft.model == "none" else cfg.draft.model
         only = [name.strip() for name in systems_named.split(",") if name.strip()]
         out = bench(log or config.replay_log(cfg), TASKS if task == "all" else (task,), n_offsets, repeats,
                     cfg.model.threads, cfg.cache.window, draft, None if llama_cpp else False, _progress, only, unpadded,
-                    profile)
+                    profile, new_tokens)
     except Disagreement as exc:
         return Failure(line=f"ringspec: bench: {exc}", code=3)
     return BenchReport(out)

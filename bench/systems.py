@@ -18,9 +18,9 @@ class System:
     draft_gguf: str = ""
     draft_len: int = 6
     min_confidence: float = 0.0   # a draft model's chain stops below this top probability
-    adaptive: bool = False        # ringspec serial: proposals per verify chosen online, at most draft_len
-    end_at_line: bool = False     # ringspec serial: a block ends after a newline-carrying proposal
-    siblings: int = 0             # ringspec serial: token trees with this many other first tokens (the tree graph)
+    adaptive: bool = False        # ringspec: proposals per verify chosen online, at most draft_len
+    end_at_line: bool = False     # ringspec: a block ends after a newline-carrying proposal
+    siblings: int = 0             # ringspec: token trees with this many other first tokens (the tree graph)
     batch_invariant: bool = True  # ringspec: the runner's one-row padding rule (off: the "_unpadded" twins)
 
     @property
@@ -53,6 +53,8 @@ def systems(draft_gguf: str = "", llama_cpp: bool = True, unpadded: bool = False
 def _systems(draft_gguf: str, llama_cpp: bool) -> list[System]:
     out = [System("target_only", "ringspec"), System("suffix_serial", "ringspec", "suffix"),
            System("pipelined", "pipelined", "suffix"),
+           System("pipelined_tree", "pipelined", "suffix", siblings=2),
+           System("pipelined_adaptive", "pipelined", "suffix", adaptive=True),
            System("adaptive_serial", "ringspec", "suffix", adaptive=True),
            System("lines_serial", "ringspec", "suffix", end_at_line=True),
            System("tree_serial", "ringspec", "suffix", siblings=2)]

@@ -13,8 +13,8 @@ import tracemalloc
 from pipeline.stream.records import read_log, render
 from tests.paths import ROOT
 
-HOT = ("pipeline/decode/engine.py", "pipeline/decode/blocks.py", "pipeline/decode/drafts.py", "kernels/",
-       "models/runner.py")
+HOT = ("pipeline/decode/step.py", "pipeline/decode/local.py", "pipeline/decode/engine.py", "pipeline/decode/blocks.py",
+       "pipeline/decode/blocklen.py", "pipeline/decode/drafts.py", "kernels/", "models/runner.py")
 
 
 def test_the_hot_loop_allocates_nothing_that_survives_a_step(default_gguf):
