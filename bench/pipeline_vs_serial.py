@@ -15,7 +15,6 @@ import subprocess
 import sys
 import tempfile
 import time
-import tomllib
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -80,10 +79,7 @@ def pipelined(log: str, config_path: str | None, max_lines: int) -> dict:
 
 def profile_with(path: str | None, overrides: dict, where: Path) -> Path:
     """A profile file: `path` (default configs/default.toml) with `overrides` ({"section.key": value}) written in."""
-    raw = tomllib.loads(Path(path or config.DEFAULT_PROFILE).read_text())
-    for dotted, value in overrides.items():
-        section, key = dotted.split(".", 1)
-        raw.setdefault(section, {})[key] = value
+    raw = config.read_raw(path, overrides)
     out = where / "profile.toml"                  # TOML's strings, numbers, booleans and arrays are JSON's
     out.write_text("".join(f"[{name}]\n" + "".join(f"{k} = {json.dumps(v)}\n" for k, v in table.items())
                            for name, table in raw.items()))

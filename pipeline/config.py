@@ -189,6 +189,12 @@ _MIN = {("model", "threads"): 1, ("model", "max_rows"): 2, ("cache", "sink"): 0,
 def load(path: str | Path | None = None, overrides: dict | None = None) -> Config:
     """Read and validate a profile (default: configs/default.toml); `overrides` = {"section.key": value}."""
     path = Path(path) if path else DEFAULT_PROFILE
+    return parse(read_raw(path, overrides), str(path))
+
+
+def read_raw(path: str | Path | None = None, overrides: dict | None = None) -> dict:
+    """A profile's tables as read, not validated (default: configs/default.toml), with `overrides` written in."""
+    path = Path(path) if path else DEFAULT_PROFILE
     try:
         raw = tomllib.loads(path.read_text())
     except FileNotFoundError:
@@ -198,7 +204,7 @@ def load(path: str | Path | None = None, overrides: dict | None = None) -> Confi
     for dotted, value in (overrides or {}).items():
         section, key = dotted.split(".", 1)
         raw.setdefault(section, {})[key] = value
-    return parse(raw, str(path))
+    return raw
 
 
 def parse(raw: dict, source: str = "<dict>") -> Config:

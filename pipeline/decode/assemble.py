@@ -23,10 +23,11 @@ def policy(cfg: Config, vocab: int, tokenizer: Tokenizer | None = None) -> Polic
     """The block-length policy [draft] names, for a target of `vocab` ids: the length (capped by one pass's rows),
     adaptive length, line-end blocks (their token mask from `tokenizer`, default the target's)."""
     d, rows = cfg.draft, cfg.model.max_rows
+    length = min(d.length, rows - 1)
     ends = None
     if d.end_at_line:
         ends = line_end_ids(tokenizer or Tokenizer.from_gguf(resolve_gguf(cfg.model.gguf)), vocab)
-    return Policy(min(d.length, rows - 1), rows, LengthControl(min(d.length, rows - 1)) if d.adaptive else None, ends)
+    return Policy(length, rows, LengthControl(length) if d.adaptive else None, ends)
 
 
 def make_draft(cfg: Config, spec: RingSpec, target_vocab: int | None = None):

@@ -24,11 +24,9 @@ class LocalVerifier:
     def __init__(self, runner, seed: int = 0):
         self.runner, self.spec = runner, runner.spec
         self.rng = np.random.default_rng(seed)
-        V, T = runner.vocab, runner.opts.max_rows
-        self._probs = np.zeros((T, V), np.float64)
+        self._probs = np.zeros((runner.opts.max_rows, runner.vocab), np.float64)
         self._last_row = np.zeros(1, np.int64)
-        self._shifted = np.zeros((T, V), np.float64)             # scoring buffers, allocated once
-        self._top, self._total, self._picked = (np.zeros(T, np.float64) for _ in range(3))
+        self._scoring = None        # (shifted [T, V], top, total, picked [T]): allocated at the first scored pass
 
     def mask_buffer(self) -> np.ndarray:
         return self.runner.mask_buffer()
@@ -70,8 +68,10 @@ class LocalVerifier:
 
     def _nll(self, logits, targets) -> float:
         """Sum over rows of -log softmax(logits[r])[targets[r]], in float64, in preallocated buffers."""
-        n = len(targets)
-        shifted, top, total, picked = self._shifted[:n], self._top[:n], self._total[:n], self._picked[:n]
+        n, T, V = len(targets), self.runner.opts.max_rows, self.runner.vocab
+        if self._scoring is None:     # once: engines that never score (and the exactness probe) do not carry them
+            self._scoring = (np.zeros((T, V), np.float64), *(np.zeros(T, np.float64) for _ in range(3)))
+        shifted, top, total, picked = (buf[:n] for buf in self._scoring)
         np.copyto(shifted, logits)
         picked[:] = shifted[np.arange(n), targets]
         shifted.max(axis=1, out=top)
