@@ -35,6 +35,7 @@ MEASURING = {          # the measurement verbs: bench/ sits above this CLI, so t
     "eval-recall": "questions about events that left the window: retrieval recall@k, exact answers",
     "soak": "loop a log through the pipeline at full speed; sample memory and quality",
     "distill": "train a small neural draft on the target's own output (needs the train extra)",
+    "chaos": "kill actors of a real pipeline with a seed; count lost and duplicated lines from the journal",
 }
 
 
@@ -72,7 +73,10 @@ def _stream(p, what: str) -> None:
     add_key(p, "--max-lines", "replay.max_lines", "stop reading after N lines (0: all)", type=int)
     add_key(p, "--every", "replay.every_lines", f"lines between {what}", type=int)
     p.add_argument("--quiet-lines", action="store_true", help=f"print only the {what}, not every log line")
-    p.add_argument("--journal", help=f"append-only JSONL journal of {what} and the final figures")
+    p.add_argument("--journal", help=f"append-only JSONL journal of {what}, the commit checkpoints, restarts and the "
+                                     f"final figures (every record fsynced)")
+    p.add_argument("--resume", action="store_true", help="continue after the journal's last checkpoint (a restarted "
+                   "service: a file source resumes after the last committed line; needs --journal)")
 
 
 def add_model_flags(p) -> None:
@@ -98,7 +102,7 @@ def parser() -> argparse.ArgumentParser:
     add_key(p, "--ray-address", "actors.ray_address", "join this Ray cluster (\"auto\", host:port), not a local one")
     p.add_argument("--pub", help="zmq endpoint to publish every event on (e.g. tcp://127.0.0.1:5599)")
     p.set_defaults(run=lambda a: run_replay(profile_of(a), a.file, a.format, a.speed, a.follow, a.journal, a.pub,
-                                            a.quiet_lines))
+                                            a.quiet_lines, a.resume))
 
     p = add_verb(sub, "serve", run_serve, "the pipeline with operators' questions: OpenAI-compatible HTTP API, web "
                                        "console, zmq questions", True, "TOML profile; [serve] holds the defaults")
@@ -112,7 +116,7 @@ def parser() -> argparse.ArgumentParser:
     add_key(p, "--archive", "serve.archive", "SQLite FTS5 archive of every line (\"\": $RINGSPEC_HOME/archive/...)")
     add_key(p, "--launcher", "actors.launcher", "local or ray", choices=("local", "ray"))
     p.set_defaults(run=lambda a: run_serve(profile_of(a, {"serve.enabled": True}), a.file, a.format, a.rate, a.speed,
-                                           a.loop, a.follow, a.journal, a.quiet_lines))
+                                           a.loop, a.follow, a.journal, a.quiet_lines, a.resume))
 
     p = add_verb(sub, "ask", run_ask, "ask a running `serve` a question over zmq; the answer streams to stdout")
     p.add_argument("question", help="the question, e.g. \"why did the reactor pressure alarm fire?\"")

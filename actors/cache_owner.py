@@ -14,6 +14,12 @@ counts them. When serving, a periodic ("every N lines") analysis waits until no 
 load analyses thin out rather than ingestion falling behind; and a line pass is sent only when the target has
 finished the previous one, so a question never queues behind a stack of line passes.
 
+Durability (README, "Surviving faults"): the owner names what is committed. When no pass is in flight to the target
+(so the lines' tokens are in its ring), at most every `supervise.checkpoint_s` and with every assessment, it sends a
+`Checkpoint` listing the lines fed since the last one; output makes it durable. Started after a restart (`resume`:
+the last durable checkpoint), it restores the trigger count and a due assessment, prefills the `recovery` lines ingest
+re-reads (the window, not committed again), then journals `Recovery` and `Restarted` with the first committed line.
+
 What lives in the ring (DESIGN.md): the sinks hold the system prompt; the ring holds only the stream. An analysis or
 an operator question is asked in a scratch span after the stream (retrieved older lines, the question, the answer)
 that is rolled back when the answer is done, so questions never evict stream lines and never colour later analyses.
@@ -37,9 +43,12 @@ from pipeline.messages import (
     AnswerDelta,
     Assessment,
     Cancel,
+    Checkpoint,
     Eof,
     Line,
     Question,
+    Recovery,
+    Restarted,
     Start,
     Status,
     StreamEnd,
@@ -47,7 +56,7 @@ from pipeline.messages import (
     decode,
     send,
 )
-from pipeline.process import Figures, attach_when_ready, figures_on_request, pin
+from pipeline.process import Figures, attach_when_ready, chaos, figures_on_request, pin
 from pipeline.serve.operators import OperatorQueue, Request
 from pipeline.stream.replay import Analyst, replay_frame
 from pipeline.stream.triggers import Triggers
@@ -55,10 +64,13 @@ from pipeline.stream.triggers import Triggers
 STATUS_EVERY_S = 1.0
 
 
-def run(inbox, outbox: str, model_links: dict, cfg, spec, stop, questions=None, drain=None) -> None:
+def run(inbox, outbox: str, model_links: dict, cfg, spec, stop, source_id: str, questions=None, drain=None,
+        resume: dict | None = None, restart: dict | None = None) -> None:
     """model_links: the channel specs this actor creates (from_target, from_draft) and the names it attaches to
     (to_target, to_draft). questions: the channel spec of operator requests (serving), else None; drain: the
-    operator's drain flag (serving continues after the stream ends until it is set)."""
+    operator's drain flag (serving continues after the stream ends until it is set). source_id: what checkpoints
+    name as the source; resume: the last durable checkpoint (a restart); restart: why (actor, cause, died_at,
+    restarts), journaled with the first committed line."""
     pin(cfg.actors.owner_cpus)
     with Channel.create(inbox) as inp, Channel.create(model_links["from_target"]) as from_target, \
             Channel.create(model_links["from_draft"]) as from_draft, \
@@ -67,7 +79,7 @@ def run(inbox, outbox: str, model_links: dict, cfg, spec, stop, questions=None, 
             attach_when_ready(model_links["to_draft"], stop) as to_draft, \
             attach_when_ready(outbox, stop) as out:
         owner = Owner(cfg, spec, inp, asks if questions else None, out,
-                      (to_target, from_target, to_draft, from_draft), stop, drain)
+                      (to_target, from_target, to_draft, from_draft), stop, drain, source_id, resume, restart)
         owner.loop()
 
 
@@ -80,7 +92,8 @@ class _Nothing:
 
 
 class Owner:
-    def __init__(self, cfg, spec, lines, asks, out, links, stop, drain):
+    def __init__(self, cfg, spec, lines, asks, out, links, stop, drain, source_id: str = "",
+                 resume: dict | None = None, restart: dict | None = None):
         self.cfg, self.spec, self.lines, self.asks, self.out, self.stop, self.drain = \
             cfg, spec, lines, asks, out, stop, drain
         self.figures = Figures("cache_owner")
@@ -99,7 +112,7 @@ class Owner:
         self.asks_only = Selector([asks]) if asks is not None else None
         self.backlog: deque = deque()                 # lines (and the Eof) read while the model generated
         self.backlog_max = cfg.serve.backlog_lines
-        self.seen: deque = deque()                    # (last position, offset, tags, seq) of the lines in the ring
+        self.seen: deque = deque()          # (last position, offset, tags, seq, loop) of the lines in the ring
         self.due: str | None = None                   # an analysis to run when no question waits
         self.cancelled: set[str] = set()              # the request being answered, when its asker cancelled it
         self.current: str | None = None
@@ -110,6 +123,13 @@ class Owner:
             self.engine.on_block = self.block_sent
         self.first_line, self.last_line, self.last_status = None, time.monotonic(), 0.0
         self.kv_pool_bytes = kv_bytes_per_slot(card) * spec.pool_slots
+        # durability: the lines fed since the last checkpoint, the last one checkpointed, a restart to journal
+        self.source_id, self.fresh, self.last_checkpoint = source_id, [], time.monotonic()
+        self.committed = (resume["offset"], resume["loop"], resume["seq"]) if resume else None
+        self.restart, self.resume, self.recovered = restart, resume, []
+        if resume:
+            self.counts["lines"], self.triggers.since = resume["lines"], resume["since"]
+            self.due = resume.get("due")
 
     # -- the schedule ------------------------------------------------------------------------------------------------
     def loop(self) -> None:
@@ -140,6 +160,9 @@ class Owner:
             else:
                 self.due = self.due or self.triggers.on_quiet(time.monotonic() - self.last_line)
             self.status()
+            if self.fresh and time.monotonic() - self.last_checkpoint >= self.cfg.supervise.checkpoint_s and \
+                    not self.engine.to_target.in_flight():
+                send(self.out, Checkpoint(**self.commit_point()), timeout=60.0)
 
     def waits(self, reason: str) -> bool:
         """Serving, a periodic analysis waits while stream lines are waiting: the ring is kept current first, and
@@ -227,11 +250,12 @@ class Owner:
             return
         self.due = None
         seen = self.seen
-        tags = sorted({t for _, _, line_tags, _ in seen for t in line_tags})
+        tags = sorted({t for _, _, line_tags, _, _ in seen for t in line_tags})
         send(self.out, Assessment(trigger=reason, offsets=[seen[0][1], seen[-1][1]], lines=self.counts["lines"],
                                   window_lines=len(seen), window_tags=tags,
                                   latency_ms=(time.perf_counter() - t0) * 1000.0, stats=res.stats.as_dict(),
-                                  ids=np.asarray(res.token_ids, np.int32)), timeout=60.0)
+                                  checkpoint=self.commit_point(), ids=np.asarray(res.token_ids, np.int32)),
+             timeout=60.0)
 
     def take_line(self, line: Line | Eof) -> bool:
         """Prefill one stream line (or end the stream); True when this actor is done."""
@@ -246,6 +270,12 @@ class Owner:
         if not isinstance(line, Line):
             raise ValueError(f"cache owner: unexpected {line.kind!r} among the stream's lines")
         engine = self.engine
+        if line.recovery:                              # committed before a restart: refills the window only
+            chaos("owner.recovery")
+            engine.feed(line.ids)
+            self.in_window(line)
+            self.recovered.append(line.offset)
+            return False
         self.first_line = self.first_line or time.perf_counter()
         self.last_line = time.monotonic()
         nll_sum = nll_n = None
@@ -254,14 +284,49 @@ class Owner:
         else:
             engine.feed(line.ids)
         self.counts["lines"] += 1
-        self.seen.append((engine.index.n - 1, line.offset, line.tags, line.seq))
-        while self.seen and self.seen[0][0] < engine.index.n - engine.spec.window:
-            self.seen.popleft()
+        self.in_window(line)
+        self.fresh.append(line.offset)
+        self.committed = (line.offset, line.loop, line.seq)
         send(self.out, replace(line, ids=None, nll_sum=nll_sum, nll_n=nll_n, window_from_seq=self.seen[0][3],
                                backlog=len(self.backlog)), timeout=60.0)
         reason = self.triggers.after_line(line.text)
         self.due = self.due or reason
+        if self.restart is not None:
+            self.restarted()
         return False
+
+    def in_window(self, line: Line) -> None:
+        n = self.engine.index.n
+        self.seen.append((n - 1, line.offset, line.tags, line.seq, line.loop))
+        while self.seen and self.seen[0][0] < n - self.engine.spec.window:
+            self.seen.popleft()
+
+    # -- durability --------------------------------------------------------------------------------------------------
+    def commit_point(self) -> dict:
+        """A Checkpoint's fields for the lines fed so far, once the target has run every pass sent to it (their
+        tokens are then in its ring); the lines since the last one are its `offsets`."""
+        while self.engine.to_target.in_flight():
+            time.sleep(0.001)
+        offset, loop, seq = self.committed or (-1, 0, 0)
+        first = self.seen[0] if self.seen else (0, offset, (), seq, loop)
+        point = dict(source=self.source_id, offset=offset, loop=loop, seq=seq, offsets=self.fresh,
+                     position=int(self.engine.index.n), window_offset=first[1], window_loop=first[4],
+                     window_seq=first[3], lines=self.counts["lines"], since=self.triggers.since, due=self.due)
+        self.fresh, self.last_checkpoint = [], time.monotonic()
+        return point
+
+    def restarted(self) -> None:
+        """The first line after a restart is in the ring: make it committed, then journal the recovery and the
+        restart (its recovery time: from the death to this commit)."""
+        r, self.restart = self.restart, None
+        send(self.out, Checkpoint(**self.commit_point()), timeout=60.0)
+        send(self.out, Recovery(lines=len(self.recovered), offsets=self.recovered[:1] + self.recovered[-1:],
+                                position=int(self.engine.index.n)), timeout=60.0)
+        died = r.get("died_at")
+        send(self.out, Restarted(actor=r.get("actor", ""), cause=r.get("cause", ""), restarts=r.get("restarts", {}),
+                                 recovery_s=None if died is None else time.time() - died,
+                                 resumed_after=self.resume["offset"] if self.resume else None), timeout=60.0)
+        self.recovered = []
 
     # -- reporting ---------------------------------------------------------------------------------------------------
     def status(self) -> None:
@@ -277,6 +342,10 @@ class Owner:
                                                         "acceptance_rate", "verify_calls")}), timeout=60.0)
 
     def close(self) -> None:
+        if self.restart is not None and self.committed is not None:
+            self.restarted()                           # nothing new came after the restart: journal it now
+        if self.fresh:
+            send(self.out, Checkpoint(**self.commit_point()), timeout=60.0)
         model_figures = self.engine.close()
         self.figures.extra.update(stream_wall_s=time.perf_counter() - (self.first_line or 0.0),
                                   inbox_max_depth=self.lines.max_depth, **self.counts,

@@ -25,7 +25,7 @@ from pipeline.channel import Channel, ChannelSpec
 from pipeline.decode.assemble import make_draft, policy
 from pipeline.decode.blocks import ALIGNED_BLOCK, room_of, trunk
 from pipeline.messages import Close, Closed, Commit, Halt, Observe, Proposal, Restart, Rollback, decode, send
-from pipeline.process import Figures, attach_when_ready, figures_on_request, pin
+from pipeline.process import Figures, attach_when_ready, chaos, figures_on_request, pin
 
 AHEAD = 2
 EMPTY = np.zeros(0, np.int64)
@@ -112,6 +112,7 @@ class Drafter:
 
     def _send(self, r: Lookahead, tokens, parent, q, n: int, pending: int, t0: float) -> None:
         t1 = time.perf_counter()
+        chaos("draft.proposed")                          # fault injection, test-only: drafted, not yet sent
         send(self.out, Proposal(epoch=r.epoch, block=r.block, n=n, pending=pending, t0=t0, t1=t1, tokens=tokens,
                                 parent=parent, q=q), timeout=60.0)
         self.proposals += 1

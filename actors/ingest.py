@@ -2,16 +2,21 @@
 
 Receives nothing; emits one `Line` per record to the cache owner (offset, time, tags, text, seq, the drop counts so
 far, and its token ids), then an `Eof` carrying its counts and figures (pipeline/messages.py). When serving, every
-record also goes into the archive (pipeline/stream/archive.py; `seq` is its row there), flushed at least every half
-second. A file source (replay, loop, follow) is back-pressured: it waits while the owner's channel is full and never
-drops. A live source (tcp, stdin) cannot be paused for ever: when the owner's backlog and channel stay full for
-`drop_after_s`, the record is dropped, counted and logged, never buffered without limit. Never touches a model or
+record also goes into the archive (pipeline/stream/archive.py; `seq` is its row there), committed there before the
+line is sent on. A file source (replay, loop, follow) is back-pressured: it waits while the owner's channel is full
+and never drops. A live source (tcp, stdin) cannot be paused for ever: when the owner's backlog and channel stay full
+for `drop_after_s`, the record is dropped, counted and logged, never buffered without limit. Never touches a model or
 the cache.
 
 Sources (`source["kind"]`): replay (a captured file at `speed` times its original pace, or at `rate` lines per
 second), follow (`tail -f`, across rotations), tcp (a line server on host:port), stdin (the launcher's stdin,
 reopened through /proc), loop (a file replayed over and over, at full speed or at `rate` lines per second: the soak,
 a demo server).
+
+Resuming (`source["resume"]`, from the journal's last checkpoint: pipeline/stream/journal.py): a file source is read
+again from the oldest line that was in the window; lines up to the checkpoint's are sent flagged `recovery` (the owner
+refills the ring with them), the rest as new lines, with the seqs they had. A live source cannot be read again: it
+continues with the next seq, and what the previous ingest held is a gap the owner journals.
 """
 from __future__ import annotations
 
@@ -25,20 +30,21 @@ import numpy as np
 from models.registry import resolve_gguf
 from models.tokenizer import Tokenizer
 from pipeline.messages import Eof, Line, send
-from pipeline.process import Figures, StopFlag, attach_when_ready, figures_on_request, pin
+from pipeline.process import Figures, StopFlag, attach_when_ready, chaos, figures_on_request, pin
 from pipeline.stream import sources
 from pipeline.stream.archive import Archive
 
 
 def open_source(source: dict, stop_event: threading.Event):
-    kind = source.get("kind", "replay")
+    kind, resume = source.get("kind", "replay"), source.get("resume") or {}
     if kind == "replay":
         return sources.replay(source["path"], source.get("speed", 0.0), fmt=source.get("format"), stop=stop_event,
-                              rate=source.get("rate", 0.0))
+                              rate=source.get("rate", 0.0), start=resume.get("window_offset", 0))
     if kind == "loop":
         return _Loop(source, stop_event)
     if kind == "follow":
-        return sources.follow(source["path"], stop=stop_event, from_start=source.get("from_start", False))
+        return sources.follow(source["path"], stop=stop_event, from_start=source.get("from_start", False),
+                              start=resume.get("window_offset"))
     if kind == "tcp":
         src = sources.tcp(source.get("host", "127.0.0.1"), source.get("port", 0), stop=stop_event)
         print(f"ringspec: listening for log lines on tcp://{src.address[0]}:{src.address[1]}", file=sys.stderr,
@@ -53,14 +59,17 @@ class _Loop:
     """A captured file replayed over and over (the soak): records carry their pass in `loop`."""
 
     def __init__(self, source: dict, stop_event: threading.Event):
-        self.source, self.stop_event, self.loop = source, stop_event, 0
+        resume = source.get("resume") or {}
+        self.source, self.stop_event = source, stop_event
+        self.loop, self.start = resume.get("window_loop", 0), resume.get("window_offset", 0)
         self.stats = sources.SourceStats()
         self._sources = sources
 
     def records(self, fmt: str):
         while not self.stop_event.is_set():
             src = self._sources.replay(self.source["path"], 0.0, fmt=fmt, stop=self.stop_event,
-                                       rate=self.source.get("rate", 0.0))
+                                       rate=self.source.get("rate", 0.0), start=self.start)
+            self.start = 0
             yield from self._sources.parse(fmt, src)
             for key, value in vars(src.stats).items():
                 setattr(self.stats, key, getattr(self.stats, key) + value)
@@ -82,24 +91,38 @@ def run(out_name: str, source: dict, gguf: str, cpus: str, stop, drain, drop_aft
     waits = source.get("kind", "replay") in FILE_SOURCES
     fmt = source["format"]
     dropped = sent = tokens = 0
-    archive_flushed = time.monotonic()
+    resume = source.get("resume") or {}
+    # a file re-read from the window's oldest line: recovery first (unless a followed file was rotated meanwhile)
+    recovering = waits and bool(resume) and getattr(src, "resumed", True)
+    upto = (resume.get("loop", 0), resume.get("offset", -1))
+    next_seq = resume.get("window_seq", 1) if waits else resume.get("seq", 0) + 1
     limit, token_limit = source.get("max_lines") or 0, source.get("max_tokens") or 0
+    before = resume.get("lines", 0)             # lines committed before this start count against max_lines
     records = src.records(fmt) if isinstance(src, _Loop) else sources.parse(fmt, src)
-    archive = _open_archive(source.get("archive"))
+    archive = _open_archive(source.get("archive"), next_seq if resume else None)
     with attach_when_ready(out_name, stop) as out:
         for rec in records:
             if reading.is_set():
                 break
+            loop = getattr(src, "loop", 0)
+            recovery = recovering = recovering and (loop, rec.offset) <= upto
             with figures.busy():
                 ids = tok.encode(rec.text + "\n").astype(np.int32)
-                seq = archive.add(rec.offset, rec.time, rec.text) if archive else sent + dropped + 1
+                if archive:                          # durable before it is sent on: every line sent is searchable
+                    seq = archive.add(rec.offset, rec.time, rec.text)
+                    archive.flush()
+                else:
+                    seq, next_seq = next_seq, next_seq + 1
+            chaos("ingest.recovery" if recovery else "ingest.read")
             st = src.stats
             t0 = time.perf_counter()                 # waiting on a full queue is back-pressure, not work
-            line = Line(offset=rec.offset, time=rec.time, tags=list(rec.tags), text=rec.text,
-                        loop=getattr(src, "loop", 0), n_tokens=len(ids), seq=seq,
+            line = Line(offset=rec.offset, time=rec.time, tags=list(rec.tags), text=rec.text, loop=loop,
+                        n_tokens=len(ids), seq=seq, recovery=recovery,
                         drops={"queue_full": dropped, "invalid_utf8": st.invalid_utf8, "nul_bytes": st.nul_bytes,
                                "oversized": st.oversized}, ids=ids)
             if _deliver(out, line, None if waits else drop_after_s, stop):
+                if recovery:
+                    continue
                 sent += 1
                 tokens += len(ids)
             elif not stop.is_set():
@@ -107,11 +130,8 @@ def run(out_name: str, source: dict, gguf: str, cpus: str, stop, drain, drop_aft
                 if dropped == 1 or dropped % 100 == 0:
                     print(f"ringspec: ingest: dropped line {rec.offset} (the cache owner's queue stayed full for "
                           f"{drop_after_s:.0f} s; {dropped} dropped so far)", file=sys.stderr, flush=True)
-            if archive and time.monotonic() - archive_flushed > ARCHIVE_FLUSH_S:
-                archive.flush()
-                archive_flushed = time.monotonic()
             figures.extra["blocked_s"] = figures.extra.get("blocked_s", 0.0) + time.perf_counter() - t0
-            if (limit and sent + dropped >= limit) or (token_limit and tokens >= token_limit):
+            if (limit and before + sent + dropped >= limit) or (token_limit and tokens >= token_limit):
                 break
         if archive:
             archive.close()
@@ -122,7 +142,6 @@ def run(out_name: str, source: dict, gguf: str, cpus: str, stop, drain, drop_aft
     stop_event.set()
 
 
-ARCHIVE_FLUSH_S = 0.5        # a line is searchable at most this long after it was read
 FILE_SOURCES = ("replay", "loop", "follow")     # a file waits for the pipeline: back-pressured, never dropped
 
 
@@ -141,12 +160,16 @@ def _deliver(out, line: Line, timeout: float | None, stop) -> bool:
                 return False
 
 
-def _open_archive(spec: dict | None):
-    """The archive every line also goes to (serving): None when not asked for."""
+def _open_archive(spec: dict | None, rewind: int | None):
+    """The archive every line also goes to (serving): None when not asked for. rewind: resuming, the seq the next
+    line read has (the lines from there on are archived again as they are read again)."""
     if not spec:
         return None
     Path(spec["path"]).parent.mkdir(parents=True, exist_ok=True)
-    return Archive(spec["path"], max_lines=spec["max_lines"], flush_every=64)
+    archive = Archive(spec["path"], max_lines=spec["max_lines"], flush_every=64)
+    if rewind is not None:
+        archive.rewind(rewind)
+    return archive
 
 
 def _watch(stop, stop_event: threading.Event) -> None:

@@ -1,6 +1,9 @@
 """Output actor: owns stdout, the append-only JSONL journal, the zmq PUB socket and, when serving, the operators'
 front (HTTP API, console, zmq questions: pipeline/serve/front.py).
 
+The journal is where durability lives (pipeline/stream/journal.py): every record is fsynced before the event's next
+step, so a checkpoint it holds makes its lines committed and an assessment it holds is written.
+
 Receives events from the cache owner (pipeline/messages.py); detokenizes assessments and checks the tags they mention
 against the tags of the lines the model could see (a mentioned tag none of them carries is counted as hallucinated);
 hands answer tokens to the front, which streams them to whoever asked; writes each event once to every sink, as a
@@ -25,6 +28,7 @@ from pipeline.messages import (
     AnswerDelta,
     Assessment,
     Eof,
+    Restarted,
     Line,
     Start,
     Status,
@@ -33,10 +37,11 @@ from pipeline.messages import (
     copied,
     decode,
 )
-from pipeline.process import Figures, attach_when_ready, figures_on_request, messages, pin
+from pipeline.process import Figures, attach_when_ready, chaos, figures_on_request, messages, pin
 from pipeline.serve.front import Front
 from pipeline.serve.http_api import serve_http
 from pipeline.serve.zmq_api import ZmqFront
+from pipeline.stream.journal import Journal
 
 TAG = re.compile(r"\b[A-Z]{1,4}\d{2,4}(?:_\d+)?\b")   # plant tags as alarm consoles write them: FIR123, AIR003_3
 
@@ -56,7 +61,7 @@ def run(in_spec: ChannelSpec, gguf: str, journal: str | None, pub: str | None, q
         sock = zmq.Context.instance().socket(zmq.PUB)
         sock.setsockopt(zmq.LINGER, 0)
         sock.bind(pub)
-    log = open(journal, "a", encoding="utf-8") if journal else None
+    log = Journal(journal) if journal else None
     front = servers = None
     try:
         with Channel.create(in_spec) as inp:
@@ -86,8 +91,10 @@ def run(in_spec: ChannelSpec, gguf: str, journal: str | None, pub: str | None, q
                         record["figures"] = event.figures + [figures.snapshot()]
                     if front is not None:
                         front.on_event(event, record)
-                    _emit(event, record, quiet_lines)
                     _record(event, record, log, sock)
+                    if isinstance(event, Assessment):
+                        chaos("output.written")      # fault injection, test-only: written, not yet shown
+                    _emit(event, record, quiet_lines)
                 if isinstance(event, Eof):
                     return
     finally:
@@ -103,10 +110,9 @@ def run(in_spec: ChannelSpec, gguf: str, journal: str | None, pub: str | None, q
 
 
 def _record(event, record: dict, log, sock) -> None:
-    """The journal takes every event but stream lines; PUB takes them all."""
+    """The journal takes every event but stream lines, durably; PUB takes them all."""
     if log and not isinstance(event, Line):
-        log.write(json.dumps(record) + "\n")
-        log.flush()
+        log.append(record)
     if sock is not None:
         sock.send_multipart([event.kind.encode(), json.dumps(record).encode()])
 
@@ -115,7 +121,7 @@ def _start_front(cfg, tok, serve: dict, stop):
     """The operators' interfaces: the front (its channel to the owner), then HTTP and zmq as configured."""
 
     asks = attach_when_ready(serve["asks"], stop)
-    front = Front(cfg, tok, asks, serve["archive"], serve.get("pids_file"))
+    front = Front(cfg, tok, asks, serve["archive"], serve.get("pids_file"), serve.get("restarts"))
     servers = []
     if cfg.serve.http:
         host, _, port = cfg.serve.http.rpartition(":")
@@ -162,6 +168,12 @@ def _emit(event, record: dict, quiet_lines: bool) -> None:
                   f"   ({record['completion_tokens']} tokens, ttft {ttft} ms, total {record['total_ms']:.0f} ms, "
                   f"queued {record['queued_ms']:.0f} ms, {len(record['retrieved'])} older lines retrieved, "
                   f"{record['finish_reason']})\n", flush=True)
+        case Restarted():
+            took = "" if record["recovery_s"] is None else f", {record['recovery_s']:.1f} s from the death"
+            why = f"after {record['cause']}" if record["actor"] else "from the journal (resume)"
+            where = "from its start" if record["resumed_after"] is None else f"after offset {record['resumed_after']}"
+            print(f"ringspec: resumed {why}: the stream continues {where}{took}",
+                  file=sys.stderr, flush=True)
         case Eof():
             _end_of_stream(record)
 

@@ -22,7 +22,7 @@ from pipeline.decode.blocks import Block
 from pipeline.decode.exactness import check
 from pipeline.decode.local import LocalVerifier
 from pipeline.messages import Close, Closed, Picked, Prefill, Ready, Scored, Verdict, Verify, decode, send
-from pipeline.process import Figures, attach_when_ready, figures_on_request, messages, pin
+from pipeline.process import Figures, attach_when_ready, chaos, figures_on_request, messages, pin
 
 
 def run(inbox: ChannelSpec, outbox: str, cfg, spec, stop) -> None:
@@ -47,6 +47,7 @@ def run(inbox: ChannelSpec, outbox: str, cfg, spec, stop) -> None:
                     send(out, Closed(figures=figures.snapshot()), timeout=60.0)
                     return
                 if isinstance(msg, Prefill):
+                    chaos("target.prefill")      # armed just after a restart, it hits during the window's refill
                     got = verifier.prefill(msg.ids, msg.pos, msg.mask, msg.slots, params if msg.pick else None,
                                            msg.score, recent=msg.recent)
                     if msg.score:
@@ -56,6 +57,7 @@ def run(inbox: ChannelSpec, outbox: str, cfg, spec, stop) -> None:
                 elif isinstance(msg, Verify):
                     blk = Block(msg.ids, msg.parent, msg.q, msg.pos, None, msg.recent, msg.slots, msg.path)
                     v = verifier.verify(blk, msg.mask, params)
+                    chaos("target.verified")     # fault injection, test-only: K/V stored, the verdict not sent
                     send(out, Verdict(epoch=msg.epoch, block=msg.block, rows=v.rows.tolist(), next=v.next, t0=v.t0,
                                       t1=time.perf_counter(), forward_s=v.forward_s), timeout=60.0)
                 else:

@@ -8,7 +8,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from bench import distill, draftscan, operators, perplexity, pipeline_vs_serial, recall, soak, speed
+from bench import chaos, distill, draftscan, operators, perplexity, pipeline_vs_serial, recall, soak, speed
 from run import MEASURING, ROOT, add_key, add_model_flags, add_verb, main, profile_of
 
 SHARED = ROOT.parent / "shared"
@@ -46,6 +46,20 @@ def parser() -> argparse.ArgumentParser:
                    if a.task == "operator" else
                    speed.run_bench(profile_of(a), a.config, a.log, a.task, a.offsets, a.repeats, a.systems,
                                    not a.no_llama_cpp, a.unpadded, a.new_tokens))
+
+    p = add_verb(sub, "chaos", chaos.run_chaos, MEASURING["chaos"], profile="TOML profile of the pipeline under test")
+    p.add_argument("log", nargs="?", help="the log to replay (default: the profile's replay.log), repeated --copies "
+                   "times into one file")
+    p.add_argument("--kills", type=int, default=10, help="actor deaths to cause (at least every named point of every "
+                   "actor once; default %(default)s)")
+    p.add_argument("--seed", type=int, default=0, help="which actor dies where, how, and when (default %(default)s)")
+    p.add_argument("--serve", action="store_true", help="run `serve` (lines at 8 per second, questions over HTTP) "
+                   "instead of `replay`")
+    p.add_argument("--copies", type=int, default=0, help="the log this many times over (default: kills / 5)")
+    p.add_argument("--json", action="store_true", help="print the figures as one JSON object (lines_lost, "
+                   "lines_duplicated, ...)")
+    p.set_defaults(run=lambda a: chaos.run_chaos(profile_of(a), a.config, a.log, a.kills, a.seed, a.serve, a.copies,
+                                                 progress=lambda m: print(m, file=sys.stderr, flush=True)))
 
     p = add_verb(sub, "eval-recall", recall.run_eval_recall, MEASURING["eval-recall"],
                  profile="TOML profile the model answers with")

@@ -88,6 +88,7 @@ class ReplaySection:
     score_stream: bool = False       # report each stream line's teacher-forced NLL (logits for every row: slower)
     max_new_tokens: int = 60
     max_lines: int = 0               # 0 = the whole file
+    resume: bool = False             # start a file source after the journal's last checkpoint (--resume)
     system_prompt: str = ("You are the alarm analyst of a chemical plant. You read the operator console's alarm "
                           "log and, when asked, summarise in one or two short sentences what is happening.")
     question: str = "Summarise the latest alarms above in one sentence, naming the tags."
@@ -125,6 +126,17 @@ class ActorsSection:
     ray_address: str = ""            # "" = start a local Ray instance; else join this cluster (e.g. "auto")
 
 
+@dataclass(frozen=True)
+class SuperviseSection:
+    """What the launcher does when an actor dies: restart the pipeline from the last durable checkpoint (all five
+    actors, Erlang/OTP's one_for_all), unless one actor died `max_restarts` times within `period_s` (a crash loop:
+    stop, exit 2). The cache owner writes a checkpoint every `checkpoint_s` while lines flow, and at every
+    assessment."""
+    max_restarts: int = 5            # 0 = fail-stop: the first death stops the pipeline (exit 2)
+    period_s: float = 60.0
+    checkpoint_s: float = 2.0
+
+
 def cpu_set(text: str) -> set[int]:
     """'0-2,5' -> {0, 1, 2, 5}; '' -> set() (no pinning)."""
     cpus: set[int] = set()
@@ -145,6 +157,7 @@ class Config:
     replay: ReplaySection = field(default_factory=ReplaySection)
     actors: ActorsSection = field(default_factory=ActorsSection)
     serve: ServeSection = field(default_factory=ServeSection)
+    supervise: SuperviseSection = field(default_factory=SuperviseSection)
     source: str = "<defaults>"
 
 
@@ -183,7 +196,8 @@ _MIN = {("model", "threads"): 1, ("model", "max_rows"): 2, ("cache", "sink"): 0,
         ("replay", "max_lines"): 0, ("replay", "idle_s"): 0.0, ("model", "accuracy_level"): 0,
         ("serve", "max_prompt_tokens"): 16, ("serve", "max_answer_tokens"): 1, ("serve", "max_body_bytes"): 1024,
         ("serve", "max_waiting"): 1, ("serve", "deadline_s"): 0.1, ("serve", "backlog_lines"): 0,
-        ("serve", "archive_max_lines"): 1, ("serve", "retrieve"): 0}
+        ("serve", "archive_max_lines"): 1, ("serve", "retrieve"): 0, ("supervise", "max_restarts"): 0,
+        ("supervise", "period_s"): 0.0, ("supervise", "checkpoint_s"): 0.01}
 
 
 def load(path: str | Path | None = None, overrides: dict | None = None) -> Config:

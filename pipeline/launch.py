@@ -1,9 +1,14 @@
 """Launchers: the five actors as local processes (multiprocessing, spawn) or as named Ray actors, one topology.
 
 Owns the topology (which actor creates which channel, the channels' sizes) and process lifetimes: start, the
-operator's signals (SIGINT/SIGTERM drain the pipeline: the source stops, what was read is processed, the journal is
-flushed; a second signal or a stuck drain stops everything; SIGUSR1 makes every actor print its figures), the death of
-an actor (everything stops, the cause is reported, no orphan process and no leftover segment). Nothing numeric here.
+operator's signals (SIGINT/SIGTERM, to the launcher or to its whole process group, drain the pipeline: the source
+stops, what was read is processed, the journal gets its final record; a second signal or a stuck drain stops
+everything; SIGUSR1 makes every actor print its figures; the actors themselves ignore SIGINT and SIGTERM, so a
+terminal's Ctrl-C reaches them only through the launcher), and supervision: when an actor dies, every actor of the
+pipeline is stopped and the pipeline is started again from the journal's last durable checkpoint (Erlang/OTP's
+one_for_all restart strategy: the five share one sequence state, so none can restart alone), unless the death is a
+start-up failure or a crash loop (`[supervise]`); then everything stops, the cause is reported, exit code 2, no
+orphan process and no leftover segment. Nothing numeric here.
 
     ingest --lines--> cache owner --events--> output
                        |  ^   |  ^
@@ -18,8 +23,11 @@ Each channel is created by its consumer; producers attach when it appears (model
 """
 from __future__ import annotations
 
+import contextlib
 import ctypes
+import functools
 import importlib
+import itertools
 import json
 import multiprocessing as mp
 import os
@@ -36,16 +44,21 @@ from models.registry import converted_dir, home, resolve_gguf
 from pipeline.channel import ChannelSpec, cleanup_stale
 from pipeline.config import replay_log
 from pipeline.decode.drafts import speaks
-from pipeline.process import StopFlag, Stopped
+from pipeline.process import CHAOS_DIR, StopFlag, Stopped
 from pipeline.report import Report
 from pipeline.stream.replay import ReplayReport, printer, replay, replay_frame
+from pipeline.stream.journal import records, resume_point
 from pipeline.stream.sources import source_of
 
 DRAIN_S = 60.0        # a drain that takes longer than this is cut short
+STOP_GRACE_S = 10.0   # actors told to stop that still run after this are killed
+DEATH_GRACE_S = 0.5   # ... after an actor died: what they hold is recovered from the checkpoint, not from them
 
 
 class ActorDied(RuntimeError):
-    pass
+    def __init__(self, message: str, actor: str = "", died_at: float | None = None):
+        super().__init__(message)
+        self.actor, self.died_at = actor, died_at if died_at is not None else time.time()
 
 
 @dataclass
@@ -55,9 +68,11 @@ class ActorPlan:
     kwargs: dict
 
 
-def plan(cfg, source: dict, journal: str | None, pub: str | None, quiet_lines: bool, run_dir: str,
-         tag: str) -> list[ActorPlan]:
-    """The five actors and their channels, sized once here from the config and the model's card."""
+def plan(cfg, source: dict, journal: str, pub: str | None, quiet_lines: bool, run_dir: str,
+         tag: str, resume: dict | None = None, restart: dict | None = None) -> list[ActorPlan]:
+    """The five actors and their channels, sized once here from the config and the model's card. resume: the last
+    durable checkpoint to start from (ingest re-reads a file from its window; the owner restores its counts);
+    restart: why this start is a restart (journaled by the owner with the first committed line)."""
 
     card = load_card(converted_dir(resolve_gguf(cfg.model.gguf)))      # converts on first use, with progress
     vocab = card["config"]["vocab_size"]
@@ -77,7 +92,10 @@ def plan(cfg, source: dict, journal: str | None, pub: str | None, quiet_lines: b
         archive = cfg.serve.archive or str(home() / "archive" / "stream.sqlite")
         source = {**source, "archive": {"path": archive, "max_lines": cfg.serve.archive_max_lines}}
         owner_serve = dict(questions=asks, drain=StopFlag(drain))
-        output_serve = dict(cfg=cfg, serve={"asks": asks.name, "archive": archive, "pids_file": pids_file(run_dir)})
+        output_serve = dict(cfg=cfg, serve={"asks": asks.name, "archive": archive, "pids_file": pids_file(run_dir),
+                                            "restarts": (restart or {}).get("restarts", {})})
+    sid = source_id(source)
+    source = {**source, "resume": resume}
     return [
         ActorPlan("output", "actors.output", dict(in_spec=events, gguf=cfg.model.gguf, journal=journal, pub=pub,
                                                   quiet_lines=quiet_lines, cpus=cfg.actors.output_cpus, stop=stop,
@@ -87,7 +105,8 @@ def plan(cfg, source: dict, journal: str | None, pub: str | None, quiet_lines: b
         ActorPlan("draft", "actors.draft", dict(inbox=links["to_draft"], outbox=links["from_draft"].name, cfg=cfg,
                                                 spec=spec, vocab=vocab, stop=stop)),
         ActorPlan("cache_owner", "actors.cache_owner",
-                  dict(inbox=lines, outbox=events.name, cfg=cfg, spec=spec, stop=stop,
+                  dict(inbox=lines, outbox=events.name, cfg=cfg, spec=spec, stop=stop, source_id=sid,
+                       resume=resume, restart=restart,
                        model_links={"from_target": links["from_target"], "from_draft": links["from_draft"],
                                     "to_target": links["to_target"].name, "to_draft": links["to_draft"].name},
                        **owner_serve)),
@@ -108,6 +127,13 @@ def model_links(cfg, spec, vocab: int, tag: str) -> dict[str, ChannelSpec]:
             "from_draft": _channel(tag, "from_draft", 8, q_bytes + (4 << 10))}
 
 
+def source_id(source: dict) -> str:
+    """What a checkpoint names as its source: a file's absolute path, tcp://HOST:PORT, or "-" (stdin)."""
+    if source["kind"] == "tcp":
+        return f"tcp://{source.get('host', '127.0.0.1')}:{source.get('port', 0)}"
+    return "-" if source["kind"] == "stdin" else source["path"]
+
+
 def _channel(tag: str, name: str, slots: int, payload: int, header_bytes: int = 4 << 10) -> ChannelSpec:
     return ChannelSpec(f"{tag}_{name}", slots=slots, payload_bytes=payload, header_bytes=header_bytes)
 
@@ -118,9 +144,10 @@ def pids_file(run_dir: str) -> str:
 
 
 def _write_pids(run_dir: str, pids: dict) -> None:
-    with open(pids_file(run_dir) + ".tmp", "w") as f:
-        json.dump(pids, f)
-    os.replace(pids_file(run_dir) + ".tmp", pids_file(run_dir))
+    for where in [run_dir] + ([CHAOS_DIR] if CHAOS_DIR else []):       # chaos: the fault injector reads them too
+        with open(pids_file(where) + ".tmp", "w") as f:
+            json.dump(pids, f)
+        os.replace(pids_file(where) + ".tmp", pids_file(where))
 
 
 def enter(module: str, kwargs: dict, parent: int | None = None) -> None:
@@ -130,6 +157,8 @@ def enter(module: str, kwargs: dict, parent: int | None = None) -> None:
     _name_process(f"rs:{module.split('.')[-1]}")
     if parent is not None:
         _die_with(parent)
+    for sig in (signal.SIGINT, signal.SIGTERM):         # a terminal's Ctrl-C reaches the whole process group: the
+        signal.signal(sig, signal.SIG_IGN)              # launcher drains the pipeline, the actors go on until told
     signal.signal(signal.SIGUSR1, signal.SIG_IGN)       # until the actor installs its figures handler
     signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGUSR1})
     try:
@@ -163,21 +192,94 @@ def _name_process(name: str) -> None:
 
 
 def run_pipeline(cfg, source: dict, journal: str | None = None, pub: str | None = None,
-                 quiet_lines: bool = False) -> None:
-    """Run the actors with the configured launcher until the stream ends (or a signal drains or stops it)."""
+                 quiet_lines: bool = False, resume: bool = False) -> None:
+    """Run the actors with the configured launcher until the stream ends (or a signal drains or stops it),
+    restarting them from the last durable checkpoint when one dies (see the module's docstring). resume: start
+    from the journal's last checkpoint (a whole-service restart; a file source continues after it)."""
     run_dir = tempfile.mkdtemp(prefix="ringspec_run_")
-    tag = f"p{os.getpid()}_{int(time.time() * 1000) % 1_000_000}"
+    journal = journal or f"{run_dir}/journal.jsonl"        # checkpoints need one; without --journal it is the run's
+    sid = source_id(source)
+    point = resume_point(journal, sid) if resume else None
+    restart = {"actor": "", "cause": "resume", "died_at": None, "restarts": {}} if resume else None
+    signals = _Signals(run_dir)
     try:
-        plans = plan(cfg, source, journal, pub, quiet_lines, run_dir, tag)
-        launcher = _ray if cfg.actors.launcher == "ray" else _local
-        launcher(plans, run_dir, cfg)
+        with _ray_session(cfg) if cfg.actors.launcher == "ray" else contextlib.nullcontext(_local) as launcher:
+            _supervise(cfg, source, journal, pub, quiet_lines, run_dir, launcher, signals, point, restart)
+        if signals.forced:
+            print("ringspec: stopped at once (a second signal): the journal has no final record; --resume continues "
+                  "after its last checkpoint", file=sys.stderr, flush=True)
+            raise KeyboardInterrupt
     finally:
+        signals.restore()
         shutil.rmtree(run_dir, ignore_errors=True)
         cleanup_stale()
 
 
+def _supervise(cfg, source, journal, pub, quiet_lines, run_dir, launcher, signals, point, restart) -> None:
+    """Start the pipeline; when an actor dies, start it again from the last durable checkpoint (one_for_all), until
+    the stream ends, the operator drains it, or the death is a start-up failure or a crash loop (ActorDied)."""
+    supervisor, sid = Supervisor(cfg.supervise), source_id(source)
+    while True:
+        tag = f"p{os.getpid()}_{int(time.time() * 1000) % 1_000_000}"
+        started_at = os.path.getsize(journal) if os.path.exists(journal) else 0
+        plans = plan(cfg, source, journal, pub, quiet_lines, run_dir, tag, point, restart)
+        try:
+            return launcher(plans, run_dir, cfg, signals)
+        except ActorDied as died:
+            if signals.drain_since is not None:
+                raise                                # an operator's drain or stop is not undone by a restart
+            if restart is None and not _started(journal, started_at):
+                cause = died.args[0].removesuffix("; the pipeline was stopped")
+                raise ActorDied(f"{cause} while the pipeline was starting (not restarted: a start-up failure); the "
+                                f"pipeline was stopped", died.actor) from None
+            restart = supervisor.restart(died, source)
+            point = resume_point(journal, sid)
+            print(f"ringspec: {died.args[0].removesuffix('; the pipeline was stopped')}; restarting the pipeline "
+                  f"from {'offset ' + str(point['offset']) if point else 'the start'} (restart "
+                  f"{restart['restarts'][died.actor]} of {died.actor})", file=sys.stderr, flush=True)
+            signals.stop.clear()
+            cleanup_stale()
+
+
+def _started(journal: str, since: int) -> bool:
+    """The pipeline started since byte `since` of the journal: its `start` record is there (the target was up)."""
+    return any(rec.get("kind") == "start" for rec in records(journal, since)) if os.path.exists(journal) else False
+
+
+class Supervisor:
+    """Counts deaths per actor; a restart is allowed unless one actor died more than `max_restarts` times within
+    `period_s` (a crash loop: ActorDied, which stops the pipeline with exit 2)."""
+
+    def __init__(self, cfg):
+        self.cfg = cfg
+        self.deaths: dict[str, list[float]] = {}
+        self.restarts: dict[str, int] = {}
+
+    def restart(self, died: ActorDied, source: dict) -> dict:
+        """What the next start journals, or ActorDied when this death makes a crash loop."""
+        now = time.monotonic()
+        recent = [t for t in self.deaths.get(died.actor, []) if now - t <= self.cfg.period_s] + [now]
+        self.deaths[died.actor] = recent
+        if len(recent) > self.cfg.max_restarts:
+            why = (f"{died}" if self.cfg.max_restarts == 0 else
+                   f"{died.args[0].removesuffix('; the pipeline was stopped')}: {len(recent)} deaths of {died.actor} "
+                   f"within {self.cfg.period_s:.0f} s (supervise.max_restarts = {self.cfg.max_restarts}), a crash "
+                   f"loop; the pipeline was stopped")
+            raise ActorDied(why, died.actor, died.died_at)
+        self.restarts[died.actor] = self.restarts.get(died.actor, 0) + 1
+        cause = died.args[0].removesuffix("; the pipeline was stopped")
+        if source["kind"] not in FILE_KINDS:
+            cause += ("; a live source cannot be read again: what the previous ingest held after the last checkpoint "
+                      "is a gap")
+        return {"actor": died.actor, "cause": cause, "died_at": died.died_at, "restarts": dict(self.restarts)}
+
+
+FILE_KINDS = ("replay", "loop", "follow")          # read again from a checkpoint's offset after a restart
+
+
 def run_replay(cfg, log: str | None = None, fmt: str | None = None, speed: float = 0.0, follow: bool = False,
-               journal: str | None = None, pub: str | None = None, quiet_lines: bool = False) -> Report:
+               journal: str | None = None, pub: str | None = None, quiet_lines: bool = False,
+               resume: bool = False) -> Report:
     """Stream a log (plain lines, TEP alarm CSV or JSON lines) through the pipeline: ingest, cache owner, target,
     draft and output actors. Every N lines the model writes a short assessment of what it has seen. SIGINT/SIGTERM
     drain the pipeline (twice: stop now); SIGUSR1 prints every actor's figures.
@@ -195,16 +297,17 @@ def run_replay(cfg, log: str | None = None, fmt: str | None = None, speed: float
     log = log or replay_log(cfg)
     if cfg.actors.launcher != "serial":
         run_pipeline(cfg, source_of(log, fmt, cfg.replay.max_lines, speed, follow), journal=journal, pub=pub,
-                     quiet_lines=quiet_lines)
+                     quiet_lines=quiet_lines, resume=_resumes(cfg, resume, journal))
         return Report()
-    if log.startswith("tcp://") or log == "-" or follow:
-        raise ValueError("the serial launcher replays files only; use --launcher local for sockets, stdin, --follow")
+    if log.startswith("tcp://") or log == "-" or follow or resume or cfg.replay.resume:
+        raise ValueError("the serial launcher replays files only, from their start; use --launcher local for "
+                         "sockets, stdin, --follow and --resume")
     return ReplayReport(replay(log, fmt, cfg, printer(quiet_lines), max_lines=cfg.replay.max_lines))
 
 
 def run_serve(cfg, log: str | None = None, fmt: str | None = None, rate: float = 0.0, speed: float = 0.0,
               loop: bool = False, follow: bool = False, journal: str | None = None,
-              quiet_lines: bool = False) -> Report:
+              quiet_lines: bool = False, resume: bool = False) -> Report:
     """Run the pipeline over a log and answer operators' questions while it flows. A question goes ahead of stream
     prefill and analyses, is answered from the current context plus older lines retrieved from the archive (every
     ingested line is indexed in SQLite FTS5), and streams its tokens as they are committed; the stream's lines wait
@@ -228,17 +331,27 @@ def run_serve(cfg, log: str | None = None, fmt: str | None = None, rate: float =
             raise ValueError("--loop replays a file; it cannot loop a socket, stdin or --follow")
         source["kind"] = "loop"
     source["rate"] = rate
-    run_pipeline(cfg, source, journal=journal, pub=cfg.serve.pub or None, quiet_lines=quiet_lines)
+    run_pipeline(cfg, source, journal=journal, pub=cfg.serve.pub or None, quiet_lines=quiet_lines,
+                 resume=_resumes(cfg, resume, journal))
     return Report()
 
 
-class _Signals:
-    """SIGINT/SIGTERM: the first drains, the second stops; SIGUSR1 is forwarded to every actor (figures)."""
+def _resumes(cfg, resume: bool, journal: str | None) -> bool:
+    """--resume or [replay] resume: true, which needs the journal its checkpoints are read from."""
+    if (resume or cfg.replay.resume) and not journal:
+        raise ValueError("--resume reads the last checkpoint from the journal: give --journal F.jsonl")
+    return resume or cfg.replay.resume
 
-    def __init__(self, run_dir: str, pids):
+
+class _Signals:
+    """SIGINT/SIGTERM: the first drains, the second stops; SIGUSR1 is forwarded to every actor (figures). `pids`:
+    the running actors' pids, set by the launcher of each start."""
+
+    def __init__(self, run_dir: str):
         self.drain, self.stop = StopFlag(f"{run_dir}/drain"), StopFlag(f"{run_dir}/stop")
-        self.pids = pids
+        self.pids = list
         self.drain_since: float | None = None
+        self.forced = False                  # a second signal: stopped at once
         self.previous = {sig: signal.signal(sig, self._on_stop) for sig in (signal.SIGINT, signal.SIGTERM)}
         self.previous[signal.SIGUSR1] = signal.signal(signal.SIGUSR1, self._on_usr1)
 
@@ -249,6 +362,7 @@ class _Signals:
             print(f"ringspec: {signal.Signals(signum).name}: draining (again to stop now)", file=sys.stderr,
                   flush=True)
         else:
+            self.forced = True
             self.stop.set()
 
     def _on_usr1(self, signum, frame):
@@ -271,11 +385,11 @@ def _cause(name: str, pid: int, code: int) -> str:
     return f"actor {name} (pid {pid}) died: {how}; the pipeline was stopped"
 
 
-def _local(plans: list[ActorPlan], run_dir: str, cfg) -> None:
+def _local(plans: list[ActorPlan], run_dir: str, cfg, signals: _Signals) -> None:
     ctx = mp.get_context("spawn")
     procs = {p.name: ctx.Process(target=enter, args=(p.module, p.kwargs, os.getpid()), name=f"ringspec-{p.name}")
              for p in plans}
-    signals = _Signals(run_dir, lambda: [p.pid for p in procs.values() if p.pid])
+    signals.pids = lambda: [p.pid for p in procs.values() if p.pid]
     stop = signals.stop
     try:
         # children inherit a blocked SIGUSR1 through fork+exec, so an early operator request cannot kill an actor
@@ -291,14 +405,13 @@ def _local(plans: list[ActorPlan], run_dir: str, cfg) -> None:
             for name, proc in procs.items():
                 if proc.exitcode not in (None, 0) and not stop.is_set():
                     stop.set()
-                    raise ActorDied(_cause(name, proc.pid, proc.exitcode))
+                    raise ActorDied(_cause(name, proc.pid, proc.exitcode), name)
             if signals.overdue():
                 stop.set()
             time.sleep(0.05)
     finally:
-        signals.restore()
         stop.set()
-        deadline = time.monotonic() + 10.0                 # actors see `stop` within a poll interval
+        deadline = time.monotonic() + _grace(procs)      # actors see `stop` within a poll interval
         for proc in procs.values():
             if proc.pid is not None:
                 proc.join(timeout=max(0.1, deadline - time.monotonic()))
@@ -306,6 +419,11 @@ def _local(plans: list[ActorPlan], run_dir: str, cfg) -> None:
             if proc.is_alive():
                 proc.kill()
                 proc.join()
+
+
+def _grace(procs: dict) -> float:
+    died = any(p.exitcode not in (None, 0) for p in procs.values())
+    return DEATH_GRACE_S if died else STOP_GRACE_S
 
 
 class RayActor:
@@ -337,7 +455,10 @@ def _ray_token() -> bool:
                 or os.path.exists(os.path.expanduser("~/.ray/auth_token")))
 
 
-def _ray(plans: list[ActorPlan], run_dir: str, cfg) -> None:
+@contextlib.contextmanager
+def _ray_session(cfg):
+    """Ray for the whole run, restarts included: join the configured cluster (left running) or start a local
+    instance (stopped at the end). Yields `_ray` bound to it."""
     address = cfg.actors.ray_address or None
     if address not in (None, "auto") and "RAY_AUTH_MODE" not in os.environ and _ray_token():
         # Ray 2.60 starts clusters with token auth by default; ray.init presents the token when it joins "auto"
@@ -354,17 +475,30 @@ def _ray(plans: list[ActorPlan], run_dir: str, cfg) -> None:
         ray.init(address=address or "local", include_dashboard=False, log_to_driver=True, namespace="ringspec",
                  num_cpus=None if address else os.cpu_count(), configure_logging=False,
                  runtime_env={"env_vars": {"PYTHONPATH": root, "RINGSPEC_HOME": str(home())}})
+    try:
+        yield functools.partial(_ray, ray, placement_group, remove_placement_group, PlacementGroupSchedulingStrategy)
+    finally:
+        if started:
+            ray.shutdown()
+
+
+_starts = itertools.count()           # a restarted pipeline's Ray actors get new names
+
+
+def _ray(ray, placement_group, remove_placement_group, PlacementGroupSchedulingStrategy,  # noqa: N803 -- Ray's
+         plans: list[ActorPlan], run_dir: str, cfg, signals: _Signals) -> None:
+    start = next(_starts)
     share = 1.0 / len(plans)                          # one node, fractional CPUs: the five fit on one core's worth
     pg = placement_group([{"CPU": share}] * len(plans), strategy="STRICT_PACK")
-    handles, refs, pids = {}, {}, {}
-    signals = _Signals(run_dir, lambda: list(pids.values()))
+    handles, refs, pids, died = {}, {}, {}, False
+    signals.pids = lambda: list(pids.values())
     stop = signals.stop
     try:
         ray.get(pg.ready(), timeout=120)
         remote = ray.remote(RayActor)
         for i, p in enumerate(plans):
             handles[p.name] = remote.options(
-                name=f"ringspec-{p.name}-{os.path.basename(run_dir)}", num_cpus=share, max_restarts=0,
+                name=f"ringspec-{p.name}-{os.path.basename(run_dir)}-{start}", num_cpus=share, max_restarts=0,
                 scheduling_strategy=PlacementGroupSchedulingStrategy(pg, placement_group_bundle_index=i)).remote()
         pids.update({name: ray.get(h.pid.remote(), timeout=120) for name, h in handles.items()})
         _write_pids(run_dir, pids)
@@ -377,20 +511,18 @@ def _ray(plans: list[ActorPlan], run_dir: str, cfg) -> None:
                     ray.get(ref)
                 except Exception as exc:                # noqa: BLE001 -- the actor's death, reported as ours
                     stop.set()
+                    died = True
                     name = refs[ref]
                     # Ray hands back no exit code or signal: name what it reported, never a guessed cause
                     raise ActorDied(f"actor {name} (pid {pids[name]}) died: {type(exc).__name__}; the pipeline "
-                                    f"was stopped") from None
+                                    f"was stopped", name) from None
             if signals.overdue():
                 stop.set()
     finally:
-        signals.restore()
         stop.set()
         if refs:
-            ray.wait(list(refs), num_returns=len(refs), timeout=10.0)
+            ray.wait(list(refs), num_returns=len(refs), timeout=DEATH_GRACE_S if died else STOP_GRACE_S)
         for h in handles.values():
             ray.kill(h, no_restart=True)
         remove_placement_group(pg)
-        if started:
-            ray.shutdown()
 

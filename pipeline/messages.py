@@ -16,7 +16,8 @@ The flow, channel by channel (sender -> receiver: kinds, in the order they come)
     cache owner -> draft (to_draft)        Observe, Rollback; Restart, Commit and Halt during a generation; Close
     draft -> cache owner (from_draft)      Proposal; Closed last
     cache owner -> output (events)         Start first; Line (as prefilled, annotated, without tokens), Assessment,
-                                           AnswerDelta, Answer, Status, StreamEnd (serving); Eof last
+                                           Checkpoint, Recovery and Restarted (after a restart), AnswerDelta, Answer,
+                                           Status, StreamEnd (serving); Eof last
 The cache owner's end of the four model links is `DeferredEngine` (pipeline/decode/deferred.py), which the speed
 bench's `pipelined` system runs in its own process; the front (pipeline/serve/front.py) lives in the output actor.
 """
@@ -145,7 +146,7 @@ class Rollback:
 class Restart:
     """Draft a generation from the pending token at committed position n, under a new epoch; the tokens of a
     verdict are committed first."""
-    kind: ClassVar[str] = "restart"
+    kind: ClassVar[str] = "redraft"
     epoch: int
     n: int                                      # committed tokens once `ids` are (checked against the draft's own)
     pending: int
@@ -207,6 +208,8 @@ class Line:
     nll_n: int | None = None
     window_from_seq: int | None = None          # owner: seq of the oldest line still in the window
     backlog: int | None = None                  # owner: lines waiting in its backlog
+    recovery: bool = False                      # ingest: re-read after a restart to refill the window; it was
+                                                # committed before (the owner prefills it, counts and sends it on never)
     ids: np.ndarray | None = array(np.int32, 1, optional=True)   # [n_tokens] tokens, from ingest only
 
 
@@ -273,8 +276,49 @@ class Assessment:
     window_lines: int
     window_tags: list[str]                      # every tag the lines in the window carry
     latency_ms: float
-    stats: dict                                 # pipeline/decode/engine.py Stats.as_dict()
+    stats: dict                                 # pipeline/decode/step.py Stats.as_dict()
+    checkpoint: dict                            # a Checkpoint's fields: written with it, the assessment is done
     ids: np.ndarray = array(np.int32, 1)        # [n] the answer's tokens
+
+
+@message
+class Checkpoint:
+    """Lines committed since the previous checkpoint. Sent when no pass is in flight to the target, so their tokens
+    are in its ring; durable (the line committed) once output has fsynced the journal record. A restart resumes a
+    file source after `offset`, re-reading from `window_offset` to refill the window (pipeline/stream/journal.py)."""
+    kind: ClassVar[str] = "checkpoint"
+    source: str                                 # the source's path or address
+    offset: int                                 # the last committed line: its offset, pass over a looped file, seq
+    loop: int
+    seq: int
+    offsets: list[int]                          # every line committed since the previous checkpoint, by offset
+    position: int                               # the ring's committed position
+    window_offset: int                          # the oldest line still in the window (offset, loop, seq)
+    window_loop: int
+    window_seq: int
+    lines: int                                  # lines committed since the stream began, over every restart
+    since: int                                  # lines since the last assessment (pipeline/stream/triggers.py)
+    due: str | None = None                      # an assessment due and not yet written: asked again on resume
+
+
+@message
+class Recovery:
+    """After a restart, the window was refilled from the source: these lines were prefilled again, not committed."""
+    kind: ClassVar[str] = "recovery"
+    lines: int
+    offsets: list[int]                          # the first and last line re-read
+    position: int                               # the ring's committed position after them
+
+
+@message
+class Restarted:
+    """The first line committed after a restart (an actor died, or the service was started with resume)."""
+    kind: ClassVar[str] = "restart"
+    actor: str                                  # the actor that died ("" for a whole-service resume)
+    cause: str
+    restarts: dict                              # {actor: restarts so far}
+    recovery_s: float | None                    # from the death to this line's commit (None: a service resume)
+    resumed_after: int | None                   # the checkpoint's offset (None: no checkpoint yet, from the start)
 
 
 @message
@@ -329,7 +373,7 @@ class StreamEnd(StreamCounts):
 
 KINDS = {cls.kind: cls for cls in (Prefill, Verify, Close, Ready, Scored, Picked, Verdict, Closed, Observe, Rollback,
                                    Restart, Commit, Halt, Proposal, Line, Eof, Question, Cancel, Start, Assessment,
-                                   AnswerDelta, Answer, Status, StreamEnd)}
+                                   Checkpoint, Recovery, Restarted, AnswerDelta, Answer, Status, StreamEnd)}
 
 
 # ---- encoding ------------------------------------------------------------------------------------------------------

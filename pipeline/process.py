@@ -1,7 +1,8 @@
 """What every actor does on entry and keeps while it runs: pin its CPUs, account for its time and memory, and watch
 the pipeline's stop flag.
 
-Owns nothing else: no channels, no model. Figures are plain dicts so they travel in a channel header.
+Owns nothing else: no channels, no model. Figures are plain dicts so they travel in a channel header. Also the
+test-only fault hook (`chaos`), inert unless RINGSPEC_CHAOS is set.
 """
 from __future__ import annotations
 
@@ -71,6 +72,13 @@ class StopFlag:
         with open(self.paths[0], "a"):
             pass
 
+    def clear(self) -> None:
+        for path in self.paths:
+            try:
+                os.remove(path)
+            except FileNotFoundError:
+                pass
+
     def is_set(self) -> bool:
         return any(os.path.exists(p) for p in self.paths)
 
@@ -107,3 +115,28 @@ def messages(channel, stop, poll_s: float = 0.2):
             yield channel.recv(timeout=poll_s)
         except TimeoutError:
             continue
+
+
+CHAOS_DIR = os.environ.get("RINGSPEC_CHAOS") or None      # test-only: `python run.py chaos` sets it for its run
+
+
+class ChaosError(RuntimeError):
+    """The exception `chaos` raises inside an actor when its armed point says "raise"."""
+
+
+def chaos(point: str) -> None:
+    """A named point an actor passes (README "Surviving faults"). Inert (one global read) unless RINGSPEC_CHAOS
+    names a directory; then, if the file <dir>/<point> exists, this process claims it (rename: one claimant) and
+    dies as the file says: "kill" (SIGKILL, as an OOM kill would) or "raise" (an exception in the actor's code)."""
+    if CHAOS_DIR is None:
+        return
+    armed = os.path.join(CHAOS_DIR, point)
+    try:
+        os.rename(armed, f"{armed}.{os.getpid()}.hit")
+    except FileNotFoundError:
+        return
+    with open(f"{armed}.{os.getpid()}.hit") as f:
+        how = f.read().strip()
+    if how == "raise":
+        raise ChaosError(f"chaos: raised at {point}")
+    os.kill(os.getpid(), signal.SIGKILL)

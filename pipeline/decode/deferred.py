@@ -37,6 +37,7 @@ from pipeline.messages import (
     decode,
     send,
 )
+from pipeline.process import chaos
 
 TIMEOUT_S = 120.0
 
@@ -130,6 +131,7 @@ class ChannelVerifier:
         if self.on_block is not None:
             self.on_block(self.blocks)
         v = self.links.await_target(Verdict)
+        chaos("owner.verdict")                        # fault injection, test-only: a verdict not yet committed
         return Verified(np.asarray(v.rows, np.int64), v.next, v.t0, v.t1, v.forward_s)
 
 

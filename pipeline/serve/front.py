@@ -73,9 +73,11 @@ class Answer:
 
 
 class Front:
-    def __init__(self, cfg, tok, asks, archive_path: str | None, pids_file: str | None = None):
+    def __init__(self, cfg, tok, asks, archive_path: str | None, pids_file: str | None = None,
+                 restarts: dict | None = None):
         self.cfg, self.serve, self.tok, self.asks = cfg, cfg.serve, tok, asks
         self.archive_path, self.pids_file = archive_path, pids_file
+        self.restarts = dict(restarts or {})          # {actor: restarts of the pipeline after its death}, this run
         self._span = question_span
         self.stops = set(tok.stop_ids)
         self._lock = threading.Lock()

@@ -46,6 +46,9 @@ def render(front) -> str:
            [({"reason": k}, v) for k, v in sorted(front.drops.items())])
     metric("answers_total", "counter", "Operator requests by outcome at the cache owner.",
            [({"outcome": k}, st.get(k, 0)) for k in ("answers", "expired", "cancelled")])
+    metric("actor_restarts_total", "counter", "Restarts of the pipeline after an actor's death, by the actor that died "
+           "(pipeline/launch.py supervision).", [({"actor": a}, front.restarts.get(a, 0))
+                                                 for a in ("ingest", "cache_owner", "target", "draft", "output")])
     metric("analyses_preempted_total", "counter", "Analyses cut short by an operator question (asked again later).",
            [({}, st.get("preempted", 0))])
     metric("http_requests_total", "counter", "HTTP requests by endpoint and status code.",

@@ -134,6 +134,14 @@ class Archive:
         self.stats["flushes"] += 1
         self.pending = []
 
+    def rewind(self, seq: int) -> None:
+        """Forget the lines from `seq` on, so the next line added is `seq` again (a restart re-reads them from the
+        source: the archive then holds each line once, under the seq its commit was checkpointed with)."""
+        self.flush()
+        with self.con:
+            self.con.execute("DELETE FROM lines WHERE rowid >= ?", (seq,))
+        self._next = seq
+
     def close(self) -> None:
         if self.con is not None:
             self.flush()

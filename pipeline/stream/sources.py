@@ -146,11 +146,11 @@ class Replay(Source):
     """
 
     def __init__(self, path: str | Path, speed: float = 0.0, fmt: str | None = None, pace: float = 0.0,
-                 rate: float = 0.0, **kw):
+                 rate: float = 0.0, start: int = 0, **kw):
         super().__init__(**kw)
-        if speed < 0 or rate < 0:
-            raise ValueError("speed and rate must be >= 0")
-        self.path, self.speed, self.pace, self.rate = Path(path), speed, pace, rate
+        if speed < 0 or rate < 0 or start < 0:
+            raise ValueError("speed, rate and start must be >= 0")
+        self.path, self.speed, self.pace, self.rate, self.start = Path(path), speed, pace, rate, start
         self.fmt = fmt or records.format_of(self.path)
 
     def _lines(self) -> Iterator[Line]:
@@ -159,6 +159,12 @@ class Replay(Source):
         last = start = time.monotonic()
         count = 0
         with open(self.path, "rb", buffering=0) as f:
+            if self.start:          # resuming: a CSV's header first (the parser needs it), then the byte offset
+                if self.fmt == "csv":
+                    head = f.readline(self._split.limit + 1)
+                    yield from self._split.feed(head if head.endswith(b"\n") else head + b"\n")
+                f.seek(self.start)
+                self._split.reset(self.start)
             while True:
                 chunk = f.read(CHUNK)
                 for line in self._split.feed(chunk) if chunk else self._split.finish():
@@ -188,24 +194,31 @@ class Follow(Source):
 
     On a rename the old file is drained to EOF before the new one is opened; a line the writer puts into the moved
     file after that is lost (there is no grace period watching moved files, as in `tail -F`).
+
+    start: resume at this byte offset (a restart's checkpoint) when the file is at least that long; `resumed` says
+    whether it was (a shorter file was rotated or truncated since: it is read from its start).
     """
 
-    def __init__(self, path: str | Path, poll_interval: float = 0.1, from_start: bool = False, **kw):
+    def __init__(self, path: str | Path, poll_interval: float = 0.1, from_start: bool = False,
+                 start: int | None = None, **kw):
         super().__init__(**kw)
-        self.path, self.poll = Path(path), poll_interval
+        self.path, self.poll, self.resumed = Path(path), poll_interval, False
         # opened now, so "the end of the current file" is where it ends when follow() returns
-        self._first = self._try_open(at_end=not from_start)
+        self._first = self._try_open(at_end=not from_start, start=start)
 
     def close(self) -> None:
         if self._first is not None:
             self._first[0].close()
 
-    def _try_open(self, at_end: bool):
+    def _try_open(self, at_end: bool, start: int | None = None):
         try:
             f = open(self.path, "rb", buffering=0)
         except FileNotFoundError:
             return None
-        pos = f.seek(0, os.SEEK_END) if at_end else 0
+        pos = f.seek(0, os.SEEK_END) if at_end or start is not None else 0
+        if start is not None:
+            self.resumed = start <= pos
+            pos = f.seek(start if self.resumed else 0)
         return f, pos, os.pread(f.fileno(), min(pos, _TAIL), pos - min(pos, _TAIL))
 
     def _open(self):

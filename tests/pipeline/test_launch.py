@@ -1,7 +1,8 @@
 """The actor pipeline, end to end on the real model and real processes, under both launchers: the same assessments as
 the serial engine (with the stream proposer and with a draft model running ahead), CPU affinity, the sources (tail
-rotation, a socket client that disconnects, bad bytes on stdin), and clean exits (normal end, SIGTERM drain, an actor
-SIGKILLed): no orphan process, no leftover shared-memory segment."""
+rotation, a socket client that disconnects, bad bytes on stdin), and clean exits (normal end, a drain by SIGTERM to
+the launcher or SIGINT to the process group, the launcher SIGKILLed): no orphan process, no leftover shared-memory
+segment. An actor's death and the restart that follows are test_supervise.py's."""
 from __future__ import annotations
 
 import json
@@ -119,9 +120,13 @@ def no_stray_pipelines():
                 proc.communicate()
 
 
-def launch(*args, launcher: str = "local", stdin=None, text: bool = True) -> subprocess.Popen:
+def launch(*args, launcher: str = "local", stdin=None, text: bool = True, group: bool = False,
+           env: dict | None = None) -> subprocess.Popen:
+    """`replay` through `launcher`; group: in a process group of its own, as a terminal runs a command (a Ctrl-C
+    there reaches every process of the group)."""
     proc = subprocess.Popen([sys.executable, str(ROOT / "run.py"), "replay", *args, "--launcher", launcher],
-                            stdin=stdin, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=text, env=ENV)
+                            stdin=stdin, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=text,
+                            env={**ENV, **(env or {})}, start_new_session=group)
     _launched.append(proc)
     return proc
 
@@ -199,18 +204,6 @@ def test_a_draft_model_running_ahead_changes_nothing_in_the_output(skip20_profil
     assert all(0.0 <= s["overlap_s"] <= s["draft_s"] for s in stats)
 
 
-def test_sigkill_of_an_actor_stops_the_pipeline_cleanly(default_gguf):
-    proc = launch(str(LOG), "--quiet-lines", "--speed", "0.01")      # slow replay: mid-stream when killed
-    actors = actor_pids(proc, "local")
-    time.sleep(3.0)
-    os.kill(actors["target"], signal.SIGKILL)
-    out, err = procs.finish(proc, "the pipeline ending")
-    assert proc.returncode == 2
-    assert "actor target" in err and "died: signal 9 (SIGKILL)" in err and "Traceback" not in err
-    assert not any(alive(pid) for pid in actors.values())
-    assert not leftovers(proc)
-
-
 def test_a_launcher_killed_outright_takes_its_actors_with_it(default_gguf):
     """SIGKILL (or the OOM killer) gives the launcher no chance to stop its actors: they die with it (PR_SET_PDEATHSIG)
     instead of spinning on as orphans, and what their dead owners left is what `cleanup_stale` removes."""
@@ -224,33 +217,26 @@ def test_a_launcher_killed_outright_takes_its_actors_with_it(default_gguf):
     assert not leftovers(proc)
 
 
-def test_sigkill_of_a_ray_actor_stops_the_pipeline_cleanly(default_gguf):
-    proc = launch(str(LOG), "--quiet-lines", "--speed", "0.01", launcher="ray")
-    actors = actor_pids(proc, "ray")
-    time.sleep(3.0)
-    os.kill(actors["draft"], signal.SIGKILL)
-    out, err = procs.finish(proc, "the pipeline ending")
-    assert proc.returncode == 2, err
-    assert "died" in err and "the pipeline was stopped" in err and "Traceback" not in err
-    assert not any(alive(pid) for pid in actors.values())
-    assert not processes(b"raylet")
-    assert not leftovers(proc)
-
-
-@pytest.mark.parametrize("launcher", ["local", "ray"])
-def test_sigusr1_prints_figures_and_sigterm_drains_and_flushes_the_journal(default_gguf, tmp_path, launcher):
+@pytest.mark.parametrize("launcher,to", [("local", "launcher"), ("local", "group"), ("ray", "group")])
+def test_sigusr1_prints_figures_and_a_stop_signal_drains_and_flushes_the_journal(default_gguf, tmp_path, launcher, to):
+    """to: SIGTERM to the launcher (systemd, kill), or SIGINT to the whole process group (Ctrl-C in a terminal: every
+    actor gets it too, ignores it, and the launcher drains them)."""
     journal = tmp_path / "journal.jsonl"
     proc = launch(str(LOG), "--quiet-lines", "--speed", "0.01", "--every", "2", "--journal", str(journal),
-                  launcher=launcher)
+                  launcher=launcher, group=to == "group")
     actors = actor_pids(proc, launcher)
-    wait_for(lambda: journal.exists() and bool(journal.read_text().strip()),    # streaming: a first assessment
+    wait_for(lambda: any(r["kind"] == "assessment" for r in journal_of(journal)) if journal.exists() else False,
              "a first assessment in the journal", proc)
     assert all(catches(pid, signal.SIGUSR1) for pid in actors.values())  # every actor answers SIGUSR1
     proc.send_signal(signal.SIGUSR1)                                     # figures on request
     time.sleep(2.0)
-    proc.send_signal(signal.SIGTERM)
+    if to == "group":
+        os.killpg(proc.pid, signal.SIGINT)
+    else:
+        proc.send_signal(signal.SIGTERM)
     out, err = procs.finish(proc, "the pipeline ending")
     assert proc.returncode == 0, err
+    assert "Traceback" not in err and "KeyboardInterrupt" not in err and "died" not in err, err
     on_request = [json.loads(line.split(" ", 1)[1]) for line in err.splitlines() if line.startswith("figures {")]
     assert {f["actor"] for f in on_request} == {"ingest", "cache_owner", "target", "draft", "output"}
     assert "draining" in err

@@ -15,6 +15,7 @@ from pipeline.messages import (
     AnswerDelta,
     Assessment,
     Cancel,
+    Checkpoint,
     Close,
     Closed,
     Commit,
@@ -28,7 +29,9 @@ from pipeline.messages import (
     Proposal,
     Question,
     Ready,
+    Recovery,
     Restart,
+    Restarted,
     Rollback,
     Scored,
     Start,
@@ -85,7 +88,7 @@ SAMPLES = {
     "closed": Closed(figures=FIGURES),
     "observe": Observe(ids=_ids(26, np.int64)),
     "rollback": Rollback(position=1 << 33, forget=True),
-    "restart": Restart(epoch=4, n=120, pending=253, budget=60, length=-1, ids=_ids(3, np.int64)),
+    "redraft": Restart(epoch=4, n=120, pending=253, budget=60, length=-1, ids=_ids(3, np.int64)),
     "commit": Commit(epoch=4, length=3, ids=np.arange(10, dtype=np.int64)[::3]),          # strided: sent as its values
     "halt": Halt(),
     "proposal": Proposal(epoch=4, block=2, n=124, pending=28, t0=1.0, t1=1.5, tokens=_ids(3, np.int64),
@@ -103,7 +106,12 @@ SAMPLES = {
                    window=512, ring=576),
     "assessment": Assessment(trigger="every", offsets=[32, 643], lines=10, window_lines=10,
                              window_tags=["AIR001_1", "FIR123"], latency_ms=7243.5, stats={"generated": 60},
-                             ids=_ids(60, np.int32)),
+                             checkpoint={"offset": 643, "offsets": [611, 643], "due": None}, ids=_ids(60, np.int32)),
+    "checkpoint": Checkpoint(source="/var/log/dcs.csv", offset=643, loop=0, seq=10, offsets=[611, 643], position=400,
+                             window_offset=32, window_loop=0, window_seq=1, lines=10, since=0, due="pattern"),
+    "recovery": Recovery(lines=31, offsets=[32, 643], position=812),
+    "restart": Restarted(actor="target", cause="actor target (pid 7) died: signal 9 (SIGKILL)",
+                         restarts={"target": 1}, recovery_s=6.25, resumed_after=643),
     "answer_delta": AnswerDelta(id="q17-1", ids=_ids(2, np.int32)),
     "answer": Answer(id="q17-1", prompt_tokens=40, finish="stop", stats={"tokens_per_s": 21.5}, queued_ms=3.5,
                      completion_tokens=12),
@@ -180,7 +188,7 @@ def test_as_dict_is_the_header_with_unset_annotations_left_out():
     nll fields at all (not nulls), as before the messages were typed."""
     line = dataclasses.replace(SAMPLES["line"], ids=None, window_from_seq=1, backlog=0)
     assert list(as_dict(line)) == ["kind", "offset", "time", "tags", "text", "loop", "n_tokens", "seq", "drops",
-                                   "window_from_seq", "backlog"]
+                                   "window_from_seq", "backlog", "recovery"]
     scored = as_dict(dataclasses.replace(line, nll_sum=3.5, nll_n=2))
     assert list(scored)[9:11] == ["nll_sum", "nll_n"] and scored["kind"] == "line"
 

@@ -11,6 +11,7 @@ import json
 import os
 import re
 import shutil
+import signal
 import socket
 import subprocess
 import sys
@@ -83,7 +84,7 @@ def start_server(tmp: Path, profile_text: str, rate: float, lines: int, ready_li
                              "--loop", "--rate", str(rate), "--max-lines", str(lines), "--config", str(profile),
                              "--http", f"127.0.0.1:{http_port}", "--zmq", zmq, "--pub", "", "--archive", str(archive),
                              "--quiet-lines", "--journal", str(tmp / "journal.jsonl")],
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True)
     srv = Server(proc, http_port, zmq, archive)
     srv.wait_for(lambda: (srv.progress()[1] or 0) >= ready_lines,   # the model is up, the first lines in the ring
                  "the server coming up")
@@ -229,6 +230,8 @@ def test_metrics_are_prometheus_text_with_the_figures_an_operator_watches(server
         assert line.startswith("#") or re.fullmatch(r'ringspec_\w+(\{[^}]*\})? [-+0-9.eENa]+', line), line
     assert re.search(r'^ringspec_resident_memory_bytes\{actor="target"\} [1-9]', text, re.M)
     assert int(re.search(r"^ringspec_kv_pool_bytes (\d+)", text, re.M).group(1)) > 0
+    assert re.findall(r'^ringspec_actor_restarts_total\{actor="(\w+)"\} 0$', text, re.M) == [
+        "ingest", "cache_owner", "target", "draft", "output"]          # no actor died (test_supervise kills them)
 
 
 def test_zmq_ask_client_prints_the_answer_as_it_streams(server):
@@ -307,6 +310,19 @@ def test_every_line_reaches_the_ring_while_questions_are_served(server):
     text = server.metrics()
     assert re.findall(r'^ringspec_dropped_lines_total\{reason="queue_full"\} (\d+)', text, re.M) == ["0"]
     assert int(re.search(r'^ringspec_answers_total\{outcome="answers"\} (\d+)', text, re.M).group(1)) >= 6
+
+
+def test_ctrl_c_to_the_servers_process_group_drains_it(server):
+    """Ends the module's server as a terminal's Ctrl-C would: SIGINT to every process of its group. The actors ignore
+    it, the launcher drains them: exit 0, no traceback, the journal's final record written."""
+    os.killpg(server.proc.pid, signal.SIGINT)
+    wait_for(lambda: server.proc.poll() is not None, "the server draining", pids=[server.proc.pid], hang_s=300)
+    time.sleep(0.5)                                          # the reader thread takes the last of its output
+    out = "".join(server.stdout)
+    assert server.proc.returncode == 0, out[-3000:]
+    assert "Traceback" not in out and "KeyboardInterrupt" not in out and "died" not in out, out[-3000:]
+    journal = [json.loads(line) for line in (server.archive.parent / "journal.jsonl").read_text().splitlines()]
+    assert journal[-1]["kind"] == "eof" and journal[-1]["sent"] == LINES
 
 
 def test_an_answer_with_trees_adaptive_length_and_line_ends_is_the_target_alones(default_gguf, tmp_path):

@@ -171,3 +171,14 @@ def test_recall_on_a_real_tep_log_is_above_zero(tmp_path):
     assert result["questions"] == 4 and result["recall"] > 0
     hit = next(p for p in result["per_question"] if p["hit"])
     assert seq_of(hit["answer_offset"]) < seq_of(hit["window_from"])
+
+
+def test_rewind_forgets_the_lines_from_a_seq_on_so_they_are_archived_once_when_read_again(tmp_path):
+    """After a restart, ingest reads the window again and archives it again: rewinding to the window's first seq
+    first keeps every line in the archive once, under its own seq."""
+    archive_of(tmp_path / "a.sqlite", ["one", "two", "three", "four"])
+    with Archive(tmp_path / "a.sqlite") as archive:
+        archive.rewind(3)
+        assert archive.add(2, "", "three") == 3 and archive.add(3, "", "four") == 4
+    rows = sqlite3.connect(tmp_path / "a.sqlite").execute("SELECT rowid, text FROM lines ORDER BY rowid").fetchall()
+    assert rows == [(1, "one"), (2, "two"), (3, "three"), (4, "four")]

@@ -278,3 +278,32 @@ def test_parsed_records_carry_byte_offsets_of_their_lines(tmp_path):
 def test_parse_rejects_a_csv_header_without_the_alarm_columns():
     with pytest.raises(ValueError):
         list(sources.parse("csv", sources.Stream(io.BytesIO(b"a,b\n1,2\n"))))
+
+
+@pytest.mark.parametrize("fmt", ["csv", "plain"])
+def test_a_replay_resumed_at_a_byte_offset_yields_exactly_the_records_from_there(tmp_path, fmt):
+    """A restart reads a file again from a checkpoint's offset: the records from there on, with the offsets a reading
+    from the start gives them (a CSV's header is read first, so its columns still parse)."""
+    path = TEP_CSV
+    if fmt == "plain":
+        path = tmp_path / "log.txt"
+        path.write_text("".join(f"line {i}\n" for i in range(50)))
+    whole = list(sources.parse(fmt, sources.replay(path)))
+    start = whole[17].offset
+    resumed = list(sources.parse(fmt, sources.replay(path, start=start)))
+    assert resumed == whole[17:]
+
+
+def test_follow_resumes_at_a_checkpoints_offset_or_reads_a_rotated_file_from_its_start(tmp_path):
+    path = tmp_path / "live.log"
+    path.write_text("".join(f"line {i}\n" for i in range(10)))
+    start = len("".join(f"line {i}\n" for i in range(6)))
+    src = sources.follow(path, poll_interval=POLL, start=start)
+    got = Collector(src)
+    assert got.wait_for(4) == ["line 6", "line 7", "line 8", "line 9"] and src.resumed
+    got.stop()
+    path.write_text("new 0\nnew 1\n")                         # rotated: shorter than the checkpoint's offset
+    src = sources.follow(path, poll_interval=POLL, start=start)
+    got = Collector(src)
+    assert got.wait_for(2) == ["new 0", "new 1"] and not src.resumed
+    got.stop()

@@ -1,0 +1,55 @@
+"""The journal: what a restart reads back as committed, from whatever a crash left in the file. No model, fast."""
+import json
+
+import pytest
+
+from pipeline.stream import journal
+from pipeline.stream.journal import Journal, resume_point
+
+SRC = "/var/log/dcs.csv"
+
+
+def checkpoint(offset: int, **kw) -> dict:
+    return {"kind": "checkpoint", "source": SRC, "offset": offset, "loop": 0, "seq": offset // 10, "offsets": [offset],
+            **kw}
+
+
+def test_the_last_checkpoint_wins_whether_a_checkpoint_record_or_an_assessments(tmp_path):
+    path = tmp_path / "j.jsonl"
+    j = Journal(str(path))
+    j.append({"kind": "start"})
+    j.append(checkpoint(100))
+    j.append({"kind": "assessment", "text": "...", "checkpoint": checkpoint(200, kind=None)})
+    j.close()
+    assert resume_point(str(path), SRC)["offset"] == 200
+
+
+def test_a_record_torn_by_a_crash_is_skipped_and_the_next_writer_starts_a_line_of_its_own(tmp_path):
+    path = tmp_path / "j.jsonl"
+    path.write_text(json.dumps(checkpoint(100)) + "\n" + json.dumps(checkpoint(200))[:25])   # killed mid-write
+    assert resume_point(str(path), SRC)["offset"] == 100
+    j = Journal(str(path))
+    j.append(checkpoint(300))
+    j.close()
+    assert resume_point(str(path), SRC)["offset"] == 300
+    assert [r["offset"] for r in journal.records(str(path))] == [100, 300]
+
+
+def test_no_journal_or_no_checkpoint_means_start_from_the_beginning(tmp_path):
+    assert resume_point(str(tmp_path / "none.jsonl"), SRC) is None
+    (tmp_path / "j.jsonl").write_text('{"kind": "start"}\n')
+    assert resume_point(str(tmp_path / "j.jsonl"), SRC) is None
+
+
+def test_resuming_another_sources_journal_is_refused_by_name(tmp_path):
+    path = tmp_path / "j.jsonl"
+    path.write_text(json.dumps(checkpoint(100)) + "\n")
+    with pytest.raises(ValueError, match="its last checkpoint is of '/var/log/dcs.csv', not '/other.csv'"):
+        resume_point(str(path), "/other.csv")
+
+
+def test_a_long_journal_is_read_from_its_tail(tmp_path, monkeypatch):
+    monkeypatch.setattr(journal, "TAIL_BYTES", 300)
+    path = tmp_path / "j.jsonl"
+    path.write_text("".join(json.dumps(checkpoint(i * 10)) + "\n" for i in range(100)))
+    assert resume_point(str(path), SRC)["offset"] == 990

@@ -1,0 +1,160 @@
+"""Supervision, on the real model and real processes: an actor that dies is restarted with the whole pipeline from the
+last durable checkpoint (README, "Surviving faults"), and a file stream loses no line and repeats none; a whole
+service killed outright resumes from the journal; a crash loop and a fail-stop profile stop with exit code 2 and leave
+nothing behind. Lines are counted by `bench.chaos.account`: the journal's checkpoints against the log's own bytes."""
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+
+import pytest
+
+from bench.chaos import account, offered
+from pipeline import config
+from pipeline.launch import ActorDied, Supervisor
+from pipeline.config import SuperviseSection
+from tests import procs
+from tests.paths import ROOT
+from tests.pipeline.test_launch import (  # noqa: F401 -- no_stray_pipelines: the autouse fixture, here too
+    ENV,
+    LOG,
+    actor_pids,
+    alive,
+    journal_of,
+    launch,
+    leftovers,
+    no_stray_pipelines,
+    processes,
+    wait_for,
+)
+
+pytestmark = pytest.mark.slow
+FAST = "[replay]\nevery_lines = 20\nmax_new_tokens = 24\n"      # fewer, shorter assessments: kills come sooner
+
+
+def test_chaos_kills_every_actor_at_every_named_point_and_no_line_is_lost_or_repeated(default_gguf, tmp_path):
+    """The CI-sized chaos run: every named point of every actor (SIGKILL or an exception, by the seed), random
+    moments, about ten deaths; every line of the log committed exactly once, no assessment written twice or lost."""
+    profile = tmp_path / "fast.toml"
+    profile.write_text(FAST + "trigger_pattern = '\\b(HH|LL)\\b'\n")
+    proc = subprocess.run([sys.executable, str(ROOT / "run.py"), "chaos", "--kills", "10", "--seed", "3",
+                           "--copies", "1", "--config", str(profile), "--json"],
+                          capture_output=True, text=True, env=ENV, timeout=1500)
+    got = json.loads(proc.stdout)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert got["kills"] >= 10 and not got["unreached_points"], got
+    assert all(n >= 1 for n in got["deaths_by_actor"].values()), got["deaths_by_actor"]
+    assert got["lines_offered"] == got["lines_committed"] == 242
+    assert got["lines_lost"] == got["lines_duplicated"] == got["lines_foreign"] == 0
+    assert got["assessments_duplicated"] == got["assessments_lost"] == 0 and got["assessments_written"] > 0
+    assert got["restarts"] >= 1 and got["recovery_lines"] > 0 and got["recovery_s_p50"] > 0
+
+
+def test_a_power_loss_resumes_from_the_checkpoint_without_losing_or_repeating_a_line(default_gguf, tmp_path):
+    """SIGKILL to every process at once (a power cut, `systemctl kill -s KILL`), then `--resume`: the stream
+    continues after the last durable checkpoint; over both runs every line is committed exactly once."""
+    journal = tmp_path / "journal.jsonl"
+    args = [str(LOG), "--quiet-lines", "--every", "8", "--max-lines", "64", "--journal", str(journal)]
+    first = launch(*args, group=True)
+    wait_for(lambda: sum(1 for r in journal_of(journal) if r["kind"] == "assessment") >= 2 if journal.exists()
+             else False, "two assessments in the journal", first)
+    os.killpg(first.pid, signal.SIGKILL)
+    first.communicate()
+    second = launch(*args, "--resume")
+    out, err = procs.finish(second, "the resumed pipeline ending")
+    assert second.returncode == 0, err
+    assert "resumed from the journal (resume): the stream continues after offset" in err
+    records = journal_of(journal)
+    restart = next(r for r in records if r["kind"] == "restart")
+    assert restart["actor"] == "" and restart["cause"] == "resume" and restart["resumed_after"] > 0
+    lines = (tmp_path / "first64.csv")
+    lines.write_bytes(b"".join(LOG.read_bytes().splitlines(keepends=True)[:65]))
+    got = account(lines, journal, config.load(), serve=False)
+    assert got["lines_committed"] == len(offered(lines)) == 64
+    assert got["lines_lost"] == got["lines_duplicated"] == got["assessments_duplicated"] == 0
+    assert next(r for r in records if r["kind"] == "recovery")["lines"] > 0   # the window was refilled
+    assert not leftovers(first) and not leftovers(second)
+
+
+def test_a_crash_loop_stops_with_exit_code_2_and_says_why(default_gguf, tmp_path):
+    """An actor that dies at every start (here the draft raises at its first proposal, re-armed each time) is
+    restarted `max_restarts` times, then the pipeline stops: exit 2, the cause, nothing left behind."""
+    chaos = tmp_path / "chaos"
+    chaos.mkdir()
+    profile = tmp_path / "loop.toml"
+    profile.write_text("[replay]\nevery_lines = 3\nmax_new_tokens = 8\n[supervise]\nmax_restarts = 2\n"
+                       "period_s = 3600.0\n")
+    done = threading.Event()
+
+    def rearm():
+        while not done.is_set():
+            if not (chaos / "draft.proposed").exists():
+                (chaos / "armed.tmp").write_text("raise")
+                os.replace(chaos / "armed.tmp", chaos / "draft.proposed")
+            done.wait(0.05)
+    threading.Thread(target=rearm, daemon=True).start()
+    try:
+        proc = launch(str(LOG), "--quiet-lines", "--config", str(profile), env={"RINGSPEC_CHAOS": str(chaos)})
+        out, err = procs.finish(proc, "the crash loop ending")
+    finally:
+        done.set()
+    assert proc.returncode == 2, err
+    assert "3 deaths of draft within 3600 s (supervise.max_restarts = 2), a crash loop" in err, err
+    assert err.count("restarting the pipeline") == 2 and "Traceback" not in err
+    assert not leftovers(proc)
+
+
+def test_fail_stop_still_exists_as_a_profile_and_leaves_nothing_behind(default_gguf, tmp_path):
+    """`[supervise] max_restarts = 0`: the first death stops everything, as before supervision (exit 2)."""
+    profile = tmp_path / "failstop.toml"
+    profile.write_text("[supervise]\nmax_restarts = 0\n")
+    proc = launch(str(LOG), "--quiet-lines", "--speed", "0.01", "--config", str(profile))
+    actors = actor_pids(proc, "local")
+    time.sleep(3.0)
+    os.kill(actors["target"], signal.SIGKILL)
+    out, err = procs.finish(proc, "the pipeline ending")
+    assert proc.returncode == 2
+    assert "actor target" in err and "died: signal 9 (SIGKILL)" in err and "Traceback" not in err
+    assert "restarting" not in err
+    assert not any(alive(pid) for pid in actors.values())
+    assert not leftovers(proc)
+
+
+def test_a_sigkilled_ray_actor_is_restarted_and_the_stream_resumes(default_gguf, tmp_path):
+    journal = tmp_path / "journal.jsonl"
+    proc = launch(str(LOG), "--quiet-lines", "--every", "10", "--max-lines", "40", "--journal", str(journal),
+                  launcher="ray")
+    actors = actor_pids(proc, "ray")
+    wait_for(lambda: any(r["kind"] == "assessment" for r in journal_of(journal)) if journal.exists() else False,
+             "a first assessment in the journal", proc)
+    os.kill(actors["draft"], signal.SIGKILL)
+    out, err = procs.finish(proc, "the pipeline ending")
+    assert proc.returncode == 0, err
+    assert "actor draft" in err and "restarting the pipeline" in err and "Traceback" not in err
+    records = journal_of(journal)
+    assert [r["actor"] for r in records if r["kind"] == "restart"] == ["draft"]
+    lines = tmp_path / "first40.csv"
+    lines.write_bytes(b"".join(LOG.read_bytes().splitlines(keepends=True)[:41]))
+    got = account(lines, journal, config.load(), serve=False)
+    assert got["lines_committed"] == 40 and got["lines_lost"] == got["lines_duplicated"] == 0
+    assert not any(alive(pid) for pid in actors.values())
+    assert not processes(b"raylet") and not leftovers(proc)
+
+
+def test_the_supervisor_counts_deaths_per_actor_within_its_period():
+    sup = Supervisor(SuperviseSection(max_restarts=2, period_s=3600.0))
+    first = sup.restart(ActorDied("actor target (pid 1) died: x; the pipeline was stopped", "target"),
+                        {"kind": "replay"})
+    assert first["restarts"] == {"target": 1} and first["cause"] == "actor target (pid 1) died: x"
+    sup.restart(ActorDied("actor draft (pid 2) died: x", "draft"), {"kind": "tcp"})
+    assert "a live source cannot be read again" in sup.restart(ActorDied("d", "draft"), {"kind": "tcp"})["cause"]
+    with pytest.raises(ActorDied, match="3 deaths of draft within 3600 s"):
+        sup.restart(ActorDied("actor draft (pid 3) died: x", "draft"), {"kind": "replay"})
+    with pytest.raises(ActorDied, match="died: x; the pipeline was stopped"):
+        Supervisor(SuperviseSection(max_restarts=0)).restart(
+            ActorDied("actor draft (pid 3) died: x; the pipeline was stopped", "draft"), {"kind": "replay"})
