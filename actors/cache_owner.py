@@ -262,6 +262,8 @@ class Owner:
         if isinstance(line, Eof):
             self.eof = line
             self.stream_ended = True
+            if self.restart is not None and self.committed is not None:
+                self.restarted()                       # no new line came after the restart: journal it now
             if not self.serving:
                 self.close()
                 return True
@@ -342,8 +344,6 @@ class Owner:
                                                         "acceptance_rate", "verify_calls")}), timeout=60.0)
 
     def close(self) -> None:
-        if self.restart is not None and self.committed is not None:
-            self.restarted()                           # nothing new came after the restart: journal it now
         if self.fresh:
             send(self.out, Checkpoint(**self.commit_point()), timeout=60.0)
         model_figures = self.engine.close()

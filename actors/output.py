@@ -73,6 +73,8 @@ def run(in_spec: ChannelSpec, gguf: str, journal: str | None, pub: str | None, q
                         event = copied(decode(received))
                     if front is not None and isinstance(event, (AnswerDelta, Answer, Status, StreamEnd)):
                         record = front.on_event(event)
+                        if isinstance(event, StreamEnd):     # the stream's counts, journaled while serving goes on
+                            record = {**as_dict(event), "t": time.time()}
                         if record is not None:
                             _emit(event, record, quiet_lines)
                             _record(event, record, log, sock)

@@ -53,7 +53,7 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--kills", type=int, default=10, help="actor deaths to cause (at least every named point of every "
                    "actor once; default %(default)s)")
     p.add_argument("--seed", type=int, default=0, help="which actor dies where, how, and when (default %(default)s)")
-    p.add_argument("--serve", action="store_true", help="run `serve` (lines at 8 per second, questions over HTTP) "
+    p.add_argument("--serve", action="store_true", help="run `serve` (lines at 4 per second, questions over HTTP) "
                    "instead of `replay`")
     p.add_argument("--copies", type=int, default=0, help="the log this many times over (default: kills / 5)")
     p.add_argument("--json", action="store_true", help="print the figures as one JSON object (lines_lost, "

@@ -50,6 +50,9 @@ POINTS = {          # the named points each actor passes (grep "chaos(" in actor
     "output": ("output.written",),                       # an assessment's record durable, not yet shown
 }
 AFTER_A_RESTART = {"ingest.recovery", "owner.recovery", "target.prefill"}    # armed with a kill: hit while recovering
+SERVE_RATE = 4              # lines per second while serving: analyses keep running beside the questions
+ASK_EVERY_S = 2.0           # the operator's pause between an answer and the next question (serve)
+STALL_S = 300.0             # no new journal record for this long: the run is stopped (and reported)
 POINT_WAIT_S = 90.0         # a named point not passed by then is disarmed and reported as not reached
 DIED = re.compile(r"ringspec: actor (\w+) \(pid \d+\) died: (.*?); restarting the pipeline")
 
@@ -168,7 +171,7 @@ class _Asker(threading.Thread):
                 ok = False
             self.answered += ok
             self.failed += not ok
-            self.stop.wait(0.5)
+            self.stop.wait(ASK_EVERY_S)
 
 
 def run_chaos(cfg, config_path: str | None, log: str | None, kills: int, seed: int, serve: bool, copies: int,
@@ -180,7 +183,7 @@ def run_chaos(cfg, config_path: str | None, log: str | None, kills: int, seed: i
     offered, committed, lost and duplicated, the assessments written, duplicated and lost, the questions answered and
     failed, the restarts and their recovery times. Exit code 1 when a line was lost or duplicated."""
     log = log or replay_log(cfg)
-    copies = copies or max(1, math.ceil(kills / 5))
+    copies = copies or max(1, math.ceil(kills / (3 if serve else 5)))    # serve: a copy lasts a minute
     faults = plan(kills, seed)
     with tempfile.TemporaryDirectory(prefix="ringspec_chaos_") as tmp:
         tmp = Path(tmp)
@@ -191,7 +194,7 @@ def run_chaos(cfg, config_path: str | None, log: str | None, kills: int, seed: i
         chaos_dir.mkdir()
         port = _free_port()
         common = [str(stream), "--quiet-lines", "--journal", str(journal), "--config", str(profile)]
-        args = (["serve", *common, "--rate", "8", "--http", f"127.0.0.1:{port}", "--zmq", "", "--pub", "",
+        args = (["serve", *common, "--rate", str(SERVE_RATE), "--http", f"127.0.0.1:{port}", "--zmq", "", "--pub", "",
                  "--archive", str(tmp / "archive.sqlite")] if serve else ["replay", *common])
         t0 = time.monotonic()
         pipe = _Pipeline(args, chaos_dir, journal)
@@ -239,15 +242,15 @@ def run_chaos(cfg, config_path: str | None, log: str | None, kills: int, seed: i
 
 
 def _finish(pipe: _Pipeline, serve: bool) -> None:
-    """Replay: the stream runs to its end. Serve: once the stream has ended (after the last restart), drain."""
-    if not serve:
-        pipe.proc.wait()
-        return
-    deaths = len(pipe.deaths)
-    while pipe.proc.poll() is None:
+    """Replay: the stream runs to its end. Serve: once the stream has ended (after the last restart), drain. A
+    pipeline that stops committing for STALL_S is cut short (the accounting then shows what it lost)."""
+    last, moved = -1, time.monotonic()
+    while pipe.proc.poll() is None and time.monotonic() - moved < STALL_S:
         recs = list(records(str(pipe.journal))) if pipe.journal.exists() else []
+        if len(recs) != last:
+            last, moved = len(recs), time.monotonic()
         last_restart = max((i for i, r in enumerate(recs) if r.get("kind") == "restart"), default=-1)
-        if any(r.get("kind") == "stream_end" for r in recs[last_restart + 1:]) and len(pipe.deaths) == deaths:
+        if serve and any(r.get("kind") == "stream_end" for r in recs[last_restart + 1:]):
             os.killpg(pipe.proc.pid, signal.SIGINT)               # a terminal's Ctrl-C: drain, exit 0
             pipe.proc.wait(timeout=120)
             return

@@ -34,7 +34,8 @@ from tests.pipeline.test_launch import (  # noqa: F401 -- no_stray_pipelines: th
 )
 
 pytestmark = pytest.mark.slow
-FAST = "[replay]\nevery_lines = 20\nmax_new_tokens = 24\n"      # fewer, shorter assessments: kills come sooner
+# shorter assessments and a smaller window (less to refill after each restart): the kills come sooner
+FAST = "[cache]\nwindow = 256\n[replay]\nevery_lines = 10\nmax_new_tokens = 16\n"
 
 
 def test_chaos_kills_every_actor_at_every_named_point_and_no_line_is_lost_or_repeated(default_gguf, tmp_path):
