@@ -91,8 +91,14 @@ def start_server(tmp: Path, profile_text: str, rate: float, lines: int, ready_li
     return srv
 
 
-def stop_server(srv: Server) -> None:
+def stop_server(srv: Server, at_once: bool = False) -> None:
+    """SIGINT: drain (the module's server); at_once: a second SIGINT stops without draining (a test whose records
+    are already in the journal need not wait for the backlog's analyses)."""
     srv.proc.send_signal(2)
+    if at_once:
+        wait_for(lambda: srv.proc.poll() is not None or any("draining" in line for line in srv.stdout),
+                 "the drain starting", pids=[srv.proc.pid], exit_ok=True)
+        srv.proc.send_signal(2)
     try:
         wait_for(lambda: srv.proc.poll() is not None, "the server draining", pids=[srv.proc.pid], cpu_budget_s=60,
                  hang_s=300)
@@ -339,7 +345,7 @@ def test_an_answer_with_trees_adaptive_length_and_line_ends_is_the_target_alones
                 "model": "ringspec", "max_tokens": 48,
                 "messages": [{"role": "user", "content": "Which alarms are active, and on which units?"}]})
         finally:
-            stop_server(srv)
+            stop_server(srv, at_once=True)
         assert status == 200, body
         answers[name] = json.loads(body)["choices"][0]["message"]["content"]
         journal = [json.loads(line) for line in (tmp_path / name / "journal.jsonl").read_text().splitlines()]
@@ -370,7 +376,7 @@ def test_a_question_preempts_a_running_analysis(default_gguf, tmp_path):
         assert counted("analyses_preempted_total") >= 2, srv.metrics()
         assert max(queued) <= 1        # verify blocks sent after a question came: the one being prepared, not the rest
     finally:
-        stop_server(srv)
+        stop_server(srv, at_once=True)
 
 
 def test_eval_recall_reports_retrieval_and_exact_answers_with_and_without_the_archive(default_gguf):
