@@ -106,6 +106,8 @@ def run(out_name: str, source: dict, gguf: str, cpus: str, stop, drain, drop_aft
                 break
             loop = getattr(src, "loop", 0)
             recovery = recovering = recovering and (loop, rec.offset) <= upto
+            if not recovery and limit and before + sent + dropped >= limit:
+                break                                # resumed at or past max_lines: nothing new to send
             with figures.busy():
                 ids = tok.encode(rec.text + "\n").astype(np.int32)
                 if archive:                          # durable before it is sent on: every line sent is searchable
