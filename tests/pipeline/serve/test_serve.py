@@ -396,7 +396,7 @@ def test_eval_recall_reports_retrieval_and_exact_answers_with_and_without_the_ar
 
 def test_operator_bench_measures_answers_and_ingestion_against_a_real_server(default_gguf):
     proc = procs.run([sys.executable, str(ROOT / "run.py"), "bench", "--task", "operator", "--questions", "2",
-                      "--rate", "5", "--rates", "4", "--seconds", "3", "--warm-lines", "30", "--json"])
+                      "--rate", "10", "--rates", "4", "--seconds", "3", "--warm-lines", "30", "--json"])
     assert proc.returncode == 0, proc.stderr
     out = json.loads(proc.stdout)
     assert [r["retrieve"] for r in out["latency"]] == [0, 2]
