@@ -126,10 +126,10 @@ class Owner:
         # durability: the lines fed since the last checkpoint, the last one checkpointed, a restart to journal
         self.source_id, self.fresh, self.last_checkpoint = source_id, [], time.monotonic()
         self.committed = (resume["offset"], resume["loop"], resume["seq"]) if resume else None
-        self.restart, self.resume, self.recovered = restart, resume, []
+        self.restart, self.resume, self.recovered, self.resumed_due = restart, resume, [], None
         if resume:
             self.counts["lines"], self.triggers.since = resume["lines"], resume["since"]
-            self.due = resume.get("due")
+            self.resumed_due = resume.get("due")     # asked once the window is refilled, before any new line
 
     # -- the schedule ------------------------------------------------------------------------------------------------
     def loop(self) -> None:
@@ -251,7 +251,8 @@ class Owner:
         self.due = None
         seen = self.seen
         tags = sorted({t for _, _, line_tags, _, _ in seen for t in line_tags})
-        send(self.out, Assessment(trigger=reason, offsets=[seen[0][1], seen[-1][1]], lines=self.counts["lines"],
+        send(self.out, Assessment(trigger=reason, offsets=[seen[0][1], seen[-1][1]] if seen else [],
+                                  lines=self.counts["lines"],
                                   window_lines=len(seen), window_tags=tags,
                                   latency_ms=(time.perf_counter() - t0) * 1000.0, stats=res.stats.as_dict(),
                                   checkpoint=self.commit_point(), ids=np.asarray(res.token_ids, np.int32)),
@@ -260,6 +261,9 @@ class Owner:
     def take_line(self, line: Line | Eof) -> bool:
         """Prefill one stream line (or end the stream); True when this actor is done."""
         if isinstance(line, Eof):
+            if self.resumed_due is not None:           # the assessment the crash interrupted, the window refilled
+                self.due, self.resumed_due = self.resumed_due, None
+                self.assess(self.due)
             self.eof = line
             self.stream_ended = True
             if self.restart is not None and self.committed is not None:
@@ -278,6 +282,9 @@ class Owner:
             self.in_window(line)
             self.recovered.append(line.offset)
             return False
+        if self.resumed_due is not None:               # the assessment the crash interrupted, over the same lines
+            self.due, self.resumed_due = self.resumed_due, None
+            self.assess(self.due)
         self.first_line = self.first_line or time.perf_counter()
         self.last_line = time.monotonic()
         nll_sum = nll_n = None

@@ -83,6 +83,28 @@ def test_a_power_loss_resumes_from_the_checkpoint_without_losing_or_repeating_a_
     assert not leftovers(first) and not leftovers(second)
 
 
+def test_an_assessment_a_crash_interrupted_is_written_once_after_the_window_is_refilled(default_gguf, tmp_path):
+    """The journal as a crash during the assessment after line 20 leaves it (its last checkpoint says the assessment
+    is due; its record was never written): `--resume` refills the window, writes that assessment over the same 20
+    lines before any new line, once, and goes on."""
+    journal = tmp_path / "journal.jsonl"
+    first = launch(str(LOG), "--quiet-lines", "--every", "10", "--max-lines", "20", "--journal", str(journal))
+    out, err = procs.finish(first, "the first run ending")
+    assert first.returncode == 0, err
+    records = journal_of(journal)
+    last = next(r for r in reversed(records) if r["kind"] == "assessment")
+    assert last["lines"] == 20
+    kept = [r for r in records if r is not last and r["kind"] != "eof"]
+    crashed = {**last["checkpoint"], "kind": "checkpoint", "due": "every"}
+    journal.write_text("".join(json.dumps(r) + "\n" for r in [*kept, crashed]))
+    second = launch(str(LOG), "--quiet-lines", "--every", "10", "--max-lines", "25", "--journal", str(journal),
+                    "--resume")
+    out, err = procs.finish(second, "the resumed run ending")
+    assert second.returncode == 0, err
+    written = [(r["lines"], r["trigger"], r["offsets"][1]) for r in journal_of(journal) if r["kind"] == "assessment"]
+    assert written == [(10, "every", written[0][2]), (20, "every", crashed["offset"])], written
+
+
 def test_a_crash_loop_stops_with_exit_code_2_and_says_why(default_gguf, tmp_path):
     """An actor that dies at every start (here the draft raises at its first proposal, re-armed each time) is
     restarted `max_restarts` times, then the pipeline stops: exit 2, the cause, nothing left behind."""
