@@ -17,8 +17,9 @@ finished the previous one, so a question never queues behind a stack of line pas
 Durability (README, "Surviving faults"): the owner names what is committed. When no pass is in flight to the target
 (so the lines' tokens are in its ring), at most every `supervise.checkpoint_s` and with every assessment, it sends a
 `Checkpoint` listing the lines fed since the last one; output makes it durable. Started after a restart (`resume`:
-the last durable checkpoint), it restores the trigger count and a due assessment, prefills the `recovery` lines ingest
-re-reads (the window, not committed again), then journals `Recovery` and `Restarted` with the first committed line.
+the last durable checkpoint), it restores the trigger count, prefills the `recovery` lines ingest re-reads (the window,
+not committed again), asks an assessment the crash interrupted, then journals `Recovery` and `Restarted` with the first
+committed line.
 
 What lives in the ring (DESIGN.md): the sinks hold the system prompt; the ring holds only the stream. An analysis or
 an operator question is asked in a scratch span after the stream (retrieved older lines, the question, the answer)
@@ -261,9 +262,7 @@ class Owner:
     def take_line(self, line: Line | Eof) -> bool:
         """Prefill one stream line (or end the stream); True when this actor is done."""
         if isinstance(line, Eof):
-            if self.resumed_due is not None:           # the assessment the crash interrupted, the window refilled
-                self.due, self.resumed_due = self.resumed_due, None
-                self.assess(self.due)
+            self.ask_interrupted()
             self.eof = line
             self.stream_ended = True
             if self.restart is not None and self.committed is not None:
@@ -282,9 +281,7 @@ class Owner:
             self.in_window(line)
             self.recovered.append(line.offset)
             return False
-        if self.resumed_due is not None:               # the assessment the crash interrupted, over the same lines
-            self.due, self.resumed_due = self.resumed_due, None
-            self.assess(self.due)
+        self.ask_interrupted()
         self.first_line = self.first_line or time.perf_counter()
         self.last_line = time.monotonic()
         nll_sum = nll_n = None
@@ -303,6 +300,13 @@ class Owner:
         if self.restart is not None:
             self.restarted()
         return False
+
+    def ask_interrupted(self) -> None:
+        """The assessment a crash interrupted (the checkpoint's `due`), once the window is refilled: at the first new
+        line or the stream's end, over the same lines as before the crash."""
+        if self.resumed_due is not None:
+            self.due, self.resumed_due = self.resumed_due, None
+            self.assess(self.due)
 
     def in_window(self, line: Line) -> None:
         n = self.engine.index.n
