@@ -46,6 +46,17 @@ class _Server(ThreadingHTTPServer):
     allow_reuse_address = True
     front: Front
 
+    def handle_error(self, request, client_address):
+        """A failure outside a route (a client that resets its connection while the next request line is read, a
+        malformed request the parser chokes on) costs that connection only: counted, one line, never a traceback."""
+        exc = sys.exc_info()[1]
+        if isinstance(exc, (ConnectionError, TimeoutError)):
+            self.front.counts["client_disconnects"] += 1
+            return
+        self.front.counts["internal_errors"] += 1
+        print(f"ringspec: http: connection from {client_address[0]}: {type(exc).__name__}: {exc}", file=sys.stderr,
+              flush=True)
+
 
 class _Handler(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"

@@ -13,6 +13,7 @@ import re
 import shutil
 import signal
 import socket
+import struct
 import subprocess
 import sys
 import threading
@@ -217,13 +218,33 @@ def test_a_client_that_disconnects_is_counted_and_more_than_the_waiting_bound_ge
         s.close()                                     # gone mid-answer: cancelled, counted, nothing breaks
 
     def cancelled_and_idle() -> bool:
-        m = server.metrics()
-        gone = int(re.search(r"^ringspec_client_disconnects_total (\d+)", m, re.M).group(1))
-        return gone >= 1 and bool(re.search(r'^ringspec_queue_depth\{queue="in_flight"\} 0$', m, re.M))
+        return disconnects(server) >= 1 and bool(re.search(r'^ringspec_queue_depth\{queue="in_flight"\} 0$',
+                                                            server.metrics(), re.M))
     server.wait_for(cancelled_and_idle, "the disconnected answers being cancelled")
     status, payload, _ = server.request("POST", "/v1/chat/completions",
                                         {"messages": [{"role": "user", "content": "still there?"}], "max_tokens": 8})
     assert status == 200
+
+
+def disconnects(server) -> int:
+    return int(re.search(r"^ringspec_client_disconnects_total (\d+)", server.metrics(), re.M).group(1))
+
+
+def test_a_client_that_resets_between_requests_is_a_counted_drop_not_a_traceback(server):
+    """A keep-alive client that sends a TCP reset while its handler waits for the next request line (seen in CI when
+    an answer ended just before its client closed). The reset is planted with SO_LINGER 0, so it happens every run."""
+    before = disconnects(server)
+    conn = http.client.HTTPConnection("127.0.0.1", server.port, timeout=120)
+    conn.request("GET", "/healthz")
+    resp = conn.getresponse()
+    assert resp.status == 200 and json.loads(resp.read())["status"] == "ok" and not resp.will_close
+    # the whole answer is read: the handler now waits for the next request line on the kept-alive connection
+    conn.sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+    conn.close()                                     # linger 0: the close is a reset, not a FIN
+    traced = lambda: "Traceback" in "".join(server.stdout)                 # noqa: E731 -- what the fault prints
+    server.wait_for(lambda: disconnects(server) > before or traced(), "the reset being counted or traced")
+    assert not traced() and disconnects(server) > before
+    assert server.health()["status"] == "ok"
 
 
 def test_metrics_are_prometheus_text_with_the_figures_an_operator_watches(server):
