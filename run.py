@@ -24,6 +24,7 @@ from pipeline.decode.exactness import doctor
 from pipeline.decode.generate import generate, read_text, score
 from pipeline.launch import run_replay, run_serve
 from pipeline.report import Failure
+from pipeline.serve.auth import env_key
 from pipeline.serve.zmq_api import run_ask
 
 ROOT = Path(__file__).resolve().parent
@@ -112,13 +113,17 @@ def parser() -> argparse.ArgumentParser:
     add_key(p, "--http", "serve.http", "HOST:PORT of the HTTP API and console (\"\" = off)")
     add_key(p, "--zmq", "serve.zmq", "zmq request endpoint (\"\" = off)")
     add_key(p, "--pub", "serve.pub", "zmq PUB endpoint of analyses and events (\"\" = off)")
-    add_key(p, "--api-key", "serve.api_key", "required from clients (needed for a non-loopback --http)")
+    add_key(p, "--api-key", "serve.api_key", "the key clients send (needed for a non-loopback --http); other users "
+            "see a flag in /proc/*/cmdline: prefer RINGSPEC_API_KEY or --api-keys-file")
+    add_key(p, "--api-keys-file", "serve.api_keys_file", "one `NAME KEY` line per operator (chmod 600); NAME is "
+            "the operator's turn in the fair queue")
     add_key(p, "--archive", "serve.archive", "SQLite FTS5 archive of every line (\"\": $RINGSPEC_HOME/archive/...)")
     add_key(p, "--launcher", "actors.launcher", "local or ray", choices=("local", "ray"))
-    p.set_defaults(run=lambda a: run_serve(profile_of(a, {"serve.enabled": True}), a.file, a.format, a.rate, a.speed,
-                                           a.loop, a.follow, a.journal, a.quiet_lines, a.resume))
+    p.set_defaults(run=lambda a: run_serve(profile_of(a, {"serve.enabled": True, **_env_key(a)}), a.file, a.format,
+                                           a.rate, a.speed, a.loop, a.follow, a.journal, a.quiet_lines, a.resume))
 
-    p = add_verb(sub, "ask", run_ask, "ask a running `serve` a question over zmq; the answer streams to stdout")
+    p = add_verb(sub, "ask", run_ask, "ask a running `serve` a question over zmq; the answer streams to stdout "
+                 "(a server with keys: set RINGSPEC_API_KEY)")
     p.add_argument("question", help="the question, e.g. \"why did the reactor pressure alarm fire?\"")
     add_key(p, "--zmq", "serve.zmq", "the server's zmq endpoint")
     p.add_argument("--max-tokens", type=int, help="answer length bound (default: the server's)")
@@ -173,6 +178,12 @@ def profile_of(args, extra: dict | None = None) -> config.Config:
     """The profile (--config) with every profile-key flag given on the command line (dest "section.key") over it."""
     given = {key: value for key, value in vars(args).items() if "." in key and value is not None}
     return config.load(getattr(args, "config", None), {**given, **(extra or {})})
+
+
+def _env_key(args) -> dict:
+    """RINGSPEC_API_KEY, under --api-key and over the profile's serve.api_key."""
+    key = env_key()
+    return {"serve.api_key": key} if key and getattr(args, "serve.api_key") is None else {}
 
 
 def _serial(args) -> dict:

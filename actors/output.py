@@ -39,6 +39,7 @@ from pipeline.messages import (
 )
 from pipeline.process import Figures, attach_when_ready, chaos, figures_on_request, messages, pin
 from pipeline.serve.front import Front
+from pipeline.serve.auth import load_keys
 from pipeline.serve.http_api import serve_http
 from pipeline.serve.zmq_api import ZmqFront
 from pipeline.stream.journal import Journal
@@ -122,20 +123,21 @@ def _record(event, record: dict, log, sock) -> None:
 def _start_front(cfg, tok, serve: dict, stop):
     """The operators' interfaces: the front (its channel to the owner), then HTTP and zmq as configured."""
 
+    keys = load_keys(cfg.serve.api_key, cfg.serve.api_keys_file)
     asks = attach_when_ready(serve["asks"], stop)
     front = Front(cfg, tok, asks, serve["archive"], serve.get("pids_file"), serve.get("restarts"))
     servers = []
     if cfg.serve.http:
         host, _, port = cfg.serve.http.rpartition(":")
         try:
-            server = serve_http(front, host.strip("[]"), int(port))
+            server = serve_http(front, host.strip("[]"), int(port), keys)
         except OSError as exc:
             raise OSError(f"cannot serve HTTP on {cfg.serve.http}: {exc.strerror or exc}") from None
         servers.append(server)
         print(f"ringspec: serving http://{host}:{server.server_address[1]}/ (OpenAI API under /v1, console at /)",
               file=sys.stderr, flush=True)
     if cfg.serve.zmq:
-        servers.append(ZmqFront(front, cfg.serve.zmq))
+        servers.append(ZmqFront(front, cfg.serve.zmq, keys))
         print(f"ringspec: zmq questions on {cfg.serve.zmq} (python run.py ask --zmq {cfg.serve.zmq} \"...\")",
               file=sys.stderr, flush=True)
     return front, servers

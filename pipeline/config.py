@@ -101,7 +101,12 @@ class ServeSection:
     http: str = "127.0.0.1:8080"     # HOST:PORT of the HTTP API and console ("" = off)
     zmq: str = "tcp://127.0.0.1:7701"    # zmq request socket, msgpack messages ("" = off)
     pub: str = "tcp://127.0.0.1:7702"    # zmq PUB of analyses and stream events ("" = off)
-    api_key: str = ""                # required (Authorization: Bearer KEY) when http binds a non-loopback address
+    api_key: str = ""                # one operator's key (Authorization: Bearer KEY); also RINGSPEC_API_KEY
+    api_keys_file: str = ""          # one `NAME KEY` line per operator; NAME is the fair queue's identity
+    allowed_hosts: str = ""          # Host/Origin names answered, comma-separated ("" = the bind address, localhost
+                                     # and loopback; a wildcard bind answers any; "*" = any)
+    max_connections: int = 64        # HTTP connections handled at once; more get 503 and are closed
+    request_timeout_s: float = 30.0  # an HTTP client silent this long (mid-request, or idle between requests) is cut
     max_prompt_tokens: int = 384     # a question's span: the conversation plus the retrieved lines
     max_answer_tokens: int = 256
     max_body_bytes: int = 65536
@@ -195,7 +200,8 @@ _MIN = {("model", "threads"): 1, ("model", "max_rows"): 2, ("cache", "sink"): 0,
         ("sampling", "top_k"): 0, ("replay", "every_lines"): 1, ("replay", "max_new_tokens"): 1,
         ("replay", "max_lines"): 0, ("replay", "idle_s"): 0.0, ("model", "accuracy_level"): 0,
         ("serve", "max_prompt_tokens"): 16, ("serve", "max_answer_tokens"): 1, ("serve", "max_body_bytes"): 1024,
-        ("serve", "max_waiting"): 1, ("serve", "deadline_s"): 0.1, ("serve", "backlog_lines"): 0,
+        ("serve", "max_waiting"): 1, ("serve", "deadline_s"): 0.1, ("serve", "max_connections"): 1,
+        ("serve", "request_timeout_s"): 0.1, ("serve", "backlog_lines"): 0,
         ("serve", "archive_max_lines"): 1, ("serve", "retrieve"): 0, ("supervise", "max_restarts"): 0,
         ("supervise", "period_s"): 0.0, ("supervise", "checkpoint_s"): 0.01}
 
@@ -263,9 +269,15 @@ def parse(raw: dict, source: str = "<dict>") -> Config:
         if value and not re.fullmatch(r"(tcp://[^:/]+:\d+|ipc://.+|inproc://.+)", value):
             raise ConfigError(f"{source}: serve.{key} = {value!r}; expected a zmq endpoint like "
                               f"\"tcp://127.0.0.1:7701\" or \"ipc:///tmp/ringspec.sock\"")
-    if cfg.serve.http and not is_loopback(cfg.serve.http.rpartition(":")[0]) and not cfg.serve.api_key:
-        raise ConfigError(f"{source}: serve.http = {cfg.serve.http!r} is not a loopback address: set serve.api_key "
-                          f"(clients send Authorization: Bearer KEY)")
+        if value.startswith("tcp://") and not is_loopback(value[len("tcp://"):].rpartition(":")[0]):
+            raise ConfigError(f"{source}: serve.{key} = {value!r} is not a loopback address, and zmq carries no "
+                              f"key here: bind tcp://127.0.0.1 or ipc:// and reach it through ssh -L, or use the "
+                              f"HTTP API with a key")
+    if cfg.serve.http and not is_loopback(cfg.serve.http.rpartition(":")[0]) and not (
+            cfg.serve.api_key or cfg.serve.api_keys_file):
+        raise ConfigError(f"{source}: serve.http = {cfg.serve.http!r} is not a loopback address: set "
+                          f"RINGSPEC_API_KEY, serve.api_key or serve.api_keys_file (clients send Authorization: "
+                          f"Bearer KEY)")
     if not 0.0 < cfg.sampling.top_p <= 1.0:
         raise ConfigError(f"{source}: [sampling] top_p must be in (0, 1], got {cfg.sampling.top_p}")
     return cfg

@@ -46,6 +46,7 @@ from pipeline.config import replay_log
 from pipeline.decode.drafts import speaks
 from pipeline.process import CHAOS_DIR, StopFlag, Stopped
 from pipeline.report import Report
+from pipeline.serve.auth import load_keys
 from pipeline.stream.replay import ReplayReport, printer, replay, replay_frame
 from pipeline.stream.journal import records, resume_point
 from pipeline.stream.sources import source_of
@@ -319,10 +320,12 @@ def run_serve(cfg, log: str | None = None, fmt: str | None = None, rate: float =
       /v1/completions           OpenAI completions: the prompt continues the log
       /healthz, /metrics        health, Prometheus metrics
     zmq: python run.py ask "when did PIR108 last go HIGH HIGH?"
-    A non-loopback --http needs --api-key (or serve.api_key); clients send
-    Authorization: Bearer KEY."""
+    A non-loopback --http needs a key: RINGSPEC_API_KEY, --api-key or --api-keys-file (one
+    `NAME KEY` line per operator, NAME their turn in the fair queue); clients send
+    Authorization: Bearer KEY, and `ask` sends RINGSPEC_API_KEY. zmq binds loopback or ipc only."""
     if cfg.actors.launcher == "serial":
         raise ValueError("serve runs the actor pipeline: use launcher local or ray")
+    load_keys(cfg.serve.api_key, cfg.serve.api_keys_file)      # a bad key file is refused before anything starts
     source = source_of(log or replay_log(cfg), fmt, cfg.replay.max_lines, speed, follow)
     if rate < 0:
         raise ValueError("--rate must be >= 0")

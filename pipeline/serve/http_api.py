@@ -1,10 +1,16 @@
 """The HTTP face of the front: an OpenAI-compatible API, health, Prometheus metrics and the web console.
 
-Owns the HTTP protocol only: routes, request bounds (body size, JSON shape, the API key), OpenAI's response and
-server-sent-event shapes, and what a client that goes away costs (its request is cancelled, counted). Everything a
-request means is `Front`'s. Never touches a model or a channel.
+Owns the HTTP protocol only: routes, request bounds, OpenAI's response and server-sent-event shapes, and what a
+client that goes away costs (its request is cancelled, counted). Everything a request means is `Front`'s; who may
+ask is `auth`'s. Never touches a model or a channel.
 
-    GET  /                       the console (pipeline/serve/console.html)
+Bounds, each a precise 4xx/503 or a counted drop, never a traceback: Host and Origin outside serve.allowed_hosts
+(403), a missing or wrong key (401; a query key only on /v1/events), a body without one decimal Content-Length
+(400/411), over serve.max_body_bytes (413, and never read), more than serve.max_connections connections (503, closed),
+a client silent for serve.request_timeout_s (cut), a client that resets (counted). Every path outside the routes is
+counted under one label.
+
+    GET  /                       the console (pipeline/serve/console.html; the key goes in its fragment, /#key=KEY)
     GET  /healthz                {"status": "ok", ...}; never needs the key
     GET  /metrics                Prometheus text format
     GET  /v1/models              the one model served
@@ -24,18 +30,26 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from urllib.parse import parse_qs, urlparse
 
+from pipeline.serve.auth import Keys, allowed_hosts, refused_origin
 from pipeline.serve.front import Front, RequestError
 from pipeline.serve.metrics import render
 
 CONSOLE = Path(__file__).with_name("console.html")
 MODEL_NAME = "ringspec"
 KEEPALIVE_S = 15.0
+OPEN = ("/healthz", "/")                         # need no key: health, and the console's page (it holds no data)
+_BUSY_BODY = json.dumps({"error": {"message": "too many connections at once (serve.max_connections); retry "
+                                               "shortly", "type": "server_busy", "code": 503}}).encode()
+BUSY = (b"HTTP/1.1 503 Service Unavailable\r\nContent-Type: application/json\r\nRetry-After: 1\r\n"
+        b"Connection: close\r\nContent-Length: %d\r\n\r\n%s" % (len(_BUSY_BODY), _BUSY_BODY))
 
 
-def serve_http(front: Front, host: str, port: int) -> ThreadingHTTPServer:
-    """Start the server in a daemon thread; `shutdown()` stops it."""
+def serve_http(front: Front, host: str, port: int, keys: Keys = Keys()) -> ThreadingHTTPServer:
+    """Start the server in a daemon thread; `shutdown()` stops it. keys: the operators' (none: no key asked)."""
     server = _Server((host, port), _Handler)
-    server.front = front
+    server.front, server.keys = front, keys
+    server.hosts = allowed_hosts(front.serve.allowed_hosts, host)
+    server.slots = threading.BoundedSemaphore(front.serve.max_connections)
     threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.2}, daemon=True,
                      name="http").start()
     return server
@@ -45,6 +59,29 @@ class _Server(ThreadingHTTPServer):
     daemon_threads = True
     allow_reuse_address = True
     front: Front
+    keys: Keys
+    hosts: frozenset[str] | None
+    slots: threading.BoundedSemaphore
+
+    def process_request(self, request, client_address):
+        """One thread per connection, at most serve.max_connections of them: past that, 503 and the socket closed
+        (a client that opens connections and sends nothing costs one slot each until serve.request_timeout_s)."""
+        if not self.slots.acquire(blocking=False):
+            self.front.counts["connections_refused"] += 1
+            try:
+                request.settimeout(1.0)
+                request.sendall(BUSY)
+            except OSError:
+                pass
+            self.shutdown_request(request)
+            return
+        super().process_request(request, client_address)
+
+    def process_request_thread(self, request, client_address):
+        try:
+            super().process_request_thread(request, client_address)
+        finally:
+            self.slots.release()
 
     def handle_error(self, request, client_address):
         """A failure outside a route (a client that resets its connection while the next request line is read, a
@@ -61,6 +98,11 @@ class _Server(ThreadingHTTPServer):
 class _Handler(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
     server_version = "ringspec"
+    operator = ""                                 # who asks: the key's name, or the peer when no key is asked
+
+    def setup(self):
+        self.timeout = self.server.front.serve.request_timeout_s     # the socket's, for reads and writes alike
+        super().setup()
 
     def log_message(self, fmt, *args):          # the operator reads the pipeline's lines, not an access log
         pass
@@ -77,23 +119,29 @@ class _Handler(BaseHTTPRequestHandler):
         self._route()
 
     def _route(self):
-        front = self.server.front
+        front, server = self.server.front, self.server
         path = urlparse(self.path).path
+        refused = refused_origin(server.hosts, self.headers.get("Host"), self.headers.get("Origin"))
+        if refused:
+            self.close_connection = True
+            return self._error(RequestError(403, refused, "forbidden"), path)
         routes = self.ROUTES[self.command]
         if path not in routes:
             known = any(path in other for other in self.ROUTES.values())
-            return self._error(RequestError(405 if known else 404, f"{self.command} {path}: " +
+            return self._error(RequestError(405 if known else 404, f"{self.command} {_short(path)}: " +
                                             ("method not allowed" if known else "no such endpoint")), path)
-        key = front.serve.api_key
-        if key and path != "/healthz" and self._key() != key:
+        self.operator = server.keys.identify(self._key(path)) if server.keys.required else \
+            f"peer:{self.client_address[0]}"
+        if self.operator is None and path not in OPEN:
             return self._error(RequestError(401, "missing or wrong API key (Authorization: Bearer KEY)",
                                             "authentication_error"), path)
         try:
             getattr(self, routes[path])()
         except RequestError as exc:
             self._error(exc, path)
-        except (BrokenPipeError, ConnectionResetError):
+        except (ConnectionError, TimeoutError):       # the client went away or went silent mid-request
             front.counts["client_disconnects"] += 1
+            self.close_connection = True
         except Exception as exc:                      # noqa: BLE001 -- one request fails, the server carries on
             front.counts["internal_errors"] += 1
             print(f"ringspec: http: {self.command} {path}: {type(exc).__name__}: {exc}", file=sys.stderr, flush=True)
@@ -102,11 +150,13 @@ class _Handler(BaseHTTPRequestHandler):
             except OSError:
                 pass
 
-    def _key(self) -> str:
+    def _key(self, path: str) -> str:
         auth = self.headers.get("Authorization", "")
         if auth.startswith("Bearer "):
             return auth[len("Bearer "):].strip()
-        return parse_qs(urlparse(self.path).query).get("key", [""])[0]      # EventSource cannot set headers
+        if path == "/v1/events":                      # only there: EventSource cannot set headers
+            return parse_qs(urlparse(self.path).query).get("key", [""])[0]
+        return ""
 
     # -- plain endpoints ---------------------------------------------------------------------------------------------
     def _console(self):
@@ -167,10 +217,8 @@ class _Handler(BaseHTTPRequestHandler):
         stop = (stop,) if isinstance(stop, str) else stop
         if not isinstance(stop, (list, tuple)) or not all(isinstance(s, str) for s in stop) or len(stop) > 4:
             raise RequestError(400, "stop must be a string or a list of at most 4 strings")
-        client = body.get("user") if isinstance(body.get("user"), str) and body.get("user") else \
-            f"peer:{self.client_address[0]}"
-        return self.server.front.ask(client, max_tokens=body.get("max_tokens"), deadline_s=body.get("deadline_s"),
-                                     stop=tuple(stop), **question)
+        return self.server.front.ask(self.operator, max_tokens=body.get("max_tokens"),
+                                     deadline_s=body.get("deadline_s"), stop=tuple(stop), **question)
 
     def _answer(self, body: dict, answer, chat: bool):
         front = self.server.front
@@ -210,7 +258,7 @@ class _Handler(BaseHTTPRequestHandler):
                 self._chunk(b"data: [DONE]\n\n")
                 self._chunk(b"")
                 return
-        except (BrokenPipeError, ConnectionResetError, queue.Empty):
+        except (ConnectionError, TimeoutError, queue.Empty):
             front.cancel(answer, "client_disconnects")
             self.close_connection = True
 
@@ -223,14 +271,24 @@ class _Handler(BaseHTTPRequestHandler):
     # -- the wire ----------------------------------------------------------------------------------------------------
     def _body(self) -> dict:
         limit = self.server.front.serve.max_body_bytes
-        try:
-            length = int(self.headers.get("Content-Length", ""))
-        except ValueError:
-            raise RequestError(411, "a request body needs a Content-Length") from None
+        if self.headers.get("Transfer-Encoding"):
+            self.close_connection = True
+            raise RequestError(411, "chunked request bodies are not taken: send the body with a Content-Length")
+        lengths = self.headers.get_all("Content-Length") or []
+        if not lengths:
+            raise RequestError(411, "a request body needs a Content-Length")
+        if len(lengths) > 1 or not lengths[0].strip().isdigit() or not lengths[0].strip().isascii():
+            self.close_connection = True
+            raise RequestError(400, f"Content-Length must be one decimal number of bytes, got "
+                                    f"{', '.join(map(repr, lengths))[:80]}")
+        length = int(lengths[0])
         if length > limit:
             self.close_connection = True
             raise RequestError(413, f"request body of {length} bytes exceeds {limit} (serve.max_body_bytes)")
         raw = self.rfile.read(length)
+        if len(raw) < length:
+            self.close_connection = True
+            raise RequestError(400, f"the body ended after {len(raw)} of its {length} bytes")
         try:
             body = json.loads(raw)
         except (UnicodeDecodeError, json.JSONDecodeError) as exc:
@@ -240,13 +298,13 @@ class _Handler(BaseHTTPRequestHandler):
         return body
 
     def _error(self, exc: RequestError, path: str):
-        self.server.front.counts[("requests", path, exc.status)] += 1
+        self.server.front.counts[("requests", _label(path), exc.status)] += 1
         headers = {"Retry-After": "1"} if exc.status == 503 else {}
         self._json(exc.status, {"error": {"message": str(exc), "type": exc.kind, "code": exc.status}}, headers)
 
     def _json(self, status: int, obj: dict, headers: dict | None = None):
         if status < 400:
-            self.server.front.counts[("requests", urlparse(self.path).path, status)] += 1
+            self.server.front.counts[("requests", _label(urlparse(self.path).path), status)] += 1
         self._send(status, json.dumps(obj).encode(), "application/json", headers)
 
     def _send(self, status: int, body: bytes, ctype: str, headers: dict | None = None):
@@ -259,7 +317,7 @@ class _Handler(BaseHTTPRequestHandler):
         self.wfile.write(body)
 
     def _start_stream(self):
-        self.server.front.counts[("requests", urlparse(self.path).path, 200)] += 1
+        self.server.front.counts[("requests", _label(urlparse(self.path).path), 200)] += 1
         self.send_response(200)
         self.send_header("Content-Type", "text/event-stream")
         self.send_header("Cache-Control", "no-cache")
@@ -272,6 +330,15 @@ class _Handler(BaseHTTPRequestHandler):
     def _chunk(self, data: bytes):
         self.wfile.write(f"{len(data):x}\r\n".encode() + data + b"\r\n")
         self.wfile.flush()
+
+
+def _label(path: str) -> str:
+    """A request counter's path label: an endpoint's own, every other path one label (anyone can send any path)."""
+    return path if any(path in routes for routes in _Handler.ROUTES.values()) else "other"
+
+
+def _short(path: str) -> str:
+    return path if len(path) <= 80 else path[:77] + "..."
 
 
 def _usage(info: dict) -> dict:

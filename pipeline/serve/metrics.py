@@ -54,8 +54,10 @@ def render(front) -> str:
     metric("http_requests_total", "counter", "HTTP requests by endpoint and status code.",
            [({"endpoint": k[1], "code": str(k[2])}, v) for k, v in sorted(front.counts.items(), key=str)
             if isinstance(k, tuple) and k[0] == "requests"])
-    metric("client_disconnects_total", "counter", "Requests whose client went away before the answer ended.",
-           [({}, front.counts["client_disconnects"])])
+    metric("client_disconnects_total", "counter", "Requests whose client went away (or went silent for "
+           "serve.request_timeout_s) before the answer ended.", [({}, front.counts["client_disconnects"])])
+    metric("connections_refused_total", "counter", "HTTP connections refused with 503 past serve.max_connections.",
+           [({}, front.counts["connections_refused"])])
     for name, values, help_text in (("request_ttft_ms", front.ttft_ms, "Request to first answer token, ms."),
                                     ("request_latency_ms", front.total_ms, "Request to last answer token, ms.")):
         vals = np.fromiter(list(values), float)

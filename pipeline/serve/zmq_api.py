@@ -1,10 +1,12 @@
 """The zmq face of the front: a ROUTER socket taking msgpack questions, and the `ask` client for it.
 
 Owns the message shapes. A client (DEALER) sends one msgpack map per question:
-    {"question": str, "max_tokens": int?, "deadline_s": float?, "client": str?}
+    {"question": str, "max_tokens": int?, "deadline_s": float?, "key": str (when the server has keys)}
 and receives, in order, maps {"id", "delta": str} as the answer's tokens are committed, then one final map
 {"id", "done": true, "text", "finish_reason", "usage", "ringspec": {...}} or {"error": str, "code": int}.
-Several clients and several questions per client may be in flight. Never touches a model or a channel.
+Several clients and several questions per client may be in flight. Who asks is the key's operator, or the client's
+socket when the server has no keys (a request's own fields never name it). Messages over serve.max_body_bytes are
+not read: zmq drops the connection that sent one. Never touches a model or a channel.
 
 `run_ask` is the `ask` verb: the client, the answer streamed to stdout as it comes, and `AskReport`.
 
@@ -23,14 +25,15 @@ import msgpack
 import zmq
 
 from pipeline.report import Report
+from pipeline.serve.auth import Keys, env_key
 from pipeline.serve.front import Front, RequestError
 
 POLL_MS = 5
 
 
 class ZmqFront:
-    def __init__(self, front: Front, endpoint: str):
-        self.front, self.endpoint = front, endpoint
+    def __init__(self, front: Front, endpoint: str, keys: Keys = Keys()):
+        self.front, self.endpoint, self.keys = front, endpoint, keys
         self._out: queue.Queue = queue.Queue()
         self._stop = threading.Event()
         self._ready = threading.Event()
@@ -49,6 +52,7 @@ class ZmqFront:
         sock = zmq.Context.instance().socket(zmq.ROUTER)
         sock.setsockopt(zmq.LINGER, 0)
         sock.setsockopt(zmq.ROUTER_MANDATORY, 0)     # a reply to a client that left is dropped, not an error
+        sock.setsockopt(zmq.MAXMSGSIZE, self.front.serve.max_body_bytes)
         try:
             sock.bind(self.endpoint)
         except zmq.ZMQError as exc:
@@ -75,7 +79,7 @@ class ZmqFront:
             req = msgpack.unpackb(payload, raw=False)
             if not isinstance(req, dict) or not isinstance(req.get("question"), str) or not req["question"].strip():
                 raise RequestError(400, "expected a msgpack map with a non-empty string \"question\"")
-            client = req.get("client") if isinstance(req.get("client"), str) else f"zmq:{who.hex()}"
+            client = self._operator(req, who)
             answer = self.front.ask(client, messages=[{"role": "user", "content": req["question"]}],
                                     max_tokens=req.get("max_tokens"), deadline_s=req.get("deadline_s"))
         except RequestError as exc:
@@ -85,6 +89,14 @@ class ZmqFront:
             self._out.put((who, {"error": f"not a msgpack request: {exc}", "code": 400}))
             return
         threading.Thread(target=self._relay, args=(who, answer), daemon=True).start()
+
+    def _operator(self, req: dict, who: bytes) -> str:
+        if not self.keys.required:
+            return f"zmq:{who.hex()}"
+        name = self.keys.identify(req["key"]) if isinstance(req.get("key"), str) else None
+        if name is None:
+            raise RequestError(401, "missing or wrong API key (the request's \"key\")", "authentication_error")
+        return name
 
     def _relay(self, who: bytes, answer) -> None:
         while True:
@@ -109,8 +121,10 @@ class ZmqFront:
             return
 
 
-def ask(endpoint: str, question: str, max_tokens: int | None = None, timeout_s: float = 120.0, on_delta=None) -> dict:
-    """The client: send one question, hand each delta to on_delta(text), return the final map (or raise)."""
+def ask(endpoint: str, question: str, max_tokens: int | None = None, timeout_s: float = 120.0, on_delta=None,
+        key: str | None = None) -> dict:
+    """The client: send one question, hand each delta to on_delta(text), return the final map (or raise).
+    key: the operator's (default RINGSPEC_API_KEY), for a server that has keys."""
 
     sock = zmq.Context.instance().socket(zmq.DEALER)
     sock.setsockopt(zmq.LINGER, 0)
@@ -119,6 +133,9 @@ def ask(endpoint: str, question: str, max_tokens: int | None = None, timeout_s: 
         req = {"question": question}
         if max_tokens is not None:
             req["max_tokens"] = max_tokens
+        key = key or env_key()
+        if key:
+            req["key"] = key
         sock.send(msgpack.packb(req))
         while True:
             if not sock.poll(int(timeout_s * 1000), zmq.POLLIN):

@@ -79,7 +79,7 @@ def test_serving_grows_the_ring_slack_to_hold_a_question_span_and_its_answer():
 
 
 @pytest.mark.parametrize("overrides, message", [
-    ({"serve.http": "0.0.0.0:8080"}, "set serve.api_key"),
+    ({"serve.http": "0.0.0.0:8080"}, "set RINGSPEC_API_KEY, serve.api_key or serve.api_keys_file"),
     ({"serve.http": "localhost"}, "expected HOST:PORT"),
     ({"serve.zmq": "tcp://127.0.0.1"}, "expected a zmq endpoint"),
     ({"serve.max_prompt_tokens": 4}, "serve.max_prompt_tokens = 4; must be >= 16"),

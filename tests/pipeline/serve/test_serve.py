@@ -262,8 +262,11 @@ def test_metrics_are_prometheus_text_with_the_figures_an_operator_watches(server
 
 
 def test_zmq_ask_client_prints_the_answer_as_it_streams(server):
-    proc = procs.run([sys.executable, str(ROOT / "run.py"), "ask", "--zmq", server.zmq, "--max-tokens", "20",
-                      "When did AIR001_3 last go HIGH?"])
+    ask = [sys.executable, str(ROOT / "run.py"), "ask", "--zmq", server.zmq, "--max-tokens", "20",
+           "When did AIR001_3 last go HIGH?"]
+    refused = procs.run(ask, env={k: v for k, v in os.environ.items() if k != "RINGSPEC_API_KEY"})
+    assert refused.returncode != 0 and "wrong API key" in refused.stderr       # the server has a key
+    proc = procs.run(ask, env={**os.environ, "RINGSPEC_API_KEY": KEY})
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.strip() and "tokens" in proc.stderr and "retrieved" in proc.stderr
 
@@ -304,7 +307,7 @@ def test_console_in_headless_chromium_shows_the_tail_moving_and_an_answer_arrivi
     from selenium.webdriver.common.by import By
     browser = chromium_driver()
     try:
-        browser.get(f"http://127.0.0.1:{server.port}/?key={KEY}")
+        browser.get(f"http://127.0.0.1:{server.port}/#key={KEY}")
         tail = browser.find_element(By.ID, "tail")
         server.wait_for(lambda: len(tail.find_elements(By.TAG_NAME, "div")) > 0, "a stream line in the console")
         first_last = tail.find_elements(By.TAG_NAME, "div")[-1].get_attribute("data-seq")
