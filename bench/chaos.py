@@ -39,6 +39,7 @@ from pipeline.report import Report
 from pipeline.stream import records as records_mod
 from pipeline.stream.journal import checkpoint_of, records
 from pipeline.stream.triggers import Triggers
+from pipeline.watch import dies_with_parent
 
 ROOT = Path(__file__).resolve().parent.parent
 ACTORS = ("ingest", "cache_owner", "target", "draft", "output")
@@ -87,7 +88,8 @@ class _Pipeline:
         self.chaos_dir, self.journal = chaos_dir, journal
         env = {**os.environ, "RINGSPEC_CHAOS": str(chaos_dir)}
         self.proc = subprocess.Popen([sys.executable, str(ROOT / "run.py"), *args], stdout=subprocess.DEVNULL,
-                                     stderr=subprocess.PIPE, text=True, env=env, start_new_session=True)
+                                     stderr=subprocess.PIPE, text=True, env=env, start_new_session=True,
+                                     preexec_fn=dies_with_parent)
         self.err: list[str] = []
         self.deaths: list[tuple[str, str]] = []          # (actor, how it died), as the launcher reported them
         threading.Thread(target=self._read, daemon=True).start()

@@ -1,8 +1,10 @@
 """Waiting on other processes by their progress, not by the clock: what tests and benches use to wait for a server.
 
-Owns `wait_for(done, what, ...)` and `cpu_seconds(pid)`. A loaded host (two suites side by side, a load of 30 on two
-cores) slows every process down without stopping any: a wait that gives up after N wall-clock seconds then fails
-though nothing is wrong. So a wait here fails only for a cause that load cannot produce:
+Owns `wait_for(done, what, ...)`, `cpu_seconds(pid)` and `dies_with_parent` (a server a test or bench starts ends
+when its starter dies, even by SIGKILL or a timeout, instead of running on for hours).
+
+A loaded host (two suites side by side, a load of 30 on two cores) slows every process down without stopping any: a
+wait that gives up after N wall-clock seconds then fails though nothing is wrong. So a wait here fails only for a cause that load cannot produce:
 
 - a watched process has exited;
 - the watched processes have burned `cpu_budget_s` CPU seconds without the awaited figure moving (work done and
@@ -13,10 +15,19 @@ Never sleeps longer than `poll_s` between checks and never kills what it watches
 """
 from __future__ import annotations
 
+import ctypes
 import os
+import signal
 import time
 
 TICK = os.sysconf("SC_CLK_TCK")
+_PR_SET_PDEATHSIG = 1
+_prctl = ctypes.CDLL(None, use_errno=True).prctl        # resolved here: the forked child must not call dlopen
+
+
+def dies_with_parent() -> None:
+    """Popen's preexec_fn: the child gets SIGTERM (a launcher drains on it) when the process that started it dies."""
+    _prctl(_PR_SET_PDEATHSIG, int(signal.SIGTERM))
 
 
 def _stat(pid: int) -> list[str] | None:

@@ -126,7 +126,7 @@ def launch(*args, launcher: str = "local", stdin=None, text: bool = True, group:
     there reaches every process of the group)."""
     proc = subprocess.Popen([sys.executable, str(ROOT / "run.py"), "replay", *args, "--launcher", launcher],
                             stdin=stdin, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=text,
-                            env={**ENV, **(env or {})}, start_new_session=group)
+                            env={**ENV, **(env or {})}, start_new_session=group, preexec_fn=watch.dies_with_parent)
     _launched.append(proc)
     return proc
 

@@ -22,7 +22,7 @@ from pathlib import Path
 
 import pytest
 
-from pipeline.watch import wait_for
+from pipeline.watch import dies_with_parent, wait_for
 from tests import procs
 from tests.paths import ROOT, SHARED
 
@@ -85,7 +85,8 @@ def start_server(tmp: Path, profile_text: str, rate: float, lines: int, ready_li
                              "--loop", "--rate", str(rate), "--max-lines", str(lines), "--config", str(profile),
                              "--http", f"127.0.0.1:{http_port}", "--zmq", zmq, "--pub", "", "--archive", str(archive),
                              "--quiet-lines", "--journal", str(tmp / "journal.jsonl")],
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True)
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True,
+                            preexec_fn=dies_with_parent)
     srv = Server(proc, http_port, zmq, archive)
     srv.wait_for(lambda: (srv.progress()[1] or 0) >= ready_lines,   # the model is up, the first lines in the ring
                  "the server coming up")
