@@ -212,11 +212,11 @@ class Runner:
             S = self.spec.sink
             slots = np.asarray(slots)
             gathered = self._gathered[:, :m]
+            cut = int(np.searchsorted(slots, S))      # positions in order: the sink slots (if any) come first
             for out, sink_pool, ring_pool in ((k, self.sink_k, self.ring_k), (v, self.sink_v, self.ring_v)):
-                if slots.min() >= S:
-                    np.take(ring_pool, slots - S, axis=1, out=gathered)
-                else:
-                    gathered[:] = np.concatenate([sink_pool, ring_pool], axis=1)[:, slots]
+                if cut:                              # the first block after the sinks; no pool-sized temporary
+                    np.take(sink_pool, slots[:cut], axis=1, out=gathered[:, :cut])
+                np.take(ring_pool, slots[cut:] - S, axis=1, out=gathered[:, cut:])
                 np.copyto(out, gathered.transpose(0, 2, 1, 3))
         self._bind_in("recent_k", k.reshape(L * KVH, m, D))
         self._bind_in("recent_v", v.reshape(L * KVH, m, D))
