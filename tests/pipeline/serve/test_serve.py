@@ -204,7 +204,7 @@ def test_a_client_that_disconnects_is_counted_and_more_than_the_waiting_bound_ge
         s = socket.create_connection(("127.0.0.1", server.port))
         body = json.dumps({"prompt": "12:00:00 AIR003_3 H PURGE C CONC HIGH ALM\n", "max_tokens": 256,
                            "stream": True, "deadline_s": 60}).encode()
-        s.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+        s.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
                   b"Authorization: Bearer " + KEY.encode() + b"\r\nContent-Length: " + str(len(body)).encode() +
                   b"\r\n\r\n" + body)
         socks.append(s)
