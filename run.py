@@ -37,6 +37,7 @@ MEASURING = {          # the measurement verbs: bench/ sits above this CLI, so t
     "soak": "loop a log through the pipeline at full speed; sample memory and quality",
     "distill": "train a small neural draft on the target's own output (needs the train extra)",
     "chaos": "kill actors of a real pipeline with a seed; count lost and duplicated lines from the journal",
+    "fuzz": "property-based fuzzing of logs, profiles, GGUF files, HTTP and zmq requests; failures per target",
 }
 
 

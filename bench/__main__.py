@@ -8,7 +8,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from bench import chaos, distill, draftscan, operators, perplexity, pipeline_vs_serial, recall, soak, speed
+from bench import chaos, distill, draftscan, fuzz, operators, perplexity, pipeline_vs_serial, recall, soak, speed
 from run import MEASURING, ROOT, add_key, add_model_flags, add_verb, main, profile_of
 
 SHARED = ROOT.parent / "shared"
@@ -60,6 +60,13 @@ def parser() -> argparse.ArgumentParser:
                    "lines_duplicated, ...)")
     p.set_defaults(run=lambda a: chaos.run_chaos(profile_of(a), a.config, a.log, a.kills, a.seed, a.serve, a.copies,
                                                  progress=lambda m: print(m, file=sys.stderr, flush=True)))
+
+    p = add_verb(sub, "fuzz", fuzz.run_fuzz, MEASURING["fuzz"], True, profile="TOML profile (its model and [serve])")
+    p.add_argument("--cases", type=int, default=200, help="inputs per target (default %(default)s)")
+    p.add_argument("--targets", default="", help=f"comma-separated, of {', '.join(fuzz.TARGETS)} (default: all)")
+    p.add_argument("--seed", type=int, default=0, help="hypothesis's seed (default %(default)s)")
+    p.add_argument("--json", action="store_true", help="print {target: {cases, failures, failure, seconds}}")
+    p.set_defaults(run=lambda a: fuzz.run_fuzz(profile_of(a), a.cases, a.targets, a.seed))
 
     p = add_verb(sub, "eval-recall", recall.run_eval_recall, MEASURING["eval-recall"],
                  profile="TOML profile the model answers with")

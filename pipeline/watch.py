@@ -4,7 +4,8 @@ Owns `wait_for(done, what, ...)`, `cpu_seconds(pid)` and `dies_with_parent` (a s
 when its starter dies, even by SIGKILL or a timeout, instead of running on for hours).
 
 A loaded host (two suites side by side, a load of 30 on two cores) slows every process down without stopping any: a
-wait that gives up after N wall-clock seconds then fails though nothing is wrong. So a wait here fails only for a cause that load cannot produce:
+wait that gives up after N wall-clock seconds then fails though nothing is wrong. So a wait here fails only for a
+cause that load cannot produce:
 
 - a watched process has exited;
 - the watched processes have burned `cpu_budget_s` CPU seconds without the awaited figure moving (work done and

@@ -97,6 +97,7 @@ class _Server(ThreadingHTTPServer):
 
 class _Handler(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
+    default_request_version = "HTTP/1.1"         # a request line without a version is answered with headers too
     server_version = "ringspec"
     operator = ""                                 # who asks: the key's name, or the peer when no key is asked
 
@@ -106,6 +107,20 @@ class _Handler(BaseHTTPRequestHandler):
 
     def log_message(self, fmt, *args):          # the operator reads the pipeline's lines, not an access log
         pass
+
+    def send_error(self, code, message=None, explain=None):
+        """The stdlib's own refusals (a malformed request line, headers too long, an unknown method) in the API's
+        JSON error shape, and the connection closed: what follows a malformed request cannot be trusted."""
+        self.close_connection = True
+        message = message or self.responses.get(code, ("error",))[0]
+        body = json.dumps({"error": {"message": message, "type": "invalid_request_error", "code": code}}).encode()
+        self.send_response(code, message)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(body)))
+        self.send_header("Connection", "close")
+        self.end_headers()
+        if getattr(self, "command", None) != "HEAD" and code >= 200 and code not in (204, 304):
+            self.wfile.write(body)
 
     # -- routing -----------------------------------------------------------------------------------------------------
     ROUTES = {"GET": {"/": "_console", "/healthz": "_health", "/metrics": "_metrics", "/v1/models": "_models",

@@ -35,18 +35,35 @@ def _clock(timestamp: str) -> str:
 
 
 def parse_csv(text: str) -> list[Record]:
-    rows = csv.reader(io.StringIO(text))
-    header = [h.strip().lower() for h in next(rows, [])]
+    """Alarm CSV rows. A lone carriage return is a space (the csv module refuses one in an unquoted field); a row with
+    fewer fields than the header keeps its text; a row the csv module cannot read (a field over its 128 KB limit)
+    becomes a record saying so. Blank rows are skipped; no other line is lost."""
+    rows = csv.reader(io.StringIO(text.replace("\r\n", "\n").replace("\r", " ")))
+    try:
+        header = [h.strip().lower() for h in next(rows, [])]
+    except csv.Error as exc:
+        raise ValueError(f"CSV header unreadable: {exc}") from None
     col = {name: i for i, name in enumerate(header)}
     if not {"timestamp", "tag", "type", "description"} <= col.keys():
         raise ValueError(f"CSV header {header} lacks timestamp, tag, type and description columns")
     out = []
-    for i, row in enumerate(rows):
-        if len(row) < len(header):
+    i = -1
+    while True:
+        i += 1
+        try:
+            row = next(rows)
+        except StopIteration:
+            return out
+        except csv.Error as exc:
+            out.append(Record(i, "", f"unreadable CSV row ({exc})"))
+            continue
+        if not any(cell.strip() for cell in row):
+            continue
+        if len(row) < len(header):                   # a row cut short: its text, not a lost line
+            out.append(Record(i, "", _clean(",".join(row))))
             continue
         ts, tag, kind, desc = (_clean(row[col[k]]) for k in ("timestamp", "tag", "type", "description"))
         out.append(Record(i, ts, f"{_clock(ts)} {tag} {kind} {desc}", (tag,)))
-    return out
 
 
 def parse_jsonl(text: str) -> list[Record]:

@@ -259,7 +259,15 @@ def test_replayed_csv_with_a_quoted_multiline_field_renders_exactly_as_read_log(
                     '2,2024-05-01 02:04:10.000000000,AIR001_1,L,REACT FEED A CONC LOW ALM\n')
     expected = records.render(records.read_log(path))
     assert records.render(sources.parse("csv", sources.replay(path, speed=0))) == expected
-    assert expected.count("\n") == 2
+    assert expected.count("\n") == 3                     # the blank row skipped, the short row kept as its text
+    assert "1,2024-05-01 01:36:10.000000000,AIR001_3,H\n" in expected
+
+
+def test_a_csv_row_with_a_carriage_return_or_an_oversized_field_is_kept_not_fatal():
+    """Found by `run.py fuzz`: a lone CR in an unquoted field made the csv module raise, killing ingest."""
+    got = records.parse_csv("timestamp,tag,type,description\nt,A\rB,H,x\nt," + "f" * 200_000 + ",H,y\nt,C,L,z\n")
+    assert [r.text for r in got] == ["t A B H x", "unreadable CSV row (field larger than field limit (131072))",
+                                     "t C L z"]
 
 
 def test_replayed_plain_log_renders_exactly_as_read_log(tmp_path):
