@@ -5,6 +5,11 @@ from __future__ import annotations
 import json
 import sys
 
+import numpy as np
+import pytest
+
+from bench.soak import report
+from models.gguf import GGUFModel
 from tests import procs
 from tests.paths import ROOT
 
@@ -21,6 +26,41 @@ def test_a_short_soak_samples_every_actor_and_reports_the_figures(default_gguf, 
     assert out["tokens"] >= 4000 and out["samples"] >= 6 and out["assessments"] >= 2
     assert set(out["actors"]) == {"ingest", "cache_owner", "target", "draft", "output"}
     assert out["segments_growth"] == 0
-    assert out["goals"]["kv_pool_matches_formula"] and out["kv_pool_bytes"] > 0
+    header = GGUFModel(default_gguf).config                  # the formula from the file, not from the pool's shape
+    per_slot = 2 * header.n_layers * header.n_kv_heads * (header.d_model // header.n_heads) * 4      # K, V float32
+    assert out["kv_pool_bytes"] == per_slot * (out["sink"] + out["ring"]) and out["goals"]["kv_pool_matches_formula"]
     assert out["loops_complete"] >= 2 and 0.5 < out["ppl_last_over_first"] < 2.0
     assert (tmp_path / "m.svg").read_text().startswith("<svg")
+
+
+def samples(rss_kib_per_1k: float, tokens: int = 100_000, fds_step: int = 0) -> list[dict]:
+    """Every 1,000 tokens, two actors; summed RSS grows at `rss_kib_per_1k` (half each), warm-up samples wild."""
+    out = []
+    for i, t in enumerate(range(0, tokens + 1, 1000)):
+        warm = t >= 0.10 * tokens                          # the issue's definition: after the first 10%
+        rss = 50_000 + rss_kib_per_1k / 2 * t / 1000 if warm else 90_000.0 * (i % 2)   # warm-up: ignored
+        out.append({"tokens": t, "segments": 5, "actors": {
+            name: {"rss_kb": rss, "anon_kb": rss, "fds": 10 + fds_step * i,
+                   "threads": 4} for name in ("target", "output")}})
+    return out
+
+
+@pytest.mark.parametrize("slope", [0.0, 0.4, 2.5])
+def test_the_rss_slope_is_the_least_squares_fit_over_the_samples_after_warm_up(slope):
+    out = report(samples(slope), {}, 100_000, None, 0)             # the warm-up's wild values would tilt it
+    assert out["rss_slope_kib_per_1k_tokens"] == pytest.approx(slope, abs=1e-9)
+    assert out["actors"]["target"]["rss_slope_kib_per_1k_tokens"] == pytest.approx(slope / 2, abs=1e-9)
+    assert out["goals"]["rss_slope_below_1_kib_per_1k_tokens"] == (slope < 1.0)
+
+
+def test_descriptor_growth_fails_the_no_growth_goal():
+    assert report(samples(0.0), {}, 100_000, None, 0)["goals"]["no_growth_in_fds_threads_segments"]
+    assert not report(samples(0.0, fds_step=1), {}, 100_000, None, 0)["goals"]["no_growth_in_fds_threads_segments"]
+
+
+def test_the_ppl_ratio_compares_the_last_complete_loop_with_the_first():
+    loops = {0: (200.0, 100), 1: (150.0, 100), 2: (165.0, 100), 3: (10.0, 3)}      # loop 3 is partial
+    out = report(samples(0.0), loops, 100_000, None, 0)
+    assert out["loops_complete"] == 3
+    assert out["ppl_last_over_first"] == pytest.approx(np.exp(1.65) / np.exp(2.0))
+    assert not out["goals"]["last_loop_ppl_within_10_percent"]
