@@ -20,6 +20,7 @@ from __future__ import annotations
 import contextlib
 import io
 import json
+import shutil
 import socket
 import sys
 import tempfile
@@ -32,8 +33,19 @@ import msgpack
 import numpy as np
 import zmq
 
+from models.gguf import GGUFError, GGUFModel
+from models.registry import resolve_gguf
+from models.tokenizer import Tokenizer
 from pipeline import config
+from pipeline.channel import Channel, ChannelSpec
+from pipeline.messages import Answer, AnswerDelta, Question, decode
 from pipeline.report import Report
+from pipeline.serve.auth import load_keys
+from pipeline.serve.front import Front
+from pipeline.serve.http_api import serve_http
+from pipeline.serve.zmq_api import ZmqFront
+from pipeline.stream.records import render
+from pipeline.stream.sources import Stream, parse
 
 TARGETS = ("records", "config", "gguf", "http", "zmq")
 CONTROL = ("<|im_start|>", "<|im_end|>", "<|endoftext|>", "<s>", "</s>", "\x00", "\x1b[2J", "\u202e")
@@ -64,10 +76,6 @@ def run_fuzz(cfg, cases: int, targets: str = "", seed: int = 0) -> FuzzReport:
       gguf     the model's first MB truncated or with bytes flipped -> GGUFError naming the file
       http     request heads and bodies over a real socket to the real HTTP face and front
       zmq      msgpack and junk messages to the real zmq face"""
-    try:
-        import hypothesis  # noqa: F401
-    except ImportError:
-        raise RuntimeError("fuzz draws its inputs with hypothesis: pip install -e '.[test]'") from None
     chosen = [t.strip() for t in targets.split(",") if t.strip()] or list(TARGETS)
     unknown = set(chosen) - set(TARGETS)
     if unknown:
@@ -83,9 +91,12 @@ def run_fuzz(cfg, cases: int, targets: str = "", seed: int = 0) -> FuzzReport:
 
 
 def _run(name: str, cfg, cases: int, seed: int) -> dict:
-    from hypothesis import HealthCheck, given, seed as hseed, settings
+    try:                                                # the test extra: the engine runs without it
+        from hypothesis import HealthCheck, given, seed as hseed, settings, strategies as st
+    except ImportError:
+        raise RuntimeError("fuzz draws its inputs with hypothesis: pip install -e '.[test]'") from None
 
-    check, strategy, closing = globals()[f"_{name}"](cfg)
+    check, strategy, closing = globals()[f"_{name}"](cfg, st)
     count = [0]
 
     @hseed(seed)
@@ -112,14 +123,7 @@ def _run(name: str, cfg, cases: int, seed: int) -> dict:
 
 # ---- records -------------------------------------------------------------------------------------------------------
 
-def _records(cfg):
-    from hypothesis import strategies as st
-
-    from models.registry import resolve_gguf
-    from models.tokenizer import Tokenizer
-    from pipeline.stream.records import render
-    from pipeline.stream.sources import Stream, parse
-
+def _records(cfg, st):
     limit = 4096
     tok = Tokenizer.from_gguf(resolve_gguf(cfg.model.gguf))
     control = set(tok.control_ids.tolist())
@@ -158,9 +162,7 @@ def _records(cfg):
 
 # ---- config --------------------------------------------------------------------------------------------------------
 
-def _config(cfg):
-    from hypothesis import strategies as st
-
+def _config(cfg, st):
     hints = {f.name: f.type for f in config.dataclasses.fields(config.Config) if f.name != "source"}
     sections = st.sampled_from(sorted(hints) + ["nope"])
     value = st.one_of(st.none(), st.booleans(), st.integers(-2**40, 2**40), st.floats(allow_nan=True),
@@ -213,12 +215,7 @@ def _toml_value(v) -> str:
 
 # ---- gguf ----------------------------------------------------------------------------------------------------------
 
-def _gguf(cfg):
-    from hypothesis import strategies as st
-
-    from models.gguf import GGUFError, GGUFModel
-    from models.registry import resolve_gguf
-
+def _gguf(cfg, st):
     with open(resolve_gguf(cfg.model.gguf), "rb") as f:
         head = f.read(1 << 20)
     tmp = Path(tempfile.mkdtemp(prefix="ringspec_fuzz_"))
@@ -250,9 +247,6 @@ class _Owner:
     of the protocol: AnswerDelta then Answer), so the front and its faces run as in `serve`."""
 
     def __init__(self, cfg, tok):
-        from pipeline.channel import Channel, ChannelSpec
-        from pipeline.serve.front import Front
-
         spec = ChannelSpec(f"fuzz_asks_{time.monotonic_ns() % 10**9}", 64, cfg.serve.max_prompt_tokens * 4 + 4096)
         self.inbox = Channel.create(spec)
         self.front = Front(cfg, tok, Channel.attach(spec.name), None)
@@ -263,8 +257,6 @@ class _Owner:
         self.thread.start()
 
     def _run(self):
-        from pipeline.messages import Answer, AnswerDelta, Question, decode
-
         while not self.stop.is_set():
             try:
                 received = self.inbox.recv(timeout=0.2)
@@ -285,21 +277,13 @@ class _Owner:
 
 
 def _front(cfg):
-    from models.registry import resolve_gguf
-    from models.tokenizer import Tokenizer
-
     serve = replace(cfg.serve, request_timeout_s=2.0, max_body_bytes=4096, deadline_s=10.0, retrieve=0,
                     api_key="fuzz-key-0001")
     cfg = replace(cfg, serve=serve)
     return cfg, _Owner(cfg, Tokenizer.from_gguf(resolve_gguf(cfg.model.gguf)))
 
 
-def _http(cfg):
-    from hypothesis import strategies as st
-
-    from pipeline.serve.auth import load_keys
-    from pipeline.serve.http_api import serve_http
-
+def _http(cfg, st):
     cfg, owner = _front(cfg)
     limit = cfg.serve.max_body_bytes
     server = serve_http(owner.front, "127.0.0.1", 0, load_keys(cfg.serve.api_key, ""))
@@ -411,12 +395,7 @@ def _exchange(port: int, raw: bytes) -> bytes:
                 return got
 
 
-def _zmq(cfg):
-    from hypothesis import strategies as st
-
-    from pipeline.serve.auth import load_keys
-    from pipeline.serve.zmq_api import ZmqFront
-
+def _zmq(cfg, st):
     cfg, owner = _front(cfg)
     tmp = Path(tempfile.mkdtemp(prefix="ringspec_fuzz_"))
     endpoint = f"ipc://{tmp}/ask.sock"
@@ -454,5 +433,4 @@ def _zmq(cfg):
 
 
 def _rmtree(path: Path) -> None:
-    import shutil
     shutil.rmtree(path, ignore_errors=True)

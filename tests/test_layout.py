@@ -29,7 +29,8 @@ LAYERS = [                      # bottom first; a module may import its own laye
     "bench",                    # benchmarks, evaluations, soak, training: above all, imported by nothing below
 ]
 PACKAGES = ("kernels", "models", "pipeline", "actors", "bench", "run")
-OPTIONAL = {"torch", "transformers", "llama_cpp", "ray", "rknnlite", "rknn"}   # extras: imported where first used
+OPTIONAL = {"torch", "transformers", "llama_cpp", "ray", "rknnlite", "rknn",
+            "hypothesis"}   # extras: imported where first used (hypothesis: `run.py fuzz`, the test extra)
 
 
 def layer_of(module: str) -> int:

@@ -5,6 +5,7 @@ import json
 import sys
 
 import pytest
+from hypothesis import strategies as st
 
 from bench import fuzz
 from pipeline import config
@@ -23,7 +24,7 @@ def test_fuzz_runs_every_target_and_prints_cases_and_failures(default_gguf):
 
 def test_the_records_property_catches_a_cleaner_that_lets_control_characters_through(default_gguf, monkeypatch):
     from pipeline.stream import records
-    check, _, closing = fuzz._records(config.load(None))
+    check, _, closing = fuzz._records(config.load(None), st)
     check(("plain", b"", [b"a\x01b"], True))                   # holds on the real cleaner
     monkeypatch.setattr(records, "_clean", lambda text: text)
     with pytest.raises(AssertionError, match="unprintable"):
@@ -34,7 +35,7 @@ def test_the_records_property_catches_a_cleaner_that_lets_control_characters_thr
 def test_the_http_property_catches_a_body_read_by_a_negative_length(default_gguf, monkeypatch):
     """The finding of issue 19: `int("-1")` passed the limit and `read(-1)` read to the end of the connection."""
     from pipeline.serve import http_api
-    check, _, closing = fuzz._http(config.load(None))
+    check, _, closing = fuzz._http(config.load(None), st)
     try:
         case = ("POST", "/v1/completions", "-1", [], b'{"prompt": "0"}', True)
         check(case)                                                  # holds on the real server: a 400
