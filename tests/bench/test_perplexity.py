@@ -35,10 +35,12 @@ def test_policies_agree_before_the_first_wrap(result):
         np.testing.assert_allclose(nll(result, mode)[before], ref, atol=1e-3, err_msg=mode)
 
 
-def test_sink_and_window_differ_after_the_wrap(result):
+def test_after_the_wrap_sinks_keep_the_nll_low_where_a_plain_window_collapses(result):
+    """StreamingLLM's claim (Xiao et al. 2023, fig. 3), on this model: here sink 2.07 against window 7.19 nats a
+    token after the wrap; one nat is the bound, far from both."""
     after = slice(S + W, None)
-    gap = np.abs(nll(result, "sink")[after] - nll(result, "window")[after])
-    assert gap.mean() > 0.05
+    sink, window = nll(result, "sink")[after], nll(result, "window")[after]
+    assert sink.mean() + 1.0 < window.mean(), (sink.mean(), window.mean())
     assert result["modes"]["sink"]["n_scored_post_wrap"] == N - (S + W)
 
 
