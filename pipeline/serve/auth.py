@@ -124,8 +124,8 @@ def refused_origin(hosts: frozenset[str] | None, host: str | None, origin: str |
         return "a request needs a Host header"
     if host_of(host) not in hosts:
         return f"Host {host!r} is not served here (serve.allowed_hosts)"
-    if origin and origin != "null" and (urlsplit(origin).hostname or "") not in hosts:
-        return f"Origin {origin!r} is not served here (serve.allowed_hosts)"
     if origin == "null":
         return "Origin 'null' (a sandboxed or file page) is not served here"
+    if origin and (urlsplit(origin).hostname or "") not in hosts:
+        return f"Origin {origin!r} is not served here (serve.allowed_hosts)"
     return None

@@ -139,21 +139,21 @@ class _Handler(BaseHTTPRequestHandler):
         refused = refused_origin(server.hosts, self.headers.get("Host"), self.headers.get("Origin"))
         if refused:
             self.close_connection = True
-            return self._error(RequestError(403, refused, "forbidden"), path)
+            return self._error(RequestError(403, refused, "forbidden"))
         routes = self.ROUTES[self.command]
         if path not in routes:
-            known = any(path in other for other in self.ROUTES.values())
+            known = path in _PATHS
             return self._error(RequestError(405 if known else 404, f"{self.command} {_short(path)}: " +
-                                            ("method not allowed" if known else "no such endpoint")), path)
+                                            ("method not allowed" if known else "no such endpoint")))
         self.operator = server.keys.identify(self._key(path)) if server.keys.required else \
             f"peer:{self.client_address[0]}"
         if self.operator is None and path not in OPEN:
             return self._error(RequestError(401, "missing or wrong API key (Authorization: Bearer KEY)",
-                                            "authentication_error"), path)
+                                            "authentication_error"))
         try:
             getattr(self, routes[path])()
         except RequestError as exc:
-            self._error(exc, path)
+            self._error(exc)
         except (ConnectionError, TimeoutError):       # the client went away or went silent mid-request
             front.counts["client_disconnects"] += 1
             self.close_connection = True
@@ -161,7 +161,7 @@ class _Handler(BaseHTTPRequestHandler):
             front.counts["internal_errors"] += 1
             print(f"ringspec: http: {self.command} {path}: {type(exc).__name__}: {exc}", file=sys.stderr, flush=True)
             try:
-                self._error(RequestError(500, f"internal error: {type(exc).__name__}: {exc}", "server_error"), path)
+                self._error(RequestError(500, f"internal error: {type(exc).__name__}: {exc}", "server_error"))
             except OSError:
                 pass
 
@@ -312,14 +312,20 @@ class _Handler(BaseHTTPRequestHandler):
             raise RequestError(400, "the body must be a JSON object")
         return body
 
-    def _error(self, exc: RequestError, path: str):
-        self.server.front.counts[("requests", _label(path), exc.status)] += 1
+    def _count(self, status: int) -> None:
+        """One request by endpoint and status; every path outside the routes under one label (anyone can send any
+        path, and each would be a counter and a /metrics line of its own)."""
+        path = urlparse(self.path).path
+        self.server.front.counts[("requests", path if path in _PATHS else "other", status)] += 1
+
+    def _error(self, exc: RequestError):
+        self._count(exc.status)
         headers = {"Retry-After": "1"} if exc.status == 503 else {}
         self._json(exc.status, {"error": {"message": str(exc), "type": exc.kind, "code": exc.status}}, headers)
 
     def _json(self, status: int, obj: dict, headers: dict | None = None):
         if status < 400:
-            self.server.front.counts[("requests", _label(urlparse(self.path).path), status)] += 1
+            self._count(status)
         self._send(status, json.dumps(obj).encode(), "application/json", headers)
 
     def _send(self, status: int, body: bytes, ctype: str, headers: dict | None = None):
@@ -332,7 +338,7 @@ class _Handler(BaseHTTPRequestHandler):
         self.wfile.write(body)
 
     def _start_stream(self):
-        self.server.front.counts[("requests", _label(urlparse(self.path).path), 200)] += 1
+        self._count(200)
         self.send_response(200)
         self.send_header("Content-Type", "text/event-stream")
         self.send_header("Cache-Control", "no-cache")
@@ -347,9 +353,7 @@ class _Handler(BaseHTTPRequestHandler):
         self.wfile.flush()
 
 
-def _label(path: str) -> str:
-    """A request counter's path label: an endpoint's own, every other path one label (anyone can send any path)."""
-    return path if any(path in routes for routes in _Handler.ROUTES.values()) else "other"
+_PATHS = frozenset(path for routes in _Handler.ROUTES.values() for path in routes)
 
 
 def _short(path: str) -> str:

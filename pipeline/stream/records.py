@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import csv
 import io
+import itertools
 import json
 import re
 from dataclasses import dataclass
@@ -47,9 +48,7 @@ def parse_csv(text: str) -> list[Record]:
     if not {"timestamp", "tag", "type", "description"} <= col.keys():
         raise ValueError(f"CSV header {header} lacks timestamp, tag, type and description columns")
     out = []
-    i = -1
-    while True:
-        i += 1
+    for i in itertools.count():                      # next() by hand: the reader goes on after a csv.Error
         try:
             row = next(rows)
         except StopIteration:
