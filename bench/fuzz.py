@@ -26,8 +26,9 @@ import sys
 import tempfile
 import threading
 import time
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, fields, replace
 from pathlib import Path
+from typing import get_type_hints
 
 import msgpack
 import numpy as np
@@ -163,15 +164,11 @@ def _records(cfg, st):
 # ---- config --------------------------------------------------------------------------------------------------------
 
 def _config(cfg, st):
-    hints = {f.name: f.type for f in config.dataclasses.fields(config.Config) if f.name != "source"}
-    sections = st.sampled_from(sorted(hints) + ["nope"])
+    tables = {name: cls for name, cls in get_type_hints(config.Config).items() if name != "source"}
+    sections = st.sampled_from(sorted(tables) + ["nope"])
     value = st.one_of(st.none(), st.booleans(), st.integers(-2**40, 2**40), st.floats(allow_nan=True),
                       st.text(max_size=30), st.lists(st.integers(), max_size=3))
-    keys = st.sampled_from(sorted({f.name for t in (config.ModelSection, config.CacheSection, config.DraftSection,
-                                                     config.SamplingSection, config.ReplaySection,
-                                                     config.ActorsSection, config.ServeSection,
-                                                     config.SuperviseSection)
-                                   for f in config.dataclasses.fields(t)}) + ["bogus"])
+    keys = st.sampled_from(sorted({f.name for cls in tables.values() for f in fields(cls)}) + ["bogus"])
     table = st.dictionaries(keys, value, max_size=4)
     profile = st.dictionaries(sections, table, max_size=3)
     junk = st.text(max_size=300)
