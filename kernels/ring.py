@@ -58,6 +58,19 @@ def slot_of(positions, sink: int, ring: int) -> np.ndarray:
     return np.where(u < sink, u, sink + (u - sink) % ring)
 
 
+def passes(n: int, count: int, max_rows: int, sink: int):
+    """(start, stop) offsets of the passes that run `count` tokens at positions n, n+1, ...: at most max_rows rows
+    each, and a pass holding sink positions holds nothing past them (a later row scores the sinks with their own
+    query, from the sink pool: models/graph.py, pipeline/decode/blocks.py)."""
+    start = 0
+    while start < count:
+        stop = min(count, start + max_rows)
+        if n + start < sink:
+            stop = min(stop, sink - n)
+        yield start, stop
+        start = stop
+
+
 def visible_mask(row_pos, ancestors, slot_pos, n: int, ring_start: int, sink: int, window: int, out,
                  recent_pos=None) -> np.ndarray:
     """Fill the additive mask out[T, P+m+T] (keys: P pool slots, m recent positions, then the T new rows): 0.0

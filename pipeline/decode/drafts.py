@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from kernels.ring import RingIndex, visible_mask
+from kernels.ring import RingIndex, passes, visible_mask
 from kernels.sampling import SamplingParams, sample, target_probs
 from kernels.suffix import SuffixIndex
 from models.draftnet import vocab_map
@@ -176,6 +176,17 @@ class ModelDraft:
 
     def _run(self, tokens: list[int]) -> np.ndarray:
         """Forward tokens at the next positions, write their K/V speculatively; logits of the last row."""
+        for a, b in passes(self.index.n + len(self.fed), len(tokens), len(tokens), self.runner.spec.sink):
+            logits = self._pass(tokens[a:b])
+        self._row = logits[0]                        # the draft's own logits (valid until the next pass)
+        if self._to_target is None:
+            self._last[:] = logits[0]
+        else:
+            self._last[self._to_target] = logits[0, self._rows]
+        return self._last
+
+    def _pass(self, tokens: list[int]) -> np.ndarray:
+        """One pass over tokens at the next positions, their K/V written speculatively; the last row's logits."""
         start = self.index.n + len(self.fed)
         pos = np.arange(start, start + len(tokens), dtype=np.int64)
         ix, spec = self.index, self.runner.spec
@@ -188,12 +199,7 @@ class ModelDraft:
         self.runner.store(np.arange(len(tokens)), self.index.write(pos))
         self.fed.extend(tokens)
         self.forward_calls += 1
-        self._row = logits[0]                        # the draft's own logits (valid until the next pass)
-        if self._to_target is None:
-            self._last[:] = logits[0]
-        else:
-            self._last[self._to_target] = logits[0, self._rows]
-        return self._last
+        return logits
 
     def _extend_to(self, path: list[int]) -> np.ndarray:
         """Make `fed` equal `path` (committing the backlog on the way); the logits after path's last token."""

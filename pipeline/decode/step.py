@@ -23,7 +23,7 @@ from dataclasses import dataclass, field, fields
 
 import numpy as np
 
-from kernels.ring import RingIndex
+from kernels.ring import RingIndex, passes
 from kernels.sampling import SamplingParams
 from pipeline.decode.blocklen import LengthControl, shape
 from pipeline.decode.blocks import ALIGNED_BLOCK, lap, near_wrap, plan_block, room_of, trunk, verify_mask
@@ -189,8 +189,8 @@ class Decoder:
         if pick is not None and not len(ids):
             raise ValueError("generate needs a non-empty prompt or context")
         got, nll_sum, nll_n = None, 0.0, 0
-        for start in range(0, len(ids), self.policy.max_rows):
-            chunk = ids[start:start + self.policy.max_rows]
+        for start, stop in passes(self.index.n, len(ids), self.policy.max_rows, self.spec.sink):
+            chunk = ids[start:stop]
             pos = self.index.n + np.arange(len(chunk), dtype=np.int64)
             mask = self.index.visible_mask(pos, None, out=self.verifier.mask_buffer())
             last = start + len(chunk) == len(ids)
@@ -232,7 +232,8 @@ class Decoder:
         tokens the generation may still emit (a draft running ahead drafts no further)."""
         n, pending = self.index.n, self.pending
         budget = self.policy.max_rows if budget is None else budget
-        d = self.proposer.propose(pending, n, self.policy.choose(), room_of(n, self.block), budget, stats)
+        room = room_of(n, self.block, self.spec.sink)
+        d = self.proposer.propose(pending, n, self.policy.choose(), room, budget, stats)
         blk, mask = self.plan(pending, self.policy.shape(d.prop))
         v = self.verifier.verify(blk, mask, params)
         committed = blk.tokens[v.rows]

@@ -11,7 +11,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from kernels.ring import NEG, RingIndex, RingSpec, mask_padding, slot_of, visible_mask
+from kernels.ring import NEG, RingIndex, RingSpec, mask_padding, passes, slot_of, visible_mask
 
 
 class Naive:
@@ -326,3 +326,14 @@ def test_ring_spec_validates_and_exposes_slack():
     for bad in [(0, 0, 4), (-1, 4, 4), (2, 4, 3)]:
         with pytest.raises(ValueError):
             RingSpec(*bad)
+
+
+@given(n=st.integers(0, 80), count=st.integers(0, 80), max_rows=st.integers(1, 40), sink=st.integers(0, 12))
+def test_passes_cover_the_tokens_in_order_and_never_put_a_sink_and_a_later_position_in_one_pass(n, count, max_rows,
+                                                                                                sink):
+    got = list(passes(n, count, max_rows, sink))
+    assert [a for a, _ in got] == [b for _, b in [(0, 0)] + got[:-1]][:len(got)]      # each starts at the last stop
+    assert (got[-1][1] if got else 0) == count
+    for a, b in got:
+        assert 0 < b - a <= max_rows
+        assert n + a >= sink or n + b <= sink          # all sinks, or none

@@ -367,6 +367,26 @@ def test_rollback_after_wrap_then_next_block_matches_reference(lab, where):
     _assert_matches(run.logits["next block"], reference, 0, f"level 0 {where} next block")
 
 
+SMALL_W = 3               # S + W - 1 = 6: rows from 7 on score the sinks at the window's edge, not at their distance
+
+
+def test_rows_past_the_sinks_see_them_at_the_window_edge_when_the_window_is_smaller_than_a_block(lab):
+    """A window smaller than an aligned block (or than a pass): rows in the stream's first block lie past S+W-1 while
+    the sinks are in their pass's section. Fed in passes of up to 8 rows, then a block verified at 20..25 (aligned
+    block 0), every row must equal the reference, whose rows score the sinks at min(u, S+W-1)."""
+    runner = Runner(lab.model_dir, RingSpec(S, SMALL_W, SMALL_W + MAX_ROWS),
+                    RunnerOptions(threads=2, max_rows=MAX_ROWS, accuracy_level=0))
+    engine = Engine(runner, lab.tok, draft=Scripted(), draft_len=MAX_ROWS - 1)
+    ids, fed = lab.ids[:26], []
+    engine.feed(ids[:20], on_logits=lambda start, logits: fed.append(logits.copy()))
+    engine.pending = int(ids[20])
+    block = _probe(engine, Proposal.chain(ids[21:26]))
+    with _one_blas_thread():
+        reference = lab.ref.logits(ids, np.arange(len(ids)), sink=S, window=SMALL_W)
+    _assert_matches(np.concatenate(fed), reference[:20], 0, "level 0 small window, the feed")
+    _assert_matches(block, reference[20:26], 0, "level 0 small window, a block in the first aligned block")
+
+
 # ---------------------------------------------------------------------------------------------------- the teeth
 
 @pytest.mark.parametrize("where", list(WHERE))
