@@ -122,7 +122,17 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--json", action="store_true", help="print the result without the samples as one JSON object")
     p.add_argument("--out", help="write the full result (samples included) as JSON")
     p.add_argument("--plot", help="resident memory per actor over tokens, .svg")
-    p.set_defaults(run=lambda a: soak.run_soak(profile_of(a), a.log, a.tokens, a.every, a.plot))
+    p.add_argument("--serve", action="store_true", help="run `serve` (its own process, sampled with its actors) "
+                   "with an operator's question every --ask-every seconds, a client vanishing mid-request every "
+                   "--leave-every seconds, and the archive kept to --archive-lines lines")
+    p.add_argument("--ask-every", type=float, default=3.0, help="serve: seconds between an answer and the next "
+                   "question (default: %(default)s)")
+    p.add_argument("--leave-every", type=float, default=5.0, help="serve: seconds between vanishing clients "
+                   "(default: %(default)s)")
+    p.add_argument("--archive-lines", type=int, default=soak.ARCHIVE_LINES, help="serve: the archive's retention "
+                   "(serve.archive_max_lines; default: %(default)s)")
+    p.set_defaults(run=lambda a: soak.run_soak(profile_of(a), a.log, a.tokens, a.every, a.plot, a.config, a.serve,
+                                               a.ask_every, a.leave_every, a.archive_lines))
 
     p = add_verb(sub, "eval-stream", perplexity.run_eval, MEASURING["eval-stream"])
     p.add_argument("--log", required=True, help="log file (plain lines, TEP alarm CSV or JSON lines), or a "

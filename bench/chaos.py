@@ -15,6 +15,7 @@ writes (the profile's triggers over the log's lines, `pipeline/stream/triggers.p
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import json
 import math
 import os
@@ -146,18 +147,22 @@ class _Pipeline:
         return len(self.deaths) >= n
 
 
-class _Asker(threading.Thread):
+class Asker(threading.Thread):
     """An operator asking over HTTP, one question after another; a failure (an error reply, a dropped connection)
     is counted, and the next question is asked (the retry an operator would make)."""
 
-    def __init__(self, port: int):
+    def __init__(self, port: int, questions=("Which alarm fired last?",), pause_s: float = ASK_EVERY_S,
+                 max_tokens: int = 12):
         super().__init__(daemon=True)
         self.port, self.answered, self.failed, self.stop = port, 0, 0, threading.Event()
+        self.questions, self.pause_s, self.max_tokens = questions, pause_s, max_tokens
 
     def run(self) -> None:
-        body = json.dumps({"messages": [{"role": "user", "content": "Which alarm fired last?"}],
-                           "max_tokens": 12}).encode()
-        while not self.stop.is_set():
+        for i in itertools.count():
+            if self.stop.is_set():
+                return
+            body = json.dumps({"messages": [{"role": "user", "content": self.questions[i % len(self.questions)]}],
+                               "max_tokens": self.max_tokens}).encode()
             req = urllib.request.Request(f"http://127.0.0.1:{self.port}/v1/chat/completions", body,
                                          {"Content-Type": "application/json"})
             try:
@@ -173,7 +178,7 @@ class _Asker(threading.Thread):
                 ok = False
             self.answered += ok
             self.failed += not ok
-            self.stop.wait(ASK_EVERY_S)
+            self.stop.wait(self.pause_s)
 
 
 def run_chaos(cfg, config_path: str | None, log: str | None, kills: int, seed: int, serve: bool, copies: int,
@@ -195,13 +200,13 @@ def run_chaos(cfg, config_path: str | None, log: str | None, kills: int, seed: i
                                              "supervise.period_s": 30.0, "supervise.checkpoint_s": 0.5}, tmp)
         journal, chaos_dir = tmp / "journal.jsonl", tmp / "chaos"
         chaos_dir.mkdir()
-        port = _free_port()
+        port = free_port()
         common = [str(stream), "--quiet-lines", "--journal", str(journal), "--config", str(profile)]
         args = (["serve", *common, "--rate", str(SERVE_RATE), "--http", f"127.0.0.1:{port}", "--zmq", "", "--pub", "",
                  "--archive", str(tmp / "archive.sqlite")] if serve else ["replay", *common])
         t0 = time.monotonic()
         pipe = _Pipeline(args, chaos_dir, journal)
-        asker = _Asker(port) if serve else None
+        asker = Asker(port) if serve else None
         unreached, done = [], 0
         try:
             if asker:
@@ -320,7 +325,7 @@ def account(stream: Path, journal: Path, cfg, serve: bool) -> dict:
             "recovery_lines": sum(r.get("lines", 0) for r in recs if r.get("kind") == "recovery")}
 
 
-def _free_port() -> int:
+def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]

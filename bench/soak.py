@@ -10,13 +10,19 @@ socket; never touches an actor's state. `run_soak` is the `soak` verb: samples o
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import json
 import math
 import os
+import signal
+import socket
+import struct
+import subprocess
 import sys
 import tempfile
 import threading
 import time
+import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -24,6 +30,8 @@ import numpy as np
 import zmq
 
 from bench import svg
+from bench.chaos import ROOT, Asker, free_port
+from bench.pipeline_vs_serial import profile_with
 from models.convert import load_card
 from models.registry import converted_dir, resolve_gguf
 from models.runner import kv_bytes_per_slot
@@ -32,13 +40,14 @@ from pipeline.launch import run_pipeline
 from pipeline.report import Report
 from pipeline.stream.records import format_of
 from pipeline.stream.replay import replay_frame
+from pipeline.watch import dies_with_parent
 
 WARMUP = 0.10        # the first 10% of the tokens are warm-up
 
 
-def _actor_pids() -> dict[str, int]:
-    """This launcher's actor processes by name (rs:<name>, set on entry)."""
-    me, out = os.getpid(), {}
+def _actor_pids(launcher: int) -> dict[str, int]:
+    """The launcher's actor processes by name (rs:<name>, set on entry)."""
+    me, out = launcher, {}
     for entry in os.listdir("/proc"):
         if not entry.isdigit():
             continue
@@ -67,16 +76,19 @@ def _read(pid: int) -> dict | None:
         return None
 
 
-def _segments() -> list[str]:
-    """This run's shared-memory segments (their names carry the launcher's pid)."""
-    mine = f"ringspec_p{os.getpid()}_"
+def _segments(launcher: int) -> list[str]:
+    """The run's shared-memory segments (their names carry the launcher's pid)."""
+    mine = f"ringspec_p{launcher}_"
     return sorted(name for name in os.listdir("/dev/shm") if name.startswith(mine))
 
 
 class _Listener(threading.Thread):
-    """Counts stream tokens and NLL per loop from the PUB socket; samples /proc every `every` tokens."""
+    """Counts stream tokens and NLL per loop from the PUB socket; samples /proc every `every` tokens.
 
-    def __init__(self, endpoint: str, every: int, progress=None):
+    launcher: the process whose rs:* children are the actors (this one, or a `serve` process, which is then sampled
+    too, as "launcher"); files: paths whose size on disk is sampled with them (the archive)."""
+
+    def __init__(self, endpoint: str, every: int, progress=None, launcher: int | None = None, files=()):
         super().__init__(daemon=True)
 
         self.sock = zmq.Context.instance().socket(zmq.SUB)
@@ -84,10 +96,11 @@ class _Listener(threading.Thread):
         self.sock.setsockopt(zmq.RCVHWM, 0)
         self.sock.connect(endpoint)
         self.every, self.progress = every, progress
-        self.tokens, self.next_sample = 0, 0
+        self.launcher, self.files = launcher, list(files)
+        self.tokens, self.lines, self.next_sample = 0, 0, 0
         self.samples: list[dict] = []
         self.loops: dict[int, list[float]] = {}          # loop -> [nll sum, count]
-        self.assessments = 0
+        self.assessments = self.answers = 0
         self.eof: dict | None = None
         self.done = threading.Event()
         self.t0 = time.monotonic()
@@ -100,6 +113,7 @@ class _Listener(threading.Thread):
             event = json.loads(body)
             if kind == b"line":
                 self.tokens += event.get("n_tokens", 0)
+                self.lines += 1
                 acc = self.loops.setdefault(event.get("loop", 0), [0.0, 0])
                 acc[0] += event.get("nll_sum", 0.0)
                 acc[1] += event.get("nll_n", 0)
@@ -108,15 +122,21 @@ class _Listener(threading.Thread):
                     self.next_sample += self.every
             elif kind == b"assessment":
                 self.assessments += 1
+            elif kind == b"answer":
+                self.answers += 1
             elif kind == b"eof":                    # not sampled: the model actors are already shutting down
                 self.eof = event
                 self.done.set()
 
     def sample(self) -> None:
-        actors = {name: _read(pid) for name, pid in _actor_pids().items()}
-        names = _segments()
-        row = {"tokens": self.tokens, "t": time.monotonic() - self.t0, "segments": len(names), "segment_names": names,
-               "actors": {k: v for k, v in actors.items() if v is not None}}
+        launcher = os.getpid() if self.launcher is None else self.launcher
+        pids = _actor_pids(launcher) | ({"launcher": launcher} if self.launcher is not None else {})
+        actors = {name: _read(pid) for name, pid in pids.items()}
+        names = _segments(launcher)
+        row = {"tokens": self.tokens, "lines": self.lines, "t": time.monotonic() - self.t0, "segments": len(names),
+               "segment_names": names, "actors": {k: v for k, v in actors.items() if v is not None}}
+        if self.files:
+            row["disk_bytes"] = sum(f.stat().st_size for f in self.files if f.exists())
         self.samples.append(row)
         if self.progress:
             self.progress(row)
@@ -129,7 +149,29 @@ def _slope(x: np.ndarray, y: np.ndarray) -> float:
     return float(np.polyfit(x, y, 1)[0])
 
 
-def report(samples: list[dict], loops: dict, tokens: int, eof: dict | None, kv_formula_bytes: int) -> dict:
+def _floor_growth(values: np.ndarray) -> int:
+    """How far the floor rose: the least value of the last quarter of the samples minus the least of the first. A
+    leak raises the floor; a connection or a thread alive at one sample (a question being answered) does not."""
+    if len(values) == 0:
+        return 0
+    q = max(1, len(values) // 4)
+    return int(values[-q:].min() - values[:q].min())
+
+
+def _archive(samples: list[dict], archive_lines: int) -> dict:
+    """The archive's disk use after it first filled (`archive_lines` lines in): its slope per 1,000 tokens and the
+    largest size, and how many times its lines were replaced."""
+    full = [s for s in samples if s["lines"] >= archive_lines and "disk_bytes" in s]
+    x = np.array([s["tokens"] for s in full], float) / 1000.0
+    size = np.array([s["disk_bytes"] for s in full], float) / 1024
+    return {"archive_lines": archive_lines, "archive_turnovers": samples[-1]["lines"] / archive_lines if samples
+            else 0.0, "archive_disk_slope_kib_per_1k_tokens": _slope(x, size),
+            "archive_disk_max_mb": float(size.max()) / 1024 if len(size) else 0.0,
+            "archive_samples_after_filling": len(full)}
+
+
+def report(samples: list[dict], loops: dict, tokens: int, eof: dict | None, kv_formula_bytes: int,
+           archive_lines: int | None = None) -> dict:
     # samples with every actor up (the ingest exits at its token limit while the rest still drain), after warm-up
     names = sorted({n for s in samples for n in s["actors"]})
     warm = [s for s in samples if s["tokens"] >= WARMUP * tokens and sorted(s["actors"]) == names]
@@ -144,8 +186,7 @@ def report(samples: list[dict], loops: dict, tokens: int, eof: dict | None, kv_f
                            "anon_slope_kib_per_1k_tokens": _slope(x, get("anon_kb")),
                            "rss_spread_kib": float(np.ptp(get("rss_kb"))) if rows else 0.0,
                            "rss_last_mb": float(get("rss_kb")[-1]) / 1024 if rows else 0.0,
-                           "fds_growth": int(get("fds").max() - get("fds")[0]) if rows else 0,
-                           "threads_growth": int(get("threads").max() - get("threads")[0]) if rows else 0}
+                           "fds_growth": _floor_growth(get("fds")), "threads_growth": _floor_growth(get("threads"))}
     x = np.array([s["tokens"] for s in warm], float) / 1000.0
     total = np.array([sum(a["rss_kb"] for a in s["actors"].values()) for s in warm], float)
     complete = sorted(k for k in loops if k + 1 in loops)              # the last loop is partial
@@ -166,6 +207,11 @@ def report(samples: list[dict], loops: dict, tokens: int, eof: dict | None, kv_f
         "last_loop_ppl_within_10_percent": out["ppl_last_over_first"] is not None and
         abs(out["ppl_last_over_first"] - 1.0) <= 0.10,
         "kv_pool_matches_formula": abs(out["kv_pool_bytes"] - kv_formula_bytes) < 2**20 * 0.001 + 1}
+    if archive_lines:
+        out.update(_archive(samples, archive_lines))
+        out["goals"]["archive_disk_bounded"] = (out["archive_samples_after_filling"] >= 2 and
+                                                out["archive_disk_slope_kib_per_1k_tokens"] < 1.0)
+        out["goals"]["archive_turned_over_5_times"] = out["archive_turnovers"] >= 5
     return out
 
 
@@ -192,6 +238,134 @@ def soak(cfg, log: str, tokens: int, every_tokens: int = 5000, progress=None) ->
     out = report(listener.samples, listener.loops, listener.tokens, listener.eof, kv_formula)
     out.update(assessments=listener.assessments, wall_s=wall, log=str(log), sink=spec.sink, ring=spec.ring,
                window=spec.window, series=listener.samples)
+    return out
+
+
+QUESTIONS = ("Which alarm fired last?", "When did PIR108 last go HIGH HIGH?", "Which alarms recovered recently?",
+             "What happened to the reactor pressure?", "Summarise the last minute.")
+ARCHIVE_LINES = 2000       # serve: the archive's retention, low so that a million tokens replace it many times
+LEAVE = ("after the first token", "before the reply", "half a request head")
+
+
+class _Leaver(threading.Thread):
+    """HTTP clients that go away, one every `every_s`, the three kinds in turn: a streamed answer dropped after its
+    first token, a question whose asker hangs up before any reply, a request head cut off halfway. Each socket is
+    reset, not closed politely (SO_LINGER 0), as a vanished client's would be."""
+
+    def __init__(self, port: int, every_s: float, max_tokens: int):
+        super().__init__(daemon=True)
+        self.port, self.every_s, self.stop, self.max_tokens = port, every_s, threading.Event(), max_tokens
+        self.left = dict.fromkeys(LEAVE, 0)
+        self.errors = 0
+
+    def run(self) -> None:
+        for i in itertools.count():
+            if self.stop.wait(self.every_s):
+                return
+            kind = LEAVE[i % len(LEAVE)]
+            body = json.dumps({"messages": [{"role": "user", "content": QUESTIONS[i % len(QUESTIONS)]}],
+                               "max_tokens": self.max_tokens, "stream": kind == LEAVE[0]}).encode()
+            head = (f"POST /v1/chat/completions HTTP/1.1\r\nHost: 127.0.0.1:{self.port}\r\n"
+                    f"Content-Type: application/json\r\nContent-Length: {len(body)}\r\n\r\n").encode()
+            try:
+                with socket.create_connection(("127.0.0.1", self.port), timeout=120) as sock:
+                    sock.sendall(head[:len(head) // 2] if kind == LEAVE[2] else head + body)
+                    got = b""
+                    while kind == LEAVE[0] and b'"content"' not in got:
+                        chunk = sock.recv(4096)
+                        if not chunk:
+                            break
+                        got += chunk
+                    sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+                self.left[kind] += 1
+            except OSError:
+                self.errors += 1
+
+
+def _metrics(port: int) -> dict[str, float]:
+    """The server's /metrics as {"name{labels}": value} (empty if it does not answer)."""
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=30) as resp:
+            text = resp.read().decode()
+    except OSError:
+        return {}
+    out = {}
+    for line in text.splitlines():
+        if line and not line.startswith("#"):
+            name, _, value = line.rpartition(" ")
+            try:
+                out[name] = float(value)
+            except ValueError:
+                pass
+    return out
+
+
+def soak_serve(cfg, config_path: str | None, log: str, tokens: int, every_tokens: int = 5000, progress=None,
+               ask_every_s: float = 3.0, leave_every_s: float = 5.0, archive_lines: int = ARCHIVE_LINES) -> dict:
+    """`serve` the log in a loop at full speed in its own process, with an operator's question every `ask_every_s`
+    after the last answer, a client vanishing every `leave_every_s` and the archive kept to `archive_lines` lines;
+    sample the server and every actor, stop it with SIGINT after `tokens` stream tokens (and at least one answer and
+    one client of each kind), and report."""
+    served = dataclasses.replace(cfg, serve=dataclasses.replace(cfg.serve, enabled=True))
+    card = load_card(converted_dir(resolve_gguf(cfg.model.gguf)))["config"]
+    spec = replay_frame(served).spec
+    kv_formula = kv_bytes_per_slot(card) * (spec.sink + spec.ring)
+    with tempfile.TemporaryDirectory(prefix="ringspec_soak_") as tmp:
+        tmp = Path(tmp)
+        profile = profile_with(config_path, {"replay.score_stream": True, "serve.archive_max_lines": archive_lines},
+                               tmp)
+        endpoint, port, archive = f"ipc://{tmp}/events", free_port(), tmp / "archive.sqlite"
+        proc = subprocess.Popen(
+            [sys.executable, str(ROOT / "run.py"), "serve", str(Path(log).resolve()), "--loop", "--rate", "0",
+             "--speed", "0", "--quiet-lines", "--config", str(profile), "--http", f"127.0.0.1:{port}", "--zmq", "",
+             "--pub", endpoint, "--archive", str(archive)],
+            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, start_new_session=True,
+            preexec_fn=dies_with_parent)
+        err: list[str] = []
+        threading.Thread(target=lambda: err.extend(proc.stderr), daemon=True).start()
+        files = [archive, Path(f"{archive}-wal"), Path(f"{archive}-shm")]
+        listener = _Listener(endpoint, every_tokens, progress, launcher=proc.pid, files=files)
+        max_tokens = min(16, cfg.serve.max_answer_tokens)
+        asker, leaver = Asker(port, QUESTIONS, ask_every_s, max_tokens), _Leaver(port, leave_every_s, max_tokens)
+        t0 = time.perf_counter()
+        listener.start()
+        try:
+            # until `tokens` went in, a question was asked and every kind of client left once
+            while proc.poll() is None and (listener.tokens < tokens or not asker.answered + asker.failed or
+                                           not all(leaver.left.values())):
+                time.sleep(1.0)
+                if not (asker.is_alive() or asker.stop.is_set()) and listener.tokens:
+                    asker.start()                    # once the stream flows: the server is up
+                    leaver.start()
+            figures = _metrics(port)
+        finally:
+            asker.stop.set()
+            leaver.stop.set()
+            listener.done.set()                      # the figures end here, not after the drain
+            if proc.poll() is None:
+                os.killpg(proc.pid, signal.SIGINT)   # a terminal's Ctrl-C: drain, exit 0
+                try:
+                    proc.wait(timeout=120)
+                except subprocess.TimeoutExpired:
+                    os.killpg(proc.pid, signal.SIGKILL)
+                    proc.wait()
+            listener.done.set()
+            listener.join(2.0)
+            listener.sock.close(0)
+        wall = time.perf_counter() - t0
+    if listener.tokens < tokens:
+        raise RuntimeError(f"serve stopped after {listener.tokens:,} tokens (exit {proc.returncode}): "
+                           + " | ".join(err[-5:]))
+    eof = {"figures": [{"actor": "target", "kv_pool_mb": figures.get("ringspec_kv_pool_bytes", 0.0) / 2**20}]}
+    out = report(listener.samples, listener.loops, listener.tokens, eof, kv_formula, archive_lines)
+    out["goals"]["every_question_answered"] = asker.failed == 0
+    out.update(assessments=listener.assessments, wall_s=wall, log=str(log), sink=spec.sink, ring=spec.ring,
+               window=spec.window, series=listener.samples, mode="serve", exit_code=proc.returncode,
+               questions_answered=asker.answered, questions_failed=asker.failed, answers_published=listener.answers,
+               clients_left=leaver.left, client_errors=leaver.errors,
+               server_client_disconnects=figures.get("ringspec_client_disconnects_total"),
+               server_http_requests={k.split("{", 1)[1].rstrip("}"): v for k, v in figures.items()
+                                     if k.startswith("ringspec_http_requests_total{")})
     return out
 
 
@@ -242,6 +416,14 @@ class SoakReport(Report):
                      f"{out['ppl_first_loop'] or float('nan'):.3f}, last {out['ppl_last_loop'] or float('nan'):.3f} "
                      f"({'-' if ratio is None else f'{ratio:.3f}x'}, {out['loops_complete']} complete loops); KV pool "
                      f"{out['kv_pool_bytes']:,} B, formula {out['kv_pool_formula_bytes']:,} B")
+        if out.get("mode") == "serve":
+            left = ", ".join(f"{v} {k}" for k, v in out["clients_left"].items())
+            lines.append(f"serve: {out['questions_answered']} questions answered, {out['questions_failed']} failed; "
+                         f"clients left: {left} ({out['client_errors']} errors), the server counted "
+                         f"{out['server_client_disconnects']:.0f} disconnects; archive {out['archive_lines']:,} lines "
+                         f"replaced {out['archive_turnovers']:.1f} times, disk slope "
+                         f"{out['archive_disk_slope_kib_per_1k_tokens']:.3f} KiB per 1,000 tokens after it filled, "
+                         f"largest {out['archive_disk_max_mb']:.1f} MB")
         lines.append("goals: " + ", ".join(f"{k} {'yes' if v else 'NO'}" for k, v in out["goals"].items()))
         return "\n".join(lines)
 
@@ -260,14 +442,19 @@ def _printer():
     return progress
 
 
-def run_soak(cfg, log: str | None, tokens: int, every_tokens: int = 5000, plot: str | None = None) -> SoakReport:
+def run_soak(cfg, log: str | None, tokens: int, every_tokens: int = 5000, plot: str | None = None,
+             config_path: str | None = None, serve: bool = False, ask_every_s: float = 3.0,
+             leave_every_s: float = 5.0, archive_lines: int = ARCHIVE_LINES) -> SoakReport:
     """Replays a real log over and over through the local actor pipeline (analyses as configured), samples every
     actor's resident and anonymous memory, descriptors, threads and the shared-memory segments every few thousand
     tokens, and reports slopes after a 10% warm-up, the spread, and the PPL of the last complete loop against the
-    first.
+    first. With serve: the same under `serve`, with questions, vanishing clients and the archive (its disk use after
+    it first filled, and how many times it turned over).
 
     log: the profile's replay.log by default; plot: resident memory per actor over tokens, as SVG to this path."""
-    out = soak(cfg, log or replay_log(cfg), tokens, every_tokens, _printer())
+    log = log or replay_log(cfg)
+    out = (soak_serve(cfg, config_path, log, tokens, every_tokens, _printer(), ask_every_s, leave_every_s,
+                      archive_lines) if serve else soak(cfg, log, tokens, every_tokens, _printer()))
     if plot:
         write_plot(out, plot)
     return SoakReport(out)

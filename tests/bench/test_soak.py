@@ -64,3 +64,52 @@ def test_the_ppl_ratio_compares_the_last_complete_loop_with_the_first():
     assert out["loops_complete"] == 3
     assert out["ppl_last_over_first"] == pytest.approx(np.exp(1.65) / np.exp(2.0))
     assert not out["goals"]["last_loop_ppl_within_10_percent"]
+
+
+def test_a_descriptor_open_at_one_sample_is_not_growth_but_a_rising_floor_is():
+    """Serving, a connection or a request thread is alive at some samples: the floor of the last quarter against the
+    first quarter's, not the largest value against the first, is what a leak moves."""
+    spiky = samples(0.0)
+    for i, s in enumerate(spiky):
+        s["actors"]["output"]["fds"] += 3 * (i % 5 == 2)             # a client connected at every fifth sample
+    out = report(spiky, {}, 100_000, None, 0)
+    assert out["actors"]["output"]["fds_growth"] == 0 and out["goals"]["no_growth_in_fds_threads_segments"]
+    leaking = samples(0.0)
+    for i, s in enumerate(leaking):
+        s["actors"]["output"]["threads"] += i // 30                   # one thread more every 30 samples, kept
+    assert not report(leaking, {}, 100_000, None, 0)["goals"]["no_growth_in_fds_threads_segments"]
+
+
+def test_the_archive_figures_start_when_it_first_filled():
+    rows = samples(0.0)
+    for i, s in enumerate(rows):
+        s["lines"] = 40 * i
+        s["disk_bytes"] = min(i, 10) * 100_000 + (i >= 10) * (i - 10) * 2048     # fills at line 400, then leaks
+    out = report(rows, {}, 100_000, None, 0, archive_lines=400)
+    assert out["archive_turnovers"] == pytest.approx(40 * 100 / 400)
+    assert out["archive_disk_slope_kib_per_1k_tokens"] == pytest.approx(2.0)       # 2 KiB per 1,000-token sample
+    assert not out["goals"]["archive_disk_bounded"] and out["goals"]["archive_turned_over_5_times"]
+    for s in rows:
+        s["disk_bytes"] = min(s["disk_bytes"], 1_000_000)                          # full, then flat
+    assert report(rows, {}, 100_000, None, 0, archive_lines=400)["goals"]["archive_disk_bounded"]
+
+
+def test_a_short_serving_soak_samples_the_server_and_its_actors_with_questions_and_vanishing_clients(default_gguf,
+                                                                                                     tmp_path):
+    log = tmp_path / "loop.log"
+    log.write_text("".join(f"12:{i // 60:02d}:{i % 60:02d} PIC{i % 7:03d} H PRESSURE HIGH ALM\n" for i in range(60)))
+    profile = tmp_path / "small.toml"
+    profile.write_text("[cache]\nwindow = 128\n[serve]\nmax_answer_tokens = 8\nbacklog_lines = 4\n")   # a short drain
+    proc = procs.run([sys.executable, str(ROOT / "run.py"), "soak", "--serve", "--tokens", "1500", "--every", "250",
+                      "--log", str(log), "--config", str(profile), "--ask-every", "0.5", "--leave-every", "0.5",
+                      "--archive-lines", "10", "--json"])
+    assert proc.returncode == 0, proc.stderr
+    out = json.loads(proc.stdout.splitlines()[-1])
+    assert out["mode"] == "serve" and out["tokens"] >= 1500 and out["exit_code"] == 0
+    assert set(out["actors"]) == {"launcher", "ingest", "cache_owner", "target", "draft", "output"}
+    assert out["questions_answered"] >= 1 and out["questions_failed"] == 0 and all(out["clients_left"].values())
+    assert out["server_client_disconnects"] >= 1 and out["segments_growth"] == 0
+    assert out["archive_turnovers"] >= 5 and out["archive_samples_after_filling"] >= 2
+    header = GGUFModel(default_gguf).config
+    per_slot = 2 * header.n_layers * header.n_kv_heads * (header.d_model // header.n_heads) * 4
+    assert out["kv_pool_bytes"] == per_slot * (out["sink"] + out["ring"])
