@@ -200,7 +200,11 @@ class Owner:
     def take_request(self, request: Question | Cancel, blocks_before: int) -> None:
 
         if isinstance(request, Cancel):
-            if self.queue.cancel(request.id) is None and request.id == self.current:
+            queued = self.queue.cancel(request.id)
+            if queued is not None:                     # never started: its one Answer says so
+                self.send_answer(queued, finish="cancelled", queued_ms=(time.monotonic() - queued.arrived) * 1e3,
+                                 queued_blocks=self.engine.blocks - queued.meta["blocks_before"])
+            elif request.id == self.current:
                 self.cancelled.add(request.id)          # being answered: stops at the next block
             self.counts["cancelled"] += 1
             return

@@ -171,7 +171,7 @@ def _emit(event, record: dict, quiet_lines: bool) -> None:
             print(f"\n?? [{record['client']}] {record['question'][:200]}\n=> {text}\n"
                   f"   ({record['completion_tokens']} tokens, ttft {ttft} ms, total {record['total_ms']:.0f} ms, "
                   f"queued {record['queued_ms']:.0f} ms, {len(record['retrieved'])} older lines retrieved, "
-                  f"{record['finish_reason']})\n", flush=True)
+                  f"{record['finish_reason']}{', client gone' if record.get('client_gone') else ''})\n", flush=True)
         case Restarted():
             took = "" if record["recovery_s"] is None else f", {record['recovery_s']:.1f} s from the death"
             why = f"after {record['cause']}" if record["actor"] else "from the journal (resume)"

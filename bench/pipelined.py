@@ -14,7 +14,9 @@ import os
 import shutil
 import signal
 import tempfile
+import threading
 import time
+from importlib import import_module
 
 import numpy as np
 
@@ -42,7 +44,9 @@ class ModelActors:
     """The target and draft actors of `cfg` in processes of their own (pinned to `cpus`, killed if this process dies),
     and a `DeferredEngine` over their links in this process, standing where the cache owner stands."""
 
-    def __init__(self, cfg, spec=None):
+    def __init__(self, cfg, spec=None, threads: bool = False):
+        """threads: run the two actors as threads of this process instead (a test that must see their allocations
+        with tracemalloc; nothing else differs)."""
         self.cfg = cfg
         self.spec = spec or ring_spec(cfg)                          # the serial systems' pool (make_engine)
         vocab = load_card(converted_dir(resolve_gguf(cfg.model.gguf)))["config"]["vocab_size"]
@@ -53,12 +57,14 @@ class ModelActors:
         self.from_target = Channel.create(links["from_target"])
         self.from_draft = Channel.create(links["from_draft"])
         ctx = mp.get_context("spawn")
+        start = ((lambda module, kwargs: threading.Thread(target=import_module(module).run, kwargs=kwargs,
+                                                          daemon=True)) if threads else
+                 (lambda module, kwargs: ctx.Process(target=_enter, args=(module, kwargs))))
         self.procs = [
-            ctx.Process(target=_enter, args=("actors.target", dict(inbox=to_target, outbox=self.from_target.spec.name,
-                                                                   cfg=cfg, spec=self.spec, stop=self.stop))),
-            ctx.Process(target=_enter, args=("actors.draft", dict(inbox=to_draft, outbox=self.from_draft.spec.name,
-                                                                  cfg=cfg, spec=self.spec, vocab=vocab,
-                                                                  stop=self.stop)))]
+            start("actors.target", dict(inbox=to_target, outbox=self.from_target.spec.name, cfg=cfg, spec=self.spec,
+                                        stop=self.stop)),
+            start("actors.draft", dict(inbox=to_draft, outbox=self.from_draft.spec.name, cfg=cfg, spec=self.spec,
+                                       vocab=vocab, stop=self.stop))]
         for p in self.procs:
             p.start()
         self.to_target = attach_when_ready(to_target.name, self.stop)
@@ -74,7 +80,7 @@ class ModelActors:
         self.stop.set()
         for p in self.procs:
             p.join(10)
-            if p.is_alive():
+            if p.is_alive() and hasattr(p, "kill"):
                 p.kill()
                 p.join()
         for ch in (self.to_target, self.to_draft, self.from_target, self.from_draft):

@@ -10,6 +10,7 @@ import json
 import os
 import signal
 import sys
+import threading
 import time
 from contextlib import contextmanager
 
@@ -87,7 +88,8 @@ def figures_on_request(figures: Figures) -> None:
     """SIGUSR1 prints this actor's figures as one JSON line on stderr (the launcher forwards the operator's signal)."""
     def show(signum, frame):      # one write(2) per line: actors share the launcher's stderr
         os.write(sys.stderr.fileno(), f"figures {json.dumps(figures.snapshot())}\n".encode())
-    signal.signal(signal.SIGUSR1, show)
+    if threading.current_thread() is threading.main_thread():    # an actor run as a thread (a test) has no signals
+        signal.signal(signal.SIGUSR1, show)
 
 
 class Stopped(Exception):

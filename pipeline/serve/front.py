@@ -83,6 +83,7 @@ class Front:
         self._lock = threading.Lock()
         self._ids = itertools.count(1)
         self.answers: dict[str, Answer] = {}
+        self.gone: dict[str, Answer] = {}             # cancelled by their askers, until the owner's Answer for each
         self.window_from_seq: int | None = None
         self.tail: deque = deque(maxlen=200)           # recent line events, for a console that connects late
         self.analyses: deque = deque(maxlen=20)
@@ -152,6 +153,7 @@ class Front:
         self.counts[why] += 1
         with self._lock:
             if self.answers.pop(answer.id, None) is not None:
+                self.gone[answer.id] = answer
                 send(self.asks, Cancel(id=answer.id), timeout=5.0)
             answer.finished = True
 
@@ -222,9 +224,11 @@ class Front:
     def _done(self, event: AnswerEvent) -> dict | None:
         with self._lock:
             answer = self.answers.pop(event.id, None)
-        if answer is None:                           # cancelled by its asker: nobody waits
+            gone = self.gone.pop(event.id, None) if answer is None else None
+        if answer is None and gone is None:
             return None
         now = time.monotonic()
+        answer = answer or gone
         finish = "stop" if answer.stopped_by_string else event.finish
         info = {"error": event.error, "finish_reason": finish, "prompt_tokens": event.prompt_tokens,
                 "completion_tokens": event.completion_tokens, "queued_ms": event.queued_ms,
@@ -233,6 +237,9 @@ class Front:
                 "total_ms": (now - answer.t_request) * 1e3, "retrieved": answer.retrieved,
                 "frame_ms": answer.frame_ms,
                 "stats": event.stats}
+        if gone is not None:                         # its asker went away: journaled, nobody waits for it
+            return {"kind": event.kind, "id": gone.id, "client": gone.client, "question": gone.question,
+                    "text": gone.text, **info, "client_gone": True}
         answer.finished = True
         answer.items.put(("done", info))
         if info["error"] is None and info["ttft_ms"] is not None:

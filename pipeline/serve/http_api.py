@@ -23,6 +23,8 @@ from __future__ import annotations
 
 import json
 import queue
+import select
+import socket
 import sys
 import threading
 import time
@@ -37,6 +39,7 @@ from pipeline.serve.metrics import render
 CONSOLE = Path(__file__).with_name("console.html")
 MODEL_NAME = "ringspec"
 KEEPALIVE_S = 15.0
+HANGUP_CHECK_S = 0.5                             # how often a waiting request looks for its client
 OPEN = ("/healthz", "/")                         # need no key: health, and the console's page (it holds no data)
 _BUSY_BODY = json.dumps({"error": {"message": "too many connections at once (serve.max_connections); retry "
                                                "shortly", "type": "server_busy", "code": 503}}).encode()
@@ -239,21 +242,21 @@ class _Handler(BaseHTTPRequestHandler):
         front = self.server.front
         created = int(time.time())
         kind = "chat.completion" if chat else "text_completion"
-        if not body.get("stream"):
-            info = self._wait(answer)
-            if info["error"]:
-                raise RequestError(504 if "deadline" in info["error"] else 500, info["error"], "timeout")
-            choice = {"index": 0, "finish_reason": info["finish_reason"], "logprobs": None}
-            choice.update({"message": {"role": "assistant", "content": answer.text}} if chat else
-                          {"text": answer.text})
-            return self._json(200, {"id": answer.id, "object": kind, "created": created, "model": MODEL_NAME,
-                                    "choices": [choice], "usage": _usage(info), "ringspec": _meta(info)})
         try:
+            if not body.get("stream"):
+                info = self._wait(answer)
+                if info["error"]:
+                    raise RequestError(504 if "deadline" in info["error"] else 500, info["error"], "timeout")
+                choice = {"index": 0, "finish_reason": info["finish_reason"], "logprobs": None}
+                choice.update({"message": {"role": "assistant", "content": answer.text}} if chat else
+                              {"text": answer.text})
+                return self._json(200, {"id": answer.id, "object": kind, "created": created, "model": MODEL_NAME,
+                                        "choices": [choice], "usage": _usage(info), "ringspec": _meta(info)})
             self._start_stream()
             chunk_kind = "chat.completion.chunk" if chat else "text_completion"
             first = True
             while True:
-                what, data = answer.items.get(timeout=front.serve.deadline_s + 30.0)
+                what, data = self._next(answer)
                 if what == "delta":
                     delta = {"role": "assistant", "content": data} if first and chat else {"content": data}
                     first = False
@@ -279,9 +282,32 @@ class _Handler(BaseHTTPRequestHandler):
 
     def _wait(self, answer) -> dict:
         while True:
-            what, data = answer.items.get(timeout=self.server.front.serve.deadline_s + 30.0)
+            what, data = self._next(answer)
             if what == "done":
                 return data
+
+    def _next(self, answer) -> tuple:
+        """The answer's next item. Meanwhile the socket is looked at every HANGUP_CHECK_S: a client that hung up
+        while its question waited or was answered raises ConnectionResetError, so the question is cancelled then,
+        and the owner stops it at its next block or drops it from the queue, not when a token would be written."""
+        deadline = time.monotonic() + self.server.front.serve.deadline_s + 30.0
+        while True:
+            try:
+                return answer.items.get(timeout=HANGUP_CHECK_S)
+            except queue.Empty:
+                if self._hung_up():
+                    raise ConnectionResetError("the client hung up") from None
+                if time.monotonic() > deadline:
+                    raise
+
+    def _hung_up(self) -> bool:
+        """Has the client closed its end? (Readable with nothing to read is an orderly close; a reset raises.)"""
+        try:
+            if not select.select([self.connection], [], [], 0)[0]:
+                return False
+            return self.connection.recv(1, socket.MSG_PEEK) == b""
+        except (OSError, ValueError):
+            return True
 
     # -- the wire ----------------------------------------------------------------------------------------------------
     def _body(self) -> dict:

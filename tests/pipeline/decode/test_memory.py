@@ -1,32 +1,35 @@
-"""Constant memory (DESIGN.md): after warm-up, the hot loop allocates nothing that survives a step (measured as
-bytes still allocated per 1,000 tokens, against the soak's budget of 1 KiB per 1,000 tokens).
+"""Constant memory (DESIGN.md): after warm-up, the hot loop allocates nothing that survives a step, measured as bytes
+still allocated per 1,000 tokens against the soak's budget of 1 KiB per 1,000 tokens, allocation site by site.
 
 tracemalloc sees every Python-level allocation (numpy buffers included). The loop runs a few thousand tokens of
-stream prefill, speculative generation and scratch rollback while a small ring wraps many times; whatever is still
-allocated at the end that was not at the start must be small and must not come from the hot path's modules.
+stream prefill, speculative generation and scratch rollback while a small ring wraps many times; what a site holds at
+the end of the last of three equal phases that it did not hold at the end of the second is its growth. Each site's
+growth counts on its own: a shrink elsewhere (a free-listed object reused from another call path) cancels nothing.
+The loop is the actor pipeline's, with its two model actors run as threads of this process so that their allocations
+are seen: the step and the deferred engine (the cache owner's side), the channels and the message codec between them,
+the target actor with its local verifier and runner, the draft actor with its proposer. (The serial engine differs
+only by calling the verifier and proposer in place: pipeline/decode/engine.py.)
 """
 from __future__ import annotations
 
 import gc
 import tracemalloc
 
+import pytest
+
 from pipeline.stream.records import read_log, render
 from tests.paths import ROOT
 
-HOT = ("pipeline/decode/step.py", "pipeline/decode/local.py", "pipeline/decode/engine.py", "pipeline/decode/blocks.py",
-       "pipeline/decode/blocklen.py", "pipeline/decode/drafts.py", "kernels/", "models/runner.py")
+HOT = ("pipeline/decode/", "kernels/", "models/runner.py", "pipeline/channel.py", "pipeline/messages.py", "actors/")
+BUDGET = 1024           # bytes per 1,000 tokens: the soak's goal (bench/soak.py)
 
 
-def test_the_hot_loop_allocates_nothing_that_survives_a_step(default_gguf):
+def site_growth(engine, tok, phases: int = 3) -> tuple[list, list, int]:
+    """Run the loop (warm-up, then `phases` equal phases) on `engine`: (our growing sites, ONNX Runtime's binding
+    sites, tokens of the last phase)."""
     from kernels.sampling import SamplingParams
-    from models.tokenizer import Tokenizer
-    from pipeline import config
-    from pipeline.decode.assemble import make_engine
 
-    tok = Tokenizer.from_gguf(default_gguf)
     ids = tok.encode(render(read_log(ROOT / "data" / "tep_demo.csv")))
-    engine = make_engine(config.override(config.parse({}), {"cache.window": 256, "cache.slack": 160,
-                                                             "draft.kind": "suffix", "draft.length": 6}))
     ask = tok.encode("\nSummarise the alarms above:")
     params = SamplingParams()
 
@@ -42,28 +45,58 @@ def test_the_hot_loop_allocates_nothing_that_survives_a_step(default_gguf):
     chunks = chunks[:13]
     gc.collect()
     tracemalloc.start(8)
-    tokens = [0, 0, 0]
-    snapshots = []
-    for phase in range(3):                           # equal phases: what a step leaves behind grows between them
-        for chunk in chunks:
-            cycle(chunk)
-            tokens[phase] += len(chunk) + len(ask) + 40
-        gc.collect()
-        snapshots.append(tracemalloc.take_snapshot())
-    tracemalloc.stop()
-    assert tokens[2] >= 3000 and engine.index.n > 4 * engine.spec.ring   # the ring wrapped several times
-    # the last two phases: by then the caches of this loop are as full as it makes them; a leak keeps growing. Net
-    # growth per allocating line: a free-listed object reused from another call path moves, it does not add up.
-    sites = [s for s in snapshots[2].compare_to(snapshots[1], "lineno") if "tracemalloc" not in str(s)]
-    per_1000 = 1000 / tokens[2]
-    ort = [s for s in sites if "onnxruntime" in s.traceback[-1].filename or
+    snapshots, tokens = [], 0
+    try:
+        for _ in range(phases):                      # equal phases: what a step leaves behind grows between them
+            tokens = 0
+            for chunk in chunks:
+                cycle(chunk)
+                tokens += len(chunk) + len(ask) + 40
+            gc.collect()
+            snapshots.append(tracemalloc.take_snapshot())
+    finally:
+        tracemalloc.stop()
+    # the last two phases: by then the caches of this loop are as full as it makes them; a leak keeps growing
+    grown = [s for s in snapshots[-1].compare_to(snapshots[-2], "lineno")
+             if s.size_diff > 0 and "tracemalloc" not in str(s)]
+    ort = [s for s in grown if "onnxruntime" in s.traceback[-1].filename or
            any(f"runner.py:{line}" in str(s.traceback[-1]) for line in _BIND_LINES)]
-    ours = [s for s in sites if any(h in s.traceback[-1].filename for h in HOT) and s not in ort]
-    report = "\n".join(str(s) for s in sorted(ours + ort, key=lambda s: -s.size_diff)[:6])
-    assert sum(s.size_diff for s in ours) * per_1000 < 256, report
-    # ONNX Runtime 1.32's Python bindings keep a thinning trickle of small objects per new binding shape (about 1 B
-    # per token at this point, shrinking phase by phase): bounded loosely here, measured for real by `run.py soak`
-    assert sum(s.size_diff for s in ort) * per_1000 < 4096, report
+    ours = [s for s in grown if any(h in s.traceback[-1].filename for h in HOT) and s not in ort]
+    return ours, ort, tokens
+
+
+def assert_constant(ours: list, ort: list, tokens: int) -> None:
+    per_1000 = 1000 / tokens
+    report = "\n".join(str(s) for s in sorted(ours + ort, key=lambda s: -s.size_diff)[:8])
+    assert tokens >= 3000
+    assert sum(s.size_diff for s in ours) * per_1000 < BUDGET / 4, report
+    # ONNX Runtime 1.32's Python bindings keep a thinning trickle of small objects per new binding shape: 1.7 KiB per
+    # 1,000 tokens in this loop's third phase (runner.py's bind lines and the bindings' own). Bounded loosely here; the
+    # soak's budget holds for it only over a longer run, where it thins out (README: 0.147 KiB per 1,000 tokens for
+    # all processes over a million tokens, `python run.py soak`)
+    assert sum(s.size_diff for s in ort) * per_1000 < 4 * BUDGET, report
+
+
+@pytest.fixture(scope="module")
+def actor_pipeline():
+    from bench.pipelined import ModelActors
+    from pipeline import config
+
+    actors = ModelActors(config.override(config.parse({}), {"cache.window": 256, "cache.slack": 160,
+                                                              "draft.kind": "suffix", "draft.length": 6}),
+                         threads=True)
+    yield actors
+    actors.close()
+
+
+def test_the_actor_pipelines_hot_loop_allocates_nothing_that_survives_a_step(actor_pipeline, default_gguf):
+    from models.tokenizer import Tokenizer
+
+    ours, ort, tokens = site_growth(actor_pipeline.engine, Tokenizer.from_gguf(default_gguf))
+    files = {s.traceback[-1].filename.split("/main/")[-1] for s in ours}
+    print(f"\ngrowing sites: {sorted(files)}")
+    assert actor_pipeline.engine.index.n > 4 * actor_pipeline.spec.ring
+    assert_constant(ours, ort, tokens)
 
 
 def _bind_lines() -> tuple[int, ...]:

@@ -22,6 +22,7 @@ from pathlib import Path
 
 import pytest
 
+from pipeline.stream.journal import records
 from pipeline.watch import dies_with_parent, wait_for
 from tests import procs
 from tests.paths import ROOT, SHARED
@@ -200,19 +201,24 @@ def test_the_api_key_is_required_except_for_health(server):
     assert server.request("GET", "/healthz", key=None)[0] == 200
 
 
-def test_a_client_that_disconnects_is_counted_and_more_than_the_waiting_bound_get_503(server):
+def test_clients_that_disconnect_are_each_cancelled_and_counted_and_more_than_the_waiting_bound_get_503(server):
+    """Three long answers in flight (a streamed one being answered, two waiting for a whole reply), a fourth refused
+    with 503; the three clients hang up. Each is noticed while it waits (http_api `_next`; a whole reply writes
+    nothing until its end, so before that the server saw no hang-up and ran it to its 256 tokens), counted and
+    cancelled: a queued one leaves the queue, one being answered stops at its next block; each is journaled."""
+    before, cancelled_before = disconnects(server), counted(server, 'answers_total{outcome="cancelled"}')
     socks = []
-    for _ in range(3):                      # max_waiting = 3: three long answers (the log continued) in flight
+    for i in range(3):                      # max_waiting = 3: three long answers (the log continued) in flight
         s = socket.create_connection(("127.0.0.1", server.port))
         body = json.dumps({"prompt": "12:00:00 AIR003_3 H PURGE C CONC HIGH ALM\n", "max_tokens": 256,
-                           "stream": True, "deadline_s": 60}).encode()
+                           "stream": i == 0, "deadline_s": 60}).encode()
         s.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
                   b"Authorization: Bearer " + KEY.encode() + b"\r\nContent-Length: " + str(len(body)).encode() +
                   b"\r\n\r\n" + body)
         socks.append(s)
-    for s in socks:
-        s.settimeout(120)
-        assert b"200 OK" in s.recv(4096)             # every answer has started streaming
+    socks[0].settimeout(120)
+    assert b"200 OK" in socks[0].recv(4096)                  # the streamed answer has started
+    server.wait_for(lambda: counted(server, 'queue_depth{queue="in_flight"}') == 3, "three answers in flight")
     status, payload, resp = server.request("POST", "/v1/chat/completions",
                                            {"messages": [{"role": "user", "content": "and me?"}]})
     assert status == 503 and resp.getheader("Retry-After") == "1"
@@ -221,12 +227,22 @@ def test_a_client_that_disconnects_is_counted_and_more_than_the_waiting_bound_ge
         s.close()                                     # gone mid-answer: cancelled, counted, nothing breaks
 
     def cancelled_and_idle() -> bool:
-        return disconnects(server) >= 1 and bool(re.search(r'^ringspec_queue_depth\{queue="in_flight"\} 0$',
-                                                            server.metrics(), re.M))
-    server.wait_for(cancelled_and_idle, "the disconnected answers being cancelled")
+        return (disconnects(server) - before == 3 and
+                counted(server, 'answers_total{outcome="cancelled"}') - cancelled_before == 3 and
+                counted(server, 'queue_depth{queue="in_flight"}') == 0)
+    server.wait_for(cancelled_and_idle, "the three disconnected answers being cancelled")
+    gone = [r for r in records(str(server.archive.parent / "journal.jsonl"))
+            if r.get("kind") == "answer" and r.get("client_gone") and "AIR003_3" in str(r.get("question"))]
+    assert [r["finish_reason"] for r in gone] == ["cancelled"] * 3, gone
+    assert max(r["completion_tokens"] for r in gone) < 256, gone     # stopped, not run to their end (or not started)
     status, payload, _ = server.request("POST", "/v1/chat/completions",
                                         {"messages": [{"role": "user", "content": "still there?"}], "max_tokens": 8})
     assert status == 200
+
+
+def counted(server, name: str) -> int:
+    """A counter or gauge of the server's /metrics (name with its labels, as printed)."""
+    return int(float(re.search(rf"^ringspec_{re.escape(name)} (\S+)$", server.metrics(), re.M).group(1)))
 
 
 def disconnects(server) -> int:
