@@ -48,10 +48,10 @@ class Lookahead:
 
 
 class Drafter:
-    def __init__(self, draft, policy, out, figures: Figures, sink: int):
+    def __init__(self, draft, policy, out, figures: Figures, sink: int, window: int):
         self.draft, self.policy, self.out, self.figures = draft, policy, out, figures
         self.k = policy.length                            # until the owner says otherwise
-        self.room = lambda n: room_of(n, ALIGNED_BLOCK, sink)
+        self.room = lambda n: room_of(n, ALIGNED_BLOCK, sink, window)
         self.run: Lookahead | None = None
         self.proposals, self.drafted_s = 0, 0.0
 
@@ -126,7 +126,7 @@ def run(inbox: ChannelSpec, outbox: str, cfg, spec, vocab: int, stop) -> None:
     draft = make_draft(cfg, spec, vocab)
     catch_up = getattr(draft, "catch_up", lambda: False)
     with Channel.create(inbox) as inp, attach_when_ready(outbox, stop) as out:
-        drafter = Drafter(draft, policy(cfg, vocab), out, figures, spec.sink)
+        drafter = Drafter(draft, policy(cfg, vocab), out, figures, spec.sink, spec.window)
         while not stop.is_set():
             if inp.ready() or not drafter.busy:
                 if not inp.ready():

@@ -58,15 +58,15 @@ def slot_of(positions, sink: int, ring: int) -> np.ndarray:
     return np.where(u < sink, u, sink + (u - sink) % ring)
 
 
-def passes(n: int, count: int, max_rows: int, sink: int):
+def passes(n: int, count: int, max_rows: int, sink: int, window: int):
     """(start, stop) offsets of the passes that run `count` tokens at positions n, n+1, ...: at most max_rows rows
-    each, and a pass holding sink positions holds nothing past them (a later row scores the sinks with their own
-    query, from the sink pool: models/graph.py, pipeline/decode/blocks.py)."""
+    each, and a pass holding sink positions holds no row past S+W-1 (past it a row scores the sinks with their own
+    query, from the sink pool, not at their distance in its section: models/graph.py, pipeline/decode/blocks.py)."""
     start = 0
     while start < count:
         stop = min(count, start + max_rows)
         if n + start < sink:
-            stop = min(stop, sink - n)
+            stop = min(stop, sink + window - n)
         yield start, stop
         start = stop
 

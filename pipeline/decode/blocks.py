@@ -5,12 +5,12 @@ Owns the shape of a verify pass (rows, their positions and tree ancestry, the co
 committed position: the step does (pipeline/decode/step.py), for both engines.
 
 Aligned blocks (see `Engine`): positions are grouped in blocks of B; a row at u reads positions below u - u % B from
-the pool and the rest as one "recent + new" section, and a verify block never crosses a block boundary. Sink
-positions are a boundary too: a row past the sinks reads them from the sink pool, where the graph scores them with
-the sink query rotated at min(u, S+W-1) (models/graph.py); in its section they would be scored at their text distance
-u - s, wrong once u > S+W-1 (a window smaller than an aligned block). So no pass puts a sink position and a later one
-in the same section: a block whose pending token is a sink ends at the last sink (`room_of`), the recent section of
-a later row starts after the sinks (`recent_start`), and a feed's passes split there (kernels/ring.py `passes`).
+the pool and the rest as one "recent + new" section, and a verify block never crosses a block boundary. Small
+windows add one boundary: the graph scores a sink from the sink pool with the sink query rotated at min(u, S+W-1)
+(models/graph.py), but a sink in a row's section at its text distance u - s, the same only while u <= S+W-1. When an
+aligned block holds sink positions and rows past S+W-1 (W smaller than a block), the sinks leave its sections: a
+block whose pending token is a sink ends at the last sink (`room_of`) and a later row's recent section starts after
+the sinks (`recent_start`); a feed's passes keep the same rule (kernels/ring.py `passes`). With W >= B nothing moves.
 """
 from __future__ import annotations
 
@@ -26,18 +26,24 @@ from pipeline.decode.drafts import Proposal
 ALIGNED_BLOCK = 32     # positions per aligned block (<= the runner's max_recent + 1)
 
 
-def room_of(n: int, block: int = ALIGNED_BLOCK, sink: int = 0) -> int:
+def _sinks_apart(start: int, block: int, sink: int, window: int) -> bool:
+    """Does the aligned block at `start` hold both sink positions and rows past S+W-1?"""
+    return start < sink and start + block > sink + window
+
+
+def room_of(n: int, block: int = ALIGNED_BLOCK, sink: int = 0, window: int = 0) -> int:
     """Deepest proposal a block whose pending token sits at position n can hold (0: verify the pending token alone):
-    to the end of its aligned block, or of the sink positions when n is one."""
-    end = n - n % block + block - 1
-    return (min(end, sink - 1) if n < sink else end) - n
-
-
-def recent_start(n: int, block: int, sink: int) -> int:
-    """First position of the recent section of a block whose pending token sits at n: its aligned block's start, or
-    the first position past the sinks when that is later (`room_of` keeps rows below and past the sinks apart)."""
+    to the end of its aligned block, or of the sink positions when n is one and the sinks must stay apart."""
     start = n - n % block
-    return max(start, sink) if n >= sink else start
+    end = start + block - 1
+    return (min(end, sink - 1) if n < sink and _sinks_apart(start, block, sink, window) else end) - n
+
+
+def recent_start(n: int, block: int, sink: int, window: int) -> int:
+    """First position of the recent section of a block whose pending token sits at n: its aligned block's start, or
+    the first position past the sinks when the sinks must stay apart (a function of the aligned block alone)."""
+    start = n - n % block
+    return sink if n >= sink and _sinks_apart(start, block, sink, window) else start
 
 
 def lap(u: int, sink: int, ring: int) -> int:
@@ -66,9 +72,9 @@ class Block:
         return self.tokens[1:]
 
 
-def plan_block(n: int, pending: int, prop: Proposal, block: int, sink: int, ring: int) -> Block:
+def plan_block(n: int, pending: int, prop: Proposal, block: int, sink: int, ring: int, window: int) -> Block:
     """The verify pass for `prop` after `pending` at position n, pruned to the aligned block's room."""
-    prop = prune(prop, room_of(n, block, sink))
+    prop = prune(prop, room_of(n, block, sink, window))
     N = len(prop.tokens)
     tokens = np.concatenate([[pending], prop.tokens]).astype(np.int64)
     parent_row = np.concatenate([[-1], prop.parent + 1]).astype(np.int64)      # row 0 is the pending token
@@ -81,7 +87,7 @@ def plan_block(n: int, pending: int, prop: Proposal, block: int, sink: int, ring
             anc[r] = anc[p]
         anc[r, r] = True
     pos = n + depth
-    recent = np.arange(recent_start(n, block, sink), n, dtype=np.int64)
+    recent = np.arange(recent_start(n, block, sink, window), n, dtype=np.int64)
     slots = slot_of(n + np.arange(int(depth.max()) + 1, dtype=np.int64), sink, ring)
     chain = bool((parent_row == np.arange(N + 1) - 1).all())
     return Block(tokens, prop.parent, prop.q, pos, anc, recent, slots, None if chain else root_paths(anc, depth))

@@ -176,7 +176,8 @@ class ModelDraft:
 
     def _run(self, tokens: list[int]) -> np.ndarray:
         """Forward tokens at the next positions, write their K/V speculatively; logits of the last row."""
-        for a, b in passes(self.index.n + len(self.fed), len(tokens), len(tokens), self.runner.spec.sink):
+        spec = self.runner.spec
+        for a, b in passes(self.index.n + len(self.fed), len(tokens), len(tokens), spec.sink, spec.window):
             logits = self._pass(tokens[a:b])
         self._row = logits[0]                        # the draft's own logits (valid until the next pass)
         if self._to_target is None:

@@ -189,7 +189,7 @@ class Decoder:
         if pick is not None and not len(ids):
             raise ValueError("generate needs a non-empty prompt or context")
         got, nll_sum, nll_n = None, 0.0, 0
-        for start, stop in passes(self.index.n, len(ids), self.policy.max_rows, self.spec.sink):
+        for start, stop in passes(self.index.n, len(ids), self.policy.max_rows, self.spec.sink, self.spec.window):
             chunk = ids[start:stop]
             pos = self.index.n + np.arange(len(chunk), dtype=np.int64)
             mask = self.index.visible_mask(pos, None, out=self.verifier.mask_buffer())
@@ -232,7 +232,7 @@ class Decoder:
         tokens the generation may still emit (a draft running ahead drafts no further)."""
         n, pending = self.index.n, self.pending
         budget = self.policy.max_rows if budget is None else budget
-        room = room_of(n, self.block, self.spec.sink)
+        room = room_of(n, self.block, self.spec.sink, self.spec.window)
         d = self.proposer.propose(pending, n, self.policy.choose(), room, budget, stats)
         blk, mask = self.plan(pending, self.policy.shape(d.prop))
         v = self.verifier.verify(blk, mask, params)
@@ -250,7 +250,7 @@ class Decoder:
 
     def plan(self, pending: int, prop: Proposal):
         """The verify pass of `prop` after `pending` at the committed position: (blocks.Block, its mask)."""
-        blk = plan_block(self.index.n, pending, prop, self.block, self.spec.sink, self.spec.ring)
+        blk = plan_block(self.index.n, pending, prop, self.block, self.spec.sink, self.spec.ring, self.spec.window)
         return blk, verify_mask(self.index, blk, self.verifier.mask_buffer())
 
     def generate(self, prompt_ids, max_tokens: int, params: SamplingParams = SamplingParams(), stop_ids=(),

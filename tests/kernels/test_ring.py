@@ -328,12 +328,15 @@ def test_ring_spec_validates_and_exposes_slack():
             RingSpec(*bad)
 
 
-@given(n=st.integers(0, 80), count=st.integers(0, 80), max_rows=st.integers(1, 40), sink=st.integers(0, 12))
-def test_passes_cover_the_tokens_in_order_and_never_put_a_sink_and_a_later_position_in_one_pass(n, count, max_rows,
-                                                                                                sink):
-    got = list(passes(n, count, max_rows, sink))
+@given(n=st.integers(0, 80), count=st.integers(0, 80), max_rows=st.integers(1, 40), sink=st.integers(0, 12),
+       window=st.integers(1, 40))
+def test_passes_cover_the_tokens_in_order_and_a_pass_holding_a_sink_has_no_row_past_the_window_edge(
+        n, count, max_rows, sink, window):
+    got = list(passes(n, count, max_rows, sink, window))
     assert [a for a, _ in got] == [b for _, b in [(0, 0)] + got[:-1]][:len(got)]      # each starts at the last stop
     assert (got[-1][1] if got else 0) == count
     for a, b in got:
         assert 0 < b - a <= max_rows
-        assert n + a >= sink or n + b <= sink          # all sinks, or none
+        assert n + a >= sink or n + b - 1 <= sink + window - 1     # rows with a sink in their pass: u <= S+W-1
+        if n + a < sink and n + b < min(n + count, sink + window):
+            assert b - a == max_rows                                # cut only where the rule or max_rows says

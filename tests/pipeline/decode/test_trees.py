@@ -54,7 +54,7 @@ def engines(tmp_path_factory):
 def verify_pass(engine: Engine, prop: Proposal, shared_section: bool = False):
     """(logits of every row, new K, the block) of one verify pass, committing nothing. shared_section: the old
     layout (every row's section [recent | all new rows], ancestry by mask) through the chain graph."""
-    blk = plan_block(engine.index.n, engine.pending, prop, engine.block, SPEC.sink, SPEC.ring)
+    blk = plan_block(engine.index.n, engine.pending, prop, engine.block, SPEC.sink, SPEC.ring, SPEC.window)
     recent = slot_of(blk.recent, SPEC.sink, SPEC.ring)
     if shared_section:
         mask = engine.index.visible_mask(blk.pos, blk.anc, out=engine.runner.mask_buffer(),
