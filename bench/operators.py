@@ -12,7 +12,6 @@ from __future__ import annotations
 import http.client
 import json
 import re
-import socket
 import subprocess
 import sys
 import tempfile
@@ -22,6 +21,7 @@ from pathlib import Path
 
 import numpy as np
 
+from bench.chaos import free_port
 from pipeline.config import replay_log
 from pipeline.report import Report
 from pipeline.stream.records import read_log
@@ -36,19 +36,13 @@ QUESTIONS = [        # about 30 tokens each with SmolLM2's tokenizer
 ]
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 class _Server:
     """`run.py serve` on a free port, replaying `log` at `rate` lines per second over and over."""
 
     def __init__(self, log: str, rate: float, retrieve: int, config: str | None, workdir: str,
                  warm_lines: int = 20):
         """warm_lines: lines the ring must have taken before measuring (enough that older lines are archived)."""
-        self.port = _free_port()
+        self.port = free_port()
         profile = Path(workdir) / f"bench_{rate:g}_{retrieve}.toml"
         base = Path(config).read_text() if config else ""
         if "[serve]" in base:

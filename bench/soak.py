@@ -349,7 +349,6 @@ def soak_serve(cfg, config_path: str | None, log: str, tokens: int, every_tokens
                 except subprocess.TimeoutExpired:
                     os.killpg(proc.pid, signal.SIGKILL)
                     proc.wait()
-            listener.done.set()
             listener.join(2.0)
             listener.sock.close(0)
         wall = time.perf_counter() - t0
