@@ -437,9 +437,12 @@ def test_eval_recall_reports_retrieval_and_exact_answers_with_and_without_the_ar
         assert row["recalled"] == any(row["answer"] in line for line in row["retrieved"])
 
 
-def test_operator_bench_measures_answers_and_ingestion_against_a_real_server(default_gguf):
+def test_operator_bench_measures_answers_and_ingestion_against_a_real_server(default_gguf, tmp_path):
+    profile = tmp_path / "quiet.toml"            # no periodic analyses: the servers come up and answer sooner
+    profile.write_text("[replay]\nevery_lines = 1000\n")
     proc = procs.run([sys.executable, str(ROOT / "run.py"), "bench", "--task", "operator", "--questions", "2",
-                      "--rate", "10", "--rates", "4", "--seconds", "3", "--warm-lines", "30", "--json"])
+                      "--rate", "10", "--rates", "4", "--seconds", "3", "--warm-lines", "10", "--json",
+                      "--config", str(profile)])
     assert proc.returncode == 0, proc.stderr
     out = json.loads(proc.stdout)
     assert [r["retrieve"] for r in out["latency"]] == [0, 2]
