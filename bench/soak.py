@@ -170,7 +170,7 @@ def _archive(samples: list[dict], archive_lines: int) -> dict:
             "archive_samples_after_filling": len(full)}
 
 
-def report(samples: list[dict], loops: dict, tokens: int, eof: dict | None, kv_formula_bytes: int,
+def report(samples: list[dict], loops: dict, tokens: int, kv_pool_bytes: int, kv_formula_bytes: int,
            archive_lines: int | None = None) -> dict:
     # samples with every actor up (the ingest exits at its token limit while the rest still drain), after warm-up
     names = sorted({n for s in samples for n in s["actors"]})
@@ -192,14 +192,12 @@ def report(samples: list[dict], loops: dict, tokens: int, eof: dict | None, kv_f
     complete = sorted(k for k in loops if k + 1 in loops)              # the last loop is partial
     ppl = {k: math.exp(loops[k][0] / loops[k][1]) if loops[k][1] else None for k in complete}
     first, last = (ppl[complete[0]], ppl[complete[-1]]) if complete else (None, None)
-    figures = {f["actor"]: f for f in (eof or {}).get("figures", [])}
-    pool = figures.get("target", {}).get("kv_pool_mb", 0.0) * 2**20
     out = {"tokens": tokens, "samples": len(samples), "warmup_tokens": int(WARMUP * tokens), "actors": per_actor,
            "rss_slope_kib_per_1k_tokens": _slope(x, total), "rss_spread_kib": float(np.ptp(total)) if len(total)
            else 0.0, "segments_growth": max(s["segments"] for s in warm) - warm[0]["segments"] if warm else 0,
            "loops_complete": len(complete), "ppl_first_loop": first, "ppl_last_loop": last,
            "ppl_last_over_first": last / first if first and last else None, "assessments": None,
-           "kv_pool_bytes": int(pool), "kv_pool_formula_bytes": kv_formula_bytes}
+           "kv_pool_bytes": int(kv_pool_bytes), "kv_pool_formula_bytes": kv_formula_bytes}
     out["goals"] = {
         "rss_slope_below_1_kib_per_1k_tokens": out["rss_slope_kib_per_1k_tokens"] < 1.0,
         "no_growth_in_fds_threads_segments": out["segments_growth"] == 0 and all(
@@ -235,7 +233,8 @@ def soak(cfg, log: str, tokens: int, every_tokens: int = 5000, progress=None) ->
         listener.done.set()
         listener.join(2.0)
         listener.sock.close(0)
-    out = report(listener.samples, listener.loops, listener.tokens, listener.eof, kv_formula)
+    target = next((f for f in (listener.eof or {}).get("figures", []) if f["actor"] == "target"), {})
+    out = report(listener.samples, listener.loops, listener.tokens, target.get("kv_pool_mb", 0.0) * 2**20, kv_formula)
     out.update(assessments=listener.assessments, wall_s=wall, log=str(log), sink=spec.sink, ring=spec.ring,
                window=spec.window, series=listener.samples)
     return out
@@ -355,8 +354,8 @@ def soak_serve(cfg, config_path: str | None, log: str, tokens: int, every_tokens
     if listener.tokens < tokens:
         raise RuntimeError(f"serve stopped after {listener.tokens:,} tokens (exit {proc.returncode}): "
                            + " | ".join(err[-5:]))
-    eof = {"figures": [{"actor": "target", "kv_pool_mb": figures.get("ringspec_kv_pool_bytes", 0.0) / 2**20}]}
-    out = report(listener.samples, listener.loops, listener.tokens, eof, kv_formula, archive_lines)
+    out = report(listener.samples, listener.loops, listener.tokens, figures.get("ringspec_kv_pool_bytes", 0.0),
+                 kv_formula, archive_lines)
     out["goals"]["every_question_answered"] = asker.failed == 0
     out.update(assessments=listener.assessments, wall_s=wall, log=str(log), sink=spec.sink, ring=spec.ring,
                window=spec.window, series=listener.samples, mode="serve", exit_code=proc.returncode,

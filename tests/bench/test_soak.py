@@ -47,20 +47,20 @@ def samples(rss_kib_per_1k: float, tokens: int = 100_000, fds_step: int = 0) -> 
 
 @pytest.mark.parametrize("slope", [0.0, 0.4, 2.5])
 def test_the_rss_slope_is_the_least_squares_fit_over_the_samples_after_warm_up(slope):
-    out = report(samples(slope), {}, 100_000, None, 0)             # the warm-up's wild values would tilt it
+    out = report(samples(slope), {}, 100_000, 0, 0)             # the warm-up's wild values would tilt it
     assert out["rss_slope_kib_per_1k_tokens"] == pytest.approx(slope, abs=1e-9)
     assert out["actors"]["target"]["rss_slope_kib_per_1k_tokens"] == pytest.approx(slope / 2, abs=1e-9)
     assert out["goals"]["rss_slope_below_1_kib_per_1k_tokens"] == (slope < 1.0)
 
 
 def test_descriptor_growth_fails_the_no_growth_goal():
-    assert report(samples(0.0), {}, 100_000, None, 0)["goals"]["no_growth_in_fds_threads_segments"]
-    assert not report(samples(0.0, fds_step=1), {}, 100_000, None, 0)["goals"]["no_growth_in_fds_threads_segments"]
+    assert report(samples(0.0), {}, 100_000, 0, 0)["goals"]["no_growth_in_fds_threads_segments"]
+    assert not report(samples(0.0, fds_step=1), {}, 100_000, 0, 0)["goals"]["no_growth_in_fds_threads_segments"]
 
 
 def test_the_ppl_ratio_compares_the_last_complete_loop_with_the_first():
     loops = {0: (200.0, 100), 1: (150.0, 100), 2: (165.0, 100), 3: (10.0, 3)}      # loop 3 is partial
-    out = report(samples(0.0), loops, 100_000, None, 0)
+    out = report(samples(0.0), loops, 100_000, 0, 0)
     assert out["loops_complete"] == 3
     assert out["ppl_last_over_first"] == pytest.approx(np.exp(1.65) / np.exp(2.0))
     assert not out["goals"]["last_loop_ppl_within_10_percent"]
@@ -72,12 +72,12 @@ def test_a_descriptor_open_at_one_sample_is_not_growth_but_a_rising_floor_is():
     spiky = samples(0.0)
     for i, s in enumerate(spiky):
         s["actors"]["output"]["fds"] += 3 * (i % 5 == 2)             # a client connected at every fifth sample
-    out = report(spiky, {}, 100_000, None, 0)
+    out = report(spiky, {}, 100_000, 0, 0)
     assert out["actors"]["output"]["fds_growth"] == 0 and out["goals"]["no_growth_in_fds_threads_segments"]
     leaking = samples(0.0)
     for i, s in enumerate(leaking):
         s["actors"]["output"]["threads"] += i // 30                   # one thread more every 30 samples, kept
-    assert not report(leaking, {}, 100_000, None, 0)["goals"]["no_growth_in_fds_threads_segments"]
+    assert not report(leaking, {}, 100_000, 0, 0)["goals"]["no_growth_in_fds_threads_segments"]
 
 
 def test_the_archive_figures_start_when_it_first_filled():
@@ -85,13 +85,13 @@ def test_the_archive_figures_start_when_it_first_filled():
     for i, s in enumerate(rows):
         s["lines"] = 40 * i
         s["disk_bytes"] = min(i, 10) * 100_000 + (i >= 10) * (i - 10) * 2048     # fills at line 400, then leaks
-    out = report(rows, {}, 100_000, None, 0, archive_lines=400)
+    out = report(rows, {}, 100_000, 0, 0, archive_lines=400)
     assert out["archive_turnovers"] == pytest.approx(40 * 100 / 400)
     assert out["archive_disk_slope_kib_per_1k_tokens"] == pytest.approx(2.0)       # 2 KiB per 1,000-token sample
     assert not out["goals"]["archive_disk_bounded"] and out["goals"]["archive_turned_over_5_times"]
     for s in rows:
         s["disk_bytes"] = min(s["disk_bytes"], 1_000_000)                          # full, then flat
-    assert report(rows, {}, 100_000, None, 0, archive_lines=400)["goals"]["archive_disk_bounded"]
+    assert report(rows, {}, 100_000, 0, 0, archive_lines=400)["goals"]["archive_disk_bounded"]
 
 
 def test_a_short_serving_soak_samples_the_server_and_its_actors_with_questions_and_vanishing_clients(default_gguf,

@@ -21,6 +21,7 @@ from pathlib import Path
 
 import pytest
 
+from bench.chaos import free_port
 from models.subset import layer_subset
 from pipeline import watch
 from pipeline.channel import cleanup_stale
@@ -353,12 +354,6 @@ def holds_open(pid: int, path: Path) -> bool:
         return any(os.readlink(f"/proc/{pid}/fd/{fd}") == str(path) for fd in os.listdir(f"/proc/{pid}/fd"))
     except OSError:
         return False
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def stream_lines(out: str) -> list[str]:

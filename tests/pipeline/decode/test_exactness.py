@@ -8,7 +8,6 @@ import json
 import multiprocessing as mp
 import os
 import signal
-import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -17,6 +16,7 @@ from queue import Empty
 import numpy as np
 import pytest
 
+from bench.chaos import free_port
 from kernels.ring import RingSpec
 from models.convert import convert
 from models.graph import PLANT_ENV
@@ -113,12 +113,6 @@ def test_a_planted_fault_fails_doctor_and_names_the_pass(default_gguf, planted):
     assert "chain graph, padding rule on (the engine)      NOT invariant: position 5 alone vs row 0 of a 3-row " \
            "block" in proc.stdout
     assert "NOT exact on this CPU" in proc.stdout
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def test_a_planted_fault_reaches_the_journal_metrics_and_healthz(default_gguf, planted, tmp_path):

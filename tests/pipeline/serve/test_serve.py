@@ -22,6 +22,7 @@ from pathlib import Path
 
 import pytest
 
+from bench.chaos import free_port
 from pipeline.stream.journal import records
 from pipeline.watch import dies_with_parent, wait_for
 from tests import procs
@@ -30,12 +31,6 @@ from tests.paths import ROOT, SHARED
 KEY = "test-key"
 LINES = 400
 pytestmark = pytest.mark.slow
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 class Server:
