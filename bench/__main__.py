@@ -124,7 +124,8 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--plot", help="resident memory per actor over tokens, .svg")
     p.add_argument("--serve", action="store_true", help="run `serve` (its own process, sampled with its actors) "
                    "with an operator's question every --ask-every seconds, a client vanishing mid-request every "
-                   "--leave-every seconds, and the archive kept to --archive-lines lines")
+                   "--leave-every seconds, and the archive kept to --archive-lines lines; Ctrl-C ends it early with "
+                   "the figures of what was sampled")
     p.add_argument("--ask-every", type=float, default=3.0, help="serve: seconds between an answer and the next "
                    "question (default: %(default)s)")
     p.add_argument("--leave-every", type=float, default=5.0, help="serve: seconds between vanishing clients "

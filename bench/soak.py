@@ -328,11 +328,16 @@ def soak_serve(cfg, config_path: str | None, log: str, tokens: int, every_tokens
         asker, leaver = Asker(port, QUESTIONS, ask_every_s, max_tokens), _Leaver(port, leave_every_s, max_tokens)
         t0 = time.perf_counter()
         listener.start()
+        interrupted = False
         try:
             # until `tokens` went in, a question was asked and every kind of client left once
             while proc.poll() is None and (listener.tokens < tokens or not asker.answered + asker.failed or
                                            not all(leaver.left.values())):
-                time.sleep(1.0)
+                try:
+                    time.sleep(1.0)
+                except KeyboardInterrupt:            # Ctrl-C on a long soak: report what was sampled so far
+                    interrupted = True
+                    break
                 if not (asker.is_alive() or asker.stop.is_set()) and listener.tokens:
                     asker.start()                    # once the stream flows: the server is up
                     leaver.start()
@@ -351,7 +356,7 @@ def soak_serve(cfg, config_path: str | None, log: str, tokens: int, every_tokens
             listener.join(2.0)
             listener.sock.close(0)
         wall = time.perf_counter() - t0
-    if listener.tokens < tokens:
+    if listener.tokens < tokens and not interrupted:
         raise RuntimeError(f"serve stopped after {listener.tokens:,} tokens (exit {proc.returncode}): "
                            + " | ".join(err[-5:]))
     out = report(listener.samples, listener.loops, listener.tokens, figures.get("ringspec_kv_pool_bytes", 0.0),
@@ -359,6 +364,7 @@ def soak_serve(cfg, config_path: str | None, log: str, tokens: int, every_tokens
     out["goals"]["every_question_answered"] = asker.failed == 0
     out.update(assessments=listener.assessments, wall_s=wall, log=str(log), sink=spec.sink, ring=spec.ring,
                window=spec.window, series=listener.samples, mode="serve", exit_code=proc.returncode,
+               tokens_asked=tokens, interrupted=interrupted,
                questions_answered=asker.answered, questions_failed=asker.failed, answers_published=listener.answers,
                clients_left=leaver.left, client_errors=leaver.errors,
                server_client_disconnects=figures.get("ringspec_client_disconnects_total"),
@@ -401,7 +407,8 @@ class SoakReport(Report):
     def text(self) -> str:
         out = self.data
         lines = [(f"{out['tokens']:,} tokens in {out['wall_s']:.0f} s, {out['assessments']} assessments, "
-                 f"{out['samples']} samples; warm-up {out['warmup_tokens']:,} tokens"),
+                 f"{out['samples']} samples; warm-up {out['warmup_tokens']:,} tokens"
+                 + (f" (Ctrl-C before the {out['tokens_asked']:,} asked)" if out.get("interrupted") else "")),
                  (f"{'actor':12s} {'rss MB':>7s} {'slope KiB/1k tok':>17s} {'anon slope':>11s} {'spread KiB':>11s} "
                   f"{'fds +':>6s} {'thr +':>6s}")]
         for name, a in out["actors"].items():
