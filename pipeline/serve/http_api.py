@@ -103,6 +103,7 @@ class _Handler(BaseHTTPRequestHandler):
     default_request_version = "HTTP/1.1"         # a request line without a version is answered with headers too
     server_version = "ringspec"
     operator = ""                                 # who asks: the key's name, or the peer when no key is asked
+    _look_at = 0.0                                # when `_next` next looks at the socket for a hang-up
 
     def setup(self):
         self.timeout = self.server.front.serve.request_timeout_s     # the socket's, for reads and writes alike
@@ -287,16 +288,21 @@ class _Handler(BaseHTTPRequestHandler):
                 return data
 
     def _next(self, answer) -> tuple:
-        """The answer's next item. Meanwhile the socket is looked at every HANGUP_CHECK_S: a client that hung up
-        while its question waited or was answered raises ConnectionResetError, so the question is cancelled then,
-        and the owner stops it at its next block or drops it from the queue, not when a token would be written."""
+        """The answer's next item. Meanwhile the socket is looked at every HANGUP_CHECK_S, whether items arrive or
+        not: a client that hung up while its question waited or was answered raises ConnectionResetError, so the
+        question is cancelled then, and the owner stops it at its next block or drops it from the queue, not when a
+        token would be written. (Looking only when no item came for HANGUP_CHECK_S missed a whole-reply client that
+        hung up just before its answer began: tokens then came faster than that, and it ran to its end.)"""
         deadline = time.monotonic() + self.server.front.serve.deadline_s + 30.0
         while True:
+            now = time.monotonic()
+            if now >= self._look_at:
+                self._look_at = now + HANGUP_CHECK_S
+                if self._hung_up():
+                    raise ConnectionResetError("the client hung up")
             try:
                 return answer.items.get(timeout=HANGUP_CHECK_S)
             except queue.Empty:
-                if self._hung_up():
-                    raise ConnectionResetError("the client hung up") from None
                 if time.monotonic() > deadline:
                     raise
 

@@ -25,17 +25,28 @@ from pipeline.serve.zmq_api import ZmqFront, ask
 KEYS_FILE = "# operators of the north plant\nalice  alice-key-0001\nbob bob-key-0002\n"
 
 
-class StubFront:
-    """Records who asked what; answers at once with a fixed text."""
+class Endless:
+    """An answer's items that never end: a token every 10 ms, as a long answer being generated sends them."""
 
-    def __init__(self, **serve):
+    def get(self, timeout=None):
+        time.sleep(0.01)
+        return "delta", "x"
+
+
+class StubFront:
+    """Records who asked what; answers at once with a fixed text (endless: tokens that never end)."""
+
+    def __init__(self, endless: bool = False, **serve):
         self.serve = dataclasses.replace(config.ServeSection(), **serve)
         self.counts: collections.Counter = collections.Counter()
         self.asked: list[tuple[str, dict]] = []
         self.stream_end, self.status, self.start = None, {}, {}
+        self.endless = endless
 
     def ask(self, client, **question):
         self.asked.append((client, question))
+        if self.endless:
+            return type("Answer", (), {"id": "q1", "text": "", "items": Endless()})()
         answer = type("Answer", (), {"id": "q1", "text": "ok", "items": queue.Queue()})()
         answer.items.put(("done", {"error": None, "finish_reason": "stop", "prompt_tokens": 3,
                                    "completion_tokens": 1, "retrieved": [], "frame_ms": 0, "queued_ms": 0,
@@ -263,6 +274,19 @@ def test_past_max_connections_a_client_gets_503_and_the_server_carries_on(http_s
     deadline = time.monotonic() + 60
     while status(raw(port, b"GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n")) != 200:
         assert time.monotonic() < deadline, "the slots were not given back"
+
+
+def test_a_client_that_hangs_up_while_its_whole_reply_is_generated_is_cancelled(http_server):
+    """A whole reply writes nothing until its end, so the server must look for the hang-up while tokens flow, not
+    only when none came for a while (the fault: a long answer ran to its end for a client long gone)."""
+    front, port = http_server(endless=True)
+    with socket.create_connection(("127.0.0.1", port), timeout=30) as s:
+        s.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: 15\r\n\r\n"
+                  b'{"prompt": "x"}')
+    deadline = time.monotonic() + 60                   # the fix takes at most HANGUP_CHECK_S; the fault, forever
+    while not front.counts["client_disconnects"] and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert front.counts["client_disconnects"] == 1 and len(front.asked) == 1
 
 
 # ---- config --------------------------------------------------------------------------------------------------------

@@ -202,10 +202,16 @@ def test_clients_that_disconnect_are_each_cancelled_and_counted_and_more_than_th
     nothing until its end, so before that the server saw no hang-up and ran it to its 256 tokens), counted and
     cancelled: a queued one leaves the queue, one being answered stops at its next block; each is journaled."""
     before, cancelled_before = disconnects(server), counted(server, 'answers_total{outcome="cancelled"}')
+    journal = str(server.archive.parent / "journal.jsonl")
+    asked = "12:00:00 AIR003_3 H PURGE C CONC HIGH ALM\n"
+
+    def answers() -> list[dict]:
+        return [r for r in records(journal) if r.get("kind") == "answer" and r.get("question") == asked]
+    answered_before = len(answers())
     socks = []
     for i in range(3):                      # max_waiting = 3: three long answers (the log continued) in flight
         s = socket.create_connection(("127.0.0.1", server.port))
-        body = json.dumps({"prompt": "12:00:00 AIR003_3 H PURGE C CONC HIGH ALM\n", "max_tokens": 256,
+        body = json.dumps({"prompt": asked, "max_tokens": 256,
                            "stream": i == 0, "deadline_s": 60}).encode()
         s.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
                   b"Authorization: Bearer " + KEY.encode() + b"\r\nContent-Length: " + str(len(body)).encode() +
@@ -221,15 +227,13 @@ def test_clients_that_disconnect_are_each_cancelled_and_counted_and_more_than_th
     for s in socks:
         s.close()                                     # gone mid-answer: cancelled, counted, nothing breaks
 
-    def cancelled_and_idle() -> bool:
-        return (disconnects(server) - before == 3 and
-                counted(server, 'answers_total{outcome="cancelled"}') - cancelled_before == 3 and
-                counted(server, 'queue_depth{queue="in_flight"}') == 0)
-    server.wait_for(cancelled_and_idle, "the three disconnected answers being cancelled")
-    gone = [r for r in records(str(server.archive.parent / "journal.jsonl"))
-            if r.get("kind") == "answer" and r.get("client_gone") and "AIR003_3" in str(r.get("question"))]
-    assert [r["finish_reason"] for r in gone] == ["cancelled"] * 3, gone
+    server.wait_for(lambda: len(answers()) - answered_before == 3 and
+                    counted(server, 'queue_depth{queue="in_flight"}') == 0, "the three answers ending")
+    gone = answers()[answered_before:]
+    assert [(r["finish_reason"], r.get("client_gone")) for r in gone] == [("cancelled", True)] * 3, gone
     assert max(r["completion_tokens"] for r in gone) < 256, gone     # stopped, not run to their end (or not started)
+    assert disconnects(server) - before == 3
+    assert counted(server, 'answers_total{outcome="cancelled"}') - cancelled_before == 3
     status, payload, _ = server.request("POST", "/v1/chat/completions",
                                         {"messages": [{"role": "user", "content": "still there?"}], "max_tokens": 8})
     assert status == 200
