@@ -248,7 +248,14 @@ class _Owner:
         self.inbox = Channel.create(spec)
         self.front = Front(cfg, tok, Channel.attach(spec.name), None)
         self.reply = np.asarray(tok.encode(" ok"), np.int32)
-        self.asked = 0                                   # questions that reached the owner
+        self.asked = 0                                   # questions the front took, counted in the handler's thread
+        ask = self.front.ask
+
+        def counted(*args, **kwargs):                    # before the handler answers or closes: no race with it
+            answer = ask(*args, **kwargs)
+            self.asked += 1
+            return answer
+        self.front.ask = counted
         self.stop = threading.Event()
         self.thread = threading.Thread(target=self._run, daemon=True, name="fuzz-owner")
         self.thread.start()
@@ -262,7 +269,6 @@ class _Owner:
             with received:
                 msg = decode(received)
             if isinstance(msg, Question):
-                self.asked += 1
                 self.front.on_event(AnswerDelta(id=msg.id, ids=self.reply))
                 self.front.on_event(Answer(id=msg.id, prompt_tokens=len(msg.ids), finish="stop",
                                            completion_tokens=len(self.reply)))
@@ -333,7 +339,7 @@ def _http(cfg, st):
         raw = "\r\n".join(head).encode("utf-8", "replace") + b"\r\n\r\n" + payload
         before, asked = owner.front.counts["client_disconnects"], owner.asked
         with contextlib.redirect_stderr(stderr):
-            reply = _exchange(port, raw)
+            reply = _exchange(port, raw, half_close=how != "exact")
         assert "Traceback" not in stderr.getvalue(), stderr.getvalue()[-2000:]
         if reply:
             assert reply.startswith(b"HTTP/1.1 ") and reply[9:12].isdigit(), f"not an HTTP answer: {reply[:200]!r}"
@@ -358,13 +364,17 @@ def _http(cfg, st):
     return check, case, closing
 
 
-def _exchange(port: int, raw: bytes) -> bytes:
-    """Send one request and say no more (SHUT_WR, as a client that has sent its body does); read the response until
-    it is complete or the server closes. A case with no byte back within CASE_TIMEOUT_S is a hang."""
+def _exchange(port: int, raw: bytes, half_close: bool = False) -> bytes:
+    """Send one request; read the response until it is complete or the server closes. A case with no byte back
+    within CASE_TIMEOUT_S is a hang. `half_close` then says no more (SHUT_WR): a body shorter than its declared
+    length, or one read "to the end", ends at once instead of at serve.request_timeout_s. The server takes a
+    half-close as a hang-up, as nginx's proxy does (ngx_http_upstream_check_broken_connection: a peek that reads 0
+    bytes is "client prematurely closed connection", status 499), so an honest request is sent without one."""
     with socket.create_connection(("127.0.0.1", port), timeout=CASE_TIMEOUT_S) as s:
         try:
             s.sendall(raw)
-            s.shutdown(socket.SHUT_WR)
+            if half_close:
+                s.shutdown(socket.SHUT_WR)
         except OSError:
             pass
         got, deadline = b"", time.monotonic() + CASE_TIMEOUT_S
