@@ -277,6 +277,7 @@ class _Owner:
         self.stop.set()
         self.thread.join(5)
         self.inbox.close()
+        self.inbox.unlink()                              # the segment's name too: a fuzz run leaves nothing in /dev/shm
 
 
 def _front(cfg):

@@ -29,8 +29,9 @@ from pipeline.channel import Channel, cleanup_stale
 from pipeline.config import ring_spec
 from pipeline.decode.assemble import policy
 from pipeline.decode.deferred import DeferredEngine
-from pipeline.launch import enter, model_links
+from pipeline.launch import enter
 from pipeline.process import StopFlag, attach_when_ready, proc_status
+from pipeline.topology import model_links
 
 
 def _enter(module: str, kwargs: dict) -> None:

@@ -34,7 +34,6 @@ import struct
 import tempfile
 import threading
 import time
-import weakref
 from dataclasses import dataclass
 from multiprocessing import util
 
@@ -402,7 +401,7 @@ class Selector:
 
 # ---- segment hygiene ---------------------------------------------------------------------------------------------
 
-_OWNED: weakref.WeakSet[Channel] = weakref.WeakSet()
+_OWNED: set[Channel] = set()     # owner ends not yet unlinked: at exit each is unlinked, even one its creator dropped
 _hooks_pid = None
 
 

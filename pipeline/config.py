@@ -59,6 +59,7 @@ class DraftSection:
     end_at_line: bool = False        # a block ends after its first proposed token that carries a newline
     siblings: int = 0                # token trees: other first tokens verified beside the chain (suffix, hybrid)
     threads: int = 1                 # ONNX Runtime threads of a draft model
+    backend: str = "onnx"            # where a draft model runs: onnx (ONNX Runtime, CPU) | rknn (the board's NPU)
     min_confidence: float = 0.0      # a draft model stops its chain when its top probability falls below this
 
     @property
@@ -142,6 +143,19 @@ class SuperviseSection:
     checkpoint_s: float = 2.0
 
 
+@dataclass(frozen=True)
+class BoardSection:
+    """The machine a profile is for: `plan` holds the memory plan against its RAM, start-up checks its cores."""
+    name: str = ""                   # "" = whatever machine runs the profile
+    ram_mb: int = 0                  # 0 = this machine's MemTotal
+    reserve_mb: int = 512            # left to the OS, its page cache and whatever else the box runs
+    cpus: str = ""                   # the board's cores ("" = this machine's); actor CPU sets must lie within
+    big_cpus: str = ""               # its fast cores (RK3588: "4-7", the Cortex-A76): the target's threads go there
+    big_core: str = ""               # what they are ("cortex-a76"): checked against /proc/cpuinfo where it says
+    npu: str = ""                    # "" = none; "rknpu2" = the RK3588's: draft.backend = "rknn" needs one
+    npu_domain_mb: int = 4096        # one NPU IOMMU domain maps at most this (RKNPU2: 4 GB)
+
+
 def cpu_set(text: str) -> set[int]:
     """'0-2,5' -> {0, 1, 2, 5}; '' -> set() (no pinning)."""
     cpus: set[int] = set()
@@ -163,6 +177,7 @@ class Config:
     actors: ActorsSection = field(default_factory=ActorsSection)
     serve: ServeSection = field(default_factory=ServeSection)
     supervise: SuperviseSection = field(default_factory=SuperviseSection)
+    board: BoardSection = field(default_factory=BoardSection)
     source: str = "<defaults>"
 
 
@@ -192,7 +207,8 @@ def ring_spec(cfg: Config, head: int = 0, scratch: int = 0) -> RingSpec:
                     cfg.cache.window + max(cfg.cache.slack, scratch + rows))
 
 
-_CHOICES = {("draft", "kind"): ("none", "suffix", "model", "hybrid"), ("replay", "format"): ("plain", "csv", "jsonl"),
+_CHOICES = {("draft", "kind"): ("none", "suffix", "model", "hybrid"), ("draft", "backend"): ("onnx", "rknn"),
+            ("board", "npu"): ("", "rknpu2"), ("replay", "format"): ("plain", "csv", "jsonl"),
             ("actors", "launcher"): ("local", "ray", "serial")}
 _MIN = {("model", "threads"): 1, ("model", "max_rows"): 2, ("cache", "sink"): 0, ("cache", "window"): 1,
         ("cache", "slack"): 0, ("draft", "length"): 0, ("draft", "threads"): 1, ("draft", "siblings"): 0,
@@ -203,7 +219,8 @@ _MIN = {("model", "threads"): 1, ("model", "max_rows"): 2, ("cache", "sink"): 0,
         ("serve", "max_waiting"): 1, ("serve", "deadline_s"): 0.1, ("serve", "max_connections"): 1,
         ("serve", "request_timeout_s"): 0.1, ("serve", "backlog_lines"): 0,
         ("serve", "archive_max_lines"): 1, ("serve", "retrieve"): 0, ("supervise", "max_restarts"): 0,
-        ("supervise", "period_s"): 0.0, ("supervise", "checkpoint_s"): 0.01}
+        ("supervise", "period_s"): 0.0, ("supervise", "checkpoint_s"): 0.01,
+        ("board", "ram_mb"): 0, ("board", "reserve_mb"): 0, ("board", "npu_domain_mb"): 1}
 
 
 def load(path: str | Path | None = None, overrides: dict | None = None) -> Config:
@@ -245,15 +262,12 @@ def parse(raw: dict, source: str = "<dict>") -> Config:
     if cfg.draft.siblings and cfg.draft.kind not in ("suffix", "hybrid"):
         raise ConfigError(f"{source}: draft.siblings = {cfg.draft.siblings} branches from the stream: it needs "
                           f"kind = \"suffix\" or \"hybrid\", not \"{cfg.draft.kind}\"")
-    usable = os.sched_getaffinity(0)
-    for key in ("ingest_cpus", "owner_cpus", "target_cpus", "draft_cpus", "output_cpus"):
-        try:
-            cpus = cpu_set(getattr(cfg.actors, key))
-        except ValueError as exc:
-            raise ConfigError(f"{source}: actors.{key}: {exc}") from None
-        if cpus - usable:
-            raise ConfigError(f"{source}: actors.{key} = {getattr(cfg.actors, key)!r} names CPUs "
-                              f"{sorted(cpus - usable)} this machine does not offer (usable: {sorted(usable)})")
+    if cfg.draft.backend == "rknn" and not cfg.draft.uses_model:
+        raise ConfigError(f"{source}: draft.backend = \"rknn\" runs a draft model on the NPU: it needs kind = "
+                          f"\"model\" or \"hybrid\", not \"{cfg.draft.kind}\"")
+    if cfg.draft.backend == "rknn" and not cfg.board.npu:
+        raise ConfigError(f"{source}: draft.backend = \"rknn\" needs a board with an NPU: [board] npu = \"rknpu2\"")
+    cfg = _cpus(cfg, source)
     try:
         re.compile(cfg.replay.trigger_pattern)
     except re.error as exc:
@@ -280,6 +294,48 @@ def parse(raw: dict, source: str = "<dict>") -> Config:
                           f"Bearer KEY)")
     if not 0.0 < cfg.sampling.top_p <= 1.0:
         raise ConfigError(f"{source}: [sampling] top_p must be in (0, 1], got {cfg.sampling.top_p}")
+    return cfg
+
+
+ACTOR_CPUS = ("ingest_cpus", "owner_cpus", "target_cpus", "draft_cpus", "output_cpus")
+
+
+def _cpus(cfg: Config, source: str) -> Config:
+    """Every CPU set parses, lies within the board's cores (`[board] cpus`) and within this machine's (checked at
+    start-up, since a profile is loaded there); the target's lie on the board's big cores. RINGSPEC_UNPIN=1 runs a
+    board's profile on another machine: every actor unpinned (the sets are still checked against the board)."""
+    sets = {}
+    for key in ("cpus", "big_cpus"):
+        try:
+            sets[key] = cpu_set(getattr(cfg.board, key))
+        except ValueError as exc:
+            raise ConfigError(f"{source}: board.{key}: {exc}") from None
+    board = sets["cpus"]
+    if sets["big_cpus"] - (board or sets["big_cpus"]):
+        raise ConfigError(f"{source}: board.big_cpus = {cfg.board.big_cpus!r} lies outside board.cpus = "
+                          f"{cfg.board.cpus!r}")
+    usable = os.sched_getaffinity(0)
+    unpin = os.environ.get("RINGSPEC_UNPIN", "") not in ("", "0")
+    for key in ACTOR_CPUS:
+        try:
+            cpus = cpu_set(getattr(cfg.actors, key))
+        except ValueError as exc:
+            raise ConfigError(f"{source}: actors.{key}: {exc}") from None
+        if board and cpus - board:
+            raise ConfigError(f"{source}: actors.{key} = {getattr(cfg.actors, key)!r} names CPUs "
+                              f"{sorted(cpus - board)} the board {cfg.board.name or ''} does not have "
+                              f"(board.cpus = {cfg.board.cpus!r})")
+        if key == "target_cpus" and sets["big_cpus"] and cpus - sets["big_cpus"]:
+            raise ConfigError(f"{source}: actors.target_cpus = {cfg.actors.target_cpus!r} includes CPUs "
+                              f"{sorted(cpus - sets['big_cpus'])} that are not the board's big cores "
+                              f"(board.big_cpus = {cfg.board.big_cpus!r}): the target's threads would wait for them")
+        if cpus - usable and not unpin:
+            hint = (f"; the profile is for the {cfg.board.name} board: RINGSPEC_UNPIN=1 runs it here unpinned"
+                    if cfg.board.name else "")
+            raise ConfigError(f"{source}: actors.{key} = {getattr(cfg.actors, key)!r} names CPUs "
+                              f"{sorted(cpus - usable)} this machine does not offer (usable: {sorted(usable)}){hint}")
+    if unpin:
+        cfg = dataclasses.replace(cfg, actors=dataclasses.replace(cfg.actors, **{k: "" for k in ACTOR_CPUS}))
     return cfg
 
 

@@ -1,14 +1,15 @@
 """Launchers: the five actors as local processes (multiprocessing, spawn) or as named Ray actors, one topology.
 
-Owns the topology (which actor creates which channel, the channels' sizes) and process lifetimes: start, the
-operator's signals (SIGINT/SIGTERM, to the launcher or to its whole process group, drain the pipeline: the source
-stops, what was read is processed, the journal gets its final record; a second signal or a stuck drain stops
-everything; SIGUSR1 makes every actor print its figures; the actors themselves ignore SIGINT and SIGTERM, so a
+Owns which actors a run starts with what (the channels' geometry is pipeline/topology.py's) and process lifetimes:
+start, the operator's signals (SIGINT/SIGTERM, to the launcher or to its whole process group, drain the pipeline:
+the source stops, what was read is processed, the journal gets its final record; a second signal or a stuck drain
+stops everything; SIGUSR1 makes every actor print its figures; the actors themselves ignore SIGINT and SIGTERM, so a
 terminal's Ctrl-C reaches them only through the launcher), and supervision: when an actor dies, every actor of the
 pipeline is stopped and the pipeline is started again from the journal's last durable checkpoint (Erlang/OTP's
 one_for_all restart strategy: the five share one sequence state, so none can restart alone), unless the death is a
 start-up failure or a crash loop (`[supervise]`); then everything stops, the cause is reported, exit code 2, no
-orphan process and no leftover segment. Nothing numeric here.
+orphan process and no leftover segment. Before the first start, the memory plan (pipeline/budget.py) must fit.
+Nothing numeric here.
 
     ingest --lines--> cache owner --events--> output
                        |  ^   |  ^
@@ -41,7 +42,7 @@ from dataclasses import dataclass
 
 from models.convert import load_card
 from models.registry import converted_dir, home, resolve_gguf
-from pipeline.channel import ChannelSpec, cleanup_stale
+from pipeline.channel import cleanup_stale
 from pipeline.config import replay_log
 from pipeline.decode.drafts import speaks
 from pipeline.process import CHAOS_DIR, StopFlag, Stopped
@@ -50,6 +51,7 @@ from pipeline.serve.auth import load_keys
 from pipeline.stream.replay import ReplayReport, printer, replay, replay_frame
 from pipeline.stream.journal import records, resume_point
 from pipeline.stream.sources import source_of
+from pipeline.topology import channels
 
 DRAIN_S = 60.0        # a drain that takes longer than this is cut short
 STOP_GRACE_S = 10.0   # actors told to stop that still run after this are killed
@@ -83,13 +85,12 @@ def plan(cfg, source: dict, journal: str, pub: str | None, quiet_lines: bool, ru
             raise ValueError(f"draft vocabulary {draft_vocab} != target vocabulary {vocab}: a draft must share the "
                              f"target's tokenizer")
     spec = replay_frame(cfg).spec
-    lines = _channel(tag, "lines", 64, 64 << 10, header_bytes=16 << 10)
-    events = _channel(tag, "events", 64, 64 << 10, header_bytes=16 << 10)
-    links = model_links(cfg, spec, vocab, tag)
+    links = channels(cfg, spec, vocab, tag)
+    lines, events = links["lines"], links["events"]
     stop, drain = StopFlag(f"{run_dir}/stop"), f"{run_dir}/drain"
     owner_serve, output_serve = {}, {}
     if cfg.serve.enabled:                 # operators' questions: the front (in output) -> the owner
-        asks = _channel(tag, "asks", 64, cfg.serve.max_prompt_tokens * 4 + (4 << 10))
+        asks = links["asks"]
         archive = cfg.serve.archive or str(home() / "archive" / "stream.sqlite")
         source = {**source, "archive": {"path": archive, "max_lines": cfg.serve.archive_max_lines}}
         owner_serve = dict(questions=asks, drain=StopFlag(drain))
@@ -116,27 +117,11 @@ def plan(cfg, source: dict, journal: str, pub: str | None, quiet_lines: bool, ru
     ]
 
 
-def model_links(cfg, spec, vocab: int, tag: str) -> dict[str, ChannelSpec]:
-    """The four channels between the sequence's owner and the two model actors, sized from the config: the owner
-    creates from_target and from_draft, the actors create to_target and to_draft."""
-    rows = cfg.model.max_rows
-    mask_bytes = rows * (spec.pool_slots + 64 + rows) * 4
-    q_bytes = cfg.draft.length * vocab * 8 if cfg.draft.uses_model and cfg.sampling.temperature > 0 else 0
-    return {"to_target": _channel(tag, "to_target", 8, mask_bytes + q_bytes + (16 << 10)),
-            "from_target": _channel(tag, "from_target", 16, 1 << 10),
-            "to_draft": _channel(tag, "to_draft", 256, 1 << 10),
-            "from_draft": _channel(tag, "from_draft", 8, q_bytes + (4 << 10))}
-
-
 def source_id(source: dict) -> str:
     """What a checkpoint names as its source: a file's absolute path, tcp://HOST:PORT, or "-" (stdin)."""
     if source["kind"] == "tcp":
         return f"tcp://{source.get('host', '127.0.0.1')}:{source.get('port', 0)}"
     return "-" if source["kind"] == "stdin" else source["path"]
-
-
-def _channel(tag: str, name: str, slots: int, payload: int, header_bytes: int = 4 << 10) -> ChannelSpec:
-    return ChannelSpec(f"{tag}_{name}", slots=slots, payload_bytes=payload, header_bytes=header_bytes)
 
 
 def pids_file(run_dir: str) -> str:
