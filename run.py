@@ -20,6 +20,7 @@ from pathlib import Path
 
 from models.convert import run_convert
 from pipeline import config
+from pipeline.budget import parse_size, plan
 from pipeline.decode.exactness import doctor
 from pipeline.decode.generate import generate, read_text, score
 from pipeline.launch import run_replay, run_serve
@@ -74,6 +75,8 @@ def _stream(p, what: str) -> None:
                                                            "10 = ten times faster (serve: when --rate is 0)")
     add_key(p, "--max-lines", "replay.max_lines", "stop reading after N lines (0: all)", type=int)
     add_key(p, "--every", "replay.every_lines", f"lines between {what}", type=int)
+    add_key(p, "--draft-backend", "draft.backend", "where a draft model runs: onnx (CPU) or rknn (the NPU)",
+            choices=("onnx", "rknn"))
     p.add_argument("--quiet-lines", action="store_true", help=f"print only the {what}, not every log line")
     p.add_argument("--journal", help=f"append-only JSONL journal of {what}, the commit checkpoints, restarts and the "
                                      f"final figures (every record fsynced)")
@@ -170,15 +173,36 @@ def parser() -> argparse.ArgumentParser:
     add_model_flags(p)
     p.set_defaults(run=lambda a: doctor(profile_of(a)))
 
+    p = add_verb(sub, "plan", plan, "every process's memory by term against the board's RAM; exit 1 if it does "
+                 "not fit")
+    p.add_argument("--ram", type=_size, help="the board's RAM, e.g. 4G or 2GiB (default: the profile's "
+                   "board.ram_mb, else this machine's)")
+    add_key(p, "--model", "model.gguf", "target GGUF")
+    add_key(p, "--draft-model", "draft.model", "draft GGUF (counted when the profile's draft.kind runs a model)")
+    add_key(p, "--window", "cache.window", "W: the ring's recent tokens", type=int)
+    add_key(p, "--sink", "cache.sink", "attention-sink slots", type=int)
+    p.add_argument("--serve", action="store_true", help="the plan of `serve` (its ring holds a question's span and "
+                   "answer; the question channel and the archive)")
+    p.add_argument("--json", action="store_true", help="print the plan as one JSON object")
+    p.set_defaults(run=lambda a: plan(profile_of(a, {"serve.enabled": True} if a.serve else {}, here=False), a.ram))
+
     for name, help in MEASURING.items():           # listed here, parsed by bench/__main__.py (see main)
         sub.add_parser(name, help=help, add_help=False)
     return top
 
 
-def profile_of(args, extra: dict | None = None) -> config.Config:
-    """The profile (--config) with every profile-key flag given on the command line (dest "section.key") over it."""
+def profile_of(args, extra: dict | None = None, here: bool = True) -> config.Config:
+    """The profile (--config) with every profile-key flag given on the command line (dest "section.key") over it;
+    here: it runs on this machine (see config.load)."""
     given = {key: value for key, value in vars(args).items() if "." in key and value is not None}
-    return config.load(getattr(args, "config", None), {**given, **(extra or {})})
+    return config.load(getattr(args, "config", None), {**given, **(extra or {})}, here)
+
+
+def _size(text: str) -> int:
+    try:
+        return parse_size(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
 
 
 def _env_key(args) -> dict:

@@ -35,6 +35,7 @@ from bench.pipeline_vs_serial import profile_with
 from models.convert import load_card
 from models.registry import converted_dir, resolve_gguf
 from models.runner import kv_bytes_per_slot
+from pipeline import budget
 from pipeline.config import replay_log
 from pipeline.launch import run_pipeline
 from pipeline.report import Report
@@ -71,9 +72,18 @@ def _read(pid: int) -> dict | None:
             if key in ("VmRSS", "RssAnon", "Threads"):
                 fields[key] = int(value.split()[0])
         return {"rss_kb": fields["VmRSS"], "anon_kb": fields["RssAnon"], "threads": fields["Threads"],
-                "fds": len(os.listdir(f"/proc/{pid}/fd"))}
+                "fds": len(os.listdir(f"/proc/{pid}/fd")), "pss_kb": _pss_kb(pid)}
     except (OSError, KeyError):
         return None
+
+
+def _pss_kb(pid: int) -> int:
+    """Proportional set size: shared pages (libraries, channels) split among the processes mapping them, so the
+    actors' sum is what the pipeline holds (what the memory plan counts)."""
+    for line in Path(f"/proc/{pid}/smaps_rollup").read_text().splitlines():
+        if line.startswith("Pss:"):
+            return int(line.split()[1])
+    raise KeyError("Pss")
 
 
 def _segments(launcher: int) -> list[str]:
@@ -299,6 +309,21 @@ def _metrics(port: int) -> dict[str, float]:
     return out
 
 
+def _against_plan(cfg, samples: list[dict]) -> dict:
+    """The memory plan (`run.py plan --serve`) beside what the processes held at the last sample with all of them
+    up (PSS), per process and in all: the plan's recorded overheads checked against a run."""
+    plan = budget.plan(cfg).as_dict()
+    full = [s for s in samples if set(plan["processes"]) <= set(s["actors"])]
+    if not full:
+        return {"plan_bytes": plan["total_bytes"], "measured_pss_bytes": None}
+    last = full[-1]["actors"]
+    measured = sum(last[p]["pss_kb"] for p in plan["processes"]) * 1024
+    return {"plan_bytes": plan["total_bytes"], "measured_pss_bytes": measured,
+            "plan_over_measured": plan["total_bytes"] / measured,
+            "processes": {p: {"plan_bytes": b, "pss_bytes": last[p]["pss_kb"] * 1024}
+                          for p, b in plan["processes"].items()}}
+
+
 def soak_serve(cfg, config_path: str | None, log: str, tokens: int, every_tokens: int = 5000, progress=None,
                ask_every_s: float = 3.0, leave_every_s: float = 5.0, archive_lines: int = ARCHIVE_LINES) -> dict:
     """`serve` the log in a loop at full speed in its own process, with an operator's question every `ask_every_s`
@@ -362,6 +387,7 @@ def soak_serve(cfg, config_path: str | None, log: str, tokens: int, every_tokens
     out = report(listener.samples, listener.loops, listener.tokens, figures.get("ringspec_kv_pool_bytes", 0.0),
                  kv_formula, archive_lines)
     out["goals"]["every_question_answered"] = asker.failed == 0
+    out["memory_plan"] = _against_plan(served, listener.samples)
     out.update(assessments=listener.assessments, wall_s=wall, log=str(log), sink=spec.sink, ring=spec.ring,
                window=spec.window, series=listener.samples, mode="serve", exit_code=proc.returncode,
                tokens_asked=tokens, interrupted=interrupted,
@@ -429,6 +455,13 @@ class SoakReport(Report):
                          f"replaced {out['archive_turnovers']:.1f} times, disk slope "
                          f"{out['archive_disk_slope_kib_per_1k_tokens']:.3f} KiB per 1,000 tokens after it filled, "
                          f"largest {out['archive_disk_max_mb']:.1f} MB")
+            plan = out.get("memory_plan") or {}
+            if plan.get("measured_pss_bytes"):
+                each = ", ".join(f"{p} {v['plan_bytes'] / 2**20:.0f}/{v['pss_bytes'] / 2**20:.0f}"
+                                 for p, v in plan["processes"].items())
+                lines.append(f"memory plan against the run (PSS at the last sample), MiB: in all "
+                             f"{plan['plan_bytes'] / 2**20:.0f} planned, {plan['measured_pss_bytes'] / 2**20:.0f} held "
+                             f"({plan['plan_over_measured']:.2f}x); planned/held: {each}")
         lines.append("goals: " + ", ".join(f"{k} {'yes' if v else 'NO'}" for k, v in out["goals"].items()))
         return "\n".join(lines)
 

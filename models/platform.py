@@ -73,6 +73,33 @@ def cpuinfo_model() -> str | None:
     return None
 
 
+ARM_PARTS = {0xd03: "cortex-a53", 0xd05: "cortex-a55", 0xd07: "cortex-a57", 0xd08: "cortex-a72",
+             0xd09: "cortex-a73", 0xd0a: "cortex-a75", 0xd0b: "cortex-a76", 0xd0d: "cortex-a77",
+             0xd41: "cortex-a78", 0xd46: "cortex-a510", 0xd47: "cortex-a710"}     # Arm's MIDR part numbers
+
+
+def core_kinds(cpuinfo: str | None = None) -> dict[int, str]:
+    """{cpu: "cortex-a76", ...} from /proc/cpuinfo's per-processor "CPU part" (Arm cores; an unknown part as its
+    hex number); {} where it lists none (x86, and qemu-user, which passes the host's through)."""
+    if cpuinfo is None:
+        try:
+            with open("/proc/cpuinfo", encoding="utf-8", errors="replace") as f:
+                cpuinfo = f.read()
+        except OSError:
+            return {}
+    out, cpu = {}, None
+    for line in cpuinfo.splitlines():
+        key, _, value = (part.strip() for part in line.partition(":"))
+        if key == "processor" and value.isdigit():
+            cpu = int(value)
+        elif key == "CPU part" and cpu is not None:
+            try:
+                out[cpu] = ARM_PARTS.get(int(value, 16), value)
+            except ValueError:
+                out[cpu] = value
+    return out
+
+
 def isa_features() -> list[str]:
     """The ISA features this process sees, by numpy's CPUID / AT_HWCAP dispatcher (sorted)."""
     return sorted(name for name, present in _CPU_FEATURES.items() if present)

@@ -223,10 +223,11 @@ _MIN = {("model", "threads"): 1, ("model", "max_rows"): 2, ("cache", "sink"): 0,
         ("board", "ram_mb"): 0, ("board", "reserve_mb"): 0, ("board", "npu_domain_mb"): 1}
 
 
-def load(path: str | Path | None = None, overrides: dict | None = None) -> Config:
-    """Read and validate a profile (default: configs/default.toml); `overrides` = {"section.key": value}."""
+def load(path: str | Path | None = None, overrides: dict | None = None, here: bool = True) -> Config:
+    """Read and validate a profile (default: configs/default.toml); `overrides` = {"section.key": value}. here: the
+    profile runs on this machine, so its CPU sets must exist here (False: `plan` of another board)."""
     path = Path(path) if path else DEFAULT_PROFILE
-    return parse(read_raw(path, overrides), str(path))
+    return parse(read_raw(path, overrides), str(path), here)
 
 
 def read_raw(path: str | Path | None = None, overrides: dict | None = None) -> dict:
@@ -244,7 +245,7 @@ def read_raw(path: str | Path | None = None, overrides: dict | None = None) -> d
     return raw
 
 
-def parse(raw: dict, source: str = "<dict>") -> Config:
+def parse(raw: dict, source: str = "<dict>", here: bool = True) -> Config:
     sections = {}
     hints = get_type_hints(Config)
     for name, table in raw.items():
@@ -267,7 +268,7 @@ def parse(raw: dict, source: str = "<dict>") -> Config:
                           f"\"model\" or \"hybrid\", not \"{cfg.draft.kind}\"")
     if cfg.draft.backend == "rknn" and not cfg.board.npu:
         raise ConfigError(f"{source}: draft.backend = \"rknn\" needs a board with an NPU: [board] npu = \"rknpu2\"")
-    cfg = _cpus(cfg, source)
+    cfg = _cpus(cfg, source, here)
     try:
         re.compile(cfg.replay.trigger_pattern)
     except re.error as exc:
@@ -300,10 +301,10 @@ def parse(raw: dict, source: str = "<dict>") -> Config:
 ACTOR_CPUS = ("ingest_cpus", "owner_cpus", "target_cpus", "draft_cpus", "output_cpus")
 
 
-def _cpus(cfg: Config, source: str) -> Config:
-    """Every CPU set parses, lies within the board's cores (`[board] cpus`) and within this machine's (checked at
-    start-up, since a profile is loaded there); the target's lie on the board's big cores. RINGSPEC_UNPIN=1 runs a
-    board's profile on another machine: every actor unpinned (the sets are still checked against the board)."""
+def _cpus(cfg: Config, source: str, here: bool) -> Config:
+    """Every CPU set parses and lies within the board's cores (`[board] cpus`), the target's on its big cores; `here`,
+    within this machine's too. RINGSPEC_UNPIN=1 runs a board's profile on another machine: every actor unpinned
+    (the sets are still checked against the board)."""
     sets = {}
     for key in ("cpus", "big_cpus"):
         try:
@@ -329,7 +330,7 @@ def _cpus(cfg: Config, source: str) -> Config:
             raise ConfigError(f"{source}: actors.target_cpus = {cfg.actors.target_cpus!r} includes CPUs "
                               f"{sorted(cpus - sets['big_cpus'])} that are not the board's big cores "
                               f"(board.big_cpus = {cfg.board.big_cpus!r}): the target's threads would wait for them")
-        if cpus - usable and not unpin:
+        if here and cpus - usable and not unpin:
             hint = (f"; the profile is for the {cfg.board.name} board: RINGSPEC_UNPIN=1 runs it here unpinned"
                     if cfg.board.name else "")
             raise ConfigError(f"{source}: actors.{key} = {getattr(cfg.actors, key)!r} names CPUs "

@@ -42,6 +42,7 @@ from dataclasses import dataclass
 
 from models.convert import load_card
 from models.registry import converted_dir, home, resolve_gguf
+from pipeline import budget
 from pipeline.channel import cleanup_stale
 from pipeline.config import replay_log
 from pipeline.decode.drafts import speaks
@@ -182,6 +183,7 @@ def run_pipeline(cfg, source: dict, journal: str | None = None, pub: str | None 
     """Run the actors with the configured launcher until the stream ends (or a signal drains or stops it),
     restarting them from the last durable checkpoint when one dies (see the module's docstring). resume: start
     from the journal's last checkpoint (a whole-service restart; a file source continues after it)."""
+    budget.check(cfg)                                      # the memory plan fits the board, its cores are right
     run_dir = tempfile.mkdtemp(prefix="ringspec_run_")
     journal = journal or f"{run_dir}/journal.jsonl"        # checkpoints need one; without --journal it is the run's
     sid = source_id(source)
@@ -288,6 +290,7 @@ def run_replay(cfg, log: str | None = None, fmt: str | None = None, speed: float
     if log.startswith("tcp://") or log == "-" or follow or resume or cfg.replay.resume:
         raise ValueError("the serial launcher replays files only, from their start; use --launcher local for "
                          "sockets, stdin, --follow and --resume")
+    budget.check(cfg)
     return ReplayReport(replay(log, fmt, cfg, printer(quiet_lines), max_lines=cfg.replay.max_lines))
 
 

@@ -18,13 +18,14 @@ LAYERS = [                      # bottom first; a module may import its own laye
     "kernels",                  # pure numerics over arrays
     "models",                   # GGUF, conversion, graphs, the ONNX Runtime runner, the model registry
     "pipeline.config pipeline.channel pipeline.process "     # validated profiles, shared-memory channels,
-    "pipeline.messages pipeline.report pipeline.watch",      # a process's self, the actors' typed messages, reports,
-                                                             # waiting on another process by its progress
+    "pipeline.messages pipeline.report pipeline.watch "      # a process's self, the actors' typed messages, reports,
+    "pipeline.topology",                                     # waiting on another process by its progress, the
+                                                             # channels' geometry
     "pipeline.decode",          # sequence state, the speculative step, the serial and pipelined engines, drafts
     "pipeline.stream",          # records, sources, triggers, prompts, the replay frame, the archive
     "pipeline.serve",           # the operators' front: HTTP, zmq, metrics, the fair queue
     "actors",                   # one process each
-    "pipeline.launch",          # starts the actors (local processes or Ray)
+    "pipeline.launch pipeline.budget",   # starts the actors (local processes or Ray); the memory plan it checks
     "run",                      # the CLI (its measurement verbs hand over to `python -m bench`)
     "bench",                    # benchmarks, evaluations, soak, training: above all, imported by nothing below
 ]

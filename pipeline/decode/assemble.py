@@ -34,6 +34,9 @@ def make_draft(cfg: Config, spec: RingSpec, target_vocab: int | None = None):
     """The proposer [draft] names, its model's pool sized by `spec`; with siblings > 0 (suffix or hybrid) its chains
     become token trees."""
     d = cfg.draft
+    if d.backend == "rknn":
+        raise ValueError("draft.backend = \"rknn\": the NPU draft runner is not built yet; `python run.py plan` "
+                         "plans such a board, and backend = \"onnx\" runs the same draft on the CPU")
     draft = _chain_draft(d.kind, spec, cfg.sampling.params(), d.model, cfg.model.max_rows, d.threads, target_vocab,
                          d.min_confidence)
     if not d.siblings:

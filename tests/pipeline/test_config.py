@@ -27,6 +27,13 @@ def test_default_profile_loads_and_sizes_the_ring_for_the_largest_block():
     ("[replay]\ntrigger_pattern = \"(HH\"\n", ["replay.trigger_pattern", "not a valid regular expression"]),
     ("[actors]\nlauncher = \"k8s\"\n", ["actors.launcher", "'k8s'", "ray"]),
     ("[replay]\nidle_s = -1\n", ["replay.idle_s", ">= 0"]),
+    ("[draft]\nbackend = \"cuda\"\n", ["draft.backend", "'cuda'", "rknn"]),
+    ("[draft]\nkind = \"suffix\"\nbackend = \"rknn\"\n", ["draft.backend", "needs kind"]),
+    ("[draft]\nkind = \"model\"\nbackend = \"rknn\"\n", ["needs a board with an NPU", "[board] npu"]),
+    ("[board]\nnpu = \"hailo\"\n", ["board.npu", "'hailo'"]),
+    ("[board]\ncpus = \"0-3\"\nbig_cpus = \"2-5\"\n", ["board.big_cpus", "outside board.cpus"]),
+    ("[board]\ncpus = \"0-1\"\n[actors]\ningest_cpus = \"2\"\n", ["actors.ingest_cpus", "board", "[2]"]),
+    ("[board]\nbig_cpus = \"1\"\n[actors]\ntarget_cpus = \"0-1\"\n", ["target_cpus", "[0]", "big cores"]),
 ])
 def test_bad_profiles_are_refused_with_a_precise_message(tmp_path, text, words):
     path = tmp_path / "p.toml"
@@ -59,3 +66,19 @@ def test_actor_cpu_sets_are_validated(tmp_path, value, words):
 
 def test_cpu_set_syntax():
     assert config.cpu_set("0-2,5") == {0, 1, 2, 5} and config.cpu_set("") == set()
+
+
+def test_a_boards_profile_names_the_way_to_run_it_on_another_machine_and_that_way_unpins_every_actor(monkeypatch):
+    """configs/rk3588.toml pins to eight cores: here it is refused with the hint, RINGSPEC_UNPIN=1 runs it
+    unpinned, and `plan` (here=False) reads it as the board's without either."""
+    import os
+    profile = config.ROOT / "configs" / "rk3588.toml"
+    missing = set(range(8)) - os.sched_getaffinity(0)
+    if missing:
+        with pytest.raises(ConfigError, match="RINGSPEC_UNPIN=1 runs it here unpinned"):
+            config.load(profile)
+    board = config.load(profile, here=False)
+    assert board.actors.target_cpus == "4-7" and board.board.big_cpus == "4-7" and board.draft.backend == "rknn"
+    monkeypatch.setenv("RINGSPEC_UNPIN", "1")
+    unpinned = config.load(profile)
+    assert all(getattr(unpinned.actors, key) == "" for key in config.ACTOR_CPUS)

@@ -1,0 +1,214 @@
+"""The memory plan: what every process of a profile's pipeline holds, term by term, against the board's RAM.
+
+Owns the terms and where each comes from. Computed: a model's weights (its converted weights.bin, which ONNX Runtime
+reads in), its K/V pool (`kv_bytes_per_slot` x the ring's slots, the formula the soak checks against the pool it
+allocates), its pass buffers (the new rows' K/V, the logits and the mask at max_rows), the channels (each counted
+once, in the process that creates it, at its full segment size: pipeline/topology.py), the archive's SQLite page
+cache. Measured once and recorded below, with the command that measured them: what a process holds beyond those
+(interpreter, numpy, ONNX Runtime, tokenizer, its objects) and what a model session holds beyond them (its arena).
+`python run.py plan` prints the plan; the launcher checks it before the first start and refuses a profile that does
+not fit, naming the term to change. Also the board's cores against what /proc/cpuinfo says they are. Never opens a
+session or starts a process.
+"""
+from __future__ import annotations
+
+import os
+import re
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from models.convert import load_card
+from models.platform import core_kinds
+from models.registry import converted_dir, resolve_gguf
+from models.runner import kv_bytes_per_slot
+from pipeline.config import Config, ConfigError, cpu_set
+from pipeline.report import Report
+from pipeline.stream.replay import replay_frame
+from pipeline.topology import CREATORS, channels
+
+MiB = 1 << 20
+
+# Proportional set size (shared library pages split among the processes mapping them; /proc/PID/smaps_rollup) of
+# each process beyond its computed terms, MiB. Measured once on the default profile under `serve` at steady state
+# (`python run.py soak --serve ...`, 150,000 tokens in; docs/stream-quality.md), x86-64, CPython 3.11.7, ONNX
+# Runtime 1.32.0: the soak prints each actor's PSS. The launcher is the `serve` (or `replay`) process itself.
+PROCESS_MIB = {"launcher": 76, "ingest": 77, "cache_owner": 80, "target": 55, "draft": 55, "output": 81}
+# A model session's arena and graph beyond weights, pool and pass buffers: the target actor's PSS in the same run
+# (374 MiB) less its process term (55), weights (106.4), pool (76.6) and pass buffers (8), for SmolLM2-135M at
+# max_rows 32: 128 MiB. Another model's is scaled by its weights (an assumption, not a measurement: re-measure on
+# the board with the soak).
+SESSION_MIB_PER_WEIGHT_MIB = 128 / 106.4
+SQLITE_CACHE_BYTES = 2000 * 1024     # SQLite's default cache_size (-2000: 2,000 KiB) per connection
+ARCHIVE_CONNECTIONS = 2              # the owner's writer, the front's reader
+
+
+@dataclass(frozen=True)
+class Term:
+    process: str            # the actor (or "launcher") that holds it
+    what: str               # weights, kv pool, pass buffers, channel NAME, archive cache, process, session
+    bytes: int
+    knob: str = ""          # the profile key that changes it ("" = none)
+    npu: bool = False       # held in the NPU's IOMMU domain (a draft on the NPU)
+
+
+@dataclass
+class Plan(Report):
+    """The plan's terms, its total against the board's RAM, the verdict; exit 1 when it does not fit."""
+    board: str = ""
+    ram: int = 0
+    reserve: int = 0
+    npu_domain: int = 0
+    terms: list[Term] = field(default_factory=list)
+    indent = 1
+
+    @property
+    def total(self) -> int:
+        return sum(t.bytes for t in self.terms)
+
+    @property
+    def npu_total(self) -> int:
+        return sum(t.bytes for t in self.terms if t.npu)
+
+    @property
+    def refusal(self) -> str:
+        """Why the plan does not fit ("" when it does), naming the profile key whose terms weigh most."""
+        if self.npu_domain and self.npu_total > self.npu_domain:
+            return (f"the NPU would hold {_mib(self.npu_total)} MiB, over its {_mib(self.npu_domain)} MiB IOMMU "
+                    f"domain (board.npu_domain_mb): {self._heaviest(npu=True)}")
+        room = self.ram - self.reserve
+        if self.total <= room:
+            return ""
+        return (f"the plan needs {_mib(self.total)} MiB, {_mib(self.total - room)} MiB more than the {_mib(room)} MiB "
+                f"the board leaves it ({_mib(self.ram)} MiB of RAM less board.reserve_mb = {_mib(self.reserve)}): "
+                f"{self._heaviest()}")
+
+    def _heaviest(self, npu: bool = False) -> str:
+        by_knob: dict[str, list[Term]] = {}
+        for t in self.terms:
+            if t.knob and (t.npu or not npu):
+                by_knob.setdefault(t.knob, []).append(t)
+        knob, terms = max(by_knob.items(), key=lambda kv: sum(t.bytes for t in kv[1]))
+        return (f"change {knob} first ({_mib(sum(t.bytes for t in terms))} MiB: "
+                + ", ".join(f"{t.process} {t.what}" for t in terms) + ")")
+
+    def as_dict(self) -> dict:
+        return {"board": self.board, "ram_bytes": self.ram, "reserve_bytes": self.reserve, "total_bytes": self.total,
+                "fits": not self.refusal, "refusal": self.refusal, "npu_bytes": self.npu_total,
+                "npu_domain_bytes": self.npu_domain,
+                "processes": {p: sum(t.bytes for t in self.terms if t.process == p) for p in self._processes()},
+                "terms": [t.__dict__ for t in self.terms]}
+
+    def text(self) -> str:
+        lines = [f"memory plan for {self.board}: {_mib(self.ram)} MiB RAM, {_mib(self.reserve)} MiB reserved"]
+        for p in self._processes():
+            mine = [t for t in self.terms if t.process == p]
+            lines.append(f"  {p:<26} {_mib(sum(t.bytes for t in mine)):>9} MiB")
+            lines += [f"    {t.what:<24} {_mib(t.bytes):>9}{' NPU' if t.npu else '':<4}  {t.knob}".rstrip()
+                      for t in mine]
+        npu = f"; on the NPU {_mib(self.npu_total)} of {_mib(self.npu_domain)}" if self.npu_domain else ""
+        lines.append(f"  {'total':<26} {_mib(self.total):>9} MiB of {_mib(self.ram - self.reserve)}{npu}")
+        lines.append(f"  {'refused: ' + self.refusal if self.refusal else 'fits'}")
+        return "\n".join(lines)
+
+    @property
+    def exit_code(self) -> int:
+        return 1 if self.refusal else 0
+
+    def _processes(self) -> list[str]:
+        return list(dict.fromkeys(t.process for t in self.terms))
+
+
+def plan(cfg: Config, ram: int | None = None) -> Plan:
+    """Every process of the profile's pipeline, its memory term by term (weights, K/V pools, pass buffers, sessions,
+    channels, archive cache, the process itself), and the total against the board's RAM less its reserve; exit 1 when
+    it does not fit, naming the profile key to change. The launcher checks the same plan before it starts.
+
+    Local and Ray launchers run one process per actor (a channel is counted in the process that creates it); serial
+    runs the models in the launcher's process. `ram` (bytes) overrides [board] ram_mb."""
+    spec = replay_frame(cfg).spec
+    serial = cfg.actors.launcher == "serial"
+    home_of = (lambda actor: "launcher") if serial else (lambda actor: actor)
+    terms: list[Term] = []
+    target = load_card(converted_dir(resolve_gguf(cfg.model.gguf)))
+    terms += _model_terms(home_of("target"), "target", target, cfg.model.gguf, spec, cfg.model.max_rows,
+                          "model.gguf", npu=False)
+    if cfg.draft.uses_model:
+        draft = load_card(converted_dir(resolve_gguf(cfg.draft.model)))
+        terms += _model_terms(home_of("draft"), "draft", draft, cfg.draft.model, spec, cfg.model.max_rows,
+                              "draft.model", npu=cfg.draft.backend == "rknn")
+    if not serial:
+        vocab = target["config"]["vocab_size"]
+        for name, ch in channels(cfg, spec, vocab, "plan").items():
+            terms.append(Term(CREATORS[name], f"channel {name}", ch.segment_bytes, _channel_knob(name)))
+        if cfg.serve.enabled:
+            terms.append(Term("output", "archive cache", ARCHIVE_CONNECTIONS * SQLITE_CACHE_BYTES))
+    for process in (["launcher"] if serial else ["launcher", "ingest", "cache_owner", "target", "draft", "output"]):
+        terms.append(Term(process, "process", PROCESS_MIB[process] * MiB))
+    board_ram = ram if ram is not None else (cfg.board.ram_mb * MiB or _mem_total())
+    return Plan(board=cfg.board.name or "this machine", ram=board_ram, reserve=cfg.board.reserve_mb * MiB,
+                npu_domain=cfg.board.npu_domain_mb * MiB if cfg.board.npu else 0, terms=terms)
+
+
+def check(cfg: Config) -> None:
+    """The start-up check: the plan fits the board and the board's big cores are what the profile says; else
+    ConfigError naming what to change."""
+    refusal = plan(cfg).refusal
+    if refusal:
+        raise ConfigError(f"{cfg.source}: {refusal} (`python run.py plan --config {cfg.source}` prints every term)")
+    check_cores(cfg)
+
+
+def check_cores(cfg: Config, kinds: dict[int, str] | None = None) -> None:
+    """[board] big_core against what /proc/cpuinfo says each of big_cpus is (where it says: an ARM kernel lists each
+    core's part; x86 and qemu-user list none, and nothing is checked)."""
+    if not cfg.board.big_core:
+        return
+    kinds = core_kinds() if kinds is None else kinds
+    wrong = {cpu: kinds[cpu] for cpu in sorted(cpu_set(cfg.board.big_cpus)) if cpu in kinds and
+             kinds[cpu] != cfg.board.big_core}
+    if wrong:
+        raise ConfigError(f"{cfg.source}: board.big_cpus = {cfg.board.big_cpus!r} should be {cfg.board.big_core} "
+                          f"cores, but /proc/cpuinfo says " + ", ".join(f"cpu{c} is {k}" for c, k in wrong.items()))
+
+
+def parse_size(text: str) -> int:
+    """'8G', '512M', '2GiB', '1.5 GB', '4096' (MiB) -> bytes (binary units: a board's RAM is sold in GiB)."""
+    m = re.fullmatch(r"\s*([0-9]+(?:\.[0-9]+)?)\s*([KMGT]?)(?:i?B)?\s*", text, re.IGNORECASE)
+    if not m:
+        raise ValueError(f"--ram {text!r}: expected a size like 4G, 512M or 2GiB")
+    unit = {"": MiB, "K": 1 << 10, "M": MiB, "G": 1 << 30, "T": 1 << 40}[m.group(2).upper()]
+    return int(float(m.group(1)) * unit)
+
+
+def _model_terms(process: str, role: str, card: dict, name: str, spec, max_rows: int, knob: str,
+                 npu: bool) -> list[Term]:
+    c = card["config"]
+    weights = os.path.getsize(converted_dir(resolve_gguf(name)) / "weights.bin")
+    pool = kv_bytes_per_slot(c) * spec.pool_slots
+    f32 = np.dtype(np.float32).itemsize
+    buffers = (2 * c["n_layers"] * c["n_kv_heads"] * max_rows * c["head_dim"] * f32     # new rows' K and V
+               + max_rows * c["vocab_size"] * f32                                       # logits
+               + max_rows * (spec.pool_slots + 64 + max_rows) * f32)                    # mask
+    session = int(SESSION_MIB_PER_WEIGHT_MIB * weights)
+    of = "" if process == role else f"{role} "             # serial: both models in the launcher's process
+    return [Term(process, f"{of}weights", weights, knob, npu),
+            Term(process, f"{of}kv pool", pool, "cache.window", npu),
+            Term(process, f"{of}pass buffers", buffers, "model.max_rows", npu),
+            Term(process, f"{of}session", session, knob, npu)]
+
+
+def _channel_knob(name: str) -> str:
+    return {"asks": "serve.max_prompt_tokens", "to_target": "model.max_rows"}.get(name, "")
+
+
+def _mem_total() -> int:
+    with open("/proc/meminfo") as f:
+        for line in f:
+            if line.startswith("MemTotal:"):
+                return int(line.split()[1]) * 1024
+    raise OSError("no MemTotal in /proc/meminfo")
+
+
+def _mib(n: int) -> str:
+    return f"{n / MiB:,.1f}"

@@ -1,0 +1,96 @@
+"""The memory plan: its terms are what the pipeline allocates, it refuses a board it does not fit (and so does the
+engine, before any actor starts), and it names the profile key to change."""
+from __future__ import annotations
+
+import json
+import sys
+
+import pytest
+
+from models.platform import core_kinds
+from models.registry import converted_dir, resolve_gguf
+from models.runner import Runner, RunnerOptions
+from pipeline import budget, config
+from pipeline.config import ConfigError
+from pipeline.stream.replay import replay_frame
+from tests import procs
+from tests.paths import ROOT
+
+# /proc/cpuinfo of an RK3588 (Linux 5.10, Rockchip's BSP): cpu0-3 Cortex-A55 (part 0xd05), cpu4-7 Cortex-A76 (0xd0b)
+RK3588_CPUINFO = "".join(f"processor\t: {cpu}\nBogoMIPS\t: 48.00\nCPU implementer\t: 0x41\nCPU architecture: 8\n"
+                         f"CPU variant\t: {'0x2' if cpu < 4 else '0x4'}\nCPU part\t: {'0xd05' if cpu < 4 else '0xd0b'}"
+                         f"\nCPU revision\t: 0\n\n" for cpu in range(8))
+
+
+def _profile(tmp_path, text: str):
+    path = tmp_path / "p.toml"
+    path.write_text(text)
+    return path
+
+
+def test_the_target_pool_in_the_plan_is_the_pool_the_runner_allocates(default_gguf):
+    cfg = config.override(config.load(), {"serve.enabled": True})
+    spec = replay_frame(cfg).spec
+    runner = Runner(converted_dir(resolve_gguf(cfg.model.gguf)), spec, RunnerOptions(threads=1))
+    terms = {(t.process, t.what): t.bytes for t in budget.plan(cfg).terms}
+    assert terms[("target", "kv pool")] == runner.pool_bytes
+    assert terms[("target", "weights")] == (converted_dir(resolve_gguf(cfg.model.gguf)) / "weights.bin").stat().st_size
+
+
+def test_every_process_of_the_pipeline_is_in_the_plan_with_the_channels_it_creates(default_gguf):
+    cfg = config.override(config.load(), {"serve.enabled": True})
+    out = budget.plan(cfg).as_dict()
+    assert set(out["processes"]) == {"launcher", "ingest", "cache_owner", "target", "draft", "output"}
+    where = {t["what"]: t["process"] for t in out["terms"] if t["what"].startswith("channel")}
+    assert where == {"channel lines": "cache_owner", "channel events": "output", "channel asks": "cache_owner",
+                     "channel to_target": "target", "channel from_target": "cache_owner",
+                     "channel to_draft": "draft", "channel from_draft": "cache_owner"}
+    serial = budget.plan(config.override(config.load(), {"actors.launcher": "serial"})).as_dict()
+    assert set(serial["processes"]) == {"launcher"}, "serial: the models live in the launcher's process"
+
+
+def test_plan_refuses_a_board_it_does_not_fit_naming_the_key_and_the_engine_refuses_it_before_starting(
+        default_gguf, tmp_path):
+    path = _profile(tmp_path, '[board]\nname = "tiny"\nram_mb = 600\nreserve_mb = 0\n')
+    proc = procs.run([sys.executable, str(ROOT / "run.py"), "plan", "--config", str(path), "--json"])
+    out = json.loads(proc.stdout)
+    assert proc.returncode == 1 and not out["fits"]
+    assert out["total_bytes"] > 600 << 20
+    assert "change model.gguf first" in out["refusal"] and "600.0 MiB of RAM" in out["refusal"]
+    started = procs.run([sys.executable, str(ROOT / "run.py"), "replay", "--config", str(path), "--max-lines", "3"])
+    assert started.returncode == 2, started.stderr
+    assert "change model.gguf first" in started.stderr and "run.py plan --config" in started.stderr
+    assert "rs:" not in started.stdout and "assessment" not in started.stdout
+    fits = procs.run([sys.executable, str(ROOT / "run.py"), "plan", "--config", str(path), "--ram", "2G"])
+    assert fits.returncode == 0 and fits.stdout.rstrip().endswith("fits"), fits.stdout
+
+
+def test_a_draft_over_the_npus_domain_is_refused_naming_the_draft(default_gguf):
+    cfg = config.load(ROOT / "configs" / "rk3588.toml", {"board.npu_domain_mb": 1}, here=False)
+    plan = budget.plan(cfg)
+    assert plan.npu_total > 1 << 20 and all(t.process == "draft" for t in plan.terms if t.npu)
+    assert "IOMMU domain" in plan.refusal and "change draft.model first" in plan.refusal
+    assert not budget.plan(config.load(ROOT / "configs" / "rk3588.toml", here=False)).refusal
+
+
+def test_the_boards_big_cores_are_checked_against_what_the_kernel_says_they_are():
+    kinds = core_kinds(RK3588_CPUINFO)
+    assert kinds == {**{c: "cortex-a55" for c in range(4)}, **{c: "cortex-a76" for c in range(4, 8)}}
+    board = config.load(ROOT / "configs" / "rk3588.toml", here=False)
+    budget.check_cores(board, kinds)
+    swapped = config.load(ROOT / "configs" / "rk3588.toml", {"board.big_cpus": "0-7", "actors.target_cpus": "0-3"},
+                          here=False)
+    with pytest.raises(ConfigError, match="cpu0 is cortex-a55"):
+        budget.check_cores(swapped, kinds)
+    budget.check_cores(swapped, {})                  # x86 and qemu-user list no parts: nothing to check
+
+
+@pytest.mark.parametrize("text, size", [("4G", 4 << 30), ("2GiB", 2 << 30), ("512M", 512 << 20), ("1.5 GB", 3 << 29),
+                                        ("4096", 4 << 30)])
+def test_ram_sizes_read_as_binary_units(text, size):
+    assert budget.parse_size(text) == size
+
+
+def test_a_ram_size_that_is_not_one_is_refused():
+    with pytest.raises(ValueError, match="expected a size like 4G"):
+        budget.parse_size("lots")
