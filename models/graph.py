@@ -36,8 +36,10 @@ _NP2ONNX = {"float32": TensorProto.FLOAT, "float16": TensorProto.FLOAT16, "uint8
 
 
 class _Builder:
-    def __init__(self, card: dict, weights_file: str):
+    def __init__(self, card: dict, weights_file: str, portable_from: Path | None = None):
         self.card, self.weights_file = card, weights_file
+        self.portable = portable_from is not None     # standard operators, float weights held in the graph
+        self.model_dir = portable_from
         self.nodes: list = []
         self.inits: dict[str, TensorProto] = {}
         self.n = 0
@@ -49,7 +51,10 @@ class _Builder:
         return outs[0] if n_out == 1 else outs
 
     def weight(self, name: str) -> str:
-        """An initializer stored in the shared weights file (external data: nothing is copied into the graph)."""
+        """An initializer stored in the shared weights file (external data: nothing is copied into the graph); a
+        portable graph holds its own copy."""
+        if name not in self.inits and self.portable:
+            self.inits[name] = onnx.numpy_helper.from_array(self.array(name), name)
         if name not in self.inits:
             meta = self.card["tensors"][name]
             t = TensorProto(name=name, data_type=_NP2ONNX[meta["dtype"]], dims=meta["shape"])
@@ -60,13 +65,46 @@ class _Builder:
             self.inits[name] = t
         return name
 
+    def array(self, name: str) -> np.ndarray:
+        meta = self.card["tensors"][name]
+        return np.fromfile(self.model_dir / self.weights_file, np.dtype(meta["dtype"]), meta["nbytes"] //
+                           np.dtype(meta["dtype"]).itemsize, offset=meta["offset"]).reshape(meta["shape"])
+
+    def dense(self, spec: dict, name: str) -> str:
+        """A MatMulNBits weight as float32 W^T [K, N] for a plain MatMul: w = scale x (code - zero point), plus
+        Q4_1's per-block offset (models/quant.py's packing, undone)."""
+        if name not in self.inits:
+            codes = self.array(spec["B"])                                   # uint8 [N, K/32, 32 or 16]
+            if spec["bits"] == 4:
+                codes = np.stack([codes & 0x0F, codes >> 4], axis=-1).reshape(*codes.shape[:2], 32)
+            q = codes.astype(np.float32) - (128.0 if spec["bits"] == 8 else 8.0)
+            w = q * self.array(spec["scales"]).reshape(spec["N"], -1, 1)
+            if spec.get("offsets"):
+                w = w + self.array(spec["offsets"]).T[:, :, None]          # [nb, N] -> [N, nb, 1]
+            self.inits[name] = onnx.numpy_helper.from_array(
+                np.ascontiguousarray(w.reshape(spec["N"], spec["K"]).T), name)
+        return name
+
+    def matmul(self, a: str, bmat: str, alpha: float = 1.0, trans_b: bool = False, slot_major: bool = False) -> str:
+        """a @ b (b transposed: trans_b; b laid out [slot, KVH, D], read as [KVH, slot, D]: slot_major), x alpha:
+        FusedMatMul, or Transpose, MatMul and Mul in standard operators."""
+        if not self.portable:
+            return self.op("FusedMatMul", [a, bmat], domain=MS, alpha=alpha, transB=int(trans_b),
+                           transBatchB=int(slot_major))
+        perm = {(False, False): None, (True, False): [0, 2, 1], (False, True): [1, 0, 2], (True, True): [1, 2, 0]}
+        order = perm[(trans_b, slot_major)]
+        y = self.op("MatMul", [a, bmat if order is None else self.op("Transpose", [bmat], perm=order)])
+        return y if alpha == 1.0 else self.op("Mul", [y, self.const(alpha, np.float32)])
+
     def const(self, value, dtype=np.int64) -> str:
         name = f"const_{len(self.inits)}"
         self.inits[name] = onnx.numpy_helper.from_array(np.asarray(value, dtype=dtype), name)
         return name
 
     def linear(self, x: str, spec: dict, accuracy_level: int) -> str:
-        if spec["kind"] == "nbits":
+        if spec["kind"] == "nbits" and self.portable:
+            y = self.op("MatMul", [x, self.dense(spec, spec["B"] + ".dense")])
+        elif spec["kind"] == "nbits":
             y = self.op("MatMulNBits", [x, self.weight(spec["B"]), self.weight(spec["scales"])], domain=MS,
                         K=spec["K"], N=spec["N"], bits=spec["bits"], block_size=32, accuracy_level=accuracy_level)
             if spec.get("offsets"):
@@ -82,6 +120,11 @@ class _Builder:
 
     def norm(self, h: str, delta: str | None, gamma: str, eps: float) -> tuple[str, str]:
         """RMSNorm of the residual stream h (+ delta, added here: one fused node) -> (normed, new h)."""
+        if self.portable:                                   # x / sqrt(mean(x^2) + eps) * gamma
+            h = h if delta is None else self.op("Add", [h, delta])
+            mean = self.op("ReduceMean", [self.op("Mul", [h, h])], axes=[-1], keepdims=1)
+            rms = self.op("Sqrt", [self.op("Add", [mean, self.const(eps, np.float32)])])
+            return self.op("Mul", [self.op("Div", [h, rms]), gamma]), h
         if delta is None:
             return self.op("SimplifiedLayerNormalization", [h, gamma], axis=-1, epsilon=eps, stash_type=1), h
         out = self.op("SkipSimplifiedLayerNormalization", [h, delta, gamma], n_out=4, domain=MS, epsilon=eps)
@@ -93,12 +136,28 @@ class _Builder:
         return x if to == TensorProto.FLOAT and self.kv == TensorProto.FLOAT else self.op("Cast", [x], to=to)
 
     def rope(self, x: str, cos: str, sin: str, heads: int, interleaved: bool) -> str:
-        return self.op("RotaryEmbedding", [x, "position_ids", cos, sin], domain=MS,
-                       interleaved=int(interleaved), num_heads=heads)
+        if not self.portable:
+            return self.op("RotaryEmbedding", [x, "position_ids", cos, sin], domain=MS,
+                           interleaved=int(interleaved), num_heads=heads)
+        # row r rotates each pair (a, b) of each head by its angle: (a cos - b sin, b cos + a sin); the pairs are
+        # (2i, 2i+1) interleaved, else (i, i + D/2)
+        D = self.card["config"]["head_dim"]
+        c = self.op("Unsqueeze", [cos, self.const([1, 3] if interleaved else [1])])     # [T, 1, D/2(, 1)]
+        s = self.op("Unsqueeze", [sin, self.const([1, 3] if interleaved else [1])])
+        if interleaved:
+            t = self.op("Reshape", [x, self.const([-1, heads, D // 2, 2])])
+            a, b = self.op("Split", [t, self.const([1, 1])], n_out=2, axis=-1)
+        else:
+            t = self.op("Reshape", [x, self.const([-1, heads, D])])
+            a, b = self.op("Split", [t, self.const([D // 2, D // 2])], n_out=2, axis=-1)
+        ra = self.op("Sub", [self.op("Mul", [a, c]), self.op("Mul", [b, s])])
+        rb = self.op("Add", [self.op("Mul", [b, c]), self.op("Mul", [a, s])])
+        return self.op("Reshape", [self.op("Concat", [ra, rb], axis=-1), self.const([1, -1, heads * D])])
 
 
 def build_graph(card: dict, T: int | None, sink: int, ring: int, accuracy_level: int = 4, kv_dtype: str = "float32",
-                weights_file: str = "weights.bin", tree: bool = False, row_fault: float = 0.0) -> onnx.ModelProto:
+                weights_file: str = "weights.bin", tree: bool = False, row_fault: float = 0.0,
+                portable_from: Path | None = None) -> onnx.ModelProto:
     """One pass over T rows (None: a symbolic row count) against `sink` + `ring` pool slots.
 
     `logit_rows` (int64 [M]) picks the rows whose logits are computed: all of them to verify a block, only the last
@@ -112,7 +171,13 @@ def build_graph(card: dict, T: int | None, sink: int, ring: int, accuracy_level:
 
     row_fault: a planted fault for the exactness tests (`PLANT_ENV`): adds row_fault x T to every row's residual
     stream, so a row depends on how many rows share its pass, as a CPU-specific kernel choice can make it.
+
+    portable_from: the model directory whose weights the graph then holds itself, dequantized to float32, in
+    standard ONNX operators only (no com.microsoft op: MatMul for MatMulNBits and FusedMatMul, RMSNorm and RoPE
+    spelt out): what an NPU toolkit converts (rknn-toolkit2). Static shapes (T given), a chain's pass.
     """
+    if portable_from is not None and (T is None or tree):
+        raise ValueError("a portable graph has static shapes and a chain's rows: give T, not a tree")
     cfg = card["config"]
     L, H, KVH, D = cfg["n_layers"], cfg["n_heads"], cfg["n_kv_heads"], cfg["head_dim"]
     G, d, V = H // KVH, cfg["d_model"], cfg["vocab_size"]
@@ -120,7 +185,7 @@ def build_graph(card: dict, T: int | None, sink: int, ring: int, accuracy_level:
     rows = T if T is not None else "T"
     cols = S + R + STATIC_RECENT + T if T is not None else "N"
     interleaved = cfg["rope_pairing"] == "interleaved"
-    b = _Builder(card, weights_file)
+    b = _Builder(card, weights_file, portable_from)
     f32 = TensorProto.FLOAT                                # activations
     kv = b.kv = _NP2ONNX[kv_dtype]                         # K/V: the pool, the recent section, the new rows' output
     inputs = [helper.make_tensor_value_info("input_ids", TensorProto.INT64, [rows])]
@@ -131,15 +196,20 @@ def build_graph(card: dict, T: int | None, sink: int, ring: int, accuracy_level:
         if T is not None:
             raise ValueError("a tree pass needs the dynamic graph")
         inputs.append(helper.make_tensor_value_info("path", TensorProto.INT64, [rows, "W"]))
-    b.inits["position_ids"] = onnx.numpy_helper.from_array(np.zeros(1, np.int64), "position_ids")  # row r -> cos[r]
+    if not b.portable:                      # RotaryEmbedding's: row r -> cos[r]
+        b.inits["position_ids"] = onnx.numpy_helper.from_array(np.zeros(1, np.int64), "position_ids")
 
     h, delta = _embed(b, card, d), None                                  # residual stream, its pending addend
     if row_fault:               # the planted fault: every row moves by row_fault x (rows in the pass)
         rows_f = b.op("Cast", [b.op("Shape", ["input_ids"])], to=TensorProto.FLOAT)
         h = b.op("Add", [h, b.op("Mul", [rows_f, b.const([row_fault], np.float32)])])
-    mask_shape = b.op("Shape", ["mask"])                                  # [T, N], symbolic or not
-    shape4 = b.op("Concat", [b.const([KVH, G]), mask_shape], axis=0)
-    shape3 = b.op("Concat", [b.const([KVH, -1]), b.op("Slice", [mask_shape, b.const([1]), b.const([2])])], axis=0)
+    if b.portable:                                                        # static: no shape arithmetic
+        shape4, shape3 = b.const([KVH, G, T, cols]), b.const([KVH, -1, cols])
+    else:
+        mask_shape = b.op("Shape", ["mask"])                              # [T, N], symbolic or not
+        shape4 = b.op("Concat", [b.const([KVH, G]), mask_shape], axis=0)
+        shape3 = b.op("Concat", [b.const([KVH, -1]), b.op("Slice", [mask_shape, b.const([1]), b.const([2])])],
+                      axis=0)
     scale = 1.0 / math.sqrt(D)
     new_k, new_v = [], []
     inputs += [helper.make_tensor_value_info(n, kv, [L * KVH, "P" if T is None else STATIC_RECENT, D])
@@ -149,7 +219,8 @@ def build_graph(card: dict, T: int | None, sink: int, ring: int, accuracy_level:
     # Pool slots are [slot, KVH, D]: a pass binds only the leading C ring slots it can see (C symbolic in a dynamic
     # graph), and FusedMatMul's transBatchB reads that layout as [KVH, slot, D] without a copy.
     ring_cols = "C" if T is None else R
-    ring_end = b.op("Add", [b.op("Slice", [b.op("Shape", ["ring_k.0"]), b.const([0]), b.const([1])]), b.const([S])])
+    ring_end = b.const([S + R]) if b.portable else \
+        b.op("Add", [b.op("Slice", [b.op("Shape", ["ring_k.0"]), b.const([0]), b.const([1])]), b.const([S])])
     for i, layer in enumerate(card["layers"]):
         names = {k: f"{k}.{i}" for k in ("sink_k", "sink_v", "ring_k", "ring_v") if S > 0 or k.startswith("ring")}
         inputs += [helper.make_tensor_value_info(names[k], kv, [S if k.startswith("sink") else ring_cols, KVH, D])
@@ -168,7 +239,7 @@ def build_graph(card: dict, T: int | None, sink: int, ring: int, accuracy_level:
             return b.op("Reshape", [t, b.const([KVH, -1, D])])
 
         def scores_of(q, keys, slot_major):   # slot_major: keys laid out [slot, KVH, D] (a pool input)
-            return b.op("FusedMatMul", [q, keys], domain=MS, alpha=scale, transB=1, transBatchB=int(slot_major))
+            return b.matmul(q, keys, alpha=scale, trans_b=True, slot_major=slot_major)
 
         qw = heads_first(b.rope(q3, "cos", "sin", H, interleaved), H)
         kn = b.cast(heads_first(b.rope(k3, "cos", "sin", KVH, interleaved), KVH), kv)
@@ -191,7 +262,8 @@ def build_graph(card: dict, T: int | None, sink: int, ring: int, accuracy_level:
             scores.insert(0, scores_of(qs, pool["sink_k"], True))
         s4 = b.op("Reshape", [b.op("Concat", scores, axis=-1), shape4])
         p = b.op("Reshape", [b.op("Softmax", [b.op("Add", [s4, "mask"])], axis=-1), shape3])
-        bounds = ([b.const([0]), b.const([S])] if S else [b.const([0])]) + [ring_end, b.const([_END])]
+        bounds = ([b.const([0]), b.const([S])] if S else [b.const([0])]) + [ring_end,
+                                                                             b.const([cols if b.portable else _END])]
         values = ([(pool["sink_v"], 1)] if S else []) + [(pool["ring_v"], 1), (vn, 0)]
         o = None
         for lo, hi, (val, slot_major) in zip(bounds[:-1], bounds[1:], values):
@@ -203,7 +275,7 @@ def build_graph(card: dict, T: int | None, sink: int, ring: int, accuracy_level:
                 term = b.op("Transpose", [b.op("MatMul", [part, val])], perm=[0, 2, 1, 3])
                 term = b.op("Reshape", [term, b.const([KVH, -1, D])])
             else:
-                term = b.op("FusedMatMul", [part, val], domain=MS, transBatchB=slot_major)
+                term = b.matmul(part, val, slot_major=bool(slot_major))
             o = term if o is None else b.op("Add", [o, term])
         o = b.op("Reshape", [o, b.const([KVH, G, -1, D])])
         o = b.op("Transpose", [o], perm=[2, 0, 1, 3])                      # [T, KVH, G, D]
@@ -215,8 +287,7 @@ def build_graph(card: dict, T: int | None, sink: int, ring: int, accuracy_level:
         delta = b.linear(act, layer["down"], accuracy_level)
 
     h = b.op("Gather", [b.op("Add", [h, delta]), "logit_rows"], axis=1)
-    x = b.op("SimplifiedLayerNormalization", [h, b.weight(card["output_norm"])], axis=-1, epsilon=cfg["rms_eps"],
-             stash_type=1)
+    x, _ = b.norm(h, None, b.weight(card["output_norm"]), cfg["rms_eps"])
     out_logits = b.linear(x, card["linears"][card["head"]], accuracy_level)
     b.nodes.append(helper.make_node("Identity", [out_logits], ["logits"]))
     b.nodes.append(helper.make_node("Concat", new_k, ["new_k"], axis=0))
@@ -225,8 +296,11 @@ def build_graph(card: dict, T: int | None, sink: int, ring: int, accuracy_level:
                helper.make_tensor_value_info("new_k", kv, [L * KVH, rows, D]),    # = [L, KVH, T, D] in memory
                helper.make_tensor_value_info("new_v", kv, [L * KVH, rows, D])]
     graph = helper.make_graph(b.nodes, f"ringspec_T{rows}_S{S}_R{R}", inputs, outputs, list(b.inits.values()))
-    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid(MS, 1)],
-                             producer_name="ringspec")
+    opsets = [helper.make_opsetid("", 17)] + ([] if b.portable else [helper.make_opsetid(MS, 1)])
+    model = helper.make_model(graph, opset_imports=opsets, producer_name="ringspec")
+    if b.portable:
+        model.ir_version = 8                              # what the NPU toolkit's onnx (<= 1.18) reads
+    return model
 
 
 def _tree_section(b: _Builder, qw: str, recent_k: str, recent_v: str, kn: str, vn: str, scale: float,
@@ -256,6 +330,12 @@ def _embed(b: _Builder, card: dict, d: int) -> str:
     if emb["kind"] == "dense":
         return b.op("Unsqueeze", [b.op("Gather", [b.weight(emb["W"]), "input_ids"], axis=0), b.const([0])])
     spec = card["linears"][emb["linear"]]   # Q8_0 codes shared with the head: w = scale * (code - 128)
+    if b.portable:                          # the float table (the head's W^T, transposed)
+        name = spec["B"] + ".table"
+        if name not in b.inits:
+            head = onnx.numpy_helper.to_array(b.inits[b.dense(spec, spec["B"] + ".dense")])
+            b.inits[name] = onnx.numpy_helper.from_array(np.ascontiguousarray(head.T), name)
+        return b.op("Unsqueeze", [b.op("Gather", [name, "input_ids"], axis=0), b.const([0])])
     nb = spec["K"] // 32
     codes = b.op("Cast", [b.op("Gather", [b.weight(spec["B"]), "input_ids"], axis=0)], to=TensorProto.FLOAT)
     scales = b.op("Reshape", [b.weight(spec["scales"]), b.const([-1, nb, 1])])

@@ -24,7 +24,7 @@ from gguf import GGUFReader, GGUFWriter
 from kernels.ring import NEG, RingIndex, RingSpec
 from models.convert import CARD, WEIGHTS, convert, load_card
 from models.gguf import GGUFError, GGUFModel
-from models.graph import STALE_DAYS, STATIC_RECENT, ensure_graph, graph_path
+from models.graph import STALE_DAYS, STATIC_RECENT, build_graph, ensure_graph, graph_path
 from models.runner import Runner, RunnerOptions
 from tests import procs
 from tests.paths import ROOT
@@ -374,3 +374,26 @@ def test_a_damaged_conversion_in_the_cache_is_redone(tmp_path, monkeypatch):
     weights.write_bytes(good[: len(good) // 2])           # an interrupted copy, a full disk...
     assert registry.converted_dir(gguf, progress=False) == out
     assert weights.read_bytes() == good
+
+
+@pytest.mark.parametrize("case", CASE_IDS)
+def test_a_portable_graph_holds_only_standard_operators_and_computes_what_the_runtime_graph_computes(
+        converted, case, tmp_path):
+    """What an NPU toolkit converts: no com.microsoft operator, float weights held in the graph, static shapes; on
+    the same inputs it gives the logits and K/V of the ONNX Runtime graph (itself checked against transformers
+    above) at accuracy level 0, for every architecture, bias, tying and weight type."""
+    model_dir = converted[case][0]
+    card = load_card(model_dir)
+    portable = build_graph(card, T, S, R, portable_from=model_dir)
+    assert {n.domain for n in portable.graph.node} == {""}
+    assert {i.name for i in portable.graph.initializer if i.data_location == onnx.TensorProto.EXTERNAL} == set()
+    for value in portable.graph.input:
+        assert all(isinstance(d, int) and d > 0 for d in dims(value)), (value.name, dims(value))
+    onnx.save(portable, tmp_path / "portable.onnx")
+    runtime_graph = ensure_graph(model_dir, card, T, S, R, accuracy_level=0)
+    want_session = ort.InferenceSession(str(runtime_graph), providers=["CPUExecutionProvider"])
+    got_session = ort.InferenceSession(str(tmp_path / "portable.onnx"), providers=["CPUExecutionProvider"])
+    feeds = random_inputs(want_session, card, np.random.default_rng(1))
+    for name, got, want in zip(("logits", "new_k", "new_v"), got_session.run(None, feeds),
+                               want_session.run(["logits", "new_k", "new_v"], feeds)):
+        np.testing.assert_allclose(got, want, rtol=0, atol=EXACT * max(1.0, np.abs(want).max()), err_msg=name)
