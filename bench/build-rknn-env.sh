@@ -18,7 +18,9 @@ start=$(date +%s)
 [ -x "$venv/bin/python" ] || "$python" -m venv "$venv"
 "$venv/bin/pip" install -q --no-deps "rknn-toolkit2==2.5.0"
 "$venv/bin/pip" install -q "torch==2.13.0" "setuptools<81"     # the toolkit imports pkg_resources
-"$venv/bin/pip" install -q "numpy==1.26.4" "onnx==1.16.2" "protobuf==4.25.4" "onnxruntime==1.19.2" "psutil>=5.9" \
+# ONNX Runtime at the project's pin, for the pipeline in this venv, without its protobuf >= 5 (onnx 1.16 needs 4.x)
+"$venv/bin/pip" install -q --no-deps "onnxruntime==1.32.0"
+"$venv/bin/pip" install -q "numpy==1.26.4" "onnx==1.16.2" "protobuf==4.25.4" flatbuffers packaging sympy "psutil>=5.9" \
     "ruamel.yaml>=0.17.21" "scipy>=1.9.3,<1.14" "tqdm>=4.64" "opencv-python-headless>=4.5.5.64,<4.11" \
     "fast-histogram>=0.11" "gguf>=0.10" "tokenizers>=0.19" "jinja2>=3.1" "msgpack>=1.0" "pyzmq>=25"
 "$venv/bin/python" -c 'from rknn.api import RKNN; print("rknn-toolkit2 imports")'

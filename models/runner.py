@@ -77,7 +77,7 @@ class Runner:
         self.new_k = self.new_v = self._new_kv[:, :0]
         self._path = np.zeros(max(T, 2) ** 2, np.int64)
         self._chain_paths = np.tile(np.arange(max(T, 2), dtype=np.int64), (max(T, 2), 1))   # chain row r: 0..r, pad
-        self._io = self.session.io_binding()
+        self._io = self._binding()
         for l in range(L):
             if S:
                 self._bind_in(f"sink_k.{l}", self.sink_k[l])
@@ -96,6 +96,9 @@ class Runner:
         so.inter_op_num_threads = 1
         so.add_session_config_entry("session.intra_op.allow_spinning", "1" if opts.spin else "0")
         return ort.InferenceSession(str(graph), so, providers=["CPUExecutionProvider"])
+
+    def _binding(self):
+        return self.session.io_binding()
 
     def _bind_in(self, name: str, array: np.ndarray) -> None:
         self._io.bind_input(name, "cpu", 0, array.dtype, array.shape, array.ctypes.data)

@@ -8,6 +8,7 @@ import sys
 
 from kernels.ring import RingSpec
 from kernels.sampling import SamplingParams
+from models.npu_runner import StaticRunner
 from models.registry import converted_dir, resolve_gguf
 from models.runner import Runner, RunnerOptions
 from models.tokenizer import Tokenizer
@@ -34,11 +35,8 @@ def make_draft(cfg: Config, spec: RingSpec, target_vocab: int | None = None):
     """The proposer [draft] names, its model's pool sized by `spec`; with siblings > 0 (suffix or hybrid) its chains
     become token trees."""
     d = cfg.draft
-    if d.backend == "rknn":
-        raise ValueError("draft.backend = \"rknn\": the NPU draft runner is not built yet; `python run.py plan` "
-                         "plans such a board, and backend = \"onnx\" runs the same draft on the CPU")
     draft = _chain_draft(d.kind, spec, cfg.sampling.params(), d.model, cfg.model.max_rows, d.threads, target_vocab,
-                         d.min_confidence)
+                         d.min_confidence, d.backend)
     if not d.siblings:
         return draft
     if d.kind not in ("suffix", "hybrid"):
@@ -48,7 +46,7 @@ def make_draft(cfg: Config, spec: RingSpec, target_vocab: int | None = None):
 
 
 def _chain_draft(kind: str, spec: RingSpec, params: SamplingParams, draft_gguf: str, max_rows: int, threads: int,
-                 target_vocab: int | None, min_confidence: float):
+                 target_vocab: int | None, min_confidence: float, backend: str = "onnx"):
     if kind == "none":
         return NoDraft()
     if kind == "suffix":
@@ -58,8 +56,10 @@ def _chain_draft(kind: str, spec: RingSpec, params: SamplingParams, draft_gguf: 
             raise ValueError(f"--draft {kind} needs --draft-model PATH.gguf")
         # batch_invariant off: a draft's rows only change what is proposed, never what is output, and its passes
         # are mostly one row, where the padding row would cost it a second row each time
-        runner = Runner(converted_dir(resolve_gguf(draft_gguf)), spec,
-                        RunnerOptions(threads=threads, max_rows=max_rows, batch_invariant=False))
+        opts = RunnerOptions(threads=threads, max_rows=max_rows, batch_invariant=False)
+        model_dir = converted_dir(resolve_gguf(draft_gguf))
+        runner = StaticRunner(model_dir, spec, opts, backend="rknn") if backend == "rknn" else \
+            Runner(model_dir, spec, opts)          # rknn: the NPU (the draft only proposes: output stays exact)
         if target_vocab is not None and speaks(runner.card) != target_vocab:
             raise ValueError(f"draft vocabulary {speaks(runner.card)} != target vocabulary {target_vocab}: a draft "
                              f"must share the target's tokenizer")

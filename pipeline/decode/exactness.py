@@ -20,11 +20,11 @@ import numpy as np
 
 from kernels.ring import RingSpec
 from models.convert import load_card
-from models.opcheck import families
+from models.opcheck import families, pool_attention
 from models.platform import facts
 from models.registry import converted_dir, resolve_gguf
 from models.runner import Runner, RunnerOptions
-from pipeline.config import Config
+from pipeline.config import Config, ring_spec
 from pipeline.decode.blocks import ALIGNED_BLOCK
 from pipeline.decode.drafts import Proposal
 from pipeline.decode.local import LocalDraft, LocalVerifier
@@ -152,8 +152,15 @@ def check(runner, thorough: bool = False) -> Verdict:
         pool.fill(0)
     runner.forward_calls = runner.forward_rows = 0
     runner.forward_s = 0.0
-    return Verdict(probe.where == "", probe.passes, probe.compared, probe.worst, probe.where,
-                   time.perf_counter() - t0, opts.batch_invariant, tree)
+    where, worst = probe.where, probe.worst
+    if not where:             # the pass above sees a short context; attention over the whole pool, alone
+        wide = pool_attention(runner.card, opts.threads, runner.spec.pool_slots)
+        if not wide.holds:
+            where = (f"attention over {runner.spec.pool_slots} pool columns: a row among "
+                     f"{[m for m in wide.differs_at if m > 1]} rows is not that row alone")
+            worst = wide.max_abs
+    return Verdict(where == "", probe.passes, probe.compared, worst, where, time.perf_counter() - t0,
+                   opts.batch_invariant, tree)
 
 
 @dataclass
@@ -218,7 +225,8 @@ def doctor(cfg: Config) -> DoctorReport:
         del runner
     ops = [{"family": f.name, "shapes": f.shapes, "varied": f.varied, "differs_at": list(f.differs_at),
             "max_abs": f.max_abs, "holds": f.holds}
-           for f in families(load_card(model_dir), threads, accuracy_level)]
+           for f in families(load_card(model_dir), threads, accuracy_level, pool=ring_spec(cfg).pool_slots)]
     return DoctorReport({"platform": facts(), "model": str(model_dir), "threads": threads,
                          "accuracy_level": accuracy_level, "operators": ops, "passes": passes,
-                         "exact": passes["chain"]["invariant"] and passes["tree"]["invariant"]})
+                         "exact": passes["chain"]["invariant"] and passes["tree"]["invariant"] and
+                         all(op["holds"] for op in ops)})

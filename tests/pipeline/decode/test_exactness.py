@@ -77,6 +77,26 @@ def test_the_probe_catches_a_planted_row_count_fault(tiny, monkeypatch):
     assert "NOT batch invariant" in verdict.line()
 
 
+def test_the_probe_also_looks_at_attention_over_the_whole_pool_which_a_short_context_does_not_show(tiny,
+                                                                                                   monkeypatch):
+    """Found on an AVX-512 Xeon at 4 threads: the values product over 600+ columns gives a row other bits among 24
+    rows than alone, while every pass at a short context is invariant. The probe runs the products at the pool's full
+    width; a family that does not hold there makes the verdict."""
+    from models.opcheck import Family
+    from pipeline.decode import exactness
+    widths = []
+    real = exactness.pool_attention
+    monkeypatch.setattr(exactness, "pool_attention", lambda card, threads, pool: (widths.append(pool),
+                                                                                   real(card, threads, pool))[1])
+    runner = Runner(tiny, SPEC, RunnerOptions(threads=1, max_rows=16))
+    assert check(runner).invariant and widths == [SPEC.pool_slots]
+    monkeypatch.setattr(exactness, "pool_attention", lambda card, threads, pool: Family(
+        "Attention products against the whole pool", "", "rows", (1, 24), 4e-5))
+    verdict = check(runner)
+    assert not verdict.invariant and verdict.max_abs_logit == 4e-5
+    assert f"attention over {SPEC.pool_slots} pool columns: a row among [24] rows" in verdict.where
+
+
 def test_the_probe_leaves_the_runner_as_it_found_it(tiny):
     runner = Runner(tiny, SPEC, RunnerOptions(threads=1, max_rows=16))
     check(runner)
@@ -98,7 +118,7 @@ def test_doctor_passes_here_and_names_the_platform_and_every_operator_family(def
     families = {op["family"].split(" (")[0] for op in rep["operators"]}
     assert {"MatMulNBits", "MatMul", "ReduceSum", "RMSNorm", "RotaryEmbedding", "SwiGLU", "Attention products",
             "Softmax", "Attention scores, keys appended", "Softmax, masked columns appended",
-            "Attention values, zero-weight terms appended"} <= families
+            "Attention values, zero-weight terms appended", "Attention products against the whole pool"} <= families
     assert all(op["holds"] for op in rep["operators"])          # what the padding rule and the block layout rely on
 
 

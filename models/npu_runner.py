@@ -1,0 +1,210 @@
+"""A model run through fixed-shape graphs, as an NPU runs it: the `Runner` interface over the portable graph.
+
+Owns the bucketing of a pass onto fixed shapes (rows padded up to the next of `buckets(max_rows)`, each padding row
+seeing only itself; the whole ring bound, the slots the caller's mask leaves out masked; the recent section padded to
+STATIC_RECENT, masked), the pools (host arrays, handed to the graph whole at every pass, as an NPU takes them), and
+the backend that runs a bucket's graph:
+
+  "rknn"  the board's NPU through rknn-toolkit-lite2 (`.rknn` files from `python run.py export-rknn`), or, where that
+          package is absent (x86), rknn-toolkit2's simulator, which builds the same graph from its portable ONNX
+  "ort"   ONNX Runtime on the portable ONNX: what the NPU graph computes, in float32 on the CPU (tests, agreement)
+
+Only one process may hold the NPU (models/npu.py): the rknn backend takes the host's NPU lock before it opens it.
+Never decides what is committed or visible: as `Runner`, the caller passes the mask and says which rows to store.
+"""
+from __future__ import annotations
+
+import importlib.util
+import time
+from pathlib import Path
+
+import numpy as np
+
+from kernels.ring import NEG, RingSpec
+from kernels.rope import rope_tables, sink_query_positions
+from models.graph import STATIC_RECENT, build_graph
+from models.npu import NpuLock
+from models.runner import Runner, RunnerOptions
+
+BUCKETS = (1, 4, 16, 64)      # row counts a pass is padded up to (capped at max_rows, which is always one)
+FP16_NEG = np.float32(-3.0e4)   # the mask's "never" on an NPU computing in float16 (NEG, -1e30, is -inf there)
+
+
+def buckets(max_rows: int) -> tuple[int, ...]:
+    return tuple(sorted({b for b in BUCKETS if b < max_rows} | {max_rows}))
+
+
+def portable_path(model_dir: Path, T: int, sink: int, ring: int) -> Path:
+    return Path(model_dir) / "portable" / f"T{T}_S{sink}_R{ring}.onnx"
+
+
+def rknn_path(model_dir: Path, T: int, sink: int, ring: int) -> Path:
+    return Path(model_dir) / "rknn" / f"T{T}_S{sink}_R{ring}.rknn"
+
+
+def ensure_portable(model_dir: Path, card: dict, T: int, sink: int, ring: int) -> Path:
+    """The portable graph of one bucket, built beside the model on first use."""
+    import onnx
+    path = portable_path(model_dir, T, sink, ring)
+    if not path.exists():
+        path.parent.mkdir(exist_ok=True)
+        part = path.with_suffix(f".part{time.monotonic_ns()}")
+        onnx.save(build_graph(card, T, sink, ring, portable_from=Path(model_dir)), part)
+        part.replace(path)
+    return path
+
+
+class StaticRunner(Runner):
+    def __init__(self, model_dir, spec: RingSpec, opts: RunnerOptions = RunnerOptions(), backend: str = "ort"):
+        if backend not in ("ort", "rknn"):
+            raise ValueError(f"backend {backend!r}: expected ort or rknn")
+        self.backend = backend
+        self.neg = NEG if backend == "ort" else FP16_NEG
+        self.npu_lock = NpuLock() if backend == "rknn" else None
+        if self.npu_lock:
+            self.npu_lock.acquire(f"draft model {Path(model_dir).name}")
+        try:
+            super().__init__(model_dir, spec, opts)
+        except BaseException:
+            self.close()
+            raise
+
+    def close(self) -> None:
+        """Let the NPU go (the process's exit does too)."""
+        if self.npu_lock:
+            self.npu_lock.release()
+
+    def _open(self):
+        """One graph per bucket; `session` maps a bucket to a callable(feeds list) -> [logits, new_k, new_v]."""
+        L, KVH, D = (self.card["config"][k] for k in ("n_layers", "n_kv_heads", "head_dim"))
+        S, R = self.spec.sink, self.spec.ring
+        self._names: list[str] = []
+        self._feeds: dict[int, dict[str, np.ndarray]] = {}
+        opener = _ort_bucket if self.backend == "ort" else _rknn_bucket(self)
+        sessions = {}
+        for T in buckets(self.opts.max_rows):
+            path = ensure_portable(self.model_dir, self.card, T, S, R)
+            run, names = opener(path, T, S, R)
+            self._names = names
+            sessions[T] = run
+            f = {"input_ids": np.zeros(T, np.int64),
+                 "mask": np.full((T, S + R + STATIC_RECENT + T), self.neg, np.float32),
+                 "logit_rows": np.zeros(T, np.int64),
+                 "recent_k": np.zeros((L * KVH, STATIC_RECENT, D), np.float32),
+                 "recent_v": np.zeros((L * KVH, STATIC_RECENT, D), np.float32)}
+            f.update({n: np.zeros((T, D // 2), np.float32) for n in ("cos", "sin", "cos_sink", "sin_sink")})
+            self._feeds[T] = f
+        return sessions
+
+    def _binding(self):                        # the pools go to each pass whole (see forward): nothing to bind
+        return None
+
+    def _bind_in(self, name, array):
+        pass
+
+    def forward(self, tokens: np.ndarray, positions: np.ndarray, mask: np.ndarray,
+                logit_rows: np.ndarray | None = None, recent_slots: np.ndarray | None = None,
+                path: np.ndarray | None = None) -> np.ndarray:
+        """As `Runner.forward`, on the smallest bucket that holds the rows (a chain's pass; no tree)."""
+        T = len(tokens)
+        if path is not None:
+            raise ValueError("a fixed-shape runner runs chains: a token tree needs the ONNX Runtime runner")
+        if T > self.opts.max_rows:
+            raise ValueError(f"{T} rows exceed max_rows={self.opts.max_rows}")
+        m = 0 if recent_slots is None else len(recent_slots)
+        if m > STATIC_RECENT:
+            raise ValueError(f"{m} recent positions exceed the fixed graph's {STATIC_RECENT}")
+        S, R = self.spec.sink, self.spec.ring
+        Tb = next(b for b in self.session if b >= T)
+        f = self._feeds[Tb]
+        P = mask.shape[1] - m - T                   # pool columns the caller's mask covers: S + the first ring slots
+        if not S < P <= S + R:
+            raise ValueError(f"the mask gives {P} pool columns; this pool has {S} sink and {R} ring slots")
+        wide, new = f["mask"], S + R + STATIC_RECENT
+        wide.fill(self.neg)
+        np.maximum(mask[:, :P], self.neg, out=wide[:T, :P])
+        np.maximum(mask[:, P:P + m], self.neg, out=wide[:T, S + R:S + R + m])
+        np.maximum(mask[:, P + m:], self.neg, out=wide[:T, new:new + T])
+        pad = np.arange(T, Tb)
+        wide[pad, new + pad] = 0.0                   # a padding row sees only itself; no row sees it
+        f["input_ids"][:T], f["input_ids"][T:] = tokens, tokens[0]
+        pos = np.empty(Tb, np.int64)
+        pos[:T], pos[T:] = positions, positions[0]
+        rope_tables(pos, self.inv_freq, f["cos"], f["sin"])
+        if S:
+            sink_pos = sink_query_positions(pos, S, self.spec.window, out=np.empty(Tb, np.int64))
+            rope_tables(sink_pos, self.inv_freq, f["cos_sink"], f["sin_sink"])
+        M = T if logit_rows is None else len(logit_rows)
+        rows = f["logit_rows"]
+        rows[:M] = np.arange(M) if logit_rows is None else logit_rows
+        rows[M:] = rows[0]
+        self._fill_recent(recent_slots, f["recent_k"], f["recent_v"])
+        pools = {}
+        for l in range(self.cfg["n_layers"]):
+            if S:
+                pools[f"sink_k.{l}"], pools[f"sink_v.{l}"] = self.sink_k[l], self.sink_v[l]
+            pools[f"ring_k.{l}"], pools[f"ring_v.{l}"] = self.ring_k[l], self.ring_v[l]
+        feeds = [f[n] if n in f else pools[n] for n in self._names]
+        t0 = time.perf_counter()
+        logits, new_k, new_v = self.session[Tb](feeds)
+        self.forward_s += time.perf_counter() - t0
+        self.forward_calls += 1
+        self.forward_rows += T
+        L, KVH, D = self.cfg["n_layers"], self.cfg["n_kv_heads"], self.cfg["head_dim"]
+        self.new_k = np.asarray(new_k, np.float32).reshape(L, KVH, Tb, D)[:, :, :T]
+        self.new_v = np.asarray(new_v, np.float32).reshape(L, KVH, Tb, D)[:, :, :T]
+        return np.asarray(logits, np.float32).reshape(Tb, -1)[:M]
+
+    def _fill_recent(self, slots, k_out: np.ndarray, v_out: np.ndarray) -> None:
+        L, KVH, D = self.cfg["n_layers"], self.cfg["n_kv_heads"], self.cfg["head_dim"]
+        m = 0 if slots is None else len(slots)
+        if not m:
+            return
+        S, slots = self.spec.sink, np.asarray(slots)
+        for out, sink_pool, ring_pool in ((k_out, self.sink_k, self.ring_k), (v_out, self.sink_v, self.ring_v)):
+            got = np.concatenate([sink_pool[:, slots[slots < S]], ring_pool[:, slots[slots >= S] - S]], axis=1)
+            out.reshape(L, KVH, STATIC_RECENT, D)[:, :, :m] = got.transpose(0, 2, 1, 3)
+
+
+def _ort_bucket(path: Path, T: int, S: int, R: int):
+    import onnxruntime as ort
+    so = ort.SessionOptions()
+    so.intra_op_num_threads = 1
+    session = ort.InferenceSession(str(path), so, providers=["CPUExecutionProvider"])
+    names = [i.name for i in session.get_inputs()]
+    return (lambda feeds: session.run(["logits", "new_k", "new_v"], dict(zip(names, feeds)))), names
+
+
+def _rknn_bucket(runner: StaticRunner):
+    """The NPU's opener: the board's runtime where rknn-toolkit-lite2 is installed, else the toolkit's simulator
+    (the runner holds the host's NPU lock by now)."""
+    board = importlib.util.find_spec("rknnlite") is not None
+
+    def open_bucket(path: Path, T: int, S: int, R: int):
+        import onnx
+        names = [i.name for i in onnx.load(str(path), load_external_data=False).graph.input]
+        if board:
+            from rknnlite.api import RKNNLite
+            rknn, source = RKNNLite(verbose=False), rknn_path(runner.model_dir, T, S, R)
+            if not source.exists():
+                raise FileNotFoundError(f"{source} is missing: build it with `python run.py export-rknn` (x86)")
+            _check(rknn.load_rknn(str(source)), f"load {source}")
+            _check(rknn.init_runtime(core_mask=RKNNLite.NPU_CORE_0), "init the NPU runtime")
+        else:
+            try:
+                from rknn.api import RKNN
+            except ImportError:
+                raise RuntimeError("draft.backend = \"rknn\" needs rknn-toolkit-lite2 (on the board) or "
+                                   "rknn-toolkit2's simulator (x86: bench/build-rknn-env.sh builds its venv)") from None
+            rknn = RKNN(verbose=False)
+            rknn.config(target_platform="rk3588")
+            _check(rknn.load_onnx(str(path)), f"load {path}")
+            _check(rknn.build(do_quantization=False), f"build {path} (float16)")
+            _check(rknn.init_runtime(), "start the simulator")
+        return (lambda feeds: rknn.inference(inputs=feeds, data_format="nchw")), names   # no input is 4-D
+    return open_bucket
+
+
+def _check(status: int, what: str) -> None:
+    if status != 0:
+        raise RuntimeError(f"rknn: could not {what} (status {status})")

@@ -1,0 +1,84 @@
+"""The fixed-shape runner (what the NPU runs) behaves as the ONNX Runtime runner through a draft, across ring wraps
+and row buckets; the NPU has one owner per host; the NPU backend without its runtime fails clearly and lets go."""
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from kernels.ring import RingSpec
+from kernels.sampling import SamplingParams
+from models.convert import convert
+from models.npu import NpuBusy, NpuLock
+from models.npu_runner import StaticRunner, buckets
+from models.runner import Runner, RunnerOptions
+from pipeline.decode.drafts import ModelDraft
+from tests.paths import ROOT
+from tests.tiny_gguf import write_tiny_gguf
+
+SPEC = RingSpec(sink=4, window=24, ring=24 + 16)       # wraps several times over the text below
+
+
+@pytest.fixture(scope="module", params=["llama", "qwen2"])
+def tiny(request, tmp_path_factory):
+    root = tmp_path_factory.mktemp("npu")
+    write_tiny_gguf(root / "tiny.gguf", request.param, weight_type="Q8_0", tied=True, seed=5)
+    convert(root / "tiny.gguf", root / "tiny", progress=False)
+    return root / "tiny"
+
+
+def _drive(runner, text: np.ndarray):
+    """A draft over `text` as the draft actor drives it: committed chunks, then one guess per position."""
+    draft = ModelDraft(runner, SamplingParams())
+    draft.observe(text[:40])                              # a 16-row, 16-row and 8-row catch-up on the first guess
+    guesses, rows = [], []
+    for t in text[40:]:
+        guesses.append(draft.guess([int(t)]))
+        rows.append(draft._row.copy())
+        draft.observe([int(t)])
+    return np.array(guesses), np.array(rows)
+
+
+def test_the_fixed_shape_runner_guesses_what_the_runtime_runner_guesses_across_ring_wraps(tiny):
+    opts = RunnerOptions(threads=1, max_rows=16, accuracy_level=0, batch_invariant=False)
+    text = np.random.default_rng(0).integers(3, 200, 160)
+    want = _drive(Runner(tiny, SPEC, opts), text)
+    static = StaticRunner(tiny, SPEC, opts, backend="ort")
+    got = _drive(static, text)
+    assert (got[0] == want[0]).all()
+    np.testing.assert_allclose(got[1], want[1], rtol=0, atol=1e-3 * np.abs(want[1]).max())
+    assert buckets(16) == (1, 4, 16) and set(static.session) == {1, 4, 16}
+
+
+def test_one_process_holds_the_npu_and_a_dead_holder_lets_go(tmp_path, monkeypatch):
+    lock = tmp_path / "npu.lock"
+    monkeypatch.setenv("RINGSPEC_NPU_LOCK", str(lock))
+    holder = subprocess.Popen([sys.executable, "-c", "import sys; from models.npu import NpuLock; "
+                               "NpuLock().acquire('the other draft'); print('held', flush=True); sys.stdin.read()"],
+                              cwd=ROOT, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        with pytest.raises(NpuBusy, match=f"held by pid {holder.pid} \\(the other draft"):
+            NpuLock().acquire("this draft")
+    finally:
+        holder.kill()                                     # as a crash would: no release, the kernel lets go
+        holder.wait()
+    with NpuLock() as mine:
+        mine.acquire("this draft")
+
+
+def test_the_npu_backend_without_its_runtime_says_what_to_install_and_lets_the_npu_go(tiny, tmp_path,
+                                                                                     monkeypatch):
+    pytest.importorskip("onnxruntime")
+    try:
+        import rknn.api  # noqa: F401
+        pytest.skip("rknn-toolkit2 is installed here: its simulator would run")
+    except ImportError:
+        pass
+    monkeypatch.setenv("RINGSPEC_NPU_LOCK", str(tmp_path / "npu.lock"))
+    with pytest.raises(RuntimeError, match="build-rknn-env.sh"):
+        StaticRunner(tiny, SPEC, RunnerOptions(threads=1, max_rows=4), backend="rknn")
+    with NpuLock() as after:
+        after.acquire("the next one")
