@@ -19,6 +19,8 @@ import time
 from pathlib import Path
 
 import numpy as np
+import onnx
+import onnxruntime as ort
 
 from kernels.ring import NEG, RingSpec
 from kernels.rope import rope_tables, sink_query_positions
@@ -44,7 +46,6 @@ def rknn_path(model_dir: Path, T: int, sink: int, ring: int) -> Path:
 
 def ensure_portable(model_dir: Path, card: dict, T: int, sink: int, ring: int) -> Path:
     """The portable graph of one bucket, built beside the model on first use."""
-    import onnx
     path = portable_path(model_dir, T, sink, ring)
     if not path.exists():
         path.parent.mkdir(exist_ok=True)
@@ -167,7 +168,6 @@ class StaticRunner(Runner):
 
 
 def _ort_bucket(path: Path, T: int, S: int, R: int):
-    import onnxruntime as ort
     so = ort.SessionOptions()
     so.intra_op_num_threads = 1
     session = ort.InferenceSession(str(path), so, providers=["CPUExecutionProvider"])
@@ -181,7 +181,6 @@ def _rknn_bucket(runner: StaticRunner):
     board = importlib.util.find_spec("rknnlite") is not None
 
     def open_bucket(path: Path, T: int, S: int, R: int):
-        import onnx
         names = [i.name for i in onnx.load(str(path), load_external_data=False).graph.input]
         if board:
             from rknnlite.api import RKNNLite
