@@ -14,7 +14,6 @@ Never decides what is committed or visible: as `Runner`, the caller passes the m
 """
 from __future__ import annotations
 
-import importlib.util
 import time
 from pathlib import Path
 
@@ -178,30 +177,40 @@ def _ort_bucket(path: Path, T: int, S: int, R: int):
 def _rknn_bucket(runner: StaticRunner):
     """The NPU's opener: the board's runtime where rknn-toolkit-lite2 is installed, else the toolkit's simulator
     (the runner holds the host's NPU lock by now)."""
-    board = importlib.util.find_spec("rknnlite") is not None
-
     def open_bucket(path: Path, T: int, S: int, R: int):
         names = [i.name for i in onnx.load(str(path), load_external_data=False).graph.input]
-        if board:
-            from rknnlite.api import RKNNLite
-            rknn, source = RKNNLite(verbose=False), rknn_path(runner.model_dir, T, S, R)
-            if not source.exists():
-                raise FileNotFoundError(f"{source} is missing: build it with `python run.py export-rknn` (x86)")
-            _check(rknn.load_rknn(str(source)), f"load {source}")
-            _check(rknn.init_runtime(core_mask=RKNNLite.NPU_CORE_0), "init the NPU runtime")
-        else:
-            try:
-                from rknn.api import RKNN
-            except ImportError:
-                raise RuntimeError("draft.backend = \"rknn\" needs rknn-toolkit-lite2 (on the board) or "
-                                   "rknn-toolkit2's simulator (x86: bench/build-rknn-env.sh builds its venv)") from None
-            rknn = RKNN(verbose=False)
-            rknn.config(target_platform="rk3588")
-            _check(rknn.load_onnx(str(path)), f"load {path}")
-            _check(rknn.build(do_quantization=False), f"build {path} (float16)")
-            _check(rknn.init_runtime(), "start the simulator")
+        rknn = _on_board(rknn_path(runner.model_dir, T, S, R)) or _on_simulator(path)
         return (lambda feeds: rknn.inference(inputs=feeds, data_format="nchw")), names   # no input is 4-D
     return open_bucket
+
+
+def _on_board(source: Path):
+    """rknn-toolkit-lite2's runtime on the board's NPU, running `source` (.rknn); None where it is not installed."""
+    try:
+        from rknnlite.api import RKNNLite
+    except ImportError:
+        return None
+    if not source.exists():
+        raise FileNotFoundError(f"{source} is missing: build it with `python run.py export-rknn` (x86)")
+    rknn = RKNNLite(verbose=False)
+    _check(rknn.load_rknn(str(source)), f"load {source}")
+    _check(rknn.init_runtime(core_mask=RKNNLite.NPU_CORE_0), "init the NPU runtime")
+    return rknn
+
+
+def _on_simulator(path: Path):
+    """rknn-toolkit2's simulator (x86), built from the portable ONNX in float16, as `export-rknn` builds it."""
+    try:
+        from rknn.api import RKNN
+    except ImportError:
+        raise RuntimeError("draft.backend = \"rknn\" needs rknn-toolkit-lite2 (on the board) or rknn-toolkit2's "
+                           "simulator (x86: bench/build-rknn-env.sh builds its venv)") from None
+    rknn = RKNN(verbose=False)
+    rknn.config(target_platform="rk3588")
+    _check(rknn.load_onnx(str(path)), f"load {path}")
+    _check(rknn.build(do_quantization=False), f"build {path} (float16)")
+    _check(rknn.init_runtime(), "start the simulator")
+    return rknn
 
 
 def _check(status: int, what: str) -> None:
