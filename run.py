@@ -19,6 +19,7 @@ import sys
 from pathlib import Path
 
 from models.convert import run_convert
+from models.registry import rknn_python
 from pipeline import config
 from pipeline.budget import parse_size, plan
 from pipeline.decode.exactness import doctor
@@ -39,6 +40,7 @@ MEASURING = {          # the measurement verbs: bench/ sits above this CLI, so t
     "distill": "train a small neural draft on the target's own output (needs the train extra)",
     "chaos": "kill actors of a real pipeline with a seed; count lost and duplicated lines from the journal",
     "fuzz": "property-based fuzzing of logs, profiles, GGUF files, HTTP and zmq requests; failures per target",
+    "export-rknn": "the draft as .rknn for the RK3588's NPU; its simulator's agreement and acceptance (toolkit venv)",
 }
 
 
@@ -239,7 +241,10 @@ def main(argv=None, build=parser) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
     if build is parser and argv and argv[0] in MEASURING:         # no import of bench/ from here: hand over
         path = os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))
-        os.execve(sys.executable, [sys.executable, "-m", "bench", *argv], {**os.environ, "PYTHONPATH": path})
+        python = sys.executable
+        if argv[0] == "export-rknn" and rknn_python().exists():    # rknn-toolkit2 lives in a venv of its own
+            python = str(rknn_python())
+        os.execve(python, [python, "-m", "bench", *argv], {**os.environ, "PYTHONPATH": path})
     try:
         args = build().parse_args(argv)
         args = args if args.verb else build().parse_args(["replay"])

@@ -8,7 +8,8 @@ from __future__ import annotations
 import argparse
 import sys
 
-from bench import chaos, distill, draftscan, fuzz, operators, perplexity, pipeline_vs_serial, recall, soak, speed
+from bench import (chaos, distill, draftscan, fuzz, npu, operators, perplexity, pipeline_vs_serial, recall, soak,
+                   speed)
 from run import MEASURING, ROOT, add_key, add_model_flags, add_verb, main, profile_of
 
 SHARED = ROOT.parent / "shared"
@@ -67,6 +68,16 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--seed", type=int, default=0, help="hypothesis's seed (default %(default)s)")
     p.add_argument("--json", action="store_true", help="print {target: {cases, failures, failure, seconds}}")
     p.set_defaults(run=lambda a: fuzz.run_fuzz(profile_of(a), a.cases, a.targets, a.seed))
+
+    p = add_verb(sub, "export-rknn", npu.run_export, MEASURING["export-rknn"],
+                 profile="TOML profile: its draft model, ring and log (configs/rk3588.toml for the board)")
+    add_key(p, "--draft-model", "draft.model", "the draft GGUF to convert")
+    p.add_argument("--positions", type=int, default=400, help="teacher-forced positions compared (default "
+                   "%(default)s)")
+    p.add_argument("--greedy", type=int, default=64, help="tokens of each greedy continuation (default %(default)s)")
+    p.add_argument("--lines", type=int, default=30, help="log lines replayed for the acceptance (default %(default)s)")
+    p.add_argument("--json", action="store_true", help="print the figures as one JSON object")
+    p.set_defaults(run=lambda a: npu.run_export(profile_of(a, here=False), a.positions, a.greedy, a.lines))
 
     p = add_verb(sub, "eval-recall", recall.run_eval_recall, MEASURING["eval-recall"],
                  profile="TOML profile the model answers with")

@@ -109,6 +109,12 @@ def default_cached_path() -> Path:
 DEFAULT_DRAFT = Path(__file__).resolve().parents[1] / "data" / "draft-smollm2-tep.gguf"   # `python run.py distill`
 
 
+def rknn_python() -> Path:
+    """The interpreter of rknn-toolkit2's venv (bench/build-rknn-env.sh builds it under $RINGSPEC_HOME;
+    RINGSPEC_RKNN_PYTHON names another)."""
+    return Path(os.environ.get("RINGSPEC_RKNN_PYTHON") or home() / "rknn-venv" / "bin" / "python")
+
+
 def resolve_gguf(name: str) -> Path:
     """"default": the registry's SmolLM2; "default-draft": the neural draft distilled for it; else a path."""
     if name in ("", "default"):

@@ -1,0 +1,201 @@
+"""`run.py export-rknn`: the draft converted for the RK3588's NPU, and what the NPU's numerics cost.
+
+Owns the conversion driver (rknn-toolkit2: one .rknn per row bucket of models/npu_runner.py, beside the draft's
+converted model, with a record of what was quantized how) and three figures against the ONNX Runtime draft the CPU
+runs, on real log text: teacher-forced top-1 agreement and mean KL, greedy agreement (each draft continuing alone),
+and the acceptance each achieves against the real target in the serial replay (whose assessments must be the same
+text: the draft only proposes). The toolkit's simulator stands in for the NPU: its figures are the NPU's float16
+numerics, not its speed. Runs in the toolkit's venv (bench/build-rknn-env.sh), which `export-rknn` hands over to.
+"""
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import json
+import os
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from kernels.sampling import SamplingParams
+from models.npu_runner import StaticRunner, buckets, ensure_portable, rknn_path
+from models.convert import load_card
+from models.registry import converted_dir, resolve_gguf, rknn_python
+from models.runner import Runner, RunnerOptions
+from models.tokenizer import Tokenizer
+from pipeline.config import replay_log
+from pipeline.decode.drafts import ModelDraft
+from pipeline.report import Report
+from pipeline.stream.records import read_log
+from pipeline.stream.replay import replay, replay_frame
+
+@dataclass
+class NpuReport(Report):
+    indent = 1
+
+    def text(self) -> str:
+        d = self.data
+        a, acc = d["agreement"], d["acceptance"]
+        lines = [f"{b['rknn']} ({b['bytes'] / 2**20:.1f} MiB, built in {b['build_s']:.1f} s)" for b in d["buckets"]]
+        lines += [f"quantization: {d['record']['quantization']}",
+                  f"agreement with the ONNX Runtime draft over {a['positions']} positions of {d['log']}: top-1 "
+                  f"{a['top1']:.4f}, mean KL {a['mean_kl']:.2e} nats; greedy, {a['greedy_tokens']} tokens from "
+                  f"{a['greedy_starts']} starts: {a['greedy_agreement']:.4f} of tokens the same",
+                  f"against the target ({acc['lines']} lines, {acc['assessments']} assessments, serial replay): "
+                  f"{acc['onnx']['tokens_per_verify']:.3f} tokens/verify with the ONNX Runtime draft, "
+                  f"{acc['rknn']['tokens_per_verify']:.3f} with the NPU's ({acc['loss']:+.1%}); assessments "
+                  f"{'identical' if acc['identical'] else 'DIFFER'}"]
+        return "\n".join(lines)
+
+    @property
+    def exit_code(self) -> int:
+        return 0 if self.data["acceptance"]["identical"] else 1
+
+
+@contextlib.contextmanager
+def _toolkit_prints_to_stderr():
+    """rknn-toolkit2's native code prints its build log on stdout: send it to stderr, so stdout is the report."""
+    sys.stdout.flush()
+    saved = os.dup(1)
+    os.dup2(2, 1)
+    try:
+        yield
+    finally:
+        sys.stdout.flush()
+        os.dup2(saved, 1)
+        os.close(saved)
+
+
+def run_export(cfg, positions: int = 400, greedy: int = 64, lines: int = 30) -> NpuReport:
+    """Convert the profile's draft model ([draft] model) to .rknn for the RK3588 (float16, one file per row bucket,
+    the ring as fixed-size inputs) with rknn-toolkit2, then measure in its simulator: agreement with the ONNX Runtime
+    draft on the profile's log (teacher-forced top-1 and mean KL over `positions` tokens; greedy continuations of
+    `greedy` tokens) and the acceptance against the target over the first `lines` lines of a serial replay, with the
+    assessments' text compared (exit 1 if they differ). Runs in rknn-toolkit2's venv (bench/build-rknn-env.sh)."""
+    try:
+        from rknn.api import RKNN
+    except ImportError:
+        raise RuntimeError(f"rknn-toolkit2 is not installed for {sys.executable}: bench/build-rknn-env.sh builds "
+                           f"its venv (at {rknn_python()}), which `python run.py export-rknn` then uses") from None
+    with _toolkit_prints_to_stderr():
+        return _export(cfg, RKNN, positions, greedy, lines)
+
+
+def _export(cfg, RKNN, positions: int, greedy: int, lines: int) -> NpuReport:
+    draft = replace_draft(cfg, "onnx")
+    model_dir = converted_dir(resolve_gguf(cfg.draft.model))
+    card = load_card(model_dir)
+    spec = replay_frame(draft).spec
+    built = []
+    for T in buckets(cfg.model.max_rows):
+        onnx_path = ensure_portable(model_dir, card, T, spec.sink, spec.ring)
+        out = rknn_path(model_dir, T, spec.sink, spec.ring)
+        out.parent.mkdir(exist_ok=True)
+        t0 = time.perf_counter()
+        rknn = RKNN(verbose=False)
+        rknn.config(target_platform="rk3588")
+        for status, what in ((rknn.load_onnx(str(onnx_path)), "load"), (rknn.build(do_quantization=False), "build"),
+                             (rknn.export_rknn(str(out)), "export")):
+            if status != 0:
+                raise RuntimeError(f"rknn-toolkit2 could not {what} {onnx_path} (status {status})")
+        rknn.release()
+        built.append({"bucket": T, "onnx": str(onnx_path), "rknn": str(out), "bytes": out.stat().st_size,
+                      "build_s": time.perf_counter() - t0})
+    record = {"toolkit": "rknn-toolkit2 " + _version("rknn-toolkit2"), "target_platform": "rk3588",
+              "quantization": "none: weights and activations in float16 (do_quantization=False); the mask's "
+                              "never is -3e4 there (float16's range), the pools float32 on the host, cast in",
+              "graph": "models/graph.py portable: standard ONNX operators, fused QKV + Split, dequantized weights",
+              "ring": {"sink": spec.sink, "ring": spec.ring}, "buckets": [b["bucket"] for b in built]}
+    (model_dir / "rknn" / "record.json").write_text(json.dumps(record, indent=1))
+    log = replay_log(cfg)
+    return NpuReport({"buckets": built, "record": record, "log": log,
+                      "agreement": agreement(cfg, model_dir, spec, log, positions, greedy),
+                      "acceptance": acceptance(cfg, log, lines)})
+
+
+def replace_draft(cfg, backend: str):
+    return dataclasses.replace(cfg, draft=dataclasses.replace(cfg.draft, backend=backend))
+
+
+def agreement(cfg, model_dir: Path, spec, log: str, positions: int, greedy: int) -> dict:
+    """The NPU draft (simulator) against the ONNX Runtime draft, both as the draft actor runs them."""
+    tok = Tokenizer.from_gguf(resolve_gguf(cfg.model.gguf))
+    text = "\n".join(r.text for r in read_log(log, None)[:400])
+    ids = np.asarray(tok.encode(text), np.int64)[: positions + 64]
+    opts = RunnerOptions(threads=cfg.draft.threads, max_rows=cfg.model.max_rows, batch_invariant=False)
+    cpu, npu = Runner(model_dir, spec, opts), StaticRunner(model_dir, spec, opts, backend="rknn")
+    (want, want_rows), (got, got_rows) = (_teacher_forced(r, ids) for r in (cpu, npu))
+    logp, logq = (_log_softmax(x.astype(np.float64)) for x in (want_rows, got_rows))
+    kl = (np.exp(logp) * (logp - logq)).sum(-1)
+    starts = list(range(64, len(ids) - 1, max(1, (len(ids) - 64) // 4)))[:4]
+    same = total = 0
+    for s in starts:
+        a, b = _greedy(cpu, ids[:s], greedy), _greedy(npu, ids[:s], greedy)
+        same, total = same + int((a == b).sum()), total + len(a)
+    npu.close()
+    return {"positions": len(want), "top1": float((want == got).mean()), "mean_kl": float(kl.mean()),
+            "greedy_starts": len(starts), "greedy_tokens": greedy, "greedy_agreement": same / total if total else 0.0}
+
+
+def acceptance(cfg, log: str, lines: int) -> dict:
+    """Serial replays with the draft model on each backend: tokens per verify pass, and the assessments' text."""
+    out = {}
+    for backend in ("onnx", "rknn"):
+        run = replace_draft(cfg, backend)
+        run = dataclasses.replace(run, draft=dataclasses.replace(run.draft, kind="model"))
+        texts, generated, verifies = [], 0, 0.0
+
+        def emit(kind, payload, texts=texts):
+            if kind == "assessment":
+                texts.append(payload["text"])
+                st = payload["stats"]
+                nonlocal generated, verifies
+                generated += st["generated"]
+                verifies += st["generated"] / st["accepted_per_verify"] if st["accepted_per_verify"] else 0
+        replay(log, None, run, emit, max_lines=lines)
+        out[backend] = {"texts": texts, "tokens_per_verify": generated / verifies if verifies else 0.0}
+    return {"lines": lines, "assessments": len(out["onnx"]["texts"]), "onnx": out["onnx"], "rknn": out["rknn"],
+            "identical": out["onnx"]["texts"] == out["rknn"]["texts"],
+            "loss": out["rknn"]["tokens_per_verify"] / out["onnx"]["tokens_per_verify"] - 1.0
+            if out["onnx"]["tokens_per_verify"] else 0.0}
+
+
+def _teacher_forced(runner, ids: np.ndarray):
+    draft = ModelDraft(runner, SamplingParams())
+    draft.observe(ids[:64])
+    guesses, rows = [], []
+    for t in ids[64:]:
+        guesses.append(draft.guess([int(t)]))
+        rows.append(draft._row.copy())
+        draft.observe([int(t)])
+    draft.forget()
+    return np.array(guesses), np.array(rows)
+
+
+def _greedy(runner, prefix: np.ndarray, n: int) -> np.ndarray:
+    draft = ModelDraft(runner, SamplingParams())
+    draft.observe(prefix[:-1])
+    out, tok = [], int(prefix[-1])
+    for _ in range(n):
+        nxt = draft.guess([tok])
+        draft.observe([tok])
+        out.append(nxt)
+        tok = nxt
+    draft.forget()
+    return np.array(out)
+
+
+def _log_softmax(x: np.ndarray) -> np.ndarray:
+    x = x - x.max(-1, keepdims=True)
+    return x - np.log(np.exp(x).sum(-1, keepdims=True))
+
+
+def _version(dist: str) -> str:
+    from importlib.metadata import PackageNotFoundError, version
+    try:
+        return version(dist)
+    except PackageNotFoundError:
+        return "?"

@@ -1,0 +1,48 @@
+"""The draft on the NPU, through rknn-toolkit2's simulator (its venv: bench/build-rknn-env.sh, built on first use):
+the actor pipeline with the draft there gives the target-only assessments, and `export-rknn` builds every bucket
+and reports its agreement and acceptance."""
+from __future__ import annotations
+
+import json
+import os
+import sys
+
+from tests import procs
+from tests.paths import ROOT
+
+NPU_DRAFT = '[draft]\nkind = "hybrid"\nmodel = "default-draft"\nbackend = "rknn"\n[board]\nnpu = "rknpu2"\n'
+
+
+def _assessments(journal) -> list[str]:
+    return [r["text"] for r in map(json.loads, journal.read_text().splitlines()) if r.get("kind") == "assessment"]
+
+
+def test_the_draft_on_the_npu_simulator_through_the_actor_pipeline_gives_the_target_only_assessments(
+        default_gguf, rknn_python, tmp_path):
+    (tmp_path / "npu.toml").write_text(NPU_DRAFT)
+    (tmp_path / "alone.toml").write_text('[draft]\nkind = "none"\n')
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "RINGSPEC_NPU_LOCK": str(tmp_path / "npu.lock")}
+    runs = {}
+    for name, python in (("npu", str(rknn_python)), ("alone", sys.executable)):
+        proc = procs.run([python, str(ROOT / "run.py"), "replay", "--config", str(tmp_path / f"{name}.toml"),
+                          "--max-lines", "20", "--quiet-lines", "--journal", str(tmp_path / f"{name}.jsonl")],
+                         env=env, cpu_budget_s=1200)
+        assert proc.returncode == 0, proc.stderr[-3000:]
+        runs[name] = proc.stderr
+    npu, alone = _assessments(tmp_path / "npu.jsonl"), _assessments(tmp_path / "alone.jsonl")
+    assert len(npu) == 2 and npu == alone
+    decode = next(line for line in runs["npu"].splitlines() if line.startswith("decode "))
+    assert float(decode.split(" tokens/verify")[0].rsplit(" ", 1)[1]) > 1.5, decode   # the NPU's draft was accepted
+
+
+def test_export_rknn_builds_every_bucket_and_reports_agreement_and_acceptance(default_gguf, rknn_python):
+    env = {**os.environ, "RINGSPEC_RKNN_PYTHON": str(rknn_python)}
+    proc = procs.run([sys.executable, str(ROOT / "run.py"), "export-rknn", "--positions", "100", "--greedy", "16",
+                      "--lines", "10", "--json"], env=env, cpu_budget_s=1200)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    out = json.loads(proc.stdout)
+    assert [b["bucket"] for b in out["buckets"]] == [1, 4, 16, 32]
+    assert all(os.path.getsize(b["rknn"]) > 1 << 20 for b in out["buckets"])
+    assert "float16" in out["record"]["quantization"]
+    assert out["agreement"]["positions"] == 100 and out["agreement"]["top1"] > 0.9
+    assert out["acceptance"]["identical"] and out["acceptance"]["rknn"]["tokens_per_verify"] > 1.0
