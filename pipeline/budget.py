@@ -6,6 +6,8 @@ allocates), its pass buffers (the new rows' K/V, the logits and the mask at max_
 once, in the process that creates it, at its full segment size: pipeline/topology.py), the archive's SQLite page
 cache. Measured once and recorded below, with the command that measured them: what a process holds beyond those
 (interpreter, numpy, ONNX Runtime, tokenizer, its objects) and what a model session holds beyond them (its arena).
+A draft on the NPU: its .rknn files (one per row bucket; a float16 estimate until `export-rknn` wrote them) and the
+pools each takes as inputs, in the NPU's IOMMU domain; its runtime's own overhead is not measured (no board here).
 `python run.py plan` prints the plan; the launcher checks it before the first start and refuses a profile that does
 not fit, naming the term to change. Also the board's cores against what /proc/cpuinfo says they are. Never opens a
 session or starts a process.
@@ -19,6 +21,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from models.convert import load_card
+from models.npu_runner import buckets, rknn_path
 from models.platform import core_kinds
 from models.registry import converted_dir, resolve_gguf
 from models.runner import kv_bytes_per_slot
@@ -184,18 +187,39 @@ def parse_size(text: str) -> int:
 def _model_terms(process: str, role: str, card: dict, name: str, spec, max_rows: int, knob: str,
                  npu: bool) -> list[Term]:
     c = card["config"]
-    weights = os.path.getsize(converted_dir(resolve_gguf(name)) / "weights.bin")
+    model_dir = converted_dir(resolve_gguf(name))
+    weights = os.path.getsize(model_dir / "weights.bin")
     pool = kv_bytes_per_slot(c) * spec.pool_slots
     f32 = np.dtype(np.float32).itemsize
     buffers = (2 * c["n_layers"] * c["n_kv_heads"] * max_rows * c["head_dim"] * f32     # new rows' K and V
                + max_rows * c["vocab_size"] * f32                                       # logits
                + max_rows * (spec.pool_slots + 64 + max_rows) * f32)                    # mask
-    session = int(SESSION_MIB_PER_WEIGHT_MIB * weights)
     of = "" if process == role else f"{role} "             # serial: both models in the launcher's process
+    if npu:       # one float16 model per row bucket, each with the pools as inputs; the pools' host copy in float32
+        sizes = [rknn_path(model_dir, T, spec.sink, spec.ring) for T in buckets(max_rows)]
+        models = sum(f.stat().st_size for f in sizes) if all(f.exists() for f in sizes) else \
+            len(sizes) * 2 * _float_parameters(card)
+        return [Term(process, f"{of}weights (.rknn)", models, knob, npu),
+                Term(process, f"{of}kv pool inputs", len(sizes) * pool // 2, "cache.window", npu),
+                Term(process, f"{of}kv pool (host)", pool, "cache.window"),
+                Term(process, f"{of}pass buffers", buffers, "model.max_rows")]
+    session = int(SESSION_MIB_PER_WEIGHT_MIB * weights)
     return [Term(process, f"{of}weights", weights, knob, npu),
             Term(process, f"{of}kv pool", pool, "cache.window", npu),
             Term(process, f"{of}pass buffers", buffers, "model.max_rows", npu),
             Term(process, f"{of}session", session, knob, npu)]
+
+
+def _float_parameters(card: dict) -> int:
+    """Weights of the portable graph (models/graph.py): every linear as N x K floats, and a quantized embedding
+    shared with the head once more as its table."""
+    linears = list(card["linears"].values()) + [card["layers"][i][k] for i in range(len(card["layers"]))
+                                                for k in ("qkv", "o", "gate_up", "down")]
+    n = sum(x["N"] * x["K"] for x in linears)
+    if card["embed"]["kind"] != "dense":
+        head = card["linears"][card["embed"]["linear"]]
+        n += head["N"] * head["K"]
+    return n
 
 
 def _channel_knob(name: str) -> str:
