@@ -16,14 +16,15 @@ import os
 import sys
 import time
 from dataclasses import dataclass
+from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 
 import numpy as np
 
 from kernels.sampling import SamplingParams
-from models.npu_runner import StaticRunner, buckets, ensure_portable, rknn_path
 from models.convert import load_card
-from models.registry import converted_dir, resolve_gguf, rknn_python
+from models.npu_runner import StaticRunner, buckets, ensure_portable, export_rknn, rknn_path
+from models.registry import converted_dir, resolve_gguf
 from models.runner import Runner, RunnerOptions
 from models.tokenizer import Tokenizer
 from pipeline.config import replay_log
@@ -75,16 +76,11 @@ def run_export(cfg, positions: int = 400, greedy: int = 64, lines: int = 30) -> 
     draft on the profile's log (teacher-forced top-1 and mean KL over `positions` tokens; greedy continuations of
     `greedy` tokens) and the acceptance against the target over the first `lines` lines of a serial replay, with the
     assessments' text compared (exit 1 if they differ). Runs in rknn-toolkit2's venv (bench/build-rknn-env.sh)."""
-    try:
-        from rknn.api import RKNN
-    except ImportError:
-        raise RuntimeError(f"rknn-toolkit2 is not installed for {sys.executable}: bench/build-rknn-env.sh builds "
-                           f"its venv (at {rknn_python()}), which `python run.py export-rknn` then uses") from None
     with _toolkit_prints_to_stderr():
-        return _export(cfg, RKNN, positions, greedy, lines)
+        return _export(cfg, positions, greedy, lines)
 
 
-def _export(cfg, RKNN, positions: int, greedy: int, lines: int) -> NpuReport:
+def _export(cfg, positions: int, greedy: int, lines: int) -> NpuReport:
     draft = replace_draft(cfg, "onnx")
     model_dir = converted_dir(resolve_gguf(cfg.draft.model))
     card = load_card(model_dir)
@@ -95,13 +91,7 @@ def _export(cfg, RKNN, positions: int, greedy: int, lines: int) -> NpuReport:
         out = rknn_path(model_dir, T, spec.sink, spec.ring)
         out.parent.mkdir(exist_ok=True)
         t0 = time.perf_counter()
-        rknn = RKNN(verbose=False)
-        rknn.config(target_platform="rk3588")
-        for status, what in ((rknn.load_onnx(str(onnx_path)), "load"), (rknn.build(do_quantization=False), "build"),
-                             (rknn.export_rknn(str(out)), "export")):
-            if status != 0:
-                raise RuntimeError(f"rknn-toolkit2 could not {what} {onnx_path} (status {status})")
-        rknn.release()
+        export_rknn(onnx_path, out)
         built.append({"bucket": T, "onnx": str(onnx_path), "rknn": str(out), "bytes": out.stat().st_size,
                       "build_s": time.perf_counter() - t0})
     record = {"toolkit": "rknn-toolkit2 " + _version("rknn-toolkit2"), "target_platform": "rk3588",
@@ -194,7 +184,6 @@ def _log_softmax(x: np.ndarray) -> np.ndarray:
 
 
 def _version(dist: str) -> str:
-    from importlib.metadata import PackageNotFoundError, version
     try:
         return version(dist)
     except PackageNotFoundError:

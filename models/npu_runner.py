@@ -199,17 +199,30 @@ def _on_board(source: Path):
 
 
 def _on_simulator(path: Path):
-    """rknn-toolkit2's simulator (x86), built from the portable ONNX in float16, as `export-rknn` builds it."""
+    """rknn-toolkit2's simulator (x86), built from the portable ONNX in float16, as `export_rknn` builds it."""
+    rknn = _toolkit(path)
+    _check(rknn.init_runtime(), "start the simulator")
+    return rknn
+
+
+def export_rknn(path: Path, out: Path) -> None:
+    """The portable ONNX at `path` converted for the RK3588's NPU (float16) and written to `out` (.rknn)."""
+    rknn = _toolkit(path)
+    _check(rknn.export_rknn(str(out)), f"export {out}")
+    rknn.release()
+
+
+def _toolkit(path: Path):
+    """rknn-toolkit2 (x86) with the portable ONNX at `path` built for the RK3588 in float16 (no quantization)."""
     try:
         from rknn.api import RKNN
     except ImportError:
-        raise RuntimeError("draft.backend = \"rknn\" needs rknn-toolkit-lite2 (on the board) or rknn-toolkit2's "
-                           "simulator (x86: bench/build-rknn-env.sh builds its venv)") from None
+        raise RuntimeError("the rknn backend needs rknn-toolkit-lite2 (on the board) or rknn-toolkit2 (x86: its "
+                           "simulator and converter; bench/build-rknn-env.sh builds its venv)") from None
     rknn = RKNN(verbose=False)
     rknn.config(target_platform="rk3588")
     _check(rknn.load_onnx(str(path)), f"load {path}")
     _check(rknn.build(do_quantization=False), f"build {path} (float16)")
-    _check(rknn.init_runtime(), "start the simulator")
     return rknn
 
 

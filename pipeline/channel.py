@@ -144,6 +144,9 @@ class Channel:
         sock = None
         try:
             mm = _map_untracked(spec.segment_name)
+            owner = np.frombuffer(mm, "<u8", count=_W_START + 1)       # whose it is, before anything can fail: a
+            owner[_W_PID], owner[_W_START] = os.getpid(), _start_time(os.getpid())   # creator killed mid-way
+            del owner                                                  # leaves a segment cleanup_stale can judge
             sock = _socket()
             sock.bind(endpoint)
             channel = cls(spec, mm, sock, endpoint, owner=True)
@@ -454,13 +457,16 @@ def _remove_if_stale(segment_name: str) -> bool:
     if len(control) < _CONTROL_BYTES:
         return False                                  # being created, or not a channel
     words = struct.unpack_from("<64Q", control)
-    if words[_W_MAGIC] != _MAGIC or _alive(words[_W_PID], words[_W_START]):
-        return False
+    if not words[_W_PID] or _alive(words[_W_PID], words[_W_START]):
+        return False                                  # not a channel, its creator's first write to come, or alive
     try:
         _posixshmem.shm_unlink("/" + segment_name)
     except FileNotFoundError:
         return False
-    _unlink_ipc(control[_ENDPOINT_AT:_ENDPOINT_AT + words[_W_ENDPOINT_LEN]].decode())
+    if words[_W_MAGIC] == _MAGIC:
+        _unlink_ipc(control[_ENDPOINT_AT:_ENDPOINT_AT + words[_W_ENDPOINT_LEN]].decode())
+    else:                                             # its creator died before writing the endpoint: the one it binds
+        _unlink_ipc(f"ipc://{tempfile.gettempdir()}/{segment_name}.ipc")
     return True
 
 

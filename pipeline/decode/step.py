@@ -92,6 +92,7 @@ class Stats:
     rejections: int = 0
     rejections_after_wrap: int = 0   # rejected blocks whose rows lie within one block of a ring wrap point
     salvaged: int = 0                # tree blocks whose accepted path starts at a sibling of the first proposal
+    trees: int = 0                   # blocks verified as a tree (a proposal beside the first one)
     wraps: int = 0                   # times the committed position crossed a ring wrap point
     draft_s: float = 0.0
     # Overlap (the actor pipeline's run-ahead; 0 in the serial engine): draft time spent while the target verified the
@@ -116,6 +117,7 @@ class Stats:
         """Account one verified block (`blocks.Block`) whose accepted path is `rows` (0: the pending token)."""
         proposed, first, accepted = len(blk.tokens) - 1, int(blk.pos[0]), len(rows) - 1
         self.salvaged += int(accepted > 0 and rows[1] != 1)
+        self.trees += int(blk.path is not None and (blk.parent == -1).sum() > 1)
         self.verify_calls += 1
         self.proposed += proposed
         self.accepted += accepted
@@ -144,6 +146,7 @@ class Stats:
                 "acceptance_rate": self.accepted / self.proposed if self.proposed else 0.0,
                 "generated": self.generated, "prompt_tokens": self.prompt_tokens, "proposed": self.proposed,
                 "accepted": self.accepted, "rejections": self.rejections, "salvaged": self.salvaged,
+                "trees": self.trees,
                 "rejections_after_wrap": self.rejections_after_wrap, "wraps": self.wraps,
                 "draft_s": self.draft_s, "decode_s": self.decode_s, "prefill_s": self.prefill_s,
                 "overlap_s": self.overlap_s, "overlap_share": self.overlap_s / self.draft_s if self.draft_s else 0.0,

@@ -276,6 +276,23 @@ def test_an_owner_killed_outright_leaves_segment_and_socket_file_and_cleanup_sta
     assert not _segment_exists(spec) and not os.path.exists(endpoint_file)
 
 
+def test_an_owner_killed_while_it_creates_its_channel_leaves_what_cleanup_stale_removes():
+    """Found in CI: a launcher SIGKILLed just as its actors started left a segment without its magic word (its
+    creator died before binding its socket), which cleanup_stale took for "being created" and kept forever. The
+    creator's pid is now written first, so a dead one's half-made segment is stale too."""
+    spec = _spec("midcreate")
+    code = textwrap.dedent(f"""
+        import os
+        from pipeline import channel
+        channel._socket = lambda: os.kill(os.getpid(), 9)      # dies after the segment is made, before its socket
+        channel.Channel.create(channel.ChannelSpec({spec.name!r}))
+    """)
+    proc = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True)
+    assert proc.returncode == -signal.SIGKILL and _segment_exists(spec)
+    assert spec.segment_name in cleanup_stale(PREFIX + "test_")
+    assert not _segment_exists(spec)
+
+
 def test_create_replaces_segment_of_sigkilled_owner():
     spec = _spec("replace")
     _sigkilled_owner(spec)
