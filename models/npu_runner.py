@@ -93,6 +93,7 @@ class StaticRunner(Runner):
                  "recent_k": np.zeros((L * KVH, STATIC_RECENT, D), np.float32),
                  "recent_v": np.zeros((L * KVH, STATIC_RECENT, D), np.float32)}
             f.update({n: np.zeros((T, D // 2), np.float32) for n in ("cos", "sin", "cos_sink", "sin_sink")})
+            f.update(pos=np.zeros(T, np.int64), sink_pos=np.zeros(T, np.int64))    # host only, not graph inputs
             self._feeds[T] = f
         return sessions
 
@@ -128,17 +129,20 @@ class StaticRunner(Runner):
         pad = np.arange(T, Tb)
         wide[pad, new + pad] = 0.0                   # a padding row sees only itself; no row sees it
         f["input_ids"][:T], f["input_ids"][T:] = tokens, tokens[0]
-        pos = np.empty(Tb, np.int64)
+        pos = f["pos"]
         pos[:T], pos[T:] = positions, positions[0]
         rope_tables(pos, self.inv_freq, f["cos"], f["sin"])
         if S:
-            sink_pos = sink_query_positions(pos, S, self.spec.window, out=np.empty(Tb, np.int64))
-            rope_tables(sink_pos, self.inv_freq, f["cos_sink"], f["sin_sink"])
+            sink_query_positions(pos, S, self.spec.window, out=f["sink_pos"])
+            rope_tables(f["sink_pos"], self.inv_freq, f["cos_sink"], f["sin_sink"])
         M = T if logit_rows is None else len(logit_rows)
         rows = f["logit_rows"]
         rows[:M] = np.arange(M) if logit_rows is None else logit_rows
         rows[M:] = rows[0]
-        self._fill_recent(recent_slots, f["recent_k"], f["recent_v"])
+        if m:                                       # the padded columns beyond m are masked
+            L, KVH, D = self.cfg["n_layers"], self.cfg["n_kv_heads"], self.cfg["head_dim"]
+            k, v = (f[n].reshape(L, KVH, STATIC_RECENT, D)[:, :, :m] for n in ("recent_k", "recent_v"))
+            self._gather_recent(np.asarray(recent_slots), k, v)
         pools = {}
         for l in range(self.cfg["n_layers"]):
             if S:
@@ -155,15 +159,6 @@ class StaticRunner(Runner):
         self.new_v = np.asarray(new_v, np.float32).reshape(L, KVH, Tb, D)[:, :, :T]
         return np.asarray(logits, np.float32).reshape(Tb, -1)[:M]
 
-    def _fill_recent(self, slots, k_out: np.ndarray, v_out: np.ndarray) -> None:
-        L, KVH, D = self.cfg["n_layers"], self.cfg["n_kv_heads"], self.cfg["head_dim"]
-        m = 0 if slots is None else len(slots)
-        if not m:
-            return
-        S, slots = self.spec.sink, np.asarray(slots)
-        for out, sink_pool, ring_pool in ((k_out, self.sink_k, self.ring_k), (v_out, self.sink_v, self.ring_v)):
-            got = np.concatenate([sink_pool[:, slots[slots < S]], ring_pool[:, slots[slots >= S] - S]], axis=1)
-            out.reshape(L, KVH, STATIC_RECENT, D)[:, :, :m] = got.transpose(0, 2, 1, 3)
 
 
 def _ort_bucket(path: Path, T: int, S: int, R: int):

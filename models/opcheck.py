@@ -76,12 +76,7 @@ def families(card: dict, threads: int, accuracy_level: int, seed: int = 0, pool:
     out = []
 
     def family(name, shapes, checks, varied="rows", compare=_compare):
-        bad, worst = set(), 0.0
-        for run, rows in checks:
-            b, w = compare(run, rows)
-            bad.update(b)
-            worst = max(worst, w)
-        out.append(Family(name, shapes, varied, tuple(sorted(bad)), worst))
+        out.append(_family(name, shapes, checks, varied, compare))
 
     linears = list(card["linears"].values()) + [lin for layer in card["layers"]
                                                 for lin in (layer["qkv"], layer["o"], layer["gate_up"], layer["down"])]
@@ -212,62 +207,36 @@ def _masked_columns(rng, KVH: int, G: int, D: int, threads: int) -> dict[str, li
     return checks
 
 
+def _family(name: str, shapes: str, checks, varied: str = "rows", compare=_compare) -> Family:
+    """One family's verdict over its checks [(run, rows)]: the counts at which any differs, and by how much."""
+    bad, worst = set(), 0.0
+    for run, rows in checks:
+        b, w = compare(run, rows)
+        bad.update(b)
+        worst = max(worst, w)
+    return Family(name, shapes, varied, tuple(sorted(bad)), worst)
+
+
 def pool_attention(card: dict, threads: int, pool: int, rng=None) -> Family:
     """The attention products against a pool of `pool` columns, rows 1..64: a long context. (Measured: ONNX Runtime
-    1.32 on an AVX-512 Xeon, 4 intra-op threads, 600 and more columns: the values product, a sum over the columns,
+    1.32 on an AVX-512 EPYC, 4 intra-op threads, 600 and more columns: the values product, a sum over the columns,
     gives a row other bits in a 2- or 24-row run than alone, up to 4e-5, and a whole pass's logits 1.2 apart at 581
     positions; 2 and 3 threads are invariant. Short contexts do not show it.)"""
     cfg = card["config"]
     KVH, D = cfg["n_kv_heads"], cfg["head_dim"]
     G = cfg["n_heads"] // KVH
     rng = np.random.default_rng(0) if rng is None else rng
-    keys = _normal(rng, pool, KVH, D)
-    checks = []
-    for feed, node, width in (("q", helper.make_node("FusedMatMul", ["q", "k"], ["y"], domain=MS, alpha=0.125,
-                                                      transB=1, transBatchB=1), D),
-                              ("p", helper.make_node("FusedMatMul", ["p", "k"], ["y"], domain=MS, transBatchB=1),
-                               pool)):
-        sess = _session([node], [_value(feed, [KVH, "GT", width])], [_value("y", [KVH, "GT", "C"])],
-                        [numpy_helper.from_array(keys, "k")], threads)
-
-        def by_row(x, sess=sess, feed=feed, n=width):     # rows [T, KVH, G, n] <-> [KVH, G*T, n]
-            t = len(x)
-            y = sess.run(None, {feed: x.transpose(1, 2, 0, 3).reshape(KVH, G * t, n)})[0]
-            return y.reshape(KVH, G, t, -1).transpose(2, 0, 1, 3)
-        rows = _normal(rng, TOP, KVH, G, D) if feed == "q" else rng.random((TOP, KVH, G, pool), dtype=np.float32)
-        checks.append((by_row, rows))
-    bad, worst = set(), 0.0
-    for run, rows in checks:
-        b, w = _compare(run, rows)
-        bad.update(b)
-        worst = max(worst, w)
-    return Family("Attention products against the whole pool (a long context)", f"{pool} pool columns, {KVH} kv "
-                  f"heads x {G} queries, D {D}", "rows", tuple(sorted(bad)), worst)
+    return _family("Attention products against the whole pool (a long context)", f"{pool} pool columns, {KVH} kv "
+                   f"heads x {G} queries, D {D}", _products(rng, _normal(rng, pool, KVH, D), 1, KVH, G, D, threads))
 
 
 def _attention(rng, KVH: int, G: int, D: int, threads: int):
     """Scores and values against a slot-major pool [C, KVH, D] (transBatchB) and a section [KVH, m, D], and the tree
     graph's per-row products [KVH, T, G, D] x [KVH, T, W, D]."""
-    checks = []
     C, m, W = 96, 20, 4
     pool = _normal(rng, C, KVH, D)
     section = _normal(rng, KVH, m, D)
-    for name, keys, slot_major in (("pool", pool, 1), ("section", section, 0)):
-        scores = _session([helper.make_node("FusedMatMul", ["q", "k"], ["y"], domain=MS, alpha=0.125, transB=1,
-                                            transBatchB=slot_major)], [_value("q", [KVH, "GT", D])],
-                          [_value("y", [KVH, "GT", "C"])], [numpy_helper.from_array(keys, "k")], threads)
-        values = _session([helper.make_node("FusedMatMul", ["p", "v"], ["y"], domain=MS, transBatchB=slot_major)],
-                          [_value("p", [KVH, "GT", keys.shape[1 - slot_major]])], [_value("y", [KVH, "GT", D])],
-                          [numpy_helper.from_array(keys, "v")], threads)
-        width = keys.shape[1 - slot_major]
-
-        def by_row(sess, feed, n, x):            # rows [T, KVH, G, n] <-> [KVH, G*T, n], rows grouped per head
-            t = len(x)
-            y = sess.run(None, {feed: x.transpose(1, 2, 0, 3).reshape(KVH, G * t, n)})[0]
-            return y.reshape(KVH, G, t, -1).transpose(2, 0, 1, 3)
-        checks.append((lambda x, s=scores: by_row(s, "q", D, x), _normal(rng, TOP, KVH, G, D)))
-        checks.append((lambda x, s=values, w=width: by_row(s, "p", w, x), rng.random((TOP, KVH, G, width),
-                                                                                        dtype=np.float32)))
+    checks = _products(rng, pool, 1, KVH, G, D, threads) + _products(rng, section, 0, KVH, G, D, threads)
     tree = _session([helper.make_node("FusedMatMul", ["q", "k"], ["y"], domain=MS, alpha=0.125, transB=1),
                      helper.make_node("MatMul", ["y", "v"], ["o"])],
                     [_value("q", [KVH, "T", G, D]), _value("k", [KVH, "T", W, D]), _value("v", [KVH, "T", W, D])],
@@ -277,6 +246,25 @@ def _attention(rng, KVH: int, G: int, D: int, threads: int):
                                              "v": x[..., 2, :W, :].transpose(1, 0, 2, 3)})[0].transpose(1, 0, 2, 3),
                    _normal(rng, TOP, KVH, 3, max(G, W), D)))
     return checks
+
+
+def _products(rng, keys: np.ndarray, slot_major: int, KVH: int, G: int, D: int, threads: int) -> list:
+    """Scores and values of rows [T, KVH, G, .] against `keys`, laid out [slot, KVH, D] (slot_major, a pool: read
+    through transBatchB) or [KVH, m, D] (a section)."""
+    width = keys.shape[1 - slot_major]
+    scores = _session([helper.make_node("FusedMatMul", ["q", "k"], ["y"], domain=MS, alpha=0.125, transB=1,
+                                        transBatchB=slot_major)], [_value("q", [KVH, "GT", D])],
+                      [_value("y", [KVH, "GT", "C"])], [numpy_helper.from_array(keys, "k")], threads)
+    values = _session([helper.make_node("FusedMatMul", ["p", "v"], ["y"], domain=MS, transBatchB=slot_major)],
+                      [_value("p", [KVH, "GT", width])], [_value("y", [KVH, "GT", D])],
+                      [numpy_helper.from_array(keys, "v")], threads)
+
+    def by_row(sess, feed, n, x):            # rows [T, KVH, G, n] <-> [KVH, G*T, n], rows grouped per head
+        t = len(x)
+        y = sess.run(None, {feed: x.transpose(1, 2, 0, 3).reshape(KVH, G * t, n)})[0]
+        return y.reshape(KVH, G, t, -1).transpose(2, 0, 1, 3)
+    return [(lambda x: by_row(scores, "q", D, x), _normal(rng, TOP, KVH, G, D)),
+            (lambda x: by_row(values, "p", width, x), rng.random((TOP, KVH, G, width), dtype=np.float32))]
 
 
 def _normal(rng, *shape) -> np.ndarray:

@@ -212,17 +212,20 @@ class Runner:
             raise ValueError(f"{m} recent positions exceed max_recent={self.opts.max_recent}")
         k, v = (buf[: L * KVH * m * D].reshape(L, KVH, m, D) for buf in self._recent)
         if m:
-            S = self.spec.sink
-            slots = np.asarray(slots)
-            gathered = self._gathered[:, :m]
-            cut = int(np.searchsorted(slots, S))      # positions in order: the sink slots (if any) come first
-            for out, sink_pool, ring_pool in ((k, self.sink_k, self.ring_k), (v, self.sink_v, self.ring_v)):
-                if cut:                              # the first block after the sinks; no pool-sized temporary
-                    np.take(sink_pool, slots[:cut], axis=1, out=gathered[:, :cut])
-                np.take(ring_pool, slots[cut:] - S, axis=1, out=gathered[:, cut:])
-                np.copyto(out, gathered.transpose(0, 2, 1, 3))
+            self._gather_recent(np.asarray(slots), k, v)
         self._bind_in("recent_k", k.reshape(L * KVH, m, D))
         self._bind_in("recent_v", v.reshape(L * KVH, m, D))
+
+    def _gather_recent(self, slots: np.ndarray, k: np.ndarray, v: np.ndarray) -> None:
+        """The K/V of pool `slots` (positions in order: the sink slots, if any, first) into k and v [L, KVH, m, D]."""
+        S, m = self.spec.sink, len(slots)
+        gathered = self._gathered[:, :m]
+        cut = int(np.searchsorted(slots, S))
+        for out, sink_pool, ring_pool in ((k, self.sink_k, self.ring_k), (v, self.sink_v, self.ring_v)):
+            if cut:                                  # the first block after the sinks; no pool-sized temporary
+                np.take(sink_pool, slots[:cut], axis=1, out=gathered[:, :cut])
+            np.take(ring_pool, slots[cut:] - S, axis=1, out=gathered[:, cut:])
+            np.copyto(out, gathered.transpose(0, 2, 1, 3))
 
     def store(self, rows: np.ndarray, slots: np.ndarray) -> None:
         """Copy the K/V of new rows `rows` (from the last forward) into pool `slots` (sink slots first, then ring)."""

@@ -17,6 +17,7 @@ from __future__ import annotations
 import os
 import re
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import numpy as np
 
@@ -133,12 +134,13 @@ def plan(cfg: Config, ram: int | None = None) -> Plan:
     serial = cfg.actors.launcher == "serial"
     home_of = (lambda actor: "launcher") if serial else (lambda actor: actor)
     terms: list[Term] = []
-    target = load_card(converted_dir(resolve_gguf(cfg.model.gguf)))
-    terms += _model_terms(home_of("target"), "target", target, cfg.model.gguf, spec, cfg.model.max_rows,
-                          "model.gguf", npu=False)
+    target_dir = converted_dir(resolve_gguf(cfg.model.gguf))      # hashes a GGUF given by path: once per model
+    target = load_card(target_dir)
+    terms += _model_terms(home_of("target"), "target", target, target_dir, spec, cfg.model.max_rows, "model.gguf",
+                          npu=False)
     if cfg.draft.uses_model:
-        draft = load_card(converted_dir(resolve_gguf(cfg.draft.model)))
-        terms += _model_terms(home_of("draft"), "draft", draft, cfg.draft.model, spec, cfg.model.max_rows,
+        draft_dir = converted_dir(resolve_gguf(cfg.draft.model))
+        terms += _model_terms(home_of("draft"), "draft", load_card(draft_dir), draft_dir, spec, cfg.model.max_rows,
                               "draft.model", npu=cfg.draft.backend == "rknn")
     if not serial:
         vocab = target["config"]["vocab_size"]
@@ -184,10 +186,9 @@ def parse_size(text: str) -> int:
     return int(float(m.group(1)) * unit)
 
 
-def _model_terms(process: str, role: str, card: dict, name: str, spec, max_rows: int, knob: str,
+def _model_terms(process: str, role: str, card: dict, model_dir: Path, spec, max_rows: int, knob: str,
                  npu: bool) -> list[Term]:
     c = card["config"]
-    model_dir = converted_dir(resolve_gguf(name))
     weights = os.path.getsize(model_dir / "weights.bin")
     pool = kv_bytes_per_slot(c) * spec.pool_slots
     f32 = np.dtype(np.float32).itemsize

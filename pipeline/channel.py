@@ -152,7 +152,6 @@ class Channel:
             channel = cls(spec, mm, sock, endpoint, owner=True)
             ctl, raw = channel._ctl, endpoint.encode()
             ctl[[_W_SLOTS, _W_HEADER, _W_PAYLOAD]] = spec.slots, spec.header_bytes, spec.payload_bytes
-            ctl[_W_PID], ctl[_W_START] = os.getpid(), _start_time(os.getpid())
             ctl[_W_ENDPOINT_LEN] = len(raw)
             channel._buf[_ENDPOINT_AT:_ENDPOINT_AT + len(raw)] = np.frombuffer(raw, np.uint8)
             ctl[_W_MAGIC] = _MAGIC                    # last: attachers wait for it
