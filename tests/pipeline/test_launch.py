@@ -168,7 +168,7 @@ def test_pipelined_assessments_equal_the_serial_engine(default_gguf, tmp_path, l
     assert pipelined == serial_assessments(lines, config if profile else None) and len(pipelined) == lines // 10
     if profile:            # the draft ran ahead (whether the stream offers siblings, and one wins, depends on the
         stats = [r["stats"] for r in records if r["kind"] == "assessment"]     # text this CPU makes: no tree here on
-        assert sum(s["ahead"] for s in stats) > 0                              # an AVX-512 Xeon; a tree judged
+        assert sum(s["ahead"] for s in stats) > 0                              # an AVX-512 EPYC; a tree judged
                                                                                # through the actors, on given
                                                                                # proposals: test_pipelined_sampling)
     figures = {f["actor"] for f in records[-1]["figures"]}

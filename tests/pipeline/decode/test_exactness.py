@@ -79,7 +79,7 @@ def test_the_probe_catches_a_planted_row_count_fault(tiny, monkeypatch):
 
 def test_the_probe_also_looks_at_attention_over_the_whole_pool_which_a_short_context_does_not_show(tiny,
                                                                                                    monkeypatch):
-    """Found on an AVX-512 Xeon at 4 threads: the values product over 600+ columns gives a row other bits among 24
+    """Found on an AVX-512 EPYC at 4 threads: the values product over 600+ columns gives a row other bits among 24
     rows than alone, while every pass at a short context is invariant. The probe runs the products at the pool's full
     width; a family that does not hold there makes the verdict."""
     from models.opcheck import Family
