@@ -32,6 +32,7 @@ def run(inbox: ChannelSpec, outbox: str, cfg, spec, stop) -> None:
     runner = Runner(converted_dir(resolve_gguf(cfg.model.gguf)), spec,
                     cfg.model.runner_options(trees=cfg.draft.siblings > 0))
     exactness = check(runner)
+    runner.reserve()                              # the arena at its high-water mark before the first line
     s = cfg.sampling
     params = SamplingParams(s.temperature, s.top_k, s.top_p, s.seed)
     verifier = LocalVerifier(runner, s.seed)      # its sampler is consumed in the serial engine's order: pick, judge

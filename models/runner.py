@@ -95,6 +95,7 @@ class Runner:
         so.intra_op_num_threads = opts.threads
         so.inter_op_num_threads = 1
         so.add_session_config_entry("session.intra_op.allow_spinning", "1" if opts.spin else "0")
+        so.enable_mem_pattern = False      # ORT keeps a memory pattern per input-shape set it meets, without bound
         return ort.InferenceSession(str(graph), so, providers=["CPUExecutionProvider"])
 
     def _binding(self):
@@ -181,6 +182,19 @@ class Runner:
         self.forward_calls += 1
         self.forward_rows += T - pad
         return logits[0, :M]
+
+    def reserve(self) -> None:
+        """Run the largest pass this runner takes once (max_rows rows, max_recent recent positions, every pool slot,
+        every row's logits; the pools are read, not written), so ONNX Runtime's arena is at its high-water mark
+        before the first real pass and a long run's resident memory is flat from its start (docs/stream-quality.md,
+        "A million tokens under serve"). The call counters are left as they were."""
+        S, R, T, m = self.spec.sink, self.spec.ring, self.opts.max_rows, self.opts.max_recent
+        width = S + R + m + T
+        mask = self._mask[:T * width].reshape(T, width)
+        mask.fill(0.0)
+        counters = self.forward_calls, self.forward_rows, self.forward_s
+        self.forward(self._ids[:T], np.arange(T), mask, recent_slots=np.minimum(np.arange(m), S + R - 1) if m else None)
+        self.forward_calls, self.forward_rows, self.forward_s = counters
 
     def _padded(self, mask: np.ndarray, chain: bool) -> np.ndarray:
         """A 1-row mask [1, P + m + W] as the mask of the row and its padding row (`forward`). A chain gains the

@@ -142,6 +142,7 @@ def enter(module: str, kwargs: dict, parent: int | None = None) -> None:
     The process is named rs:<actor> (what `top` and `ps -o comm` show). With `parent` (the local launcher's pid) the
     actor dies with it: a launcher killed outright (SIGKILL, OOM) leaves no actor spinning on (PR_SET_PDEATHSIG)."""
     _name_process(f"rs:{module.split('.')[-1]}")
+    _one_malloc_arena()
     if parent is not None:
         _die_with(parent)
     for sig in (signal.SIGINT, signal.SIGTERM):         # a terminal's Ctrl-C reaches the whole process group: the
@@ -159,6 +160,19 @@ def enter(module: str, kwargs: dict, parent: int | None = None) -> None:
               f"{'' if os.environ.get('RINGSPEC_TRACEBACK') else ' (RINGSPEC_TRACEBACK=1 prints where)'}",
               file=sys.stderr, flush=True)
         raise SystemExit(1) from None
+
+
+def _one_malloc_arena() -> None:
+    """Every thread of this process allocates from glibc's main arena. By default a thread that finds the arena's
+    lock taken gets an arena of its own (up to 8 per core) whose pages stay resident: an actor's memory then steps up
+    whenever load makes more of its threads (the HTTP handlers, zmq's) allocate at once: the output actor's 260 KiB
+    step at 605,000 tokens of the serving soak (docs/stream-quality.md). The GIL already serialises nearly all of an
+    actor's allocations. Takes effect only before the process's second thread first allocates (a Ray worker has
+    started its own by then); a C library without mallopt is left as it is."""
+    try:
+        ctypes.CDLL(None).mallopt(-8, 1)                            # M_ARENA_MAX = 1
+    except (OSError, AttributeError):
+        pass
 
 
 def _die_with(parent: int) -> None:

@@ -58,8 +58,11 @@ def _chain_draft(kind: str, spec: RingSpec, params: SamplingParams, draft_gguf: 
         # are mostly one row, where the padding row would cost it a second row each time
         opts = RunnerOptions(threads=threads, max_rows=max_rows, batch_invariant=False)
         model_dir = converted_dir(resolve_gguf(draft_gguf))
-        runner = StaticRunner(model_dir, spec, opts, backend="rknn") if backend == "rknn" else \
-            Runner(model_dir, spec, opts)          # rknn: the NPU (the draft only proposes: output stays exact)
+        if backend == "rknn":                      # the NPU (the draft only proposes: output stays exact)
+            runner = StaticRunner(model_dir, spec, opts, backend="rknn")
+        else:
+            runner = Runner(model_dir, spec, opts)
+            runner.reserve()                       # its arena at the high-water mark before the first proposal
         if target_vocab is not None and speaks(runner.card) != target_vocab:
             raise ValueError(f"draft vocabulary {speaks(runner.card)} != target vocabulary {target_vocab}: a draft "
                              f"must share the target's tokenizer")

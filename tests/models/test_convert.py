@@ -159,6 +159,25 @@ def test_chunked_prefill_equals_single_pass(converted, case):
         np.testing.assert_allclose(run_prompt(model_dir, ids, 4, chunks, max_rows=24), single, rtol=0, atol=1e-4)
 
 
+def test_the_reserve_pass_leaves_pools_results_and_counters_as_they_were(converted):
+    """`Runner.reserve` (an actor's start-up: ONNX Runtime's arena at its high-water mark) runs the largest pass
+    and must be invisible: the pools unwritten, later passes' logits and the call counters unchanged."""
+    model_dir, ids, _ = converted["qwen2-bias-untied-Q4_1"]
+    plain = run_prompt(model_dir, ids, 4, [12, 8], max_rows=24)
+    runner = make_runner(model_dir, 4, max_rows=24)
+    rng = np.random.default_rng(3)
+    for pool in (runner.ring_k, runner.ring_v):
+        pool[:] = rng.standard_normal(pool.shape)
+    before = runner.ring_k.copy(), runner.ring_v.copy()
+    runner.reserve()
+    np.testing.assert_array_equal(runner.ring_k, before[0])
+    np.testing.assert_array_equal(runner.ring_v, before[1])
+    assert (runner.forward_calls, runner.forward_rows, runner.forward_s) == (0, 0, 0.0)
+    # a memory pattern per input-shape set would be kept for ever: memory grows with the shapes a long run meets
+    assert not runner.session.get_session_options().enable_mem_pattern
+    np.testing.assert_array_equal(prefill(runner, RingIndex(runner.spec), ids, [12, 8]), plain)
+
+
 def test_second_chunk_reads_first_chunks_kv_from_the_pool(converted):
     model_dir, ids, _ = converted["qwen2-bias-untied-Q4_1"]
     single_runner = make_runner(model_dir, 4, max_rows=24)

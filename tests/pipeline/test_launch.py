@@ -492,3 +492,13 @@ def test_a_start_up_error_names_its_cause_and_starts_nothing(tmp_path):
     out, err = procs.finish(proc, "the pipeline ending")
     assert proc.returncode == 2
     assert "model file /nonexistent/draft.gguf does not exist" in err and "Traceback" not in err
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="glibc's malloc arenas, read from /proc")
+def test_an_actor_allocates_from_one_malloc_arena_however_many_threads_contend(tmp_path):
+    """An actor's threads share glibc's main arena: one more arena per contending thread would stay resident and
+    step its memory up under load (launch._one_malloc_arena). Eight threads allocate at once in an actor process."""
+    out = tmp_path / "arenas"
+    code = f"from pipeline.launch import enter; enter('tests.malloc_arenas', {{'out': {str(out)!r}}})"
+    subprocess.run([sys.executable, "-c", code], cwd=ROOT, check=True, timeout=120)
+    assert out.read_text() == "0"
