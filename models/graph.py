@@ -23,14 +23,21 @@ import numpy as np
 import onnx
 from onnx import TensorProto, helper
 
+from kernels.ring import NEG
+
 from .filelock import build_once
 
 MS = "com.microsoft"
-GRAPH_VERSION = 3          # part of every graph file name: a changed builder never reuses an old file
+GRAPH_VERSION = 4          # part of every graph file name: a changed builder never reuses an old file
 PLANT_ENV = "RINGSPEC_PLANT_ROW_FAULT"   # tests only: EPS builds graphs whose rows depend on the pass's size
 STALE_DAYS = 7            # graphs of other builder versions untouched this long are deleted when a graph is built
 STATIC_RECENT = 32         # recent-section columns of a static graph (an NPU host pads it, masked)
 _END = np.iinfo(np.int64).max
+# The softmax of a dynamic graph runs over a fixed width, pool + recent + SOFTMAX_ROWS columns, masked padding after a
+# pass's own: ONNX Runtime's Softmax groups a row's columns into SIMD sums by the row's width on ARM (NEON), so masked
+# columns appended (a block's later rows, a 1-row pass's padding row) changed a row's weights there (up to 3e-8, and
+# whole-pass logits up to 1.04 apart on an emulated Cortex-A76: `doctor`). The most rows a pass may carry.
+SOFTMAX_ROWS = 64
 _NP2ONNX = {"float32": TensorProto.FLOAT, "float16": TensorProto.FLOAT16, "uint8": TensorProto.UINT8,
             "int8": TensorProto.INT8, "int64": TensorProto.INT64}
 
@@ -221,6 +228,13 @@ def build_graph(card: dict, T: int | None, sink: int, ring: int, accuracy_level:
     ring_cols = "C" if T is None else R
     ring_end = b.const([S + R]) if b.portable else \
         b.op("Add", [b.op("Slice", [b.op("Shape", ["ring_k.0"]), b.const([0]), b.const([1])]), b.const([S])])
+    if not b.portable:                            # pads [0 x 7, fixed - columns], fixed = pool + recent + SOFTMAX_ROWS
+        columns = b.op("Slice", [b.op("Shape", ["mask"]), b.const([1]), b.const([2])])
+        recent_cols = b.op("Slice", [b.op("Shape", ["recent_k"]), b.const([1]), b.const([2])])
+        fixed = b.op("Add", [b.op("Add", [ring_end, recent_cols]), b.const([SOFTMAX_ROWS])])
+        softmax_pads = b.op("Concat", [b.const([0] * 7), b.op("Max", [b.op("Sub", [fixed, columns]), b.const([0])])],
+                            axis=0)
+        masked = b.const(NEG, np.float32)
     for i, layer in enumerate(card["layers"]):
         names = {k: f"{k}.{i}" for k in ("sink_k", "sink_v", "ring_k", "ring_v") if S > 0 or k.startswith("ring")}
         inputs += [helper.make_tensor_value_info(names[k], kv, [S if k.startswith("sink") else ring_cols, KVH, D])
@@ -260,8 +274,13 @@ def build_graph(card: dict, T: int | None, sink: int, ring: int, accuracy_level:
         if S > 0:
             qs = heads_first(b.rope(q3, "cos_sink", "sin_sink", H, interleaved), H)
             scores.insert(0, scores_of(qs, pool["sink_k"], True))
-        s4 = b.op("Reshape", [b.op("Concat", scores, axis=-1), shape4])
-        p = b.op("Reshape", [b.op("Softmax", [b.op("Add", [s4, "mask"])], axis=-1), shape3])
+        s4 = b.op("Add", [b.op("Reshape", [b.op("Concat", scores, axis=-1), shape4]), "mask"])
+        if b.portable:
+            p = b.op("Softmax", [s4], axis=-1)
+        else:                                     # over a fixed width, then back to the pass's own (SOFTMAX_ROWS)
+            p = b.op("Softmax", [b.op("Pad", [s4, softmax_pads, masked], mode="constant")], axis=-1)
+            p = b.op("Slice", [p, b.const([0]), columns, b.const([-1])])
+        p = b.op("Reshape", [p, shape3])
         bounds = ([b.const([0]), b.const([S])] if S else [b.const([0])]) + [ring_end,
                                                                              b.const([cols if b.portable else _END])]
         values = ([(pool["sink_v"], 1)] if S else []) + [(pool["ring_v"], 1), (vn, 0)]

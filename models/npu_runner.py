@@ -189,7 +189,11 @@ def _on_board(source: Path):
         raise FileNotFoundError(f"{source} is missing: build it with `python run.py export-rknn` (x86)")
     rknn = RKNNLite(verbose=False)
     _check(rknn.load_rknn(str(source)), f"load {source}")
-    _check(rknn.init_runtime(core_mask=RKNNLite.NPU_CORE_0), "init the NPU runtime")
+    status = rknn.init_runtime(core_mask=RKNNLite.NPU_CORE_0)
+    if status != 0:
+        raise RuntimeError(f"rknn: the NPU runtime did not start (status {status}): the rknn backend needs an RK3588 "
+                           f"with Rockchip's NPU driver (rknpu) and its runtime library librknnrt.so; on any other "
+                           f"machine set [draft] backend = \"onnx\" (--draft-backend onnx)")
     return rknn
 
 

@@ -26,7 +26,7 @@ import onnxruntime as ort
 from kernels.ring import NEG, RingSpec
 from kernels.rope import rope_inv_freq, rope_tables, rope_tables_float32, sink_query_positions
 from models.convert import load_card
-from models.graph import ensure_graph
+from models.graph import SOFTMAX_ROWS, ensure_graph
 
 
 @dataclass(frozen=True)
@@ -54,6 +54,8 @@ class Runner:
         cfg = self.cfg = self.card["config"]
         L, KVH, D = cfg["n_layers"], cfg["n_kv_heads"], cfg["head_dim"]
         S, R, T = spec.sink, spec.ring, opts.max_rows
+        if T > SOFTMAX_ROWS:
+            raise ValueError(f"max_rows = {T}: a pass carries at most {SOFTMAX_ROWS} rows (models/graph.py)")
         self.vocab = cfg["vocab_size"]
         self.session = self._open()
 

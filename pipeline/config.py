@@ -18,6 +18,7 @@ from typing import get_type_hints
 
 from kernels.ring import RingSpec
 from kernels.sampling import SamplingParams
+from models.graph import SOFTMAX_ROWS
 from models.runner import RunnerOptions
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -223,6 +224,10 @@ _MIN = {("model", "threads"): 1, ("model", "max_rows"): 2, ("cache", "sink"): 0,
         ("board", "ram_mb"): 0, ("board", "reserve_mb"): 0, ("board", "npu_domain_mb"): 1}
 
 
+# a pass's rows: the graph's softmax width (models/graph.py SOFTMAX_ROWS) and doctor's probes (1..64 rows)
+_MAX = {("model", "max_rows"): SOFTMAX_ROWS}
+
+
 def load(path: str | Path | None = None, overrides: dict | None = None, here: bool = True) -> Config:
     """Read and validate a profile (default: configs/default.toml); `overrides` = {"section.key": value}. here: the
     profile runs on this machine, so its CPU sets must exist here (False: `plan` of another board)."""
@@ -370,5 +375,7 @@ def _section(cls, name: str, table: dict, source: str):
             raise ConfigError(f"{source}: {name}.{key} = {value!r}; expected one of {_CHOICES[(name, key)]}")
         if (name, key) in _MIN and value < _MIN[(name, key)]:
             raise ConfigError(f"{source}: {name}.{key} = {value!r}; must be >= {_MIN[(name, key)]}")
+        if (name, key) in _MAX and value > _MAX[(name, key)]:
+            raise ConfigError(f"{source}: {name}.{key} = {value!r}; must be <= {_MAX[(name, key)]}")
         values[key] = value
     return cls(**values)

@@ -44,3 +44,13 @@ def rknn_python() -> Path:
                 pytest.fail(reason)
             pytest.skip(reason)
     return python
+
+
+def pytest_collection_modifyitems(items):
+    """The two tiers. A test on the real model (it asks for `default_gguf`, itself or through a fixture) or in the NPU
+    toolkit's venv belongs to the integration tier, marked `slow` like the tests marked by hand; the rest, on tiny
+    models and plain arrays, is the fast tier (`pytest -m "not slow"`), which needs no torch, transformers or ray
+    (an ARM64 gateway runs it: bench/arm64-rootfs.sh). CI runs both."""
+    for item in items:
+        if {"default_gguf", "rknn_python"} & set(getattr(item, "fixturenames", ())):
+            item.add_marker(pytest.mark.slow)

@@ -7,12 +7,13 @@ import types
 
 import numpy as np
 import pytest
-import torch
 from gguf import GGUFReader
 
 from models.subset import layer_subset
 from tests.reference_model import ReferenceModel
 from tests.tiny_gguf import tiny_vocab, write_tiny_gguf
+
+torch = pytest.importorskip("torch", reason="needs torch (the test extra)")
 
 # ---------------------------------------------------------------------------------------------------- helpers
 

@@ -2,12 +2,12 @@
 
 `write_tiny_gguf` writes a random llama or qwen2 model the way llama.cpp's convert_hf_to_gguf would (llama Q/K rows
 permuted for interleaved RoPE, qwen2 left alone) and returns the transformers config and state dict of the same
-function, so a GGUF consumer can be checked against transformers without any download.
+function, so a GGUF consumer can be checked against transformers without any download. torch and transformers are
+imported only when that twin is asked for, so the fast tier runs where neither is installed (an ARM64 gateway).
 """
 from __future__ import annotations
 
 import numpy as np
-import torch
 from gguf import GGMLQuantizationType, GGUFWriter
 from gguf.quants import dequantize, quantize
 
@@ -62,7 +62,7 @@ def write_tiny_gguf(path, arch: str = "llama", *, n_layers: int = 2, d_model: in
                     n_kv_heads: int = 2, d_ff: int = 128, qkv_bias: bool | None = None, tied: bool = True,
                     rope_base: float = 10000.0, rms_eps: float = 1e-5, context_length: int = 2048, seed: int = 0,
                     weight_type: str = "F32") -> dict:
-    """Write a random `arch` model to `path`; return {"hf_config", "state_dict", "tokens", "merges"} describing the
+    """Write a random `arch` model to `path`; return a `Described` {"hf_config", "state_dict", "tokens", "merges"}: the
     same function in transformers' naming (unpermuted q/k, dequantized values). qkv_bias defaults to qwen2's
     (True) or llama's (False) convention."""
     if arch not in ("llama", "qwen2"):
@@ -186,6 +186,25 @@ def write_tiny_gguf(path, arch: str = "llama", *, n_layers: int = 2, d_model: in
     if tied:
         state["lm_head.weight"] = state["model.embed_tokens.weight"]
 
+    return Described(tokens=tokens, merges=merges,
+                     twin=lambda: _hf_twin(state, arch, vocab, d_model, d_ff, n_layers, n_heads, n_kv_heads, head_dim,
+                                           context_length, rms_eps, rope_base, tied, qkv_bias))
+
+
+class Described(dict):
+    """What write_tiny_gguf wrote: "tokens", "merges", and on first access "hf_config" and "state_dict" (the
+    transformers twin: torch and transformers are imported then)."""
+
+    def __missing__(self, key):
+        if key not in ("hf_config", "state_dict"):
+            raise KeyError(key)
+        self["hf_config"], self["state_dict"] = self["twin"]()
+        return self[key]
+
+
+def _hf_twin(state, arch, vocab, d_model, d_ff, n_layers, n_heads, n_kv_heads, head_dim, context_length, rms_eps,
+             rope_base, tied, qkv_bias):
+    import torch
     from transformers import LlamaConfig, Qwen2Config
     common = dict(vocab_size=vocab, hidden_size=d_model, intermediate_size=d_ff, num_hidden_layers=n_layers,
                   num_attention_heads=n_heads, num_key_value_heads=n_kv_heads, head_dim=head_dim,
@@ -197,8 +216,6 @@ def write_tiny_gguf(path, arch: str = "llama", *, n_layers: int = 2, d_model: in
         hf_config = LlamaConfig(attention_bias=qkv_bias, **common)
     else:
         hf_config = Qwen2Config(**common)
-    return {"hf_config": hf_config,
-            "state_dict": {k: torch.from_numpy(np.array(v, dtype=np.float32)) for k, v in state.items()},
-            "tokens": tokens, "merges": merges}
+    return hf_config, {k: torch.from_numpy(np.array(v, dtype=np.float32)) for k, v in state.items()}
 
 

@@ -7,7 +7,6 @@ import shutil
 
 import numpy as np
 import pytest
-import torch
 
 from bench.distill import Recipe, choose_vocab, train, training_logs
 from kernels.ring import RingSpec
@@ -20,6 +19,8 @@ from models.tokenizer import Tokenizer
 from pipeline.decode.drafts import ModelDraft, speaks
 from pipeline.decode.engine import Engine
 from tests.tiny_gguf import write_tiny_gguf
+
+torch = pytest.importorskip("torch", reason="needs torch (the test extra)")
 
 SPEC = RingSpec(sink=4, window=16, ring=32)        # the greedy run wraps it
 OPTS = RunnerOptions(threads=1, max_rows=16)

