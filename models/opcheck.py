@@ -14,6 +14,7 @@ every row count and every number of masked columns. Hence the runner's rule: no 
 """
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 
 import numpy as np
@@ -32,12 +33,13 @@ class Family:
     varied: str                  # "rows": the rows beside a row; "masked columns": zero-weight columns after its own
     differs_at: tuple[int, ...]  # the counts at which a row is not the bits of the reference (64 rows / 0 columns)
     max_abs: float
+    needed: bool = True          # False: reported for information, the graph keeps this case away from its rows
 
     @property
     def holds(self) -> bool:
         """What the engine's rules need: rows invariant from 2 rows on (the padding rule takes care of 1), masked
         columns invariant at every count (the aligned-block layout relies on it: README, "Exact output")."""
-        return not [m for m in self.differs_at if m > 1 or self.varied != "rows"]
+        return not self.needed or not [m for m in self.differs_at if m > 1 or self.varied != "rows"]
 
 
 def _session(nodes, inputs, outputs, inits, threads: int) -> ort.InferenceSession:
@@ -161,9 +163,12 @@ def families(card: dict, threads: int, accuracy_level: int, seed: int = 0, pool:
     shapes = f"{KVH} kv heads x {G} queries x 8 rows, 20-40 visible columns, 0..{MASKED} masked"
     for name, checks in _masked_columns(rng, KVH, G, D, threads).items():
         family(name, shapes, checks, "masked columns", _compare_columns)
+        if name == SOFTMAX_APPENDED:          # the graph pads every softmax to one width (models/graph.py)
+            out[-1] = dataclasses.replace(out[-1], needed=False)
     return out
 
 
+SOFTMAX_APPENDED = "Softmax, masked columns appended"
 MASKED = 9          # masked columns appended: a block's later rows, a 1-row pass's padding row, up to a width of 8
 
 
@@ -184,7 +189,7 @@ def _masked_columns(rng, KVH: int, G: int, D: int, threads: int) -> dict[str, li
     (more output columns), the softmax over them (masked at -1e30) and the weighted sum of values (more terms of
     weight 0). A verify block and a lone row differ by exactly such columns (later rows of the block, padding)."""
     T, checks = 8, {"Attention scores, keys appended (FusedMatMul)": [],
-                    "Softmax, masked columns appended": [],
+                    SOFTMAX_APPENDED: [],
                     "Attention values, zero-weight terms appended (FusedMatMul)": []}
     scores = _session([helper.make_node("FusedMatMul", ["q", "k"], ["y"], domain=MS, alpha=0.125, transB=1)],
                       [_value("q", [KVH, "GT", D]), _value("k", [KVH, "N", D])], [_value("y", [KVH, "GT", "N"])],

@@ -187,6 +187,8 @@ class DoctorReport(Report):
             verdict = "invariant" if not bad else (f"1 row differs (up to {op['max_abs']:.2g}); 2..64 rows invariant"
                                                    if bad == [1] and what == "rows" else
                                                    f"differs at {bad} {what} (up to {op['max_abs']:.2g})")
+            if bad and not op.get("needed", True):
+                verdict += ": not reaching a row, every softmax of the graph runs over one width"
             lines.append(f"  {op['family']:70s} {verdict}\n  {'':4s}{op['shapes']}")
         lines.append("\nwhole pass (the model's graph; rows alone vs in blocks of 2-8 rows and a 4-node tree, at "
                      "positions 5 and 2^31 - 27):")
@@ -224,7 +226,7 @@ def doctor(cfg: Config) -> DoctorReport:
         passes[name] = check(runner, thorough=True).as_dict()
         del runner
     ops = [{"family": f.name, "shapes": f.shapes, "varied": f.varied, "differs_at": list(f.differs_at),
-            "max_abs": f.max_abs, "holds": f.holds}
+            "max_abs": f.max_abs, "needed": f.needed, "holds": f.holds}
            for f in families(load_card(model_dir), threads, accuracy_level, pool=ring_spec(cfg).pool_slots)]
     return DoctorReport({"platform": facts(), "model": str(model_dir), "threads": threads,
                          "accuracy_level": accuracy_level, "operators": ops, "passes": passes,

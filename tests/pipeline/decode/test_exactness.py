@@ -3,6 +3,7 @@ a row that depends on its pass's size, and that verdict reaches `doctor`, the jo
 files are built once however many processes ask at the same time."""
 from __future__ import annotations
 
+import dataclasses
 import http.client
 import json
 import multiprocessing as mp
@@ -103,6 +104,17 @@ def test_the_probe_leaves_the_runner_as_it_found_it(tiny):
     assert runner.forward_calls == 0 and not runner.ring_k.any() and not runner.sink_v.any()
 
 
+def test_a_differing_family_fails_the_verdict_unless_the_graph_keeps_it_from_rows():
+    """The Softmax with masked columns appended differs on ARM (an emulated Cortex-A76) and on SSE-only x86; the
+    graph pads every softmax to one width, so that family is information, while any other differing family fails."""
+    from models.opcheck import SOFTMAX_APPENDED, Family
+    differs = Family(SOFTMAX_APPENDED, "", "masked columns", (1, 2, 9), 3e-8)
+    assert not differs.holds
+    assert dataclasses.replace(differs, needed=False).holds
+    assert Family("MatMulNBits", "", "rows", (1,), 1e-6).holds            # one row: the padding rule's case
+    assert not Family("MatMulNBits", "", "rows", (1, 3), 1e-6).holds
+
+
 # -- the verdict reaches every report (real model, real processes) --------------------------------------------------
 
 def run_py(*args, env=None) -> subprocess.CompletedProcess:
@@ -120,6 +132,7 @@ def test_doctor_passes_here_and_names_the_platform_and_every_operator_family(def
             "Softmax", "Attention scores, keys appended", "Softmax, masked columns appended",
             "Attention values, zero-weight terms appended", "Attention products against the whole pool"} <= families
     assert all(op["holds"] for op in rep["operators"])          # what the padding rule and the block layout rely on
+    assert [op["needed"] for op in rep["operators"] if op["family"] == "Softmax, masked columns appended"] == [False]
 
 
 @pytest.fixture(scope="module")
