@@ -38,6 +38,11 @@ _END = np.iinfo(np.int64).max
 # columns appended (a block's later rows, a 1-row pass's padding row) changed a row's weights there (up to 3e-8, and
 # whole-pass logits up to 1.04 apart on an emulated Cortex-A76: `doctor`). The most rows a pass may carry.
 SOFTMAX_ROWS = 64
+# Pool values: the values product against a pool (a sum over up to S + R columns) runs as KVH x G products of T
+# rows, not KVH products of G x T rows: at 4 intra-op threads ONNX Runtime 1.32 splits the latter by its row count, so a
+# row among 4..17 rows got other bits than alone once about 300 columns were visible (up to 5e-5: an AVX-512 EPYC, and
+# an emulated Cortex-A76, the RK3588 profile's four big cores); the former is invariant from 2 rows at 2 and 4 threads,
+# and on x86 at 2 threads gives the same bits as the latter.
 _NP2ONNX = {"float32": TensorProto.FLOAT, "float16": TensorProto.FLOAT16, "uint8": TensorProto.UINT8,
             "int8": TensorProto.INT8, "int64": TensorProto.INT64}
 
@@ -280,12 +285,18 @@ def build_graph(card: dict, T: int | None, sink: int, ring: int, accuracy_level:
         else:                                     # over a fixed width, then back to the pass's own (SOFTMAX_ROWS)
             p = b.op("Softmax", [b.op("Pad", [s4, softmax_pads, masked], mode="constant")], axis=-1)
             p = b.op("Slice", [p, b.const([0]), columns, b.const([-1])])
-        p = b.op("Reshape", [p, shape3])
+        p4, p = p, b.op("Reshape", [p, shape3])                           # [KVH, G, T, cols], [KVH, G*T, cols]
         bounds = ([b.const([0]), b.const([S])] if S else [b.const([0])]) + [ring_end,
                                                                              b.const([cols if b.portable else _END])]
         values = ([(pool["sink_v"], 1)] if S else []) + [(pool["ring_v"], 1), (vn, 0)]
         o = None
         for lo, hi, (val, slot_major) in zip(bounds[:-1], bounds[1:], values):
+            if slot_major and not b.portable:            # a pool: one product per query head (pool values, at the top)
+                part = b.op("Slice", [p4, lo, hi, b.const([-1])])
+                val = b.op("Reshape", [val, b.const([-1, KVH, 1, D])])              # [C, KVH, 1, D], a view
+                term = b.op("FusedMatMul", [part, val], domain=MS, transBatchB=1)     # [KVH, G, T, D]
+                o = _add(b, o, b.op("Reshape", [term, b.const([KVH, -1, D])]))
+                continue
             part = b.op("Slice", [p, lo, hi, b.const([-1])])
             if tree and not slot_major:                  # each row against its own [recent | path] values
                 width = b.op("Slice", [b.op("Shape", [part]), b.const([2]), b.const([3])])
@@ -295,7 +306,7 @@ def build_graph(card: dict, T: int | None, sink: int, ring: int, accuracy_level:
                 term = b.op("Reshape", [term, b.const([KVH, -1, D])])
             else:
                 term = b.matmul(part, val, slot_major=bool(slot_major))
-            o = term if o is None else b.op("Add", [o, term])
+            o = _add(b, o, term)
         o = b.op("Reshape", [o, b.const([KVH, G, -1, D])])
         o = b.op("Transpose", [o], perm=[2, 0, 1, 3])                      # [T, KVH, G, D]
         o = b.op("Reshape", [o, b.const([1, -1, H * D])])
@@ -320,6 +331,10 @@ def build_graph(card: dict, T: int | None, sink: int, ring: int, accuracy_level:
     if b.portable:
         model.ir_version = 8                              # what the NPU toolkit's onnx (<= 1.18) reads
     return model
+
+
+def _add(b: _Builder, total: str | None, term: str) -> str:
+    return term if total is None else b.op("Add", [total, term])
 
 
 def _tree_section(b: _Builder, qw: str, recent_k: str, recent_v: str, kn: str, vn: str, scale: float,

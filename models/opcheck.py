@@ -260,16 +260,23 @@ def _products(rng, keys: np.ndarray, slot_major: int, KVH: int, G: int, D: int, 
     scores = _session([helper.make_node("FusedMatMul", ["q", "k"], ["y"], domain=MS, alpha=0.125, transB=1,
                                         transBatchB=slot_major)], [_value("q", [KVH, "GT", D])],
                       [_value("y", [KVH, "GT", "C"])], [numpy_helper.from_array(keys, "k")], threads)
-    values = _session([helper.make_node("FusedMatMul", ["p", "v"], ["y"], domain=MS, transBatchB=slot_major)],
-                      [_value("p", [KVH, "GT", width])], [_value("y", [KVH, "GT", D])],
-                      [numpy_helper.from_array(keys, "v")], threads)
+    if slot_major:                           # as the graph runs it: one product per query head ("pool values")
+        values = _session([helper.make_node("FusedMatMul", ["p", "v"], ["y"], domain=MS, transBatchB=1)],
+                          [_value("p", [KVH, G, "T", width])], [_value("y", [KVH, G, "T", D])],
+                          [numpy_helper.from_array(keys.reshape(width, KVH, 1, D), "v")], threads)
+    else:
+        values = _session([helper.make_node("FusedMatMul", ["p", "v"], ["y"], domain=MS)],
+                          [_value("p", [KVH, "GT", width])], [_value("y", [KVH, "GT", D])],
+                          [numpy_helper.from_array(keys, "v")], threads)
 
-    def by_row(sess, feed, n, x):            # rows [T, KVH, G, n] <-> [KVH, G*T, n], rows grouped per head
+    def by_row(sess, feed, x, per_head=False):   # rows [T, KVH, G, n] -> [KVH, G*T, n] ([KVH, G, T, n]) and back
         t = len(x)
-        y = sess.run(None, {feed: x.transpose(1, 2, 0, 3).reshape(KVH, G * t, n)})[0]
+        heads_first = np.ascontiguousarray(x.transpose(1, 2, 0, 3))
+        y = sess.run(None, {feed: heads_first if per_head else heads_first.reshape(KVH, G * t, -1)})[0]
         return y.reshape(KVH, G, t, -1).transpose(2, 0, 1, 3)
-    return [(lambda x: by_row(scores, "q", D, x), _normal(rng, TOP, KVH, G, D)),
-            (lambda x: by_row(values, "p", width, x), rng.random((TOP, KVH, G, width), dtype=np.float32))]
+    return [(lambda x: by_row(scores, "q", x), _normal(rng, TOP, KVH, G, D)),
+            (lambda x: by_row(values, "p", x, bool(slot_major)),
+             rng.random((TOP, KVH, G, width), dtype=np.float32))]
 
 
 def _normal(rng, *shape) -> np.ndarray:

@@ -189,41 +189,68 @@ def test_the_reserve_pass_leaves_pools_results_and_counters_as_they_were(convert
     np.testing.assert_array_equal(prefill(runner, RingIndex(runner.spec), ids, [12, 8]), plain)
 
 
+def probed_runner(model_dir: Path, monkeypatch, picks) -> tuple[Runner, list[str]]:
+    """A runner whose graph also outputs the first input of every node `picks(node)` chooses; each pass then binds
+    them afresh (`run_probed`), runtime-allocated, and reads their shapes."""
+    from models import runner as runner_module
+    built = runner_module.ensure_graph
+
+    def with_probes(*args, **kwargs):
+        model = onnx.load(str(built(*args, **kwargs)), load_external_data=False)
+        for node in filter(picks, model.graph.node):
+            model.graph.output.append(onnx.helper.make_empty_tensor_value_info(node.input[0]))
+        path = Path(model_dir) / "graph_probe.onnx"
+        onnx.save(model, str(path))
+        return path
+
+    monkeypatch.setattr(runner_module, "ensure_graph", with_probes)
+    runner = make_runner(model_dir, 4, max_rows=24)
+    probes = [o.name for o in runner.session.get_outputs() if o.name not in ("logits", "new_k", "new_v")]
+    assert probes
+    return runner, probes
+
+
+def probed_passes(runner: Runner, probes: list[str], ids: np.ndarray, rows=(1, 2, 7, 24, 3)):
+    """Prefill passes of `rows` rows, committed as they go (the pool grows); yields (rows, mask, probe shapes)."""
+    index = RingIndex(runner.spec)
+    for t in rows:
+        for name in probes:                        # runtime-allocated, so each pass gets its own shape
+            runner._io.bind_output(name, "cpu")
+        pos = index.n + np.arange(t, dtype=np.int64)
+        mask = index.visible_mask(pos, None, out=runner.mask_buffer())
+        runner.forward(ids[pos % len(ids)], pos, mask)
+        yield t, mask, [v.shape() for v in runner._io.get_outputs()[:len(probes)]]   # bound first, listed first
+        runner.store(np.arange(t), index.write(pos))
+        index.commit(t)
+
+
 def test_every_softmax_runs_over_one_width_whatever_rows_share_the_pass(converted, monkeypatch):
     """A row's attention weights must not depend on the masked columns after its own (a block's later rows, a 1-row
     pass's padding row): ONNX Runtime's Softmax sums a row in SIMD groups set by its width on ARM, where that moved
     whole-pass logits up to 1.04 (`doctor` on an emulated Cortex-A76). So every Softmax of a dynamic graph sees
     pool + recent + SOFTMAX_ROWS columns, whatever the pass carries (structural: it holds on this CPU too)."""
-    from models import runner as runner_module
     from models.graph import SOFTMAX_ROWS
 
     model_dir, ids, _ = converted["llama-tied-Q4_0"]
-    built = runner_module.ensure_graph
-
-    def with_softmax_inputs(*args, **kwargs):        # the same graph, the Softmax inputs as outputs too
-        model = onnx.load(str(built(*args, **kwargs)), load_external_data=False)
-        for node in (n for n in model.graph.node if n.op_type == "Softmax"):
-            model.graph.output.append(onnx.helper.make_empty_tensor_value_info(node.input[0]))
-        path = Path(model_dir) / "graph_softmax_probe.onnx"
-        onnx.save(model, str(path))
-        return path
-
-    monkeypatch.setattr(runner_module, "ensure_graph", with_softmax_inputs)
-    runner = make_runner(model_dir, 4, max_rows=24)
-    probes = [o.name for o in runner.session.get_outputs() if o.name not in ("logits", "new_k", "new_v")]
-    assert probes
-    index = RingIndex(runner.spec)
-    for rows in (1, 2, 7, 24, 3):                  # committed as they go: the pool grows between passes
-        for name in probes:                        # runtime-allocated, so each pass gets its own shape
-            runner._io.bind_output(name, "cpu")
-        pos = index.n + np.arange(rows, dtype=np.int64)
-        mask = index.visible_mask(pos, None, out=runner.mask_buffer())
-        runner.forward(ids[pos % len(ids)], pos, mask)
+    runner, probes = probed_runner(model_dir, monkeypatch, lambda node: node.op_type == "Softmax")
+    for rows, mask, shapes in probed_passes(runner, probes, ids):
         pool = mask.shape[1] - rows
-        widths = {v.shape()[-1] for v in runner._io.get_outputs()[:len(probes)]}     # bound first, so listed first
-        assert widths == {pool + SOFTMAX_ROWS}, (rows, pool, widths)
-        runner.store(np.arange(rows), index.write(pos))
-        index.commit(rows)
+        assert {shape[-1] for shape in shapes} == {pool + SOFTMAX_ROWS}, (rows, pool, shapes)
+
+
+def test_every_pool_values_product_runs_per_query_head(converted, monkeypatch):
+    """The values product against a pool (slot-major, read through transBatchB) takes [KVH, G, T, columns]: one
+    product per query head. As KVH products of G x T rows, ONNX Runtime at 4 threads gave a row among 4..17 rows other
+    bits than alone over 300 or more columns (an AVX-512 EPYC, an emulated Cortex-A76; `doctor --threads 4`)."""
+    model_dir, ids, _ = converted["llama-tied-Q4_0"]
+    card = load_card(model_dir)["config"]
+    KVH, G = card["n_kv_heads"], card["n_heads"] // card["n_kv_heads"]
+    runner, probes = probed_runner(model_dir, monkeypatch, lambda node: node.op_type == "FusedMatMul" and any(
+        a.name == "transBatchB" and a.i for a in node.attribute) and not any(
+        a.name == "transB" and a.i for a in node.attribute))
+    for rows, mask, shapes in probed_passes(runner, probes, ids):
+        padded = max(rows, 2)                      # the padding rule: no pass of one row
+        assert all(shape[:3] == [KVH, G, padded] for shape in shapes), (rows, shapes)
 
 
 def test_second_chunk_reads_first_chunks_kv_from_the_pool(converted):
