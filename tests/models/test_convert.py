@@ -164,10 +164,13 @@ def test_int8_activation_logits_stay_within_stated_bound(converted, case):
 
 @pytest.mark.parametrize("case", ["llama-tied-Q4_0", "qwen2-bias-untied-Q4_1"])
 def test_chunked_prefill_equals_single_pass(converted, case):
+    # float activations (accuracy level 0): chunking moves a row's pool reads into other columns, a float rounding;
+    # with int8 activations that rounding may cross a quantization step (0.025 on an emulated Cortex-A76), which says
+    # nothing about the pool (the engine's exactness rests on its block layout, not on this: README)
     model_dir, ids, _ = converted[case]
-    single = run_prompt(model_dir, ids, accuracy_level=4, chunks=[N_PROMPT], max_rows=24)
+    single = run_prompt(model_dir, ids, accuracy_level=0, chunks=[N_PROMPT], max_rows=24)
     for chunks in ([12, 8], [7, 7, 6], [1] * 4 + [16]):
-        np.testing.assert_allclose(run_prompt(model_dir, ids, 4, chunks, max_rows=24), single, rtol=0, atol=1e-4)
+        np.testing.assert_allclose(run_prompt(model_dir, ids, 0, chunks, max_rows=24), single, rtol=0, atol=1e-4)
 
 
 def test_the_reserve_pass_leaves_pools_results_and_counters_as_they_were(converted):
