@@ -14,7 +14,6 @@ every row count and every number of masked columns. Hence the runner's rule: no 
 """
 from __future__ import annotations
 
-import dataclasses
 from dataclasses import dataclass
 
 import numpy as np
@@ -77,8 +76,8 @@ def families(card: dict, threads: int, accuracy_level: int, seed: int = 0, pool:
     G = H // KVH
     out = []
 
-    def family(name, shapes, checks, varied="rows", compare=_compare):
-        out.append(_family(name, shapes, checks, varied, compare))
+    def family(name, shapes, checks, varied="rows", compare=_compare, needed=True):
+        out.append(_family(name, shapes, checks, varied, compare, needed))
 
     linears = list(card["linears"].values()) + [lin for layer in card["layers"]
                                                 for lin in (layer["qkv"], layer["o"], layer["gate_up"], layer["down"])]
@@ -162,9 +161,8 @@ def families(card: dict, threads: int, accuracy_level: int, seed: int = 0, pool:
            [(softmax, _normal(rng, TOP, KVH, G, cols))])
     shapes = f"{KVH} kv heads x {G} queries x 8 rows, 20-40 visible columns, 0..{MASKED} masked"
     for name, checks in _masked_columns(rng, KVH, G, D, threads).items():
-        family(name, shapes, checks, "masked columns", _compare_columns)
-        if name == SOFTMAX_APPENDED:          # the graph pads every softmax to one width (models/graph.py)
-            out[-1] = dataclasses.replace(out[-1], needed=False)
+        family(name, shapes, checks, "masked columns", _compare_columns,
+               needed=name != SOFTMAX_APPENDED)          # the graph pads every softmax to one width (models/graph.py)
     return out
 
 
@@ -212,21 +210,22 @@ def _masked_columns(rng, KVH: int, G: int, D: int, threads: int) -> dict[str, li
     return checks
 
 
-def _family(name: str, shapes: str, checks, varied: str = "rows", compare=_compare) -> Family:
+def _family(name: str, shapes: str, checks, varied: str = "rows", compare=_compare, needed: bool = True) -> Family:
     """One family's verdict over its checks [(run, rows)]: the counts at which any differs, and by how much."""
     bad, worst = set(), 0.0
     for run, rows in checks:
         b, w = compare(run, rows)
         bad.update(b)
         worst = max(worst, w)
-    return Family(name, shapes, varied, tuple(sorted(bad)), worst)
+    return Family(name, shapes, varied, tuple(sorted(bad)), worst, needed)
 
 
 def pool_attention(card: dict, threads: int, pool: int, rng=None) -> Family:
-    """The attention products against a pool of `pool` columns, rows 1..64: a long context. (Measured: ONNX Runtime
-    1.32 on an AVX-512 EPYC, 4 intra-op threads, 600 and more columns: the values product, a sum over the columns,
-    gives a row other bits in a 2- or 24-row run than alone, up to 4e-5, and a whole pass's logits 1.2 apart at 581
-    positions; 2 and 3 threads are invariant. Short contexts do not show it.)"""
+    """The attention products against a pool of `pool` columns, rows 1..64: a long context, in the graph's form.
+    (Measured: ONNX Runtime 1.32 on an AVX-512 EPYC, 4 intra-op threads, 300 and more columns: the values product as
+    KVH products of G x T rows gave a row other bits in a 4- to 17-row run than alone, up to 5e-5, and a whole pass's
+    logits 1.2 apart at 581 positions; 2 and 3 threads were invariant, short contexts do not show it. The graph now
+    runs it per query head: models/graph.py, "pool values".)"""
     cfg = card["config"]
     KVH, D = cfg["n_kv_heads"], cfg["head_dim"]
     G = cfg["n_heads"] // KVH

@@ -165,8 +165,9 @@ def enter(module: str, kwargs: dict, parent: int | None = None) -> None:
 def _one_malloc_arena() -> None:
     """Every thread of this process allocates from glibc's main arena. By default a thread that finds the arena's
     lock taken gets an arena of its own (up to 8 per core) whose pages stay resident: an actor's memory then steps up
-    whenever load makes more of its threads (the HTTP handlers, zmq's) allocate at once: the output actor's 260 KiB
-    step at 605,000 tokens of the serving soak (docs/stream-quality.md). The GIL already serialises nearly all of an
+    whenever load makes more of its threads (the HTTP handlers, zmq's) allocate at once (4-7 arenas per actor seen in
+    a short serving run; the likely cause of the output actor's 260 KiB step in the first million-token serving soak:
+    docs/stream-quality.md). The GIL already serialises nearly all of an
     actor's allocations. Takes effect only before the process's second thread first allocates (a Ray worker has
     started its own by then); a C library without mallopt is left as it is."""
     try:

@@ -187,7 +187,7 @@ class DoctorReport(Report):
             verdict = "invariant" if not bad else (f"1 row differs (up to {op['max_abs']:.2g}); 2..64 rows invariant"
                                                    if bad == [1] and what == "rows" else
                                                    f"differs at {bad} {what} (up to {op['max_abs']:.2g})")
-            if bad and not op.get("needed", True):
+            if bad and not op["needed"]:
                 verdict += ": not reaching a row, every softmax of the graph runs over one width"
             lines.append(f"  {op['family']:70s} {verdict}\n  {'':4s}{op['shapes']}")
         lines.append("\nwhole pass (the model's graph; rows alone vs in blocks of 2-8 rows and a 4-node tree, at "
