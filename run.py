@@ -41,6 +41,7 @@ MEASURING = {          # the measurement verbs: bench/ sits above this CLI, so t
     "chaos": "kill actors of a real pipeline with a seed; count lost and duplicated lines from the journal",
     "fuzz": "property-based fuzzing of logs, profiles, GGUF files, HTTP and zmq requests; failures per target",
     "export-rknn": "the draft as .rknn for the RK3588's NPU; its simulator's agreement and acceptance (toolkit venv)",
+    "project": "a speed model from micro-measurements, checked against bench figures, then RK3588 projections",
 }
 
 

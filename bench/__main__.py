@@ -8,8 +8,8 @@ from __future__ import annotations
 import argparse
 import sys
 
-from bench import (chaos, distill, draftscan, fuzz, npu, operators, perplexity, pipeline_vs_serial, recall, soak,
-                   speed)
+from bench import (chaos, distill, draftscan, fuzz, npu, operators, perplexity, pipeline_vs_serial, projection, recall,
+                   soak, speed)
 from run import MEASURING, ROOT, add_key, add_model_flags, add_verb, main, profile_of
 
 SHARED = ROOT.parent / "shared"
@@ -125,6 +125,24 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--json", action="store_true", help="print the result as one JSON object")
     p.set_defaults(run=lambda a: pipeline_vs_serial.run_compare(a.config, a.log, a.max_lines, a.repeats,
                                                                 tuple(a.policies.split(","))))
+
+    p = add_verb(sub, "project", projection.run_project, MEASURING["project"], True,
+                 profile="TOML profile of the measurements (the bench's and pipeline-bench's own)")
+    p.add_argument("--log", help="bench's log (default: the profile's replay.log)")
+    p.add_argument("--pipeline-log", default=str(SHARED / "data/tep_alarms/filter/text_alarms_filter_5.csv"),
+                   help="pipeline-bench's log (default: its own)")
+    p.add_argument("--offsets", type=int, default=5, help="bench prompts per task traced (bench's --offsets)")
+    p.add_argument("--max-lines", type=int, default=100, help="lines of the traced replay (pipeline-bench's)")
+    p.add_argument("--from", dest="measured", metavar="M.json", help="the micro-measurements of an earlier run "
+                   "(its --out) instead of measuring now")
+    p.add_argument("--bench", dest="bench_json", metavar="B.json", help="`bench --json --out` of a separate run")
+    p.add_argument("--pipeline-bench", dest="pipeline_json", metavar="P.json",
+                   help="`pipeline-bench --policies fixed --json` of a separate run")
+    p.add_argument("--json", action="store_true", help="print the result (without the traces) as one JSON object")
+    p.add_argument("--out", help="write the result with every micro-measurement and trace (for --from)")
+    p.set_defaults(run=lambda a: projection.run_project(a.config, a.log,
+                                                        a.pipeline_log, a.measured, a.bench_json, a.pipeline_json,
+                                                        a.offsets, a.max_lines))
 
     p = add_verb(sub, "soak", soak.run_soak, MEASURING["soak"])
     p.add_argument("--tokens", type=int, required=True, help="stream tokens to push through")

@@ -71,11 +71,12 @@ def make_analyst(cfg: Config) -> Analyst:
     return Analyst(engine, frame.tok, frame.ask, frame.params, cfg.replay.max_new_tokens)
 
 
-def replay(log: str, fmt: str, cfg, emit, max_lines: int = 0) -> dict:
+def replay(log: str, fmt: str, cfg, emit, max_lines: int = 0, analyst: Analyst | None = None) -> dict:
     """Stream a captured log through the single-process engine, asking for assessments when the triggers say.
-    emit(kind, payload) receives "line" and "assessment" events."""
+    emit(kind, payload) receives "line" and "assessment" events. analyst: one made by `make_analyst(cfg)` (a
+    measurement that watches its engine), else a new one."""
     records = read_log(log, fmt)[: max_lines or None]
-    analyst = make_analyst(cfg)
+    analyst = analyst or make_analyst(cfg)
     engine, tok = analyst.engine, analyst.tok
     t0 = time.perf_counter()
     totals = {"lines": 0, "stream_tokens": 0, "assessments": 0, "generated": 0, "decode_s": 0.0}
