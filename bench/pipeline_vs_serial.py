@@ -18,8 +18,9 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from models.npu import NpuBusy, one_owner
 from pipeline import config
-from pipeline.report import Report
+from pipeline.report import Failure, Report
 from pipeline.stream.replay import replay
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -147,4 +148,10 @@ def run_compare(profile: str | None, log: str, max_lines: int = 100, repeats: in
     unknown = set(policies) - set(POLICIES)
     if unknown:
         raise ValueError(f"unknown policy {', '.join(sorted(unknown))} (known: {', '.join(POLICIES)})")
+    if config.load(profile).draft.backend == "rknn":    # the serial side's draft stays open in this process
+        try:
+            one_owner(["the serial side (this process)", "the pipelined side's draft actor"],
+                      "compare the two with a profile whose draft.backend = \"onnx\"")
+        except NpuBusy as exc:
+            return Failure(line=f"ringspec: pipeline-bench: {exc}", code=2)
     return CompareReport(compare(log, profile, max_lines, repeats, policies, _progress))

@@ -28,6 +28,7 @@ import numpy as np
 from bench.pipelined import PipelinedWorker
 from bench.systems import System, select, settings, systems
 from kernels.sampling import SamplingParams
+from models.npu import NpuBusy, one_owner
 from models.platform import facts
 from models.registry import resolve_gguf
 from models.tokenizer import Tokenizer
@@ -231,6 +232,8 @@ def bench(log: str, tasks=TASKS, n_offsets: int = 5, repeats: int = 3, threads: 
     chosen = select(systems(draft_gguf, use_llama_cpp, unpadded), only)
     cpus = sorted(os.sched_getaffinity(0))[:2]
     base = config.load(profile)
+    one_owner(npu_openers(chosen, base), "run one of them at a time (--systems NAME) or the draft on the CPU (a "
+              "profile with draft.backend = \"onnx\")")
     task_prompts = {task: prompts(log, task, n_offsets, base.model.gguf, new_tokens=new_tokens) for task in tasks}
     need = max(len(p.ids) + p.new_tokens for ps in task_prompts.values() for p in ps)
     if need > window:
@@ -261,6 +264,14 @@ def bench(log: str, tasks=TASKS, n_offsets: int = 5, repeats: int = 3, threads: 
         for w in workers:
             w.close()
     return out
+
+
+def npu_openers(chosen: list[System], base) -> list[str]:
+    """The systems whose worker would open the NPU: every one running a draft model, when the profile puts the draft
+    there (each system is a worker of its own, all alive at once)."""
+    if base.draft.backend != "rknn":
+        return []
+    return [s.name for s in chosen if s.kind != "llama_cpp" and s.draft in ("model", "hybrid")]
 
 
 # (task, what, reference system, at least): the drafting issue's goals; "best" is the fastest ringspec system
@@ -392,4 +403,6 @@ def run_bench(cfg, profile: str | None, log: str | None = None, task: str = "all
                     profile, new_tokens)
     except Disagreement as exc:
         return Failure(line=f"ringspec: bench: {exc}", code=3)
+    except NpuBusy as exc:
+        return Failure(line=f"ringspec: bench: {exc}", code=2)
     return BenchReport(out)

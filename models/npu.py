@@ -4,7 +4,8 @@ Owns the lock file and the message a second opener gets. A second process initia
 (rknn-llm issues #509 and #522; rk-llama.cpp warns that concurrent NPU processes can panic the kernel), so the second
 opener fails here, naming the holder, instead of in the driver. The lock is flock(2) on a file every process of the
 host sees (RINGSPEC_NPU_LOCK, default /run/lock/ringspec-npu.lock, else the temp directory): the kernel releases it
-when its holder exits, however it exits, so a crashed owner never blocks the next. Never opens the NPU itself.
+when its holder exits, however it exits, so a crashed owner never blocks the next. `one_owner` refuses up front a run
+whose plan opens it in two processes at once (the benches' workers). Never opens the NPU itself.
 """
 from __future__ import annotations
 
@@ -25,6 +26,14 @@ def lock_path() -> Path:
 
 class NpuBusy(RuntimeError):
     """Another process holds the NPU."""
+
+
+def one_owner(openers: list[str], remedy: str) -> None:
+    """Refuse, before anything starts, a run that would open the NPU in more than one process at once (`openers`
+    names each); `remedy` says what to change. The lock refuses the same at run time, one opener too late."""
+    if len(openers) > 1:
+        raise NpuBusy(f"{len(openers)} processes would open the NPU at once ({', '.join(openers)}): one process may "
+                      f"hold the NPU, and a second one crashes it; {remedy}")
 
 
 class NpuLock:

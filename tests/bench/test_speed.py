@@ -107,3 +107,18 @@ def test_a_draft_holding_every_block_is_always_accepted(default_gguf, tmp_path, 
     row = out["candidates"]["0-29"]
     assert row["blocks"] == 30 and row["acceptance_rate"] == 1.0 and row["accepted_per_verify"] == 4.0
     assert (tmp_path / "drafts").is_dir()
+
+
+def test_a_bench_that_would_open_the_npu_in_several_workers_is_refused_before_any_starts(tmp_path):
+    from pipeline import config
+    profile = tmp_path / "npu.toml"
+    profile.write_text('[board]\nnpu = "rknpu2"\n\n[draft]\nkind = "hybrid"\nbackend = "rknn"\n')
+    cfg = config.load(str(profile))
+    report = speed.run_bench(cfg, str(profile), log=f"{ROOT}/data/tep_demo.csv", llama_cpp=False)
+    assert report.exit_code == 2
+    assert report.line.startswith("ringspec: bench: 5 processes would open the NPU at once (draft_serial, "
+                                  "hybrid_serial, adaptive_hybrid_serial, hybrid_tree_serial, pipelined_hybrid)")
+    assert "--systems NAME" in report.line
+    one = speed.select(speed.systems("default-draft", False), ["hybrid_serial"])
+    assert speed.npu_openers(one, cfg) == ["hybrid_serial"]                 # one worker holds it: allowed
+    assert speed.npu_openers(speed.systems("default-draft", False), config.load(None)) == []    # on the CPU
