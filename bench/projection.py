@@ -2,11 +2,12 @@
 
 Owns four steps over plain dicts (JSON between runs):
   measure   micro-measurements in one run: the target's pass time over a grid of rows T x pool columns P x recent
-            columns m (fitted as t = c0 + c1*T + c2*P + c3*T*(P+m), T counting the padding row); one round trip
-            owner -> actor -> owner over the pipeline's channels between two processes (a Verify and its Verdict, a
-            Restart and its Proposal); the target's pass slowed by a draft model running beside it (kappa); and,
-            per system and task, a trace of the serial engine's steps: rows, columns, proposals, accepted, the
-            draft's seconds and passes, its guess of the token after a block accepted whole, the engine's own time
+            columns m (fitted as t = c0 + c1*T + c2*P + c3*T*(P+m), T counting the padding row); the round trips
+            owner -> actor -> owner over the pipeline's channels, each actor a process (a Verify to a real target,
+            its pass taken out; then, while the target's threads still spin, a Restart to a draft); the target's
+            pass slowed by a draft model running beside it (kappa); and, per system and task, a trace of the serial
+            engine's steps: rows, columns, proposals, accepted, the draft's seconds and passes, its guess of the
+            token after a block accepted whole, the engine's own time
   predict   the model below, from the trace's counts and the measured costs only
   validate  its figures against `bench` and `pipeline-bench` JSON from a separate run: within 15% each
   project   after a validation passed: RK3588 pairs from published per-token costs (`BOARD`, each with its source)
@@ -206,55 +207,82 @@ def pass_s(fit: dict, T: int, P: int, m: int) -> float:
     return float(np.dot(fit["c"], _features(T, P, m, fit["padded"])))
 
 
-def _echo(to_name: str, back_name: str) -> None:
-    """The far end of `round_trips`: a target's or a draft's answer to each message, as the actors copy it out."""
+def _target_echo(profile: str | None, to_name: str, back_name: str) -> None:
+    """The target's end of `round_trips`: the profile's target runs each Verify's pass (its threads spinning after
+    it, as in the actor) and answers with a Verdict carrying the pass's seconds."""
+    runner = make_engine(config.load(profile)).runner
     inbox, outbox = Channel.attach(to_name), Channel.attach(back_name)
     while True:
-        with inbox.recv(timeout=30.0) as received:
+        with inbox.recv(timeout=60.0) as received:
             msg = copied(decode(received))
-        if isinstance(msg, Verify):
-            send(outbox, Verdict(epoch=msg.epoch, block=msg.block, rows=[0, 1, 2], next=7, t0=0.0, t1=0.0,
-                                 forward_s=0.0), timeout=10.0)
-        elif isinstance(msg, Restart):
-            send(outbox, Proposal(epoch=msg.epoch, block=0, n=msg.n, pending=msg.pending, t0=0.0, t1=0.0,
-                                  tokens=np.arange(6, dtype=np.int64), parent=np.arange(6, dtype=np.int64) - 1),
-                 timeout=10.0)
-        else:
+        if not isinstance(msg, Verify):
             return
+        t0 = time.perf_counter()
+        runner.forward(msg.ids, msg.pos, msg.mask, recent_slots=msg.recent + runner.spec.sink)
+        forward = time.perf_counter() - t0
+        send(outbox, Verdict(epoch=msg.epoch, block=msg.block, rows=[0, 1, 2], next=7, t0=t0, t1=t0 + forward,
+                             forward_s=forward), timeout=10.0)
 
 
-def round_trips(T: int = 7, P: int = 640, m: int = 16, n: int = 400) -> dict:
-    """Median seconds of owner -> actor -> owner over two channels to another process: a Verify of T rows (its mask
-    [T, P+m+T]) answered by a Verdict, and a Restart answered by a Proposal of 6 tokens."""
+def _draft_echo(to_name: str, back_name: str) -> None:
+    """The draft's end: each Restart answered at once with a Proposal of 6 tokens (the stream proposer's cost is
+    microseconds)."""
+    inbox, outbox = Channel.attach(to_name), Channel.attach(back_name)
+    while True:
+        with inbox.recv(timeout=60.0) as received:
+            msg = copied(decode(received))
+        if not isinstance(msg, Restart):
+            return
+        send(outbox, Proposal(epoch=msg.epoch, block=0, n=msg.n, pending=msg.pending, t0=0.0, t1=0.0,
+                              tokens=np.arange(6, dtype=np.int64), parent=np.arange(6, dtype=np.int64) - 1),
+             timeout=10.0)
+
+
+def round_trips(profile: str | None = None, T: int = 7, P: int = 640, m: int = 16, n: int = 200) -> dict:
+    """Median seconds of owner -> actor -> owner over the pipeline's channels, each actor a process of its own, as
+    a step meets them: a Verify of T rows (its mask [T, P+m+T]) to a real target, which runs the pass and answers
+    with a Verdict (the pass's own seconds taken out), then at once, while the target's threads still spin, a
+    Restart to a draft stand-in answered by a Proposal."""
     tag = f"proj{os.getpid()}"
-    to = Channel.create(channel(tag, "to", 8, T * (P + m + T) * 4 + (16 << 10)))
-    back = Channel.create(channel(tag, "back", 8, 4 << 10))
-    child = mp.get_context("spawn").Process(target=_echo, args=(to.spec.name, back.spec.name), daemon=True)
-    child.start()
-    verify = Verify(epoch=1, block=0, ids=np.zeros(T, np.int64), pos=np.arange(T, dtype=np.int64),
+    specs = {"to_target": channel(tag, "to_target", 8, T * (P + m + T) * 4 + (16 << 10)),
+             "from_target": channel(tag, "from_target", 8, 4 << 10),
+             "to_draft": channel(tag, "to_draft", 8, 4 << 10), "from_draft": channel(tag, "from_draft", 8, 4 << 10)}
+    ch = {name: Channel.create(spec) for name, spec in specs.items()}
+    ctx = mp.get_context("spawn")
+    children = [ctx.Process(target=_target_echo, args=(profile, specs["to_target"].name,
+                                                       specs["from_target"].name), daemon=True),
+                ctx.Process(target=_draft_echo, args=(specs["to_draft"].name, specs["from_draft"].name), daemon=True)]
+    for c in children:
+        c.start()
+    verify = Verify(epoch=1, block=0, ids=np.zeros(T, np.int64), pos=np.arange(P + m, P + m + T, dtype=np.int64),
                     mask=np.zeros((T, P + m + T), np.float32), parent=np.arange(T - 1, dtype=np.int64) - 1,
                     recent=np.arange(m, dtype=np.int64), slots=np.arange(T, dtype=np.int64))
     restart = Restart(epoch=1, n=100, pending=5, budget=100, length=6, ids=np.arange(4, dtype=np.int64))
-    out = {}
+    hops, redrafts = [], []
     try:
-        for name, msg in (("verify", verify), ("restart", restart)):
-            ts = []
-            for i in range(n):
-                t0 = time.perf_counter()
-                send(to, msg, timeout=10.0)
-                with back.recv(timeout=30.0) as received:
-                    copied(decode(received))
-                ts.append(time.perf_counter() - t0)
-            out[name] = statistics.median(ts[n // 10:])
-        send(to, Halt(), timeout=10.0)
-        child.join(10)
+        for _ in range(n):
+            t0 = time.perf_counter()
+            send(ch["to_target"], verify, timeout=120.0)           # the first waits for the target to load
+            with ch["from_target"].recv(timeout=120.0) as received:
+                verdict = copied(decode(received))
+            t1 = time.perf_counter()
+            send(ch["to_draft"], restart, timeout=10.0)
+            with ch["from_draft"].recv(timeout=30.0) as received:
+                copied(decode(received))
+            hops.append(t1 - t0 - verdict.forward_s)
+            redrafts.append(time.perf_counter() - t1)
+        for name in ("to_target", "to_draft"):
+            send(ch[name], Halt(), timeout=10.0)
+        for c in children:
+            c.join(10)
     finally:
-        if child.is_alive():
-            child.kill()
-        for ch in (to, back):
-            ch.__exit__(None, None, None)
+        for c in children:
+            if c.is_alive():
+                c.kill()
+        for c in ch.values():
+            c.__exit__(None, None, None)
         cleanup_stale()
-    return out
+    return {"verify": statistics.median(hops[n // 10:]), "restart": statistics.median(redrafts[n // 10:])}
 
 
 def _busy_draft(profile: str | None, window: int, go, stop) -> None:
@@ -320,7 +348,7 @@ def measure(profile: str | None, log: str, pipeline_log: str, offsets: int = 5, 
     grid = pass_grid(runner, points)
     fit = fit_passes(grid, runner.opts.batch_invariant)
     progress(f"  pass grid: {len(points)} points, P {Ps}, fit within {fit['max_rel_error']:.1%} (max)")
-    hops = round_trips()
+    hops = round_trips(profile)
     progress(f"  round trips: verify {hops['verify'] * 1e6:.0f} us, restart {hops['restart'] * 1e6:.0f} us")
     kappa = contention(runner, profile, window)
     progress(f"  contention: kappa {kappa['kappa']:.2f}")
