@@ -132,6 +132,7 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--pipeline-log", default=str(SHARED / "data/tep_alarms/filter/text_alarms_filter_5.csv"),
                    help="pipeline-bench's log (default: its own)")
     p.add_argument("--offsets", type=int, default=5, help="bench prompts per task traced (bench's --offsets)")
+    p.add_argument("--repeats", type=int, default=3, help="traces of every prompt by every system (bench's)")
     p.add_argument("--max-lines", type=int, default=100, help="lines of the traced replay (pipeline-bench's)")
     p.add_argument("--from", dest="measured", metavar="M.json", help="the micro-measurements of an earlier run "
                    "(its --out) instead of measuring now")
@@ -142,7 +143,7 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--out", help="write the result with every micro-measurement and trace (for --from)")
     p.set_defaults(run=lambda a: projection.run_project(a.config, a.log,
                                                         a.pipeline_log, a.measured, a.bench_json, a.pipeline_json,
-                                                        a.offsets, a.max_lines))
+                                                        a.offsets, a.max_lines, a.repeats))
 
     p = add_verb(sub, "soak", soak.run_soak, MEASURING["soak"])
     p.add_argument("--tokens", type=int, required=True, help="stream tokens to push through")

@@ -7,15 +7,20 @@ Owns four steps over plain dicts (JSON between runs):
             its pass taken out; then, while the target's threads still spin, a Restart to a draft); the target's
             pass slowed by a draft model running beside it (kappa); and, per system and task, a trace of the serial
             engine's steps: rows, columns, proposals, accepted, the draft's seconds and passes, its guess of the
-            token after a block accepted whole, the engine's own time
+            token after a block accepted whole, the engine's own time (the systems interleaved as `bench` runs them)
   predict   the model below, from the trace's counts and the measured costs only
   validate  its figures against `bench` and `pipeline-bench` JSON from a separate run: each system's speedup over
-            its reference in that run within 15% (the absolute figures beside them carry the host's drift)
+            its reference in that run within 15% (the absolute figures beside them carry the host's drift). A
+            serial system's figure here is its own trace re-added (the passes at its generations' levels), so its
+            row checks that the traced speedup holds in another run; a deferred system's row checks the model
   project   after a validation passed: RK3588 pairs from published per-token costs (`BOARD`, each with its source)
 
 The model, per verify step s (a step's tokens: its accepted proposals + 1; tokens/s = (generated - 1) / sum of
 step times, per prompt, the median over prompts as `bench` reports, or summed over assessments as `pipeline-bench`):
   serial     t_s + d_s + o                          t: pass time, d: drafting, o: the engine's own time per step
+             t_s: the fit at the step's (T, P, m) times its generation's level (the generation's passes as they
+             ran over the fit's), so a pass and the drafting beside it are costed at the same minutes of a drifting
+             host
   deferred   t_s + o + H + (ahead_s ? max(0, d_s + g_s-1 - (t_s-1 + o + H)) : H_d + d_s) + (kappa - 1) min(d'_s, t_s)
              ahead_s: step s-1 was accepted whole and the draft's guess g of the token after it was right, so block
              s was drafted while the target verified s-1 (what drafting outlasts that is waited for); otherwise the
@@ -27,6 +32,7 @@ micro-measurement. Measurement code: nothing at run time imports it.
 """
 from __future__ import annotations
 
+import dataclasses
 import json
 import multiprocessing as mp
 import os
@@ -133,27 +139,31 @@ def _generation(steps: list[dict], stats: dict) -> dict:
     return {"generated": stats["generated"], "steps": steps, "own_s": outside / max(len(steps), 1)}
 
 
-def trace_bench(profile: str | None, log: str, offsets: int, threads: int, window: int, progress) -> dict:
-    """{system: {task: [generation, ...]}} for the serial systems, on `bench`'s prompts; each system's tokens must
-    be target_only's."""
-    out: dict = {}
-    reference: dict = {}
-    for name, system in SERIAL.items():
-        engine = make_engine(config.load(profile, settings(system, threads, window)))
-        trace = _Trace(engine)
-        out[name] = {}
-        for task in TASKS:
-            gens = []
-            for k, prompt in enumerate(prompts(log, task, offsets, config.load(profile).model.gguf)):
+def trace_bench(profile: str | None, log: str, offsets: int, repeats: int, threads: int, window: int,
+                progress) -> dict:
+    """{system: {task: [generation, ...]}} for the serial systems, on `bench`'s prompts, each `repeats` times,
+    interleaved as `bench` runs them (each prompt by every system, who goes first rotating), so that the host's drift
+    over the run falls on all systems alike; each system's tokens must be target_only's."""
+    engines = {name: make_engine(config.load(profile, settings(system, threads, window)))
+               for name, system in SERIAL.items()}
+    traces = {name: _Trace(engine) for name, engine in engines.items()}
+    out: dict = {name: {task: [] for task in TASKS} for name in SERIAL}
+    names = list(SERIAL)
+    for task in TASKS:
+        ps = prompts(log, task, offsets, config.load(profile).model.gguf)
+        for r, (k, prompt) in ((r, kp) for r in range(repeats) for kp in enumerate(ps)):
+            reference, first = None, (k + r) % len(names)
+            for name in names[first:] + names[:first]:
+                engine = engines[name]
                 engine.reset()
                 res = engine.generate(np.asarray(prompt.ids, np.int64), prompt.new_tokens, SamplingParams(),
                                       stop_ids=prompt.stop_ids)
-                if reference.setdefault((task, k), res.token_ids) != res.token_ids:
-                    raise RuntimeError(f"{name} differs from target_only on {task} prompt {k}")
-                gens.append(_generation(trace.generations[-1], res.stats.as_dict()))
-            out[name][task] = gens
-            progress(f"  trace {name:14s} {task:8s} {sum(len(g['steps']) for g in gens)} steps")
-        del engine, trace
+                if reference is not None and reference != res.token_ids:
+                    raise RuntimeError(f"{name} differs from {names[first]} on {task} prompt {k}")
+                reference = res.token_ids
+                out[name][task].append(_generation(traces[name].generations[-1], res.stats.as_dict()))
+        progress(f"  trace {task:8s} " + ", ".join(f"{n} {sum(len(g['steps']) for g in out[n][task])}"
+                                                   for n in names) + " steps")
     return out
 
 
@@ -331,12 +341,12 @@ def contention(runner, profile: str | None, window: int, rounds: int = 8, passes
 
 
 def measure(profile: str | None, log: str, pipeline_log: str, offsets: int = 5, max_lines: int = 100,
-            progress=print) -> dict:
+            repeats: int = 3, progress=print) -> dict:
     """Every micro-measurement in one run (`measure` above); about ten minutes on two cores."""
     cfg = config.load(profile)
     threads, window = cfg.model.threads, cfg.cache.window
     t0 = time.perf_counter()
-    traces = trace_bench(profile, log, offsets, threads, window, progress)
+    traces = trace_bench(profile, log, offsets, repeats, threads, window, progress)
     traces["replay"] = trace_replay(profile, pipeline_log, max_lines, progress)
     steps = [s for sysname, tasks in traces.items() for gens in (tasks.values() if sysname != "replay" else [tasks])
              for g in gens for s in g["steps"]]
@@ -353,7 +363,8 @@ def measure(profile: str | None, log: str, pipeline_log: str, offsets: int = 5, 
     progress(f"  round trips: verify {hops['verify'] * 1e6:.0f} us, restart {hops['restart'] * 1e6:.0f} us")
     kappa = contention(runner, profile, window)
     progress(f"  contention: kappa {kappa['kappa']:.2f}")
-    return {"_meta": {"log": log, "pipeline_log": pipeline_log, "offsets": offsets, "max_lines": max_lines,
+    return {"_meta": {"log": log, "pipeline_log": pipeline_log, "offsets": offsets, "repeats": repeats,
+                      "max_lines": max_lines,
                       "threads": threads, "window": window, "seconds": time.perf_counter() - t0},
             "passes": {"grid": grid, "fit": fit}, "round_trips": hops, "contention": kappa, "traces": traces}
 
@@ -375,11 +386,32 @@ class Costs:
             return seconds
         return (seconds - model_s) * self.cpu_scale + calls * self.draft_pass_s
 
+    def at(self, level: float) -> Costs:
+        """The same costs with every pass `level` times as long (a trace's pass level, `pass_level`)."""
+        return dataclasses.replace(self, pass_s=lambda T, P, r, f=self.pass_s: level * f(T, P, r))
+
 
 def costs_here(m: dict) -> Costs:
     fit = m["passes"]["fit"]
     return Costs(lambda T, P, r: pass_s(fit, T, P, r), m["round_trips"]["verify"], m["round_trips"]["restart"],
                  m["contention"]["kappa"])
+
+
+def pass_level(gens: list[dict], fit: dict) -> float:
+    """Passes as they ran over the fit's for the same (T, P, m): the grid gives the shape of the cost, each traced
+    generation its level at the seconds its drafting and own time were measured (on these shared hosts the same pass
+    took 19 ms in one hour and 30 ms in another, one run's grid sat 20% above its traces, and generations of one
+    system minutes apart differ by 2x)."""
+    steps = [s for g in gens for s in g["steps"]]
+    return sum(s["forward_s"] for s in steps) / sum(pass_s(fit, s["T"], s["P"], s["m"]) for s in steps)
+
+
+def levels(m: dict) -> dict:
+    """{system: {task: level}} for the serial traces, and "replay" (each pooled over its generations: a summary;
+    the model applies each generation's own)."""
+    fit, tr = m["passes"]["fit"], m["traces"]
+    return {**{name: {task: pass_level(tr[name][task], fit) for task in TASKS} for name in SERIAL},
+            "replay": pass_level(tr["replay"], fit)}
 
 
 def generation_seconds(gen: dict, costs: Costs, deferred: bool) -> float:
@@ -406,23 +438,24 @@ def generation_seconds(gen: dict, costs: Costs, deferred: bool) -> float:
     return total
 
 
-def tokens_per_s(gens: list[dict], costs: Costs, deferred: bool, pooled: bool = False) -> float:
-    """The median over generations of (generated - 1) / seconds (`bench`), or pooled over them (`pipeline-bench`)."""
-    secs = [generation_seconds(g, costs, deferred) for g in gens]
+def tokens_per_s(gens: list[dict], costs: Costs, deferred: bool, fit: dict, pooled: bool = False) -> float:
+    """The median over generations of (generated - 1) / seconds (`bench`), or pooled over them (`pipeline-bench`);
+    each generation's passes at its own level over `fit`."""
+    secs = [generation_seconds(g, costs.at(pass_level([g], fit)), deferred) for g in gens]
     if pooled:
         return sum(g["generated"] - 1 for g in gens) / sum(secs)
     return statistics.median((g["generated"] - 1) / s for g, s in zip(gens, secs) if s > 0)
 
 
 def predict(m: dict, costs: Costs | None = None) -> dict:
-    """{"bench": {task: {system: tok/s}}, "pipeline-bench": {"serial": tok/s, "pipelined": tok/s}}."""
-    costs = costs or costs_here(m)
-    tr = m["traces"]
-    bench = {task: {**{name: tokens_per_s(tr[name][task], costs, False) for name in SERIAL},
-                    **{name: tokens_per_s(tr[base][task], costs, True) for name, base in DEFERRED.items()}}
+    """{"bench": {task: {system: tok/s}}, "pipeline-bench": {"serial": tok/s, "pipelined": tok/s}}; a deferred
+    system runs the serial trace it is built on (`DEFERRED`)."""
+    costs, fit, tr = costs or costs_here(m), m["passes"]["fit"], m["traces"]
+    bench = {task: {**{name: tokens_per_s(tr[name][task], costs, False, fit) for name in SERIAL},
+                    **{name: tokens_per_s(tr[base][task], costs, True, fit) for name, base in DEFERRED.items()}}
              for task in TASKS}
-    return {"bench": bench, "pipeline-bench": {"serial": tokens_per_s(tr["replay"], costs, False, pooled=True),
-                                               "pipelined": tokens_per_s(tr["replay"], costs, True, pooled=True)}}
+    return {"bench": bench, "pipeline-bench": {side: tokens_per_s(tr["replay"], costs, side == "pipelined", fit,
+                                                                  pooled=True) for side in ("serial", "pipelined")}}
 
 
 def acceptance(gens: list[dict], depth: int = 8) -> dict:
@@ -646,7 +679,8 @@ class ProjectionReport(Report):
 
 
 def run_project(profile: str | None, log: str | None, pipeline_log: str, measured: str | None, bench_json: str | None,
-                pipeline_json: str | None, offsets: int = 5, max_lines: int = 100) -> ProjectionReport:
+                pipeline_json: str | None, offsets: int = 5, max_lines: int = 100,
+                repeats: int = 3) -> ProjectionReport:
     """A model of serial and deferred decode speed built from micro-measurements taken in one run, checked against
     `bench` and `pipeline-bench` figures from a separate run (each within 15%), and only then used to project RK3588
     figures from published per-token costs (every input listed with its source). Exit 1 when a figure misses.
@@ -655,7 +689,7 @@ def run_project(profile: str | None, log: str | None, pipeline_log: str, measure
     pool columns x recent columns, fitted as c0 + c1 T + c2 P + c3 T (P + m); the owner -> actor -> owner round
     trip over the pipeline's channels; the target's pass slowed by a draft model beside it; and a trace of the
     serial engine's steps per system and task (rows, proposals, accepted, drafting, the draft's guesses). The figures
-    to check: `python run.py bench --repeats 1 --offsets 5 --json --out B.json` and `python run.py pipeline-bench
+    to check: `python run.py bench --repeats 3 --offsets 5 --json --out B.json` and `python run.py pipeline-bench
     --policies fixed --json > P.json`, run apart from the measurements. The model is written out at the top of
     bench/projection.py; docs/speed.md, "A projection", has its figures."""
     progress = (lambda s: print(s, file=sys.stderr, flush=True))
@@ -664,7 +698,7 @@ def run_project(profile: str | None, log: str | None, pipeline_log: str, measure
         m = json.loads(Path(measured).read_text())
         m = m.get("measurements", m)                # a run's --out, or the measurements alone
     else:
-        m = measure(profile, log, pipeline_log, offsets, max_lines, progress)
+        m = measure(profile, log, pipeline_log, offsets, max_lines, repeats, progress)
     bench = json.loads(Path(bench_json).read_text()) if bench_json else None
     pipe = json.loads(Path(pipeline_json).read_text()) if pipeline_json else None
     predicted = predict(m)
@@ -672,12 +706,17 @@ def run_project(profile: str | None, log: str | None, pipeline_log: str, measure
     inputs = {"pass_fit_max_error": f"{m['passes']['fit']['max_rel_error']:.1%}",
               "verify_round_trip_us": round(m["round_trips"]["verify"] * 1e6),
               "restart_round_trip_us": round(m["round_trips"]["restart"] * 1e6),
-              "kappa": round(m["contention"]["kappa"], 2)}
+              "kappa": round(m["contention"]["kappa"], 2),
+              "pass_levels": {k: (round(v, 2) if isinstance(v, float) else {t: round(x, 2) for t, x in v.items()})
+                              for k, v in levels(m).items()}}
     out = {"predicted": predicted, "validation": rows, "inputs": inputs,
            "acceptance": {**{name: {task: acceptance(m["traces"][name][task]) for task in TASKS} for name in SERIAL},
                           "replay": acceptance(m["traces"]["replay"])},
            "measurements": m}
     llama = here_llama_cpp(bench)
+    if llama:       # llama.cpp's figures moved to the traces' minutes by the host's drift in target_only's row
+        drift = predicted["bench"]["log"]["target_only"] / bench["log"]["target_only"]["tokens_per_s"]
+        llama = {**llama, "tg": llama["tg"] * drift, "pp": llama["pp"] * drift}
     checked = validated(rows) and pipe is not None
     if checked and llama:
         out["board"] = {"small": project_small(m, llama), "large": project_large(m),

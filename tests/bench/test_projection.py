@@ -63,6 +63,18 @@ def test_the_serial_model_is_pass_plus_drafting_plus_the_engines_own_time():
     assert pj.generation_seconds(gen, COSTS, deferred=False) == pytest.approx(3 * (0.010 + 0.002 + 0.001))
 
 
+def test_each_generation_runs_its_passes_at_its_own_level_the_grid_giving_only_their_shape():
+    m = _measurements()
+    slow = {"generated": 10, "own_s": 0.001, "steps": [dict(_step(), forward_s=0.013)] * 2}   # 1.3x the fit
+    fast = {"generated": 10, "own_s": 0.001, "steps": [dict(_step(), forward_s=0.008)] * 2}   # 0.8x
+    m["traces"]["draft_serial"]["log"] = [slow, fast, fast]
+    lv = pj.levels(m)
+    assert lv["draft_serial"]["log"] == pytest.approx(0.058 / 0.060) and lv["target_only"]["log"] == 1.0
+    got = pj.predict(m)["bench"]["log"]
+    assert got["draft_serial"] == pytest.approx(9 / (2 * (0.008 + 0.002 + 0.001)))    # the median generation
+    assert got["target_only"] == pytest.approx(9 / (2 * (0.010 + 0.002 + 0.001)))
+
+
 def test_the_deferred_model_hides_drafting_only_after_a_block_accepted_whole_and_guessed():
     # step 0: a restart (nothing ran ahead); steps 1, 2: ahead, the 2 ms of drafting hidden behind the 10 ms pass;
     # step 2's predecessor missed its guess, so step 3 restarts again
