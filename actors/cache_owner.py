@@ -118,7 +118,8 @@ class Owner:
         self.cancelled: set[str] = set()              # the request being answered, when its asker cancelled it
         self.current: str | None = None
         self.serving, self.stream_ended = asks is not None, False
-        self.counts = dict(lines=0, answers=0, expired=0, cancelled=0, preempted=0, backlog_max_depth=0)
+        self.counts = dict(lines=0, stream_tokens=0, packed_feeds=0, answers=0, expired=0, cancelled=0, preempted=0,
+                           backlog_max_depth=0)
         self.sent: deque = deque(maxlen=256)          # (verify blocks sent, questions written by then), per block
         if asks is not None:
             self.engine.on_block = self.block_sent
@@ -282,28 +283,62 @@ class Owner:
         if line.recovery:                              # committed before a restart: refills the window only
             chaos("owner.recovery")
             engine.feed(line.ids)
-            self.in_window(line)
+            self.in_window(line, engine.index.n - 1)
             self.recovered.append(line.offset)
             return False
         self.ask_interrupted()
         self.first_line = self.first_line or time.perf_counter()
         self.last_line = time.monotonic()
-        nll_sum = nll_n = None
-        if self.cfg.replay.score_stream:
-            nll_sum, nll_n = engine.feed(line.ids, score=True)
+        if self.cfg.replay.score_stream:               # a line's own NLL: one line per feed
+            group, (nll_sum, nll_n) = [line], engine.feed(line.ids, score=True)
+            self.line_fed(line, engine.index.n - 1, nll_sum, nll_n)
         else:
-            engine.feed(line.ids)
-        self.counts["lines"] += 1
-        self.in_window(line)
-        self.fresh.append(line.offset)
-        self.committed = (line.offset, line.loop, line.seq)
-        send(self.out, replace(line, ids=None, nll_sum=nll_sum, nll_n=nll_n, window_from_seq=self.seen[0][3],
-                               backlog=len(self.backlog)), timeout=60.0)
-        reason = self.triggers.after_line(line.text)
+            group = self.waiting_behind(line)
+            first = engine.index.n + (engine.pending is not None)
+            engine.feed(np.concatenate([g.ids for g in group]) if len(group) > 1 else line.ids)
+            ends = first + np.cumsum([len(g.ids) for g in group]) - 1
+            for g, end in zip(group, ends):
+                self.line_fed(g, int(end))
+        self.counts["packed_feeds"] += len(group) > 1
+        for g in group:                                # only the group's last line may fire (`waiting_behind`)
+            reason = self.triggers.after_line(g.text)
         self.due = self.due or reason
         if self.restart is not None:
             self.restarted()
         return False
+
+    def waiting_behind(self, line: Line) -> list[Line]:
+        """`line` and the lines waiting behind it (backlog, then channel) up to the next multiple of the prefill
+        grid, so the stream goes in full passes when it runs ahead (`Decoder.feed`: how text is cut into feeds
+        leaves its K/V unchanged). Stops after a line that fires a trigger (assessed right after it) and before an
+        Eof or a recovery line."""
+        grid = self.engine.policy.prefill
+        room, group = grid - (self.engine.index.n + (self.engine.pending is not None)) % grid, [line]
+        tokens = len(line.ids)
+        while tokens < room and not self.triggers.would_fire(group[-1].text, len(group) - 1):
+            if self.backlog:
+                nxt = self.backlog.popleft()
+            elif self.lines.ready():
+                with self.lines.recv(timeout=1.0) as received:
+                    nxt = copied(decode(received))
+            else:
+                break
+            if not isinstance(nxt, Line) or nxt.recovery:
+                self.backlog.appendleft(nxt)
+                break
+            group.append(nxt)
+            tokens += len(nxt.ids)
+        return group
+
+    def line_fed(self, line: Line, end: int, nll_sum=None, nll_n=None) -> None:
+        """A stream line is in the ring, its last token at position `end`: count it, note it, send it on."""
+        self.counts["lines"] += 1
+        self.counts["stream_tokens"] += len(line.ids)
+        self.in_window(line, end)
+        self.fresh.append(line.offset)
+        self.committed = (line.offset, line.loop, line.seq)
+        send(self.out, replace(line, ids=None, nll_sum=nll_sum, nll_n=nll_n, window_from_seq=self.seen[0][3],
+                               backlog=len(self.backlog)), timeout=60.0)
 
     def ask_interrupted(self) -> None:
         """The assessment a crash interrupted (the checkpoint's `due`), once the window is refilled: at the first new
@@ -312,10 +347,10 @@ class Owner:
             self.due, self.resumed_due = self.resumed_due, None
             self.assess(self.due)
 
-    def in_window(self, line: Line) -> None:
-        n = self.engine.index.n
-        self.seen.append((n - 1, line.offset, line.tags, line.seq, line.loop))
-        while self.seen and self.seen[0][0] < n - self.engine.spec.window:
+    def in_window(self, line: Line, end: int) -> None:
+        """Note the line whose last token is at `end`; forget the lines no query at `end` can see."""
+        self.seen.append((end, line.offset, line.tags, line.seq, line.loop))
+        while self.seen and self.seen[0][0] < end + 1 - self.engine.spec.window:
             self.seen.popleft()
 
     # -- durability --------------------------------------------------------------------------------------------------

@@ -58,13 +58,16 @@ def slot_of(positions, sink: int, ring: int) -> np.ndarray:
     return np.where(u < sink, u, sink + (u - sink) % ring)
 
 
-def passes(n: int, count: int, max_rows: int, sink: int, window: int):
+def passes(n: int, count: int, max_rows: int, sink: int, window: int, grid: int = 0):
     """(start, stop) offsets of the passes that run `count` tokens at positions n, n+1, ...: at most max_rows rows
-    each, and a pass holding sink positions holds no row past S+W-1 (past it a row scores the sinks with their own
-    query, from the sink pool, not at their distance in its section: models/graph.py, pipeline/decode/blocks.py)."""
+    each, none crossing a multiple of `grid` (0: no grid), and a pass holding sink positions holds no row past S+W-1
+    (past it a row scores the sinks with their own query, from the sink pool, not at their distance in its section:
+    models/graph.py, pipeline/decode/blocks.py)."""
     start = 0
     while start < count:
         stop = min(count, start + max_rows)
+        if grid:
+            stop = min(stop, start + grid - (n + start) % grid)
         if n + start < sink:
             stop = min(stop, sink + window - n)
         yield start, stop

@@ -33,14 +33,16 @@ class ConfigError(ValueError):
 class ModelSection:
     gguf: str = "default"            # "default" = the bundled SmolLM2-135M-Instruct, else a path to a GGUF
     threads: int = RunnerOptions.threads
-    max_rows: int = RunnerOptions.max_rows      # largest block or prefill chunk in one target pass
+    max_rows: int = RunnerOptions.max_rows      # largest verify block in one target pass
+    prefill_rows: int = 32                      # rows of a prefill pass, and its grid (docs/operators.md, "Ingest")
     accuracy_level: int = RunnerOptions.accuracy_level
     spin: bool = RunnerOptions.spin             # ONNX Runtime's threads spin-wait between ops
     batch_invariant: bool = RunnerOptions.batch_invariant   # no operator sees one row: exact on every CPU
 
     def runner_options(self, **extra) -> RunnerOptions:
         """The target runner's options from this section (`extra`: graph choices such as trees or rope_angles)."""
-        return RunnerOptions(threads=self.threads, max_rows=self.max_rows, accuracy_level=self.accuracy_level,
+        return RunnerOptions(threads=self.threads, max_rows=max(self.max_rows, self.prefill_rows),
+                             accuracy_level=self.accuracy_level,
                              spin=self.spin, batch_invariant=self.batch_invariant, **extra)
 
 
@@ -203,7 +205,8 @@ def ring_spec(cfg: Config, head: int = 0, scratch: int = 0) -> RingSpec:
     Sinks: [cache] sink, grown to hold a `head` kept forever (the replay's system prompt). Ring: the window plus a
     slack for the rows not yet committed: a target block (max_rows); with a `scratch` span (a question and its answer,
     rolled back after) the slack holds it too, plus two draft blocks, since a draft actor runs a block ahead."""
-    rows = max(cfg.model.max_rows, 2 * (cfg.draft.length + 1)) if scratch else cfg.model.max_rows
+    rows = max(cfg.model.max_rows, cfg.model.prefill_rows)
+    rows = max(rows, 2 * (cfg.draft.length + 1)) if scratch else rows
     return RingSpec(max(cfg.cache.sink, head), cfg.cache.window,
                     cfg.cache.window + max(cfg.cache.slack, scratch + rows))
 
@@ -211,8 +214,8 @@ def ring_spec(cfg: Config, head: int = 0, scratch: int = 0) -> RingSpec:
 _CHOICES = {("draft", "kind"): ("none", "suffix", "model", "hybrid"), ("draft", "backend"): ("onnx", "rknn"),
             ("board", "npu"): ("", "rknpu2"), ("replay", "format"): ("plain", "csv", "jsonl"),
             ("actors", "launcher"): ("local", "ray", "serial")}
-_MIN = {("model", "threads"): 1, ("model", "max_rows"): 2, ("cache", "sink"): 0, ("cache", "window"): 1,
-        ("cache", "slack"): 0, ("draft", "length"): 0, ("draft", "threads"): 1, ("draft", "siblings"): 0,
+_MIN = {("model", "threads"): 1, ("model", "max_rows"): 2, ("model", "prefill_rows"): 2, ("cache", "sink"): 0,
+        ("cache", "window"): 1, ("cache", "slack"): 0, ("draft", "length"): 0, ("draft", "threads"): 1, ("draft", "siblings"): 0,
         ("sampling", "temperature"): 0.0,
         ("sampling", "top_k"): 0, ("replay", "every_lines"): 1, ("replay", "max_new_tokens"): 1,
         ("replay", "max_lines"): 0, ("replay", "idle_s"): 0.0, ("model", "accuracy_level"): 0,
@@ -225,7 +228,7 @@ _MIN = {("model", "threads"): 1, ("model", "max_rows"): 2, ("cache", "sink"): 0,
 
 
 # a pass's rows: the graph's softmax width (models/graph.py SOFTMAX_ROWS) and doctor's probes (1..64 rows)
-_MAX = {("model", "max_rows"): SOFTMAX_ROWS}
+_MAX = {("model", "max_rows"): SOFTMAX_ROWS, ("model", "prefill_rows"): SOFTMAX_ROWS}
 
 
 def load(path: str | Path | None = None, overrides: dict | None = None, here: bool = True) -> Config:

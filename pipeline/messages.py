@@ -59,7 +59,7 @@ class Prefill:
     ids: np.ndarray = array(np.int64, 1)        # [T] tokens
     pos: np.ndarray = array(np.int64, 1)        # [T] their positions
     mask: np.ndarray = array(np.float32, 2)     # [T, P+m+T] additive mask (kernels/ring.py)
-    recent: np.ndarray = array(np.int64, 1)     # [m] pool slots read as the recent section (m = 0 here)
+    recent: np.ndarray = array(np.int64, 1)     # [m] positions of the chunk's recent section (committed)
     slots: np.ndarray = array(np.int64, 1)      # [T] pool slots the rows' K/V go to
 
 
@@ -353,6 +353,8 @@ class Status:
     kv_pool_bytes: int
     position: int
     lines: int
+    stream_tokens: int                          # tokens of the stream lines prefilled so far
+    packed_feeds: int                           # feeds that carried several waiting lines at once
     answers: int
     expired: int
     cancelled: int

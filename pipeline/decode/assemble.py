@@ -28,7 +28,7 @@ def policy(cfg: Config, vocab: int, tokenizer: Tokenizer | None = None) -> Polic
     ends = None
     if d.end_at_line:
         ends = line_end_ids(tokenizer or Tokenizer.from_gguf(resolve_gguf(cfg.model.gguf)), vocab)
-    return Policy(length, rows, LengthControl(length) if d.adaptive else None, ends)
+    return Policy(length, rows, LengthControl(length) if d.adaptive else None, ends, cfg.model.prefill_rows)
 
 
 def make_draft(cfg: Config, spec: RingSpec, target_vocab: int | None = None):
@@ -88,6 +88,6 @@ def make_engine(cfg: Config, spec: RingSpec | None = None, *, check_rows: bool =
     tok = Tokenizer.from_gguf(path)
     p = policy(cfg, runner.vocab, tok)
     engine = Engine(runner, tok, make_draft(cfg, spec, runner.vocab), draft_len=d.length, seed=params.seed,
-                    length_control=p.control, line_ends=p.line_ends)
+                    length_control=p.control, line_ends=p.line_ends, rows=p.max_rows, prefill_rows=p.prefill_rows)
     engine.exactness = exactness
     return engine

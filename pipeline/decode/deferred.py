@@ -110,11 +110,12 @@ class ChannelVerifier:
         return self._mask
 
     def prefill(self, ids, pos, mask, slots, pick: SamplingParams | None = None, score: bool = False,
-                all_logits: bool = False) -> Prefilled:
+                all_logits: bool = False, recent=None) -> Prefilled:
         if all_logits:
             raise ValueError("the actor pipeline returns no logits: score in the serial engine")
         send(self.links.to_target, Prefill(pick=pick is not None, score=score, ids=ids, pos=pos, mask=mask,
-                                           recent=pos[:0], slots=slots), timeout=TIMEOUT_S)
+                                           recent=pos[:0] if recent is None else recent, slots=slots),
+             timeout=TIMEOUT_S)
         got = Prefilled()
         if score:
             scored = self.links.await_target(Scored)
@@ -206,7 +207,7 @@ class DeferredEngine(Decoder):
     def __init__(self, spec, policy: Policy, to_target, from_target, to_draft, from_draft, max_recent: int = 64):
         self.links = Links(to_target, from_target, to_draft, from_draft)
         self.to_target = to_target
-        rows = policy.max_rows
+        rows = max(policy.max_rows, policy.prefill)
         verifier = ChannelVerifier(self.links, rows * (spec.pool_slots + max_recent + rows))
         super().__init__(spec, verifier, DraftLink(self.links), policy)
         ready = self.links.await_target(Ready)  # the target's first word: its batch-invariance verdict, where it runs

@@ -20,7 +20,8 @@ __all__ = ["Engine", "GenerateResult", "Stats"]
 class Engine(Decoder):
     def __init__(self, runner, tokenizer, draft=None, draft_len: int = DraftSection.length, seed: int = 0,
                  block: int = ALIGNED_BLOCK, length_control: LengthControl | None = None,
-                 line_ends: np.ndarray | None = None):
+                 line_ends: np.ndarray | None = None, rows: int = 0, prefill_rows: int = 0):
+        """rows: a verify block's rows; prefill_rows: a feed pass's rows and grid (0: the runner's max_rows)."""
         if not 1 <= block <= runner.opts.max_recent + 1:
             raise ValueError(f"block {block} must be in 1..max_recent+1 ({runner.opts.max_recent + 1})")
         if runner.opts.max_rows > runner.spec.slack + 1:
@@ -28,7 +29,10 @@ class Engine(Decoder):
                              f"({runner.spec.slack + 1}): use ring >= window + max_rows")
         self.runner, self.tok = runner, tokenizer
         self.draft = draft or NoDraft()
-        policy = Policy(min(draft_len, runner.opts.max_rows - 1), runner.opts.max_rows, length_control, line_ends)
+        rows = rows or runner.opts.max_rows
+        if max(rows, prefill_rows) > runner.opts.max_rows:
+            raise ValueError(f"passes of {max(rows, prefill_rows)} rows: the runner takes {runner.opts.max_rows}")
+        policy = Policy(min(draft_len, rows - 1), rows, length_control, line_ends, prefill_rows)
         super().__init__(runner.spec, LocalVerifier(runner, seed), LocalDraft(self.draft), policy, block)
 
     def append(self, text: str) -> int:

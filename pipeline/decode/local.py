@@ -33,11 +33,13 @@ class LocalVerifier:
 
     def prefill(self, ids, pos, mask, slots, pick: SamplingParams | None = None, score: bool = False,
                 all_logits: bool = False, recent=None) -> Prefilled:
-        """Run a pass of committed text and store every row's K/V at `slots`."""
+        """Run a pass of committed text and store every row's K/V at `slots`; `recent`: the positions of its recent
+        section (pipeline/decode/step.py `feed`)."""
         T = len(ids)
         self._last_row[0] = T - 1
+        recent = None if recent is None or not len(recent) else slot_of(recent, self.spec.sink, self.spec.ring)
         logits = self.runner.forward(ids, pos, mask, None if score or all_logits else self._last_row,
-                                     recent_slots=recent if recent is not None and len(recent) else None)
+                                     recent_slots=recent)
         self.runner.store(np.arange(T), slots)
         got = Prefilled(logits=logits)
         if score:                                   # row r predicts token r + 1 of the pass

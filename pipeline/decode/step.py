@@ -15,6 +15,9 @@ same terms in another grouping (1e-7 differences cross int8 rounding steps). So 
 the same place whatever the draft did: positions are grouped in aligned blocks of B; a row at u reads positions below
 s(u) = u - u % B from the pool and [s(u), u] as one "recent + new" section; a verify block never crosses a block
 boundary. A row is then computed identically with or without a draft (rows are independent of the pass's size).
+A feed (prompt, stream lines) keeps the same rule on its own grid G (`Policy.prefill`): its passes end at multiples
+of G and read [s(u), n) as their recent section, so a text's K/V do not depend on how it was cut into feeds (a line
+at a time, or every waiting line at once: the cache owner packs them when the stream runs ahead).
 """
 from __future__ import annotations
 
@@ -26,7 +29,8 @@ import numpy as np
 from kernels.ring import RingIndex, passes
 from kernels.sampling import SamplingParams
 from pipeline.decode.blocklen import LengthControl, shape
-from pipeline.decode.blocks import ALIGNED_BLOCK, lap, near_wrap, plan_block, room_of, trunk, verify_mask
+from pipeline.decode.blocks import (ALIGNED_BLOCK, lap, near_wrap, plan_block, recent_start, room_of, trunk,
+                                    verify_mask)
 from pipeline.decode.drafts import Proposal
 
 
@@ -65,6 +69,11 @@ class Policy:
     max_rows: int                               # rows of one target pass
     control: LengthControl | None = None        # adaptive: the length chosen online from acceptance and costs
     line_ends: np.ndarray | None = None         # bool per token id: a block ends after a newline; None: it may not
+    prefill_rows: int = 0                       # rows of a feed's pass, and its grid (0: max_rows)
+
+    @property
+    def prefill(self) -> int:
+        return self.prefill_rows or self.max_rows
 
     def choose(self) -> int:
         return self.length if self.control is None else self.control.choose(self.length)
@@ -181,7 +190,9 @@ class Decoder:
 
     # -- feeding text into the cache ---------------------------------------------------------------------------------
     def feed(self, ids, pick: SamplingParams | None = None, score: bool = False, on_logits=None):
-        """Commit tokens (the pending one first, if any) in passes of up to max_rows. pick: return the target's token
+        """Commit tokens (the pending one first, if any) in passes of up to G = `policy.prefill` rows, cut at multiples
+        of G; a pass's rows read the positions committed since the last multiple as its recent section, so they are
+        computed the same however the text was cut into feeds (the module docstring). pick: return the target's token
         after them, drawn under these params; score: return (sum, count) of the NLL of every token but each pass's
         first, teacher-forced; on_logits(start, logits) sees every pass's logits (the local verifier's only).
         Otherwise the last row's logits where the verifier has them (locally), else None."""
@@ -192,13 +203,16 @@ class Decoder:
         if pick is not None and not len(ids):
             raise ValueError("generate needs a non-empty prompt or context")
         got, nll_sum, nll_n = None, 0.0, 0
-        for start, stop in passes(self.index.n, len(ids), self.policy.max_rows, self.spec.sink, self.spec.window):
-            chunk = ids[start:stop]
-            pos = self.index.n + np.arange(len(chunk), dtype=np.int64)
-            mask = self.index.visible_mask(pos, None, out=self.verifier.mask_buffer())
+        grid, sink, window = self.policy.prefill, self.spec.sink, self.spec.window
+        for start, stop in passes(self.index.n, len(ids), grid, sink, window, grid):
+            chunk, n = ids[start:stop], self.index.n
+            pos = n + np.arange(len(chunk), dtype=np.int64)
+            s = recent_start(n, grid, sink, window)
+            mask = self.index.visible_mask(pos, None, out=self.verifier.mask_buffer(), recent_from=s)
             last = start + len(chunk) == len(ids)
             got = self.verifier.prefill(chunk, pos, mask, self.index.write(pos), pick=pick if last else None,
-                                        score=score, all_logits=on_logits is not None)
+                                        score=score, all_logits=on_logits is not None,
+                                        recent=np.arange(s, n, dtype=np.int64))
             self.index.commit(len(chunk))
             self.proposer.observe(chunk)
             if on_logits is not None:

@@ -35,6 +35,10 @@ def render(front) -> str:
     metric("generated_tokens_total", "counter", "Tokens generated (answers and analyses).",
            [({}, st.get("generated", 0))])
     metric("stream_lines_total", "counter", "Stream lines prefilled into the ring.", [({}, st.get("lines", 0))])
+    metric("stream_tokens_total", "counter", "Tokens of the stream lines prefilled into the ring.",
+           [({}, st.get("stream_tokens", 0))])
+    metric("packed_feeds_total", "counter", "Stream feeds that carried several waiting lines in full passes.",
+           [({}, st.get("packed_feeds", 0))])
     metric("queue_depth", "gauge", "Waiting work by queue.",
            [({"queue": "questions"}, st.get("queue", 0)), ({"queue": "backlog_lines"}, st.get("backlog", 0)),
             ({"queue": "lines_channel"}, st.get("lines_inbox", 0)), ({"queue": "in_flight"}, g["in_flight"])])

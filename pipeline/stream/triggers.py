@@ -23,6 +23,10 @@ class Triggers:
             return self._fire("pattern")
         return None
 
+    def would_fire(self, text: str, ahead: int = 0) -> bool:
+        """Would `after_line(text)` fire if `ahead` lines came (none firing) before it? Counts nothing."""
+        return self.since + ahead + 1 >= self.every or (self.pattern is not None and bool(self.pattern.search(text)))
+
     def on_quiet(self, quiet_s: float) -> str | None:
         """"idle" when lines came since the last assessment and none for idle_s seconds."""
         if self.idle_s > 0 and self.since and quiet_s >= self.idle_s:
