@@ -7,9 +7,12 @@ committed positions, for both rings); emits `Start` (the target's batch-invarian
 Never parses or renders text, never runs a model and never prints.
 
 The schedule, highest first: operator questions (fair across operators, each with a deadline), then a due analysis,
-then the stream's next line. A question arriving during an analysis preempts it between two blocks (the analysis is
-rolled back and runs again later). Lines arriving while the model generates are moved into a bounded backlog and
-prefilled afterwards, in order; when the backlog is full they wait in the channel, and past that ingest drops and
+then the stream's next line; but while lines wait and the stream has had less than `serve.stream_share` of the
+target's recent time (pipeline/stream/capacity.py), the stream goes first. Lines waiting behind the next one go in
+with it, up to the prefill grid (`waiting_behind`). The measured ingest capacity is in Status, and a Capacity event
+says once when it is below the profile's `replay.line_rate`. A question arriving during an analysis preempts it
+between two blocks (the analysis is rolled back and runs again later). Lines arriving while the model generates are
+moved into a bounded backlog and prefilled afterwards, in order; when the backlog is full they wait in the channel, and past that ingest drops and
 counts them. When serving, a periodic ("every N lines") analysis waits until no stream line is waiting, so under
 load analyses thin out rather than ingestion falling behind; and a line pass is sent only when the target has
 finished the previous one, so a question never queues behind a stack of line passes.
@@ -29,6 +32,7 @@ from __future__ import annotations
 
 import time
 from collections import deque
+from contextlib import contextmanager
 from dataclasses import fields, replace
 
 import numpy as np
@@ -44,6 +48,7 @@ from pipeline.messages import (
     AnswerDelta,
     Assessment,
     Cancel,
+    Capacity,
     Checkpoint,
     Eof,
     Line,
@@ -59,6 +64,7 @@ from pipeline.messages import (
 )
 from pipeline.process import Figures, attach_when_ready, chaos, figures_on_request, pin
 from pipeline.serve.operators import OperatorQueue, Request
+from pipeline.stream.capacity import StreamClock
 from pipeline.stream.replay import Analyst, replay_frame
 from pipeline.stream.triggers import Triggers
 
@@ -124,6 +130,9 @@ class Owner:
         if asks is not None:
             self.engine.on_block = self.block_sent
         self.first_line, self.last_line, self.last_status = None, time.monotonic(), 0.0
+        self.clock = StreamClock()                    # the stream's share of the target, its measured capacity
+        self.streaming: tuple | None = None           # (since, tokens, lines) of stream passes still in flight
+        self.share_min, self.line_rate, self.warned = cfg.serve.stream_share, cfg.replay.line_rate, False
         self.kv_pool_bytes = kv_bytes_per_slot(card) * spec.pool_slots
         # durability: the lines fed since the last checkpoint, the last one checkpointed, a restart to journal
         self.source_id, self.fresh, self.last_checkpoint = source_id, [], time.monotonic()
@@ -137,11 +146,13 @@ class Owner:
     def loop(self) -> None:
         while not self.stop.is_set():
             self.poll()
-            if self.queue:
-                with self.figures.busy():
+            self.stream_done()
+            owed = self.stream_owed()
+            if self.queue and not owed:
+                with self.figures.busy(), self.other_work():
                     self.answer(self.queue.pop())
-            elif self.due and not self.waits(self.due):
-                with self.figures.busy():
+            elif self.due and not owed and not self.waits(self.due):
+                with self.figures.busy(), self.other_work():
                     self.assess(self.due)
             elif self.serving and self.engine.to_target.in_flight():
                 self.asks_only.wait(0.005)   # serving: one line pass at a time, so a question never queues behind many
@@ -165,6 +176,36 @@ class Owner:
             if self.fresh and time.monotonic() - self.last_checkpoint >= self.cfg.supervise.checkpoint_s and \
                     not self.engine.to_target.in_flight():
                 send(self.out, Checkpoint(**self.commit_point()), timeout=60.0)
+
+    def stream_owed(self) -> bool:
+        """Serving: lines wait and the stream had less than its share of the target's recent time."""
+        return self.serving and self.share_min > 0 and (bool(self.backlog) or self.lines.ready()) and \
+            self.clock.share < self.share_min
+
+    def stream_done(self, now: float | None = None) -> None:
+        """The target has run every stream pass sent (or a question comes next: the rest counts as its time): the
+        stream's seconds, tokens and lines go to the clock; the capacity is checked against the profile's rate."""
+        if self.streaming is None or (now is None and self.engine.to_target.in_flight()):
+            return
+        now = time.monotonic() if now is None else now
+        since, tokens, lines = self.streaming
+        self.streaming = None
+        self.clock.stream(now - since, tokens, lines, now)
+        got = self.clock.capacity()
+        if self.line_rate and got and got[1] < self.line_rate and not self.warned:
+            self.warned = True
+            send(self.out, Capacity(line_rate=self.line_rate, lines_per_s=got[1], tokens_per_s=got[0],
+                                    stream_share=self.clock.share), timeout=60.0)
+
+    @contextmanager
+    def other_work(self):
+        """A question or an analysis: its seconds are the target's, not the stream's."""
+        t0 = time.monotonic()
+        self.stream_done(t0)
+        try:
+            yield
+        finally:
+            self.clock.other(time.monotonic() - t0, time.monotonic())
 
     def waits(self, reason: str) -> bool:
         """Serving, a periodic analysis waits while stream lines are waiting: the ring is kept current first, and
@@ -290,11 +331,15 @@ class Owner:
         self.first_line = self.first_line or time.perf_counter()
         self.last_line = time.monotonic()
         if self.cfg.replay.score_stream:               # a line's own NLL: one line per feed
-            group, (nll_sum, nll_n) = [line], engine.feed(line.ids, score=True)
+            t0 = time.monotonic()
+            group, (nll_sum, nll_n) = [line], engine.feed(line.ids, score=True)     # waits for the target's answer
+            self.clock.stream(time.monotonic() - t0, len(line.ids), 1, time.monotonic())
             self.line_fed(line, engine.index.n - 1, nll_sum, nll_n)
         else:
             group = self.waiting_behind(line)
             first = engine.index.n + (engine.pending is not None)
+            since, tokens, lines = self.streaming or (time.monotonic(), 0, 0)
+            self.streaming = (since, tokens + sum(len(g.ids) for g in group), lines + len(group))
             engine.feed(np.concatenate([g.ids for g in group]) if len(group) > 1 else line.ids)
             ends = first + np.cumsum([len(g.ids) for g in group]) - 1
             for g, end in zip(group, ends):
@@ -388,8 +433,10 @@ class Owner:
             return
         self.last_status = now
         totals = self.engine.totals.as_dict()
+        got = self.clock.capacity()
         send(self.out, Status(queue=len(self.queue), backlog=len(self.backlog), lines_inbox=self.lines.depth(),
                               kv_pool_bytes=self.kv_pool_bytes, position=int(self.engine.index.n), **self.counts,
+                              stream_share=self.clock.share, capacity_lines_per_s=got[1] if got else 0.0,
                               **{k: totals[k] for k in ("tokens_per_s", "generated", "accepted_per_verify",
                                                         "acceptance_rate", "verify_calls")}), timeout=60.0)
 

@@ -27,6 +27,7 @@ from pipeline.messages import (
     Answer,
     AnswerDelta,
     Assessment,
+    Capacity,
     Eof,
     Restarted,
     Line,
@@ -172,6 +173,12 @@ def _emit(event, record: dict, quiet_lines: bool) -> None:
                   f"   ({record['completion_tokens']} tokens, ttft {ttft} ms, total {record['total_ms']:.0f} ms, "
                   f"queued {record['queued_ms']:.0f} ms, {len(record['retrieved'])} older lines retrieved, "
                   f"{record['finish_reason']}{', client gone' if record.get('client_gone') else ''})\n", flush=True)
+        case Capacity():
+            print(f"ringspec: warning: the stream goes in at {record['lines_per_s']:.1f} lines/s "
+                  f"({record['tokens_per_s']:.0f} tokens/s) while the target works on it, below the profile's "
+                  f"replay.line_rate of {record['line_rate']:g}; it had {record['stream_share']:.0%} of the target's "
+                  f"recent time (serve.stream_share raises its floor; `bench --task ingest` measures it)",
+                  file=sys.stderr, flush=True)
         case Restarted():
             took = "" if record["recovery_s"] is None else f", {record['recovery_s']:.1f} s from the death"
             why = f"after {record['cause']}" if record["actor"] else "from the journal (resume)"

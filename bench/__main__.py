@@ -8,8 +8,8 @@ from __future__ import annotations
 import argparse
 import sys
 
-from bench import (chaos, distill, draftscan, fuzz, npu, operators, perplexity, pipeline_vs_serial, projection, recall,
-                   soak, speed)
+from bench import (chaos, distill, draftscan, fuzz, ingest, npu, operators, perplexity, pipeline_vs_serial, projection,
+                   recall, soak, speed)
 from run import MEASURING, ROOT, add_key, add_model_flags, add_verb, main, profile_of
 
 SHARED = ROOT.parent / "shared"
@@ -21,10 +21,12 @@ def parser() -> argparse.ArgumentParser:
 
     p = add_verb(sub, "bench", speed.run_bench, MEASURING["bench"],
                  profile="TOML profile every system's keys are set over (--task operator: the server's)")
-    p.add_argument("--task", choices=("log", "analysis", "all", "operator"), default="all", help="see above")
+    p.add_argument("--task", choices=("log", "analysis", "all", "operator", "ingest"), default="all",
+                   help="see above")
     p.add_argument("--log", help="log to take prompts from (default: the profile's replay.log)")
     p.add_argument("--offsets", type=int, default=5, help="prompts per task, spread over the log (at least 5)")
-    p.add_argument("--repeats", type=int, default=3, help="runs of every prompt by every system")
+    p.add_argument("--repeats", type=int, help="runs of every prompt by every system (default 3; ingest: of every "
+                   "system on every log, default 1)")
     p.add_argument("--new-tokens", type=int, default=0, help="at most this many tokens per prompt (default: the "
                    "task's, 256 for log, 128 for analysis)")
     p.add_argument("--warm-lines", type=int, default=operators.WARM_LINES,
@@ -41,11 +43,18 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--rate", type=float, default=20.0, help="operator: the stream's lines per second")
     p.add_argument("--questions", type=int, default=20, help="operator: questions per configuration")
     p.add_argument("--rates", default="4,6,8,10,20", help="operator: line rates to try for keeping up")
-    p.add_argument("--seconds", type=float, default=40.0, help="operator: seconds per line rate")
+    p.add_argument("--seconds", type=float, default=40.0, help="operator: seconds per line rate; ingest: seconds "
+                   "measured per system and log")
+    p.add_argument("--logs", default="", help="ingest: comma-separated logs (default: the profile's replay.log, "
+                   + " and ".join(ingest.LOGHUB) + " from ../shared/data)")
     p.set_defaults(run=lambda a: operators.run_operator_bench(profile_of(a), a.config, a.log, a.rate, a.questions,
                                                               a.rates, a.seconds, a.warm_lines)
                    if a.task == "operator" else
-                   speed.run_bench(profile_of(a), a.config, a.log, a.task, a.offsets, a.repeats, a.systems,
+                   ingest.run_ingest_bench(profile_of(a), a.config, [x for x in a.logs.split(",") if x],
+                                           a.seconds, a.repeats or 1,
+                                           ingest.progress_line)
+                   if a.task == "ingest" else
+                   speed.run_bench(profile_of(a), a.config, a.log, a.task, a.offsets, a.repeats or 3, a.systems,
                                    not a.no_llama_cpp, a.unpadded, a.new_tokens))
 
     p = add_verb(sub, "chaos", chaos.run_chaos, MEASURING["chaos"], profile="TOML profile of the pipeline under test")

@@ -386,7 +386,9 @@ def run_bench(cfg, profile: str | None, log: str | None = None, task: str = "all
     draft.model; none leaves them out). --json prints {task: {system: figures}, "_meta": run metadata (platform,
     exactness verdicts, goals)}. --task operator: a real `serve` answering 30-token questions while the log replays at
     --rate lines/s (TTFT and answer tok/s, p50 and p95, with and without retrieval), then the line rates of --rates
-    with a question every 5 s: does ingestion keep up?
+    with a question every 5 s: does ingestion keep up? --task ingest: stream prefill at a full ring (tokens and
+    lines/s) by `replay`, by `serve` with and without a question every 5 s, and llama.cpp's prompt processing of the
+    same text at the same context, on the profile's TEP log and two loghub logs (--logs), --seconds each, alternated.
 
     The validated profile `cfg` gives the threads, the pool window and the neural draft; `profile` (its path) is what
     each worker sets its system's keys over (bench/systems.py); `log` defaults to the profile's replay.log; `task`:

@@ -92,6 +92,8 @@ class ReplaySection:
     score_stream: bool = False       # report each stream line's teacher-forced NLL (logits for every row: slower)
     max_new_tokens: int = 60
     max_lines: int = 0               # 0 = the whole file
+    line_rate: float = 0.0           # lines/s the stream must sustain: the run warns once its measured ingest
+                                     # capacity is below it (0 = no claim; `bench --task ingest` measures it)
     resume: bool = False             # start a file source after the journal's last checkpoint (--resume)
     system_prompt: str = ("You are the alarm analyst of a chemical plant. You read the operator console's alarm "
                           "log and, when asked, summarise in one or two short sentences what is happening.")
@@ -117,6 +119,8 @@ class ServeSection:
     max_waiting: int = 16            # requests waiting or being answered at once; more are refused with 503
     deadline_s: float = 60.0         # a request not answered by then ends (queued: an error; answering: cut short)
     backlog_lines: int = 4096        # stream lines held while the model answers (then the channel, then drops)
+    stream_share: float = 0.5        # while lines wait, the least share of the target's time (last ~30 s) the stream
+                                     # gets before questions and analyses go first again (0 = questions always first)
     archive: str = ""                # SQLite FTS5 file of every line ("" = $RINGSPEC_HOME/archive/stream.sqlite)
     archive_max_lines: int = 1_000_000
     retrieve: int = 2                # older lines retrieved into a question's span (0 = none; each costs its tokens
@@ -224,11 +228,13 @@ _MIN = {("model", "threads"): 1, ("model", "max_rows"): 2, ("model", "prefill_ro
         ("serve", "request_timeout_s"): 0.1, ("serve", "backlog_lines"): 0,
         ("serve", "archive_max_lines"): 1, ("serve", "retrieve"): 0, ("supervise", "max_restarts"): 0,
         ("supervise", "period_s"): 0.0, ("supervise", "checkpoint_s"): 0.01,
-        ("board", "ram_mb"): 0, ("board", "reserve_mb"): 0, ("board", "npu_domain_mb"): 1}
+        ("replay", "line_rate"): 0.0, ("serve", "stream_share"): 0.0, ("board", "ram_mb"): 0,
+        ("board", "reserve_mb"): 0, ("board", "npu_domain_mb"): 1}
 
 
 # a pass's rows: the graph's softmax width (models/graph.py SOFTMAX_ROWS) and doctor's probes (1..64 rows)
-_MAX = {("model", "max_rows"): SOFTMAX_ROWS, ("model", "prefill_rows"): SOFTMAX_ROWS}
+_MAX = {("model", "max_rows"): SOFTMAX_ROWS, ("model", "prefill_rows"): SOFTMAX_ROWS,
+        ("serve", "stream_share"): 1.0}
 
 
 def load(path: str | Path | None = None, overrides: dict | None = None, here: bool = True) -> Config:

@@ -16,8 +16,9 @@ The flow, channel by channel (sender -> receiver: kinds, in the order they come)
     cache owner -> draft (to_draft)        Observe, Rollback; Restart, Commit and Halt during a generation; Close
     draft -> cache owner (from_draft)      Proposal; Closed last
     cache owner -> output (events)         Start first; Line (as prefilled, annotated, without tokens), Assessment,
-                                           Checkpoint, Recovery and Restarted (after a restart), AnswerDelta, Answer,
-                                           Status, StreamEnd (serving); Eof last
+                                           Checkpoint, Recovery and Restarted (after a restart), Capacity (once, when
+                                           the stream outruns the target), AnswerDelta, Answer, Status, StreamEnd
+                                           (serving); Eof last
 The cache owner's end of the four model links is `DeferredEngine` (pipeline/decode/deferred.py), which the speed
 bench's `pipelined` system runs in its own process; the front (pipeline/serve/front.py) lives in the output actor.
 """
@@ -322,6 +323,16 @@ class Restarted:
 
 
 @message
+class Capacity:
+    """The stream's measured ingest capacity is below the line rate the profile says it must sustain."""
+    kind: ClassVar[str] = "capacity"
+    line_rate: float                            # replay.line_rate
+    lines_per_s: float                          # lines/s the stream goes in at while the target works on it
+    tokens_per_s: float
+    stream_share: float                         # the stream's share of the target's recent time
+
+
+@message
 class AnswerDelta:
     """Tokens of an operator's answer as a verdict commits them."""
     kind: ClassVar[str] = "answer_delta"
@@ -355,6 +366,9 @@ class Status:
     lines: int
     stream_tokens: int                          # tokens of the stream lines prefilled so far
     packed_feeds: int                           # feeds that carried several waiting lines at once
+    stream_share: float                         # the stream's share of the target's recent time (stream/capacity.py)
+    capacity_lines_per_s: float                 # lines/s the stream goes in at while the target works on it (0: not
+                                                # measured yet)
     answers: int
     expired: int
     cancelled: int
@@ -375,7 +389,8 @@ class StreamEnd(StreamCounts):
 
 KINDS = {cls.kind: cls for cls in (Prefill, Verify, Close, Ready, Scored, Picked, Verdict, Closed, Observe, Rollback,
                                    Restart, Commit, Halt, Proposal, Line, Eof, Question, Cancel, Start, Assessment,
-                                   Checkpoint, Recovery, Restarted, AnswerDelta, Answer, Status, StreamEnd)}
+                                   Checkpoint, Recovery, Restarted, Capacity, AnswerDelta, Answer, Status,
+                                   StreamEnd)}
 
 
 # ---- encoding ------------------------------------------------------------------------------------------------------

@@ -37,6 +37,11 @@ def render(front) -> str:
     metric("stream_lines_total", "counter", "Stream lines prefilled into the ring.", [({}, st.get("lines", 0))])
     metric("stream_tokens_total", "counter", "Tokens of the stream lines prefilled into the ring.",
            [({}, st.get("stream_tokens", 0))])
+    metric("stream_share", "gauge", "The stream's share of the target's time over the last ~30 s, and the least "
+           "share it gets while lines wait (serve.stream_share).",
+           [({"kind": "measured"}, st.get("stream_share", 1.0)), ({"kind": "minimum"}, front.serve.stream_share)])
+    metric("stream_capacity_lines_per_second", "gauge", "Lines/s the stream goes in at while the target works on it "
+           "(the last ~30 s; 0 until measured).", [({}, st.get("capacity_lines_per_s", 0.0))])
     metric("packed_feeds_total", "counter", "Stream feeds that carried several waiting lines in full passes.",
            [({}, st.get("packed_feeds", 0))])
     metric("queue_depth", "gauge", "Waiting work by queue.",

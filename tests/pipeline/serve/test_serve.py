@@ -358,6 +358,10 @@ def test_every_line_reaches_the_ring_while_questions_are_served(server):
     text = server.metrics()
     assert re.findall(r'^ringspec_dropped_lines_total\{reason="queue_full"\} (\d+)', text, re.M) == ["0"]
     assert int(re.search(r'^ringspec_answers_total\{outcome="answers"\} (\d+)', text, re.M).group(1)) >= 6
+    tokens = int(re.search(r'^ringspec_stream_tokens_total (\d+)', text, re.M).group(1))
+    assert tokens >= 20 * LINES                          # a TEP line is about 29 tokens
+    share = dict(re.findall(r'^ringspec_stream_share\{kind="(\w+)"\} (\S+)', text, re.M))
+    assert float(share["minimum"]) == 0.5 and 0.0 < float(share["measured"]) <= 1.0
 
 
 def test_ctrl_c_to_the_servers_process_group_drains_it(server):

@@ -1,0 +1,51 @@
+"""The stream's share of the target and its measured capacity (pipeline/stream/capacity.py), at stated times."""
+from __future__ import annotations
+
+import pytest
+
+from pipeline.stream.capacity import MIN_STREAM_S, TAU_S, StreamClock
+
+
+def test_the_share_is_the_streams_part_of_the_recent_time_and_the_past_fades():
+    clock = StreamClock()
+    assert clock.share == 1.0                             # nothing ran: the stream is owed nothing
+    clock.stream(3.0, 90, 3, now=3.0)
+    clock.other(1.0, now=4.0)
+    assert clock.share == pytest.approx(3.0 * 0.9672 / (3.0 * 0.9672 + 1.0), rel=1e-3)   # e^(-1/30) on the 3 s
+    clock.other(9.0, now=4.0 + 5 * TAU_S)                 # long after: the old stream seconds are nearly gone
+    assert clock.share < 0.01
+
+
+def test_capacity_is_what_the_stream_carried_per_second_of_target_time_once_measured():
+    clock = StreamClock()
+    clock.stream(MIN_STREAM_S / 2, 400, 14, now=MIN_STREAM_S / 2)
+    assert clock.capacity() is None                       # too little measured to say
+    for i in range(2, 40):
+        clock.stream(0.5, 65, 2, now=MIN_STREAM_S / 2 + 0.5 * i)
+        clock.other(0.5, now=MIN_STREAM_S / 2 + 0.5 * i)  # questions in between do not lower the capacity
+    tokens_per_s, lines_per_s = clock.capacity()
+    assert 125 <= tokens_per_s <= 135 and 3.9 <= lines_per_s <= 4.2
+
+
+def test_waiting_lines_go_first_once_the_stream_had_less_than_its_share():
+    """The cache owner's schedule asks `stream_owed` before a question or an analysis (actors/cache_owner.py)."""
+    from collections import deque
+    from types import SimpleNamespace
+
+    from actors.cache_owner import Owner
+
+    clock = StreamClock()
+    owner = SimpleNamespace(serving=True, share_min=0.5, backlog=deque(["a line"]), clock=clock,
+                            lines=SimpleNamespace(ready=lambda: False))
+    clock.stream(1.0, 30, 1, now=1.0)
+    clock.other(3.0, now=4.0)                             # questions took three quarters of the target
+    assert Owner.stream_owed(owner)
+    owner.backlog.clear()
+    assert not Owner.stream_owed(owner)                   # nothing waits: questions first
+    owner.lines = SimpleNamespace(ready=lambda: True)     # a line in the channel waits as well as the backlog's
+    assert Owner.stream_owed(owner)
+    owner.share_min = 0.0
+    assert not Owner.stream_owed(owner)                   # 0: questions always first
+    owner.share_min = 0.5
+    clock.stream(4.0, 120, 4, now=8.0)
+    assert clock.share > 0.5 and not Owner.stream_owed(owner)
