@@ -12,10 +12,10 @@ target's recent time (pipeline/stream/capacity.py), the stream goes first. Lines
 with it, up to the prefill grid (`waiting_behind`). The measured ingest capacity is in Status, and a Capacity event
 says once when it is below the profile's `replay.line_rate`. A question arriving during an analysis preempts it
 between two blocks (the analysis is rolled back and runs again later). Lines arriving while the model generates are
-moved into a bounded backlog and prefilled afterwards, in order; when the backlog is full they wait in the channel, and past that ingest drops and
-counts them. When serving, a periodic ("every N lines") analysis waits until no stream line is waiting, so under
-load analyses thin out rather than ingestion falling behind; and a line pass is sent only when the target has
-finished the previous one, so a question never queues behind a stack of line passes.
+moved into a bounded backlog and prefilled afterwards, in order; when the backlog is full they wait in the channel,
+and past that ingest drops and counts them. When serving, a periodic ("every N lines") analysis waits until no
+stream line is waiting, so under load analyses thin out rather than ingestion falling behind; and a line feed is
+sent only when the target has finished the previous one, so a question never queues behind a stack of line passes.
 
 Durability (README, "Surviving faults"): the owner names what is committed. When no pass is in flight to the target
 (so the lines' tokens are in its ring), at most every `supervise.checkpoint_s` and with every assessment, it sends a
