@@ -133,7 +133,7 @@ class Owner:
         self.clock = StreamClock()                    # the stream's share of the target, its measured capacity
         self.streaming: tuple | None = None           # (since, tokens, lines) of stream passes still in flight
         self.share_min, self.line_rate, self.warned = cfg.serve.stream_share, cfg.replay.line_rate, False
-        self.kv_pool_bytes = kv_bytes_per_slot(card) * spec.pool_slots
+        self.kv_pool_bytes = kv_bytes_per_slot(card) * spec.stored_slots
         # durability: the lines fed since the last checkpoint, the last one checkpointed, a restart to journal
         self.source_id, self.fresh, self.last_checkpoint = source_id, [], time.monotonic()
         self.committed = (resume["offset"], resume["loop"], resume["seq"]) if resume else None

@@ -50,13 +50,14 @@ def run(inbox: ChannelSpec, outbox: str, cfg, spec, stop) -> None:
                 if isinstance(msg, Prefill):
                     chaos("target.prefill")      # armed just after a restart, it hits during the window's refill
                     got = verifier.prefill(msg.ids, msg.pos, msg.mask, msg.slots, params if msg.pick else None,
-                                           msg.score, recent=msg.recent)
+                                           msg.score, recent=msg.recent, ring_from=msg.ring_from)
                     if msg.score:
                         send(out, Scored(nll_sum=got.nll_sum, nll_n=got.nll_n), timeout=60.0)
                     if msg.pick:
                         send(out, Picked(next=got.next), timeout=60.0)
                 elif isinstance(msg, Verify):
-                    blk = Block(msg.ids, msg.parent, msg.q, msg.pos, None, msg.recent, msg.slots, msg.path)
+                    blk = Block(msg.ids, msg.parent, msg.q, msg.pos, None, msg.recent, msg.slots, msg.path,
+                                msg.ring_from)
                     v = verifier.verify(blk, msg.mask, params)
                     chaos("target.verified")     # fault injection, test-only: K/V stored, the verdict not sent
                     send(out, Verdict(epoch=msg.epoch, block=msg.block, rows=v.rows.tolist(), next=v.next, t0=v.t0,

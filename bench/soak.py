@@ -230,7 +230,7 @@ def soak(cfg, log: str, tokens: int, every_tokens: int = 5000, progress=None) ->
                               actors=dataclasses.replace(cfg.actors, launcher="local"))
     card = load_card(converted_dir(resolve_gguf(cfg.model.gguf)))["config"]
     spec = replay_frame(cfg).spec
-    kv_formula = kv_bytes_per_slot(card) * (spec.sink + spec.ring)
+    kv_formula = kv_bytes_per_slot(card) * spec.stored_slots
     with tempfile.TemporaryDirectory(prefix="ringspec_soak_") as tmp:
         endpoint = f"ipc://{tmp}/events"
         listener = _Listener(endpoint, every_tokens, progress)
@@ -333,7 +333,7 @@ def soak_serve(cfg, config_path: str | None, log: str, tokens: int, every_tokens
     served = dataclasses.replace(cfg, serve=dataclasses.replace(cfg.serve, enabled=True))
     card = load_card(converted_dir(resolve_gguf(cfg.model.gguf)))["config"]
     spec = replay_frame(served).spec
-    kv_formula = kv_bytes_per_slot(card) * (spec.sink + spec.ring)
+    kv_formula = kv_bytes_per_slot(card) * spec.stored_slots
     with tempfile.TemporaryDirectory(prefix="ringspec_soak_") as tmp:
         tmp = Path(tmp)
         profile = profile_with(config_path, {"replay.score_stream": True, "serve.archive_max_lines": archive_lines},

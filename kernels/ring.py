@@ -48,6 +48,17 @@ class RingSpec:
     def pool_slots(self) -> int:
         return self.sink + self.ring
 
+    @property
+    def mirror(self) -> int:
+        """Ring slots a runner stores twice, after the ring's end, so a pass's view of the ring (`pool_view`: at
+        most W - 1 positions, rounded up) is one contiguous slice wherever it starts."""
+        return min(self.ring, self.window + COLUMN_STEP)
+
+    @property
+    def stored_slots(self) -> int:
+        """Slots of K/V a runner holds: the sinks, the ring and its mirror (the memory formula)."""
+        return self.pool_slots + self.mirror
+
 
 def slot_of(positions, sink: int, ring: int) -> np.ndarray:
     """Slot of each position (int64 >= 0): u if u < S else S + ((u - S) mod R).
@@ -137,7 +148,8 @@ class RingIndex:
         self.n = 0
         self.ring_start = 0
         self.slot_pos = np.full(spec.pool_slots, EMPTY, dtype=np.int64)
-        self.column_step = COLUMN_STEP  # pool_columns' rounding (tests lower it to exercise the cut)
+        self.column_step = COLUMN_STEP  # pool_view's rounding (tests lower it to exercise the cut)
+        self._columns = np.empty(spec.pool_slots, np.int64)   # column_positions' buffer for visible_mask
 
     def _protected_from(self, n: int) -> int:
         """First ring position a query at any u >= n can still see."""
@@ -199,21 +211,39 @@ class RingIndex:
         self.slot_pos[self.spec.sink:] = EMPTY
         self.n = self.ring_start = int(position)
 
-    def pool_columns(self, before: int) -> int:
-        """How many leading pool slots a pass must read when every pool position it may see is below `before`.
+    def pool_view(self, before: int) -> tuple[int, int]:
+        """(first, width): the ring slots [first, first + width) a pass reads when every pool position it may see is
+        below `before` (slot first + k is ring slot (first + k) mod R: the runner keeps a mirrored copy of the
+        ring's first slots after its end, so the view is contiguous memory).
 
-        Depends only on (`before`, ring_start): every pass holding a row at u reads the same columns (before is
-        the row's aligned block start), so its attention sums the same terms. Until the ring wraps, the positions
-        [max(ring_start, S), before) fill a prefix of it; rounded up to `column_step` slots so widths repeat.
+        The view starts at the oldest position a row at u >= before can see, max(before - W + 1, ring_start, S), and
+        holds the positions up to `before`, rounded up to `column_step` slots so widths repeat: after the first wrap
+        a pass reads about W slots, not the whole ring with its slack. Depends only on (`before`, ring_start): every
+        pass holding a row at u reads the same columns (before is the row's aligned block start), so its attention
+        sums the same terms.
         """
+        S, R, W = self.spec.sink, self.spec.ring, self.spec.window
+        lo = max(before - W + 1, self.ring_start, S)
+        width = min(R, -(-max(before - lo, 1) // self.column_step) * self.column_step)
+        return (lo - S) % R, width
+
+    def pool_columns(self, before: int) -> int:
+        """How many pool columns (sinks, then the view's ring slots) a pass reads below `before` (`pool_view`)."""
+        return self.spec.sink + self.pool_view(before)[1]
+
+    def column_positions(self, before: int, out: np.ndarray | None = None) -> np.ndarray:
+        """The position each pool column holds (EMPTY for none) for a pass reading below `before`: the sinks, then
+        the view's ring slots in order."""
         S, R = self.spec.sink, self.spec.ring
-        lo = max(self.ring_start, S)
-        first = (lo - S) % R
-        end = first + max(before - lo, 0)
-        return S + (R if end > R else min(R, -(-max(end, 1) // self.column_step) * self.column_step))
+        first, width = self.pool_view(before)
+        out = np.empty(S + width, np.int64) if out is None else out[:S + width]
+        out[:S] = self.slot_pos[:S]
+        np.take(self.slot_pos[S:], np.arange(first, first + width), mode="wrap", out=out[S:])
+        return out
 
     def visible_mask(self, row_pos, ancestors=None, out=None, recent_from: int | None = None) -> np.ndarray:
-        """The mask [T, P+m+T] for rows at `row_pos`, P = pool_columns(recent_from) (see `visible_mask`).
+        """The mask [T, P+m+T] for rows at `row_pos`, P = pool_columns(recent_from), the pool columns in
+        `column_positions` order (see `visible_mask`); the runner reads them at `pool_view(recent_from)[0]`.
 
         out: a flat float32 buffer with room for it (its leading elements are used), or None.
 
@@ -225,8 +255,8 @@ class RingIndex:
         t = len(row_pos)
         s = self.n if recent_from is None else int(recent_from)
         recent = np.arange(s, self.n, dtype=np.int64)
-        p = self.pool_columns(s)
-        size = t * (p + len(recent) + t)
+        columns = self.column_positions(s, self._columns)
+        size = t * (len(columns) + len(recent) + t)
         out = np.empty(size, np.float32) if out is None else out.reshape(-1)[:size]
-        return visible_mask(row_pos, ancestors, self.slot_pos[:p], s, self.ring_start,
+        return visible_mask(row_pos, ancestors, columns, s, self.ring_start,
                             self.spec.sink, self.spec.window, out.reshape(t, -1), recent)

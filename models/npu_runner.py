@@ -97,6 +97,9 @@ class StaticRunner(Runner):
             self._feeds[T] = f
         return sessions
 
+    def _mirror_slots(self) -> int:             # the pools go whole: a view's columns are placed in the wide mask
+        return 0
+
     def _binding(self):                        # the pools go to each pass whole (see forward): nothing to bind
         return None
 
@@ -105,7 +108,7 @@ class StaticRunner(Runner):
 
     def forward(self, tokens: np.ndarray, positions: np.ndarray, mask: np.ndarray,
                 logit_rows: np.ndarray | None = None, recent_slots: np.ndarray | None = None,
-                path: np.ndarray | None = None) -> np.ndarray:
+                path: np.ndarray | None = None, ring_from: int = 0) -> np.ndarray:
         """As `Runner.forward`, on the smallest bucket that holds the rows (a chain's pass; no tree)."""
         T = len(tokens)
         if path is not None:
@@ -118,12 +121,16 @@ class StaticRunner(Runner):
         S, R = self.spec.sink, self.spec.ring
         Tb = next(b for b in self.session if b >= T)
         f = self._feeds[Tb]
-        P = mask.shape[1] - m - T                   # pool columns the caller's mask covers: S + the first ring slots
-        if not S < P <= S + R:
-            raise ValueError(f"the mask gives {P} pool columns; this pool has {S} sink and {R} ring slots")
+        P = mask.shape[1] - m - T          # pool columns the caller's mask covers: S + ring slots from ring_from on
+        if not S < P <= S + R or not 0 <= ring_from < R:
+            raise ValueError(f"the mask gives {P} pool columns from ring slot {ring_from}; this pool has {S} sink "
+                             f"and {R} ring slots")
         wide, new = f["mask"], S + R + STATIC_RECENT
         wide.fill(self.neg)
-        np.maximum(mask[:, :P], self.neg, out=wide[:T, :P])
+        np.maximum(mask[:, :S], self.neg, out=wide[:T, :S])
+        cut = min(P - S, R - ring_from)             # the view's slots up to the ring's end, then from its start
+        np.maximum(mask[:, S:S + cut], self.neg, out=wide[:T, S + ring_from:S + ring_from + cut])
+        np.maximum(mask[:, S + cut:P], self.neg, out=wide[:T, S:S + P - S - cut])
         np.maximum(mask[:, P:P + m], self.neg, out=wide[:T, S + R:S + R + m])
         np.maximum(mask[:, P + m:], self.neg, out=wide[:T, new:new + T])
         pad = np.arange(T, Tb)

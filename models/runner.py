@@ -62,7 +62,8 @@ class Runner:
         kv = np.dtype(opts.kv_dtype)
         self.sink_k = np.zeros((L, S, KVH, D), kv)       # [layer, slot, kv head, D]: a slot prefix is
         self.sink_v = np.zeros_like(self.sink_k)                  # contiguous, so a pass binds only what it reads
-        self.ring_k = np.zeros((L, R, KVH, D), kv)
+        self.mirror = self._mirror_slots()           # the ring's first slots again after its end: a pass's view of
+        self.ring_k = np.zeros((L, R + self.mirror, KVH, D), kv)   # the ring is one slice (RingIndex.pool_view)
         self.ring_v = np.zeros_like(self.ring_k)
         self.inv_freq = rope_inv_freq(D, cfg["rope_base"])
         self._ids = np.zeros(T, np.int64)
@@ -84,10 +85,14 @@ class Runner:
             if S:
                 self._bind_in(f"sink_k.{l}", self.sink_k[l])
                 self._bind_in(f"sink_v.{l}", self.sink_v[l])
-        self._ring_bound = -1
+        self._ring_bound = (-1, -1)
         self.forward_calls = 0
         self.forward_rows = 0
         self.forward_s = 0.0          # wall time inside ONNX Runtime (the pipeline's "model" share)
+
+    def _mirror_slots(self) -> int:
+        """Ring slots kept twice (`RingSpec.mirror`): a view of the ring is then one slice wherever it starts."""
+        return self.spec.mirror
 
     def _open(self) -> ort.InferenceSession:
         opts = self.opts
@@ -115,11 +120,11 @@ class Runner:
 
     def forward(self, tokens: np.ndarray, positions: np.ndarray, mask: np.ndarray,
                 logit_rows: np.ndarray | None = None, recent_slots: np.ndarray | None = None,
-                path: np.ndarray | None = None) -> np.ndarray:
+                path: np.ndarray | None = None, ring_from: int = 0) -> np.ndarray:
         """Run T rows (tokens at int64 positions) against the pools.
 
-        mask: float32 [T, P + m + T], C-contiguous (RingIndex.visible_mask): the pass reads pool slots [0, P) only,
-        so P - S must be the same for every pass that contains a given row (`RingIndex.pool_columns`).
+        mask: float32 [T, P + m + T], C-contiguous (RingIndex.visible_mask): the pass reads the S sink slots and
+        the P - S ring slots from `ring_from` on (RingIndex.pool_view: the same for every pass that holds a row).
         recent_slots: the pool slots of m committed positions handed to the pass as the "recent" section (their
         K/V are copied out of the pool, in the given order, to sit just before the new rows).
 
@@ -169,7 +174,7 @@ class Runner:
         for name, table in zip(("cos", "sin", "cos_sink", "sin_sink"), (cos, sin, cos_s, sin_s)):
             self._bind_in(name, table)
         self._bind_recent(recent_slots)
-        self._bind_pool(pool_columns)
+        self._bind_pool(pool_columns, ring_from)
         self._bind_in("mask", mask)
         self._bind_in("logit_rows", rows)
         self._bind_out("logits", logits)
@@ -209,17 +214,18 @@ class Runner:
         out[1, -1] = 0.0
         return out
 
-    def _bind_pool(self, columns: int) -> None:
-        """Bind the leading `columns - S` ring slots (rebinding only when the width changes)."""
+    def _bind_pool(self, columns: int, first: int = 0) -> None:
+        """Bind `columns - S` ring slots from `first` on (rebinding only when the view moves)."""
         width = columns - self.spec.sink
-        if not 0 < width <= self.spec.ring:
-            raise ValueError(f"the mask gives {columns} pool columns; this pool has {self.spec.sink} sink slots and "
-                             f"{self.spec.ring} ring slots")
-        if width != self._ring_bound:
+        if not 0 < width <= self.spec.ring or not 0 <= first < self.spec.ring or \
+                first + width > self.spec.ring + self.mirror:
+            raise ValueError(f"the mask gives {columns} pool columns from ring slot {first}; this pool has "
+                             f"{self.spec.sink} sink slots and {self.spec.ring} ring slots ({self.mirror} mirrored)")
+        if (first, width) != self._ring_bound:
             for l in range(self.cfg["n_layers"]):
-                self._bind_in(f"ring_k.{l}", self.ring_k[l, :width])
-                self._bind_in(f"ring_v.{l}", self.ring_v[l, :width])
-            self._ring_bound = width
+                self._bind_in(f"ring_k.{l}", self.ring_k[l, first:first + width])
+                self._bind_in(f"ring_v.{l}", self.ring_v[l, first:first + width])
+            self._ring_bound = (first, width)
 
     def _bind_recent(self, slots) -> None:
         L, KVH, D = self.cfg["n_layers"], self.cfg["n_kv_heads"], self.cfg["head_dim"]
@@ -253,8 +259,13 @@ class Runner:
             self.sink_v[:, slots[sink]] = self.new_v[:, :, rows[sink]].transpose(0, 2, 1, 3)
         ring = ~sink
         if ring.any():
-            self.ring_k[:, slots[ring] - S] = self.new_k[:, :, rows[ring]].transpose(0, 2, 1, 3)
-            self.ring_v[:, slots[ring] - S] = self.new_v[:, :, rows[ring]].transpose(0, 2, 1, 3)
+            j = slots[ring] - S
+            self.ring_k[:, j] = self.new_k[:, :, rows[ring]].transpose(0, 2, 1, 3)
+            self.ring_v[:, j] = self.new_v[:, :, rows[ring]].transpose(0, 2, 1, 3)
+            twice = j < self.mirror                  # and in the mirror, for views that run past the ring's end
+            if twice.any():
+                self.ring_k[:, j[twice] + self.spec.ring] = self.ring_k[:, j[twice]]
+                self.ring_v[:, j[twice] + self.spec.ring] = self.ring_v[:, j[twice]]
 
     @property
     def pool_bytes(self) -> int:

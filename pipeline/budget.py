@@ -190,7 +190,7 @@ def _model_terms(process: str, role: str, card: dict, model_dir: Path, spec, max
                  npu: bool) -> list[Term]:
     c = card["config"]
     weights = os.path.getsize(model_dir / "weights.bin")
-    pool = kv_bytes_per_slot(c) * spec.pool_slots
+    pool = kv_bytes_per_slot(c) * (spec.pool_slots if npu else spec.stored_slots)   # a CPU runner mirrors views
     f32 = np.dtype(np.float32).itemsize
     buffers = (2 * c["n_layers"] * c["n_kv_heads"] * max_rows * c["head_dim"] * f32     # new rows' K and V
                + max_rows * c["vocab_size"] * f32                                       # logits

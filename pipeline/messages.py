@@ -57,6 +57,7 @@ class Prefill:
     kind: ClassVar[str] = "prefill"
     pick: bool                                  # answer the token after the chunk
     score: bool                                 # answer the NLL of every token of the chunk but its first
+    ring_from: int                              # the first ring slot of the pass's pool view (RingIndex.pool_view)
     ids: np.ndarray = array(np.int64, 1)        # [T] tokens
     pos: np.ndarray = array(np.int64, 1)        # [T] their positions
     mask: np.ndarray = array(np.float32, 2)     # [T, P+m+T] additive mask (kernels/ring.py)
@@ -70,6 +71,7 @@ class Verify:
     kind: ClassVar[str] = "verify"
     epoch: int                                  # echoed in the Verdict
     block: int                                  # the block's number within its epoch, echoed
+    ring_from: int                              # the first ring slot of the pass's pool view (RingIndex.pool_view)
     ids: np.ndarray = array(np.int64, 1)        # [N+1] the pending token, then the proposals
     pos: np.ndarray = array(np.int64, 1)        # [N+1] row positions
     mask: np.ndarray = array(np.float32, 2)     # [N+1, P+m+N+1] additive mask

@@ -66,6 +66,7 @@ class Block:
     recent: np.ndarray      # committed positions [start, n) read as the recent section
     slots: np.ndarray       # [depth+1] pool slots of positions n, n+1, ...: where accepted rows are stored
     path: np.ndarray | None = None    # a tree's [N+1, depth+1] root paths (row r: its ancestors, then r); None: a chain
+    ring_from: int = 0      # the first ring slot of the pass's pool view (RingIndex.pool_view)
 
     @property
     def proposals(self) -> np.ndarray:

@@ -110,11 +110,12 @@ class ChannelVerifier:
         return self._mask
 
     def prefill(self, ids, pos, mask, slots, pick: SamplingParams | None = None, score: bool = False,
-                all_logits: bool = False, recent=None) -> Prefilled:
+                all_logits: bool = False, recent=None, ring_from: int = 0) -> Prefilled:
         if all_logits:
             raise ValueError("the actor pipeline returns no logits: score in the serial engine")
         send(self.links.to_target, Prefill(pick=pick is not None, score=score, ids=ids, pos=pos, mask=mask,
-                                           recent=pos[:0] if recent is None else recent, slots=slots),
+                                           recent=pos[:0] if recent is None else recent, slots=slots,
+                                           ring_from=ring_from),
              timeout=TIMEOUT_S)
         got = Prefilled()
         if score:
@@ -127,7 +128,7 @@ class ChannelVerifier:
     def verify(self, blk: Block, mask: np.ndarray, params: SamplingParams) -> Verified:
         send(self.links.to_target, Verify(epoch=self.links.epoch, block=self.blocks, ids=blk.tokens, pos=blk.pos,
                                           mask=mask, parent=blk.parent, recent=blk.recent, slots=blk.slots, q=blk.q,
-                                          path=blk.path), timeout=TIMEOUT_S)
+                                          path=blk.path, ring_from=blk.ring_from), timeout=TIMEOUT_S)
         self.blocks += 1
         if self.on_block is not None:
             self.on_block(self.blocks)

@@ -192,11 +192,12 @@ class ModelDraft:
         pos = np.arange(start, start + len(tokens), dtype=np.int64)
         ix, spec = self.index, self.runner.spec
         # The speculative rows already written (index.n .. start-1) are visible to these queries, like committed ones.
-        cols, t = ix.pool_columns(start), len(tokens)
-        mask = self.runner.mask_buffer()[: t * (cols + t)].reshape(t, -1)
-        visible_mask(pos, None, ix.slot_pos[:cols], start, ix.ring_start, spec.sink, spec.window, mask)
+        columns, t = ix.column_positions(start), len(tokens)
+        mask = self.runner.mask_buffer()[: t * (len(columns) + t)].reshape(t, -1)
+        visible_mask(pos, None, columns, start, ix.ring_start, spec.sink, spec.window, mask)
         ids = np.asarray(tokens, np.int64) if self._to_draft is None else self._to_draft[tokens]
-        logits = self.runner.forward(ids, pos, mask, logit_rows=np.array([len(tokens) - 1]))
+        logits = self.runner.forward(ids, pos, mask, logit_rows=np.array([len(tokens) - 1]),
+                                     ring_from=ix.pool_view(start)[0])
         self.runner.store(np.arange(len(tokens)), self.index.write(pos))
         self.fed.extend(tokens)
         self.forward_calls += 1

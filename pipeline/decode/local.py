@@ -32,14 +32,14 @@ class LocalVerifier:
         return self.runner.mask_buffer()
 
     def prefill(self, ids, pos, mask, slots, pick: SamplingParams | None = None, score: bool = False,
-                all_logits: bool = False, recent=None) -> Prefilled:
+                all_logits: bool = False, recent=None, ring_from: int = 0) -> Prefilled:
         """Run a pass of committed text and store every row's K/V at `slots`; `recent`: the positions of its recent
         section (pipeline/decode/step.py `feed`)."""
         T = len(ids)
         self._last_row[0] = T - 1
         recent = None if recent is None or not len(recent) else slot_of(recent, self.spec.sink, self.spec.ring)
         logits = self.runner.forward(ids, pos, mask, None if score or all_logits else self._last_row,
-                                     recent_slots=recent)
+                                     recent_slots=recent, ring_from=ring_from)
         self.runner.store(np.arange(T), slots)
         got = Prefilled(logits=logits)
         if score:                                   # row r predicts token r + 1 of the pass
@@ -53,7 +53,7 @@ class LocalVerifier:
         """The block's forward pass: logits [N+1, V] (its K/V in the runner's new_k/new_v until the next pass)."""
         recent = slot_of(blk.recent, self.spec.sink, self.spec.ring)
         return self.runner.forward(blk.tokens, blk.pos, mask, path=blk.path,
-                                   recent_slots=recent if len(recent) else None)
+                                   recent_slots=recent if len(recent) else None, ring_from=blk.ring_from)
 
     def verify(self, blk: Block, mask: np.ndarray, params: SamplingParams) -> Verified:
         """Run the block, judge it, store the committed rows' K/V at the block's slots."""

@@ -212,7 +212,7 @@ class Decoder:
             last = start + len(chunk) == len(ids)
             got = self.verifier.prefill(chunk, pos, mask, self.index.write(pos), pick=pick if last else None,
                                         score=score, all_logits=on_logits is not None,
-                                        recent=np.arange(s, n, dtype=np.int64))
+                                        recent=np.arange(s, n, dtype=np.int64), ring_from=self.index.pool_view(s)[0])
             self.index.commit(len(chunk))
             self.proposer.observe(chunk)
             if on_logits is not None:
@@ -268,6 +268,7 @@ class Decoder:
     def plan(self, pending: int, prop: Proposal):
         """The verify pass of `prop` after `pending` at the committed position: (blocks.Block, its mask)."""
         blk = plan_block(self.index.n, pending, prop, self.block, self.spec.sink, self.spec.ring, self.spec.window)
+        blk.ring_from = self.index.pool_view(int(blk.pos[0]) - len(blk.recent))[0]
         return blk, verify_mask(self.index, blk, self.verifier.mask_buffer())
 
     def generate(self, prompt_ids, max_tokens: int, params: SamplingParams = SamplingParams(), stop_ids=(),

@@ -112,13 +112,15 @@ def tree_ancestors(parents):
 def check(index, naive, row_pos, ancestors):
     """The mask shows each row exactly the K/V the reference says, and new rows by ancestry and window."""
     assert (index.n, index.ring_start) == (naive.n, naive.ring_start)
-    P, t = index.pool_columns(index.n), len(row_pos)        # slots past P may hold nothing a row can see
+    P, t = index.pool_columns(index.n), len(row_pos)        # slots outside the view hold nothing a row sees
     mask = index.visible_mask(np.array(row_pos, dtype=np.int64), ancestors)
     assert mask.shape == (t, P + t) and mask.dtype == np.float32
     assert np.isfinite(mask).all() and np.isin(mask, [0.0, NEG]).all()
     anc = np.tri(t, dtype=bool) if ancestors is None else ancestors
+    first = index.pool_view(index.n)[0]           # column S + k reads ring slot (first + k) mod R
+    slot = [c if c < naive.S else naive.S + (first + c - naive.S) % index.spec.ring for c in range(P)]
     for r, u in enumerate(row_pos):
-        shown = sorted(naive.pool.get(s, (None, None)) for s in np.flatnonzero(mask[r, :P] == 0))
+        shown = sorted(naive.pool.get(slot[c], (None, None)) for c in np.flatnonzero(mask[r, :P] == 0))
         assert shown == [(v, naive.truth[v]) for v in naive.sees(u)], (r, u)
         want = [bool(anc[r, j]) and (pj >= u - naive.W + 1 or pj < naive.S) for j, pj in enumerate(row_pos)]
         assert (mask[r, P:] == 0).tolist() == want
@@ -189,7 +191,8 @@ def test_rollback_after_wrap_keeps_window_intact():
     assert index.slot_pos[[2, 3]].tolist() == [-1, -1]  # the rejected rows' slots are stale
     check(index, naive, [16, 17, 18], None)
     mask = index.visible_mask(np.array([16], dtype=np.int64))
-    assert sorted(index.slot_pos[mask[0, :S + R] == 0].tolist()) == [0, 1, 13, 14, 15]
+    columns = index.column_positions(16)
+    assert sorted(columns[mask[0, :len(columns)] == 0].tolist()) == [0, 1, 13, 14, 15]
     # the correction at 16 is rewritten over the stale slot: the next row sees the new K/V, not the rejected one
     assert apply(index, naive, "write", [16]) and apply(index, naive, "commit", 1)
     assert naive.pool[2] == (16, naive.truth[16]) and naive.truth[16] == naive.next_id - 1
@@ -340,3 +343,18 @@ def test_passes_cover_the_tokens_in_order_and_a_pass_holding_a_sink_has_no_row_p
         assert n + a >= sink or n + b - 1 <= sink + window - 1     # rows with a sink in their pass: u <= S+W-1
         if n + a < sink and n + b < min(n + count, sink + window):
             assert b - a == max_rows                                # cut only where the rule or max_rows says
+
+
+def test_after_the_wrap_a_pass_reads_the_window_not_the_ring():
+    """Serving's ring carries a large slack (a question span and its answer): a pass's pool view must cover the
+    window, each visible position once, and not the whole ring (issue: ingest read ~1,700 slots for a 1,024 window)."""
+    S, W, R = 4, 64, 200
+    index, naive = make(S, W, R)
+    for n in range(S, 1400, 29):
+        advance(index, naive, n - index.n, chunk=7)
+        first, width = index.pool_view(n)
+        assert width <= W - 1 + index.column_step - 1 and first + width <= R + index.spec.mirror
+        columns = index.column_positions(n)
+        live = [v for v in range(max(n - W + 1, S), n)]
+        assert sorted(v for v in columns[S:] if v in set(live)) == live, n
+    assert index.n // R >= 6                               # wrapped many times

@@ -68,16 +68,16 @@ def _q(rows: int, vocab: int = 64) -> np.ndarray:
 
 # One instance per kind (and per shape a kind takes: with and without its optional fields), as the actors send them.
 SAMPLES = {
-    "prefill": Prefill(pick=True, score=False, ids=_ids(5, np.int64), pos=np.arange(100, 105, dtype=np.int64),
+    "prefill": Prefill(pick=True, score=False, ring_from=600, ids=_ids(5, np.int64), pos=np.arange(100, 105, dtype=np.int64),
                        mask=_mask(5, 40), recent=np.zeros(0, np.int64), slots=np.arange(4, 9, dtype=np.int64)),
-    "verify": Verify(epoch=3, block=1, ids=_ids(4, np.int64), pos=np.array([7, 8, 9, 10], np.int64),
+    "verify": Verify(epoch=3, block=1, ring_from=17, ids=_ids(4, np.int64), pos=np.array([7, 8, 9, 10], np.int64),
                      mask=_mask(4, 24), parent=np.array([-1, 0, 1], np.int64), recent=np.array([5, 6], np.int64),
                      slots=np.array([11, 12, 13, 14], np.int64), q=_q(3)),
-    "verify a tree": Verify(epoch=3, block=2, ids=_ids(4, np.int64), pos=np.array([7, 8, 8, 9], np.int64),
+    "verify a tree": Verify(epoch=3, block=2, ring_from=0, ids=_ids(4, np.int64), pos=np.array([7, 8, 8, 9], np.int64),
                             mask=_mask(4, 23), parent=np.array([-1, -1, 0], np.int64), recent=np.zeros(0, np.int64),
                             slots=np.array([11, 12, 13], np.int64), q=None,
                             path=np.array([[0, 0, 0], [0, 1, 1], [0, 2, 2], [0, 1, 3]], np.int64)),
-    "verify without q": Verify(epoch=3, block=0, ids=_ids(1, np.int64), pos=np.array([7], np.int64),
+    "verify without q": Verify(epoch=3, block=0, ring_from=0, ids=_ids(1, np.int64), pos=np.array([7], np.int64),
                                mask=_mask(1, 9), parent=np.zeros(0, np.int64), recent=np.zeros(0, np.int64),
                                slots=np.array([11], np.int64)),
     "close": Close(),

@@ -119,11 +119,11 @@ def _step(engine: Engine, proposal: Proposal, tamper=None):
     runner, seen = engine.runner, {}
     forward = runner.forward
 
-    def spy(tokens, positions, mask, logit_rows=None, recent_slots=None, path=None):
+    def spy(tokens, positions, mask, logit_rows=None, recent_slots=None, path=None, ring_from=0):
         m = 0 if recent_slots is None else len(recent_slots)
         if tamper is not None:
             tamper(mask, np.asarray(positions), engine.index, m, path)
-        logits = forward(tokens, positions, mask, logit_rows, recent_slots, path)
+        logits = forward(tokens, positions, mask, logit_rows, recent_slots, path, ring_from)
         seen.update(logits=logits.copy(), k=runner.new_k.copy(), v=runner.new_v.copy())
         return logits
 
@@ -151,8 +151,9 @@ def _leak_slot_outside_window(mask, positions, index, m, path):
     """The last row also sees the slot of u - W: a window start off by one, for one row."""
     u = int(positions[-1])
     slot = int(slot_of([u - W], S, R)[0])
-    assert index.slot_pos[slot] == u - W and mask[-1, slot] < 0
-    mask[-1, slot] = 0.0
+    column = int(np.flatnonzero(index.column_positions(int(positions[0]) - m) == u - W)[0])   # the pass's view
+    assert index.slot_pos[slot] == u - W and mask[-1, column] < 0
+    mask[-1, column] = 0.0
 
 
 def _leak_uncle(mask, positions, index, m, path):
@@ -270,8 +271,10 @@ class Lab:
         run.logits["next block"] = _probe(engine, Proposal.chain(run.next_block))
         # Planted bug (the article's scheduler): g3 paired with the rejected x3's K/V (row 3 of the partial pass).
         slot = engine.index.write([n + 3])[0]
-        engine.runner.ring_k[:, slot - S] = k[:, :, 3]
-        engine.runner.ring_v[:, slot - S] = v[:, :, 3]
+        for pool, kv in ((engine.runner.ring_k, k), (engine.runner.ring_v, v)):
+            pool[:, slot - S] = kv[:, :, 3]
+            if slot - S < engine.runner.mirror:                       # and its mirrored copy (models/runner.py)
+                pool[:, slot - S + R] = kv[:, :, 3]
         engine.index.commit(1)
         engine.pending = int(run.next_block[0])
         run.logits["x3 for g3"] = _probe(engine, Proposal.chain(run.next_block[1:]))
