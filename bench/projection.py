@@ -265,7 +265,8 @@ def round_trips(profile: str | None = None, T: int = 7, P: int = 640, m: int = 1
                 ctx.Process(target=_draft_echo, args=(specs["to_draft"].name, specs["from_draft"].name), daemon=True)]
     for c in children:
         c.start()
-    verify = Verify(epoch=1, block=0, ring_from=0, ids=np.zeros(T, np.int64), pos=np.arange(P + m, P + m + T, dtype=np.int64),
+    verify = Verify(epoch=1, block=0, ring_from=0, ids=np.zeros(T, np.int64),
+                    pos=np.arange(P + m, P + m + T, dtype=np.int64),
                     mask=np.zeros((T, P + m + T), np.float32), parent=np.arange(T - 1, dtype=np.int64) - 1,
                     recent=np.arange(m, dtype=np.int64), slots=np.arange(T, dtype=np.int64))
     restart = Restart(epoch=1, n=100, pending=5, budget=100, length=6, ids=np.arange(4, dtype=np.int64))

@@ -234,7 +234,7 @@ class RingIndex:
     def column_positions(self, before: int, out: np.ndarray | None = None) -> np.ndarray:
         """The position each pool column holds (EMPTY for none) for a pass reading below `before`: the sinks, then
         the view's ring slots in order."""
-        S, R = self.spec.sink, self.spec.ring
+        S = self.spec.sink
         first, width = self.pool_view(before)
         out = np.empty(S + width, np.int64) if out is None else out[:S + width]
         out[:S] = self.slot_pos[:S]

@@ -68,7 +68,8 @@ def _q(rows: int, vocab: int = 64) -> np.ndarray:
 
 # One instance per kind (and per shape a kind takes: with and without its optional fields), as the actors send them.
 SAMPLES = {
-    "prefill": Prefill(pick=True, score=False, ring_from=600, ids=_ids(5, np.int64), pos=np.arange(100, 105, dtype=np.int64),
+    "prefill": Prefill(pick=True, score=False, ring_from=600, ids=_ids(5, np.int64),
+                       pos=np.arange(100, 105, dtype=np.int64),
                        mask=_mask(5, 40), recent=np.zeros(0, np.int64), slots=np.arange(4, 9, dtype=np.int64)),
     "verify": Verify(epoch=3, block=1, ring_from=17, ids=_ids(4, np.int64), pos=np.array([7, 8, 9, 10], np.int64),
                      mask=_mask(4, 24), parent=np.array([-1, 0, 1], np.int64), recent=np.array([5, 6], np.int64),
