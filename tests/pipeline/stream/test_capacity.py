@@ -49,3 +49,26 @@ def test_waiting_lines_go_first_once_the_stream_had_less_than_its_share():
     owner.share_min = 0.5
     clock.stream(4.0, 120, 4, now=8.0)
     assert clock.share > 0.5 and not Owner.stream_owed(owner)
+
+
+def test_the_owner_warns_once_when_the_stream_goes_in_slower_than_the_profiles_line_rate():
+    """`replay.line_rate` is a claim: once the measured capacity is below it, one Capacity event goes to output."""
+    from types import SimpleNamespace
+
+    from actors.cache_owner import Owner
+
+    sent = []
+    out = SimpleNamespace(send=lambda header, arrays, timeout=None: sent.append(header) or len(sent))
+    owner = SimpleNamespace(clock=StreamClock(), line_rate=5.0, warned=False, out=out, streaming=None,
+                            engine=SimpleNamespace(to_target=SimpleNamespace(in_flight=lambda: False)))
+    t = 0.0
+    for _ in range(40):                                   # 40 feeds of 2 lines taking 1 s each: 2 lines/s
+        owner.streaming = (t, 60, 2)
+        t += 1.0
+        Owner.stream_done(owner, now=t)
+    assert [h["kind"] for h in sent] == ["capacity"]      # once, not at every feed
+    assert sent[0]["line_rate"] == 5.0 and 1.9 < sent[0]["lines_per_s"] < 2.1
+    owner.line_rate, owner.warned, sent[:] = 1.0, False, []
+    owner.streaming = (t, 60, 2)
+    Owner.stream_done(owner, now=t + 1.0)
+    assert sent == []                                     # 2 lines/s sustains a claim of 1
