@@ -330,20 +330,15 @@ class Owner:
         self.ask_interrupted()
         self.first_line = self.first_line or time.perf_counter()
         self.last_line = time.monotonic()
-        if self.cfg.replay.score_stream:               # a line's own NLL: one line per feed
-            t0 = time.monotonic()
-            group, (nll_sum, nll_n) = [line], engine.feed(line.ids, score=True)     # waits for the target's answer
-            self.clock.stream(time.monotonic() - t0, len(line.ids), 1, time.monotonic())
-            self.line_fed(line, engine.index.n - 1, nll_sum, nll_n)
-        else:
-            group = self.waiting_behind(line)
-            first = engine.index.n + (engine.pending is not None)
-            since, tokens, lines = self.streaming or (time.monotonic(), 0, 0)
-            self.streaming = (since, tokens + sum(len(g.ids) for g in group), lines + len(group))
-            engine.feed(np.concatenate([g.ids for g in group]) if len(group) > 1 else line.ids)
-            ends = first + np.cumsum([len(g.ids) for g in group]) - 1
-            for g, end in zip(group, ends):
-                self.line_fed(g, int(end))
+        first, score = engine.index.n + (engine.pending is not None), self.cfg.replay.score_stream
+        group = [line] if score else self.waiting_behind(line, first)     # a line's own NLL: one line per feed
+        lengths = [len(g.ids) for g in group]
+        since, tokens, lines = self.streaming or (time.monotonic(), 0, 0)
+        self.streaming = (since, tokens + sum(lengths), lines + len(group))
+        got = engine.feed(np.concatenate([g.ids for g in group]) if len(group) > 1 else line.ids, score=score)
+        nll_sum, nll_n = got if score else (None, None)
+        for g, end in zip(group, first + np.cumsum(lengths) - 1):
+            self.line_fed(g, int(end), nll_sum, nll_n)
         self.counts["packed_feeds"] += len(group) > 1
         for g in group:                                # only the group's last line may fire (`waiting_behind`)
             reason = self.triggers.after_line(g.text)
@@ -352,13 +347,13 @@ class Owner:
             self.restarted()
         return False
 
-    def waiting_behind(self, line: Line) -> list[Line]:
-        """`line` and the lines waiting behind it (backlog, then channel) up to the next multiple of the prefill
-        grid, so the stream goes in full passes when it runs ahead (`Decoder.feed`: how text is cut into feeds
-        leaves its K/V unchanged). Stops after a line that fires a trigger (assessed right after it) and before an
-        Eof or a recovery line."""
+    def waiting_behind(self, line: Line, first: int) -> list[Line]:
+        """`line` (its first token at position `first`) and the lines waiting behind it (backlog, then channel) up
+        to the next multiple of the prefill grid, so the stream goes in full passes when it runs ahead
+        (`Decoder.feed`: how text is cut into feeds leaves its K/V unchanged). Stops after a line that fires a
+        trigger (assessed right after it) and before an Eof or a recovery line."""
         grid = self.engine.policy.prefill
-        room, group = grid - (self.engine.index.n + (self.engine.pending is not None)) % grid, [line]
+        room, group = grid - first % grid, [line]
         tokens = len(line.ids)
         while tokens < room and not self.triggers.would_fire(group[-1].text, len(group) - 1):
             if self.backlog:
