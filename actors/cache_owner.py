@@ -112,7 +112,7 @@ class Owner:
         send(self.out, Start(exactness=self.engine.exactness, platform=self.engine.platform, model=cfg.model.gguf,
                              draft=cfg.draft.kind, sink=spec.sink, window=spec.window, ring=spec.ring), timeout=60.0)
         self.engine.feed(frame.head)
-        self.analyst = Analyst(self.engine, frame.tok, frame.ask, frame.params, cfg.replay.max_new_tokens)
+        self.analyst = Analyst(self.engine, frame)
         self.triggers = Triggers(cfg.replay.every_lines, cfg.replay.trigger_pattern, cfg.replay.idle_s)
         self.queue = OperatorQueue()
         self.selector = Selector([lines] + ([asks] if asks is not None else []))
@@ -121,6 +121,7 @@ class Owner:
         self.backlog_max = cfg.serve.backlog_lines
         self.seen: deque = deque()          # (last position, offset, tags, seq, loop) of the lines in the ring
         self.due: str | None = None                   # an analysis to run when no question waits
+        self.latest = ""                              # the text of the last line in the ring
         self.cancelled: set[str] = set()              # the request being answered, when its asker cancelled it
         self.current: str | None = None
         self.serving, self.stream_ended = asks is not None, False
@@ -269,7 +270,7 @@ class Owner:
             send(self.out, AnswerDelta(id=req.id, ids=np.asarray(ids, np.int32)), timeout=60.0)
 
         mark = self.engine.mark()
-        res = self.engine.generate(req.ids, req.max_tokens, self.analyst.params, stop_ids=req.stop_ids,
+        res = self.engine.generate(req.ids, req.max_tokens, self.analyst.frame.params, stop_ids=req.stop_ids,
                                    on_tokens=on_tokens, keep_going=keep_going)
         self.engine.rollback(mark)
         ids = res.token_ids
@@ -287,23 +288,17 @@ class Owner:
 
     def assess(self, reason: str) -> None:
         t0 = time.perf_counter()
-        mark = self.engine.mark()
-        res = self.engine.generate(self.analyst.ask, self.analyst.max_new_tokens, self.analyst.params,
-                                   stop_ids=self.stop_ids, keep_going=lambda: not self.poll(lines_too=True))
-        self.engine.rollback(mark)
-        ids = res.token_ids
-        if ids[-1] not in self.stop_ids and len(ids) < self.analyst.max_new_tokens:
+        written, tags = self.analyst.assess(self.latest, keep_going=lambda: not self.poll(lines_too=True))
+        if written.cut:
             self.counts["preempted"] += 1               # a question came first: asked again after it
             return
         self.due = None
         seen = self.seen
-        tags = sorted({t for _, _, line_tags, _, _ in seen for t in line_tags})
         send(self.out, Assessment(trigger=reason, offsets=[seen[0][1], seen[-1][1]] if seen else [],
-                                  lines=self.counts["lines"],
-                                  window_lines=len(seen), window_tags=tags,
-                                  latency_ms=(time.perf_counter() - t0) * 1000.0, stats=res.stats.as_dict(),
-                                  checkpoint=self.commit_point(), ids=np.asarray(res.token_ids, np.int32)),
-             timeout=60.0)
+                                  lines=self.counts["lines"], window_lines=len(seen), window_tags=tags,
+                                  latency_ms=(time.perf_counter() - t0) * 1000.0, stats=written.stats.as_dict(),
+                                  checkpoint=self.commit_point(), fields=written.fields,
+                                  ids=np.asarray(written.ids, np.int32)), timeout=60.0)
 
     def take_line(self, line: Line | Eof) -> bool:
         """Prefill one stream line (or end the stream); True when this actor is done."""
@@ -390,6 +385,8 @@ class Owner:
     def in_window(self, line: Line, end: int) -> None:
         """Note the line whose last token is at `end`; forget the lines no query at `end` can see."""
         self.seen.append((end, line.offset, line.tags, line.seq, line.loop))
+        self.latest = line.text                         # quoted by the structured form's question
+        self.analyst.saw(end + 1 - len(line.ids), line.tags)
         while self.seen and self.seen[0][0] < end + 1 - self.engine.spec.window:
             self.seen.popleft()
 

@@ -33,6 +33,7 @@ from pipeline.messages import Eof, Line, send
 from pipeline.process import Figures, StopFlag, attach_when_ready, chaos, figures_on_request, pin
 from pipeline.stream import sources
 from pipeline.stream.archive import Archive
+from pipeline.stream.identifiers import carried
 
 
 def open_source(source: dict, stop_event: threading.Event):
@@ -118,7 +119,7 @@ def run(out_name: str, source: dict, gguf: str, cpus: str, stop, drain, drop_aft
             chaos("ingest.recovery" if recovery else "ingest.read")
             st = src.stats
             t0 = time.perf_counter()                 # waiting on a full queue is back-pressure, not work
-            line = Line(offset=rec.offset, time=rec.time, tags=list(rec.tags), text=rec.text, loop=loop,
+            line = Line(offset=rec.offset, time=rec.time, tags=carried(rec.text, rec.tags), text=rec.text, loop=loop,
                         n_tokens=len(ids), seq=seq, recovery=recovery,
                         drops={"queue_full": dropped, "invalid_utf8": st.invalid_utf8, "nul_bytes": st.nul_bytes,
                                "oversized": st.oversized}, ids=ids)

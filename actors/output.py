@@ -13,7 +13,6 @@ actors' figures at the end. Never touches a model or the cache.
 from __future__ import annotations
 
 import json
-import re
 import sys
 import time
 
@@ -43,9 +42,10 @@ from pipeline.serve.front import Front
 from pipeline.serve.auth import load_keys
 from pipeline.serve.http_api import serve_http
 from pipeline.serve.zmq_api import ZmqFront
+from pipeline.stream.forms import fields_of
+from pipeline.stream.identifiers import invented, mentioned
 from pipeline.stream.journal import Journal
 
-TAG = re.compile(r"\b[A-Z]{1,4}\d{2,4}(?:_\d+)?\b")   # plant tags as alarm consoles write them: FIR123, AIR003_3
 
 
 def run(in_spec: ChannelSpec, gguf: str, journal: str | None, pub: str | None, quiet_lines: bool, cpus: str,
@@ -87,9 +87,10 @@ def run(in_spec: ChannelSpec, gguf: str, journal: str | None, pub: str | None, q
                         record["text"] = tok.decode([int(t) for t in ids if int(t) not in stops]).strip()
                     record["t"] = time.time()
                     if isinstance(event, Assessment):
-                        mentioned = sorted(set(TAG.findall(record["text"])))
-                        record["tags_mentioned"] = mentioned
-                        record["tags_hallucinated"] = [t for t in mentioned if t not in set(event.window_tags)]
+                        if event.fields is not None:
+                            record["fields"] = fields_of(tok, event.fields)
+                        record["tags_mentioned"] = mentioned(record["text"])
+                        record["tags_hallucinated"] = invented(record["text"], event.window_tags)
                     if isinstance(event, Eof):
                         figures.extra["inbox_max_depth"] = inp.max_depth
                         record["figures"] = event.figures + [figures.snapshot()]

@@ -21,7 +21,9 @@ from pipeline.channel import Channel, ChannelSpec
 from pipeline.decode.blocks import Block
 from pipeline.decode.exactness import check
 from pipeline.decode.local import LocalVerifier
-from pipeline.messages import Close, Closed, Picked, Prefill, Ready, Scored, Verdict, Verify, decode, send
+from models.tokenizer import Tokenizer
+from pipeline.decode.rules import TokenTable, rule_from
+from pipeline.messages import Close, Closed, Constrain, Picked, Prefill, Ready, Scored, Verdict, Verify, decode, send
 from pipeline.process import Figures, attach_when_ready, chaos, figures_on_request, messages, pin
 
 
@@ -36,6 +38,7 @@ def run(inbox: ChannelSpec, outbox: str, cfg, spec, stop) -> None:
     s = cfg.sampling
     params = SamplingParams(s.temperature, s.top_k, s.top_p, s.seed)
     verifier = LocalVerifier(runner, s.seed)      # its sampler is consumed in the serial engine's order: pick, judge
+    table = None                                  # the vocabulary's token texts, read at the first rule
     with Channel.create(inbox) as inp, attach_when_ready(outbox, stop) as out:
         send(out, Ready(exactness=exactness.as_dict(), platform=facts()), timeout=60.0)
         for received in messages(inp, stop):
@@ -50,7 +53,8 @@ def run(inbox: ChannelSpec, outbox: str, cfg, spec, stop) -> None:
                 if isinstance(msg, Prefill):
                     chaos("target.prefill")      # armed just after a restart, it hits during the window's refill
                     got = verifier.prefill(msg.ids, msg.pos, msg.mask, msg.slots, params if msg.pick else None,
-                                           msg.score, recent=msg.recent, ring_from=msg.ring_from)
+                                           msg.score, recent=msg.recent, ring_from=msg.ring_from,
+                                           rule_state=msg.rule_state)
                     if msg.score:
                         send(out, Scored(nll_sum=got.nll_sum, nll_n=got.nll_n), timeout=60.0)
                     if msg.pick:
@@ -58,9 +62,13 @@ def run(inbox: ChannelSpec, outbox: str, cfg, spec, stop) -> None:
                 elif isinstance(msg, Verify):
                     blk = Block(msg.ids, msg.parent, msg.q, msg.pos, None, msg.recent, msg.slots, msg.path,
                                 msg.ring_from)
-                    v = verifier.verify(blk, msg.mask, params)
+                    v = verifier.verify(blk, msg.mask, params, msg.rule_state)
                     chaos("target.verified")     # fault injection, test-only: K/V stored, the verdict not sent
                     send(out, Verdict(epoch=msg.epoch, block=msg.block, rows=v.rows.tolist(), next=v.next, t0=v.t0,
                                       t1=time.perf_counter(), forward_s=v.forward_s), timeout=60.0)
+                elif isinstance(msg, Constrain):
+                    if table is None and msg.rule is not None:
+                        table = TokenTable.of(Tokenizer.from_gguf(resolve_gguf(cfg.model.gguf)))
+                    verifier.constrain(rule_from(msg.rule, table))
                 else:
                     raise ValueError(f"target: unexpected message {msg.kind!r}")

@@ -9,7 +9,7 @@ import argparse
 import sys
 
 from bench import (chaos, distill, draftscan, fuzz, ingest, npu, operators, perplexity, pipeline_vs_serial, projection,
-                   recall, soak, speed)
+                   quality, recall, soak, speed)
 from run import MEASURING, ROOT, add_key, add_model_flags, add_verb, main, profile_of
 
 SHARED = ROOT.parent / "shared"
@@ -87,6 +87,13 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--lines", type=int, default=30, help="log lines replayed for the acceptance (default %(default)s)")
     p.add_argument("--json", action="store_true", help="print the figures as one JSON object")
     p.set_defaults(run=lambda a: npu.run_export(profile_of(a, here=False), a.positions, a.greedy, a.lines))
+
+    p = add_verb(sub, "eval-quality", quality.run_eval_quality, MEASURING["eval-quality"], True)
+    p.add_argument("--logs", type=int, default=0, help="TEP deadband logs to use, in numeric order (default: all 60 "
+                   "the draft was not trained on); loghub's three always follow")
+    p.add_argument("--forms", default="", help="comma-separated, of free, constrained, structured (default: all)")
+    p.add_argument("--json", action="store_true", help="print {tep: {form: figures}, loghub: ..., logs, wall_s}")
+    p.set_defaults(run=lambda a: quality.run_eval_quality(profile_of(a), a.logs, a.forms, quality.progress_line))
 
     p = add_verb(sub, "eval-recall", recall.run_eval_recall, MEASURING["eval-recall"],
                  profile="TOML profile the model answers with")

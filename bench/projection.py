@@ -89,8 +89,8 @@ class _Verifier:
     def __getattr__(self, name):
         return getattr(self.inner, name)
 
-    def verify(self, blk, mask, params):
-        v = self.inner.verify(blk, mask, params)
+    def verify(self, blk, mask, params, rule_state=None):
+        v = self.inner.verify(blk, mask, params, rule_state)
         T, m = len(blk.tokens), len(blk.recent)
         self.trace._step.update(T=T, P=int(mask.shape[1] - m - T), m=m, forward_s=v.forward_s)
         return v

@@ -138,6 +138,10 @@ class Tokenizer:
     def vocab_size(self) -> int:
         return len(self._tokens)
 
+    def token_bytes(self, token_id: int) -> bytes:
+        """The bytes one token writes (a control token: its name)."""
+        return self._bytes[token_id]
+
     def token_text(self, token_id: int) -> str:
         """Text of one token (a lone piece of a multi-byte character shows as U+FFFD)."""
         return self._bytes[token_id].decode("utf-8", "replace")

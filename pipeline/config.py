@@ -98,6 +98,11 @@ class ReplaySection:
     system_prompt: str = ("You are the alarm analyst of a chemical plant. You read the operator console's alarm "
                           "log and, when asked, summarise in one or two short sentences what is happening.")
     question: str = "Summarise the latest alarms above in one sentence, naming the tags."
+    form: str = "structured"         # free | constrained (free text; a tag written must be one in view) | structured
+                                     # (severity, alarms, changed, summary, field by field under the same rule)
+    form_question: str = ("Fill in the form for the latest alarms above: Severity (low, medium, high or critical), "
+                          "Alarms (the tags of the latest alarms), Changed (what changed, one short sentence), "
+                          "Summary (one short sentence).")
 
 
 @dataclass(frozen=True)
@@ -217,6 +222,7 @@ def ring_spec(cfg: Config, head: int = 0, scratch: int = 0) -> RingSpec:
 
 _CHOICES = {("draft", "kind"): ("none", "suffix", "model", "hybrid"), ("draft", "backend"): ("onnx", "rknn"),
             ("board", "npu"): ("", "rknpu2"), ("replay", "format"): ("plain", "csv", "jsonl"),
+            ("replay", "form"): ("free", "constrained", "structured"),
             ("actors", "launcher"): ("local", "ray", "serial")}
 _MIN = {("model", "threads"): 1, ("model", "max_rows"): 2, ("model", "prefill_rows"): 2, ("cache", "sink"): 0,
         ("cache", "window"): 1, ("cache", "slack"): 0, ("draft", "length"): 0, ("draft", "threads"): 1,

@@ -10,7 +10,8 @@ message means: the actors do.
 The flow, channel by channel (sender -> receiver: kinds, in the order they come):
     ingest -> cache owner (lines)          Line (with its tokens) per record, then Eof
     front -> cache owner (asks)            Question, Cancel
-    cache owner -> target (to_target)      Prefill, Verify; Close at the end
+    cache owner -> target (to_target)      Prefill, Verify, Constrain (before an answer, when its rule changes);
+                                           Close at the end
     target -> cache owner (from_target)    Ready first; Scored, Picked (after a Prefill), Verdict (after a Verify);
                                            Closed last
     cache owner -> draft (to_draft)        Observe, Rollback; Restart, Commit and Halt during a generation; Close
@@ -58,6 +59,7 @@ class Prefill:
     pick: bool                                  # answer the token after the chunk
     score: bool                                 # answer the NLL of every token of the chunk but its first
     ring_from: int                              # the first ring slot of the pass's pool view (RingIndex.pool_view)
+    rule_state: str | None = None               # pick: the answer's rule state (pipeline/decode/rules.py)
     ids: np.ndarray = array(np.int64, 1)        # [T] tokens
     pos: np.ndarray = array(np.int64, 1)        # [T] their positions
     mask: np.ndarray = array(np.float32, 2)     # [T, P+m+T] additive mask (kernels/ring.py)
@@ -72,6 +74,7 @@ class Verify:
     epoch: int                                  # echoed in the Verdict
     block: int                                  # the block's number within its epoch, echoed
     ring_from: int                              # the first ring slot of the pass's pool view (RingIndex.pool_view)
+    rule_state: str | None = None               # the answer's rule state before the pending token; None: no rule
     ids: np.ndarray = array(np.int64, 1)        # [N+1] the pending token, then the proposals
     pos: np.ndarray = array(np.int64, 1)        # [N+1] row positions
     mask: np.ndarray = array(np.float32, 2)     # [N+1, P+m+N+1] additive mask
@@ -80,6 +83,13 @@ class Verify:
     slots: np.ndarray = array(np.int64, 1)      # [depth+1] pool slots of positions n, n+1, ... for accepted rows
     q: np.ndarray | None = array(np.float64, 2, optional=True)   # [N, V] draft distributions; None: deterministic
     path: np.ndarray | None = array(np.int64, 2, optional=True)  # [N+1, depth+1] a tree's root paths; None: a chain
+
+
+@message
+class Constrain:
+    """Judge the coming answer against this rule (pipeline/decode/rules.py `rule_from`), or none; no answer."""
+    kind: ClassVar[str] = "constrain"
+    rule: dict | None                           # a rule's `spec`
 
 
 @message
@@ -277,10 +287,11 @@ class Assessment:
     offsets: list[int]                          # the first and last line in the window
     lines: int                                  # lines prefilled so far
     window_lines: int
-    window_tags: list[str]                      # every tag the lines in the window carry
+    window_tags: list[str]                      # the identifiers of the lines every row of the answer could see
     latency_ms: float
     stats: dict                                 # pipeline/decode/step.py Stats.as_dict()
     checkpoint: dict                            # a Checkpoint's fields: written with it, the assessment is done
+    fields: dict | None = None                  # structured form: field name -> its value's tokens
     ids: np.ndarray = array(np.int32, 1)        # [n] the answer's tokens
 
 
@@ -389,9 +400,9 @@ class StreamEnd(StreamCounts):
     kind: ClassVar[str] = "stream_end"
 
 
-KINDS = {cls.kind: cls for cls in (Prefill, Verify, Close, Ready, Scored, Picked, Verdict, Closed, Observe, Rollback,
-                                   Restart, Commit, Halt, Proposal, Line, Eof, Question, Cancel, Start, Assessment,
-                                   Checkpoint, Recovery, Restarted, Capacity, AnswerDelta, Answer, Status,
+KINDS = {cls.kind: cls for cls in (Prefill, Verify, Constrain, Close, Ready, Scored, Picked, Verdict, Closed, Observe,
+                                   Rollback, Restart, Commit, Halt, Proposal, Line, Eof, Question, Cancel, Start,
+                                   Assessment, Checkpoint, Recovery, Restarted, Capacity, AnswerDelta, Answer, Status,
                                    StreamEnd)}
 
 

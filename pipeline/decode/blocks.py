@@ -22,6 +22,7 @@ from kernels.accept import accept_tree, accept_tree_greedy
 from kernels.ring import slot_of
 from kernels.sampling import SamplingParams, target_probs
 from pipeline.decode.drafts import Proposal
+from pipeline.decode.rules import constrain_rows, row_states
 
 ALIGNED_BLOCK = 32     # positions per aligned block (<= the runner's max_recent + 1)
 
@@ -121,8 +122,13 @@ def verify_mask(index, blk: Block, out: np.ndarray) -> np.ndarray:
 
 
 def judge(logits: np.ndarray, blk: Block, params: SamplingParams, probs: np.ndarray,
-          rng: np.random.Generator) -> tuple[np.ndarray, int]:
-    """(rows to commit: 0 then the accepted path's rows, next token) from the block's logits [N+1, V]."""
+          rng: np.random.Generator, rule=None, state: str | None = None) -> tuple[np.ndarray, int]:
+    """(rows to commit: 0 then the accepted path's rows, next token) from the block's logits [N+1, V]. rule, state:
+    the answer's rule (pipeline/decode/rules.py) and its state before the pending token; each row is judged against
+    the constrained target, its forbidden tokens set to -inf in `logits` (in place) first."""
+    if rule is not None and state is not None:
+        parent_row = np.concatenate([[-1], blk.parent + 1])
+        constrain_rows(logits, rule, row_states(rule, state, blk.tokens, parent_row))
     if params.greedy:
         path, nxt = accept_tree_greedy(logits[0], logits[1:], blk.proposals, blk.parent)
     else:

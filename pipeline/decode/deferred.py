@@ -22,6 +22,7 @@ from pipeline.messages import (
     Close,
     Closed,
     Commit,
+    Constrain,
     Halt,
     Observe,
     Picked,
@@ -105,17 +106,24 @@ class ChannelVerifier:
         self._mask = np.empty(mask_size, np.float32)
         self.blocks = 0                 # verify blocks sent to the target so far
         self.on_block = None            # on_block(blocks) after each is sent (the owner notes what was waiting)
+        self._rule = None               # the rule spec the target judges with
+
+    def constrain(self, rule) -> None:
+        spec = None if rule is None else rule.spec
+        if spec != self._rule:
+            send(self.links.to_target, Constrain(rule=spec), timeout=TIMEOUT_S)
+            self._rule = spec
 
     def mask_buffer(self) -> np.ndarray:
         return self._mask
 
     def prefill(self, ids, pos, mask, slots, pick: SamplingParams | None = None, score: bool = False,
-                all_logits: bool = False, recent=None, ring_from: int = 0) -> Prefilled:
+                all_logits: bool = False, recent=None, ring_from: int = 0, rule_state: str | None = None) -> Prefilled:
         if all_logits:
             raise ValueError("the actor pipeline returns no logits: score in the serial engine")
         send(self.links.to_target, Prefill(pick=pick is not None, score=score, ids=ids, pos=pos, mask=mask,
                                            recent=pos[:0] if recent is None else recent, slots=slots,
-                                           ring_from=ring_from),
+                                           ring_from=ring_from, rule_state=rule_state),
              timeout=TIMEOUT_S)
         got = Prefilled()
         if score:
@@ -125,10 +133,11 @@ class ChannelVerifier:
             got.next = self.links.await_target(Picked).next
         return got
 
-    def verify(self, blk: Block, mask: np.ndarray, params: SamplingParams) -> Verified:
+    def verify(self, blk: Block, mask: np.ndarray, params: SamplingParams, rule_state: str | None = None) -> Verified:
         send(self.links.to_target, Verify(epoch=self.links.epoch, block=self.blocks, ids=blk.tokens, pos=blk.pos,
                                           mask=mask, parent=blk.parent, recent=blk.recent, slots=blk.slots, q=blk.q,
-                                          path=blk.path, ring_from=blk.ring_from), timeout=TIMEOUT_S)
+                                          path=blk.path, ring_from=blk.ring_from, rule_state=rule_state),
+             timeout=TIMEOUT_S)
         self.blocks += 1
         if self.on_block is not None:
             self.on_block(self.blocks)

@@ -14,6 +14,7 @@ from kernels.ring import slot_of
 from kernels.sampling import SamplingParams, sample, target_probs
 from pipeline.decode.blocks import Block, judge
 from pipeline.decode.drafts import NoDraft
+from pipeline.decode.rules import constrain_rows
 from pipeline.decode.step import Drafted, Prefilled, Verified
 
 
@@ -27,14 +28,19 @@ class LocalVerifier:
         self._probs = np.zeros((runner.opts.max_rows, runner.vocab), np.float64)
         self._last_row = np.zeros(1, np.int64)
         self._scoring = None        # (shifted [T, V], top, total, picked [T]): allocated at the first scored pass
+        self.rule = None            # the answer's rule (pipeline/decode/rules.py): set by `constrain`
+
+    def constrain(self, rule) -> None:
+        """Judge the coming answer's passes against `rule` (None: unconstrained)."""
+        self.rule = rule
 
     def mask_buffer(self) -> np.ndarray:
         return self.runner.mask_buffer()
 
     def prefill(self, ids, pos, mask, slots, pick: SamplingParams | None = None, score: bool = False,
-                all_logits: bool = False, recent=None, ring_from: int = 0) -> Prefilled:
+                all_logits: bool = False, recent=None, ring_from: int = 0, rule_state: str | None = None) -> Prefilled:
         """Run a pass of committed text and store every row's K/V at `slots`; `recent`: the positions of its recent
-        section (pipeline/decode/step.py `feed`)."""
+        section (pipeline/decode/step.py `feed`); rule_state: the answer's rule state for the picked token."""
         T = len(ids)
         self._last_row[0] = T - 1
         recent = None if recent is None or not len(recent) else slot_of(recent, self.spec.sink, self.spec.ring)
@@ -46,6 +52,8 @@ class LocalVerifier:
             got.nll_n = T - 1
             got.nll_sum = self._nll(logits[:T - 1], ids[1:])
         if pick is not None:
+            if self.rule is not None and rule_state is not None:
+                constrain_rows(logits[-1:], self.rule, [rule_state])
             got.next = self._pick(logits[-1], pick)
         return got
 
@@ -55,11 +63,12 @@ class LocalVerifier:
         return self.runner.forward(blk.tokens, blk.pos, mask, path=blk.path,
                                    recent_slots=recent if len(recent) else None, ring_from=blk.ring_from)
 
-    def verify(self, blk: Block, mask: np.ndarray, params: SamplingParams) -> Verified:
-        """Run the block, judge it, store the committed rows' K/V at the block's slots."""
+    def verify(self, blk: Block, mask: np.ndarray, params: SamplingParams, rule_state: str | None = None) -> Verified:
+        """Run the block, judge it (against the constrained target when a rule is set and `rule_state` given: the
+        state before the pending token), store the committed rows' K/V at the block's slots."""
         t0, f0 = time.perf_counter(), self.runner.forward_s
         logits = self.run(blk, mask)
-        rows, nxt = judge(logits, blk, params, self._probs, self.rng)
+        rows, nxt = judge(logits, blk, params, self._probs, self.rng, self.rule, rule_state)
         self.runner.store(rows, blk.slots[:len(rows)])
         return Verified(rows, nxt, t0, time.perf_counter(), self.runner.forward_s - f0)
 

@@ -175,8 +175,8 @@ class GenerateResult:
 
 
 class Decoder:
-    """The engine both launchers run. verifier: prefill(...) -> Prefilled, verify(blk, mask, params) -> Verified,
-    mask_buffer(). proposer: observe(ids), rollback(mark, forget), start(pending, n, budget),
+    """The engine both launchers run. verifier: prefill(...) -> Prefilled, verify(blk, mask, params, rule_state) ->
+    Verified, mask_buffer(), constrain(rule). proposer: observe(ids), rollback(mark, forget), start(pending, n, budget),
     propose(pending, n, k, room, budget, stats) -> Drafted, verdict(committed, n, next, trunk_accepted, budget),
     halt()."""
 
@@ -187,6 +187,8 @@ class Decoder:
         self.totals = Stats()           # every generation's stats, summed (the run-time figures)
         self.exactness = None           # the start-up batch-invariance verdict (pipeline/decode/exactness.py)
         self.last: Verified | None = None   # the generation's previous verdict (its times: the overlap figures)
+        self.rule = None                # the answer's rule (pipeline/decode/rules.py), during a generation
+        self.rule_state: str | None = None  # ... and its state after the committed answer tokens (pending excluded)
 
     # -- feeding text into the cache ---------------------------------------------------------------------------------
     def feed(self, ids, pick: SamplingParams | None = None, score: bool = False, on_logits=None):
@@ -212,6 +214,7 @@ class Decoder:
             last = start + len(chunk) == len(ids)
             got = self.verifier.prefill(chunk, pos, mask, self.index.write(pos), pick=pick if last else None,
                                         score=score, all_logits=on_logits is not None,
+                                        rule_state=self.rule_state if last and pick is not None else None,
                                         recent=np.arange(s, n, dtype=np.int64), ring_from=self.index.pool_view(s)[0])
             self.index.commit(len(chunk))
             self.proposer.observe(chunk)
@@ -252,8 +255,10 @@ class Decoder:
         room = room_of(n, self.block, self.spec.sink, self.spec.window)
         d = self.proposer.propose(pending, n, self.policy.choose(), room, budget, stats)
         blk, mask = self.plan(pending, self.policy.shape(d.prop))
-        v = self.verifier.verify(blk, mask, params)
+        v = self.verifier.verify(blk, mask, params, self.rule_state)
         committed = blk.tokens[v.rows]
+        for t in committed if self.rule is not None else ():
+            self.rule_state = self.rule.advance(self.rule_state, int(t))
         depth = trunk(blk.parent)           # the draft ran ahead assuming the whole trunk and its own guess next
         whole = len(v.rows) == depth + 1 and bool((v.rows == np.arange(depth + 1)).all())
         self.proposer.verdict(committed, n + len(v.rows), v.next, whole, budget - len(v.rows))
@@ -272,12 +277,16 @@ class Decoder:
         return blk, verify_mask(self.index, blk, self.verifier.mask_buffer())
 
     def generate(self, prompt_ids, max_tokens: int, params: SamplingParams = SamplingParams(), stop_ids=(),
-                 on_tokens=None, keep_going=None) -> GenerateResult:
+                 on_tokens=None, keep_going=None, rule=None, rule_state: str = "") -> GenerateResult:
         """Prefill, then decode up to max_tokens (stopping after a stop token). on_tokens(ids) sees the answer's
         tokens as each verdict commits them (stop token included, nothing past it or past max_tokens); keep_going()
-        is asked before each block, and False ends the generation there (a preempted analysis, a deadline)."""
+        is asked before each block, and False ends the generation there (a preempted analysis, a deadline). rule:
+        every token is drawn from the target constrained by it (pipeline/decode/rules.py), exactly as without a
+        draft; rule_state: its state before the first token (the text the prompt ends with, as the rule reads it)."""
         stats = Stats(prompt_tokens=len(prompt_ids))
         t0 = time.perf_counter()
+        self.verifier.constrain(rule)
+        self.rule, self.rule_state = rule, None if rule is None else rule_state
         self.pending = self.feed(prompt_ids, pick=params)
         stats.prefill_s = time.perf_counter() - t0
         stats.ttft_ms = stats.prefill_s * 1000.0
@@ -295,6 +304,7 @@ class Decoder:
         stats.decode_s = time.perf_counter() - t1
         self.proposer.halt()
         result = self._finish(out, start, stops, max_tokens, stats)
+        self.rule = self.rule_state = None
         self.totals.add(stats)
         return result
 

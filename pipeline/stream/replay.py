@@ -8,7 +8,8 @@ prints: events go to the caller's `emit`.
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
+from collections import deque
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -19,26 +20,10 @@ from models.tokenizer import Tokenizer
 from pipeline.config import Config, ring_spec
 from pipeline.decode.assemble import make_engine
 from pipeline.report import Report
-from pipeline.stream.prompts import chat_frame
+from pipeline.stream.forms import Writer, Written, fields_of, in_view, text_of
+from pipeline.stream.identifiers import carried
 from pipeline.stream.records import read_log
 from pipeline.stream.triggers import Triggers
-
-
-@dataclass
-class Analyst:
-    """The replay's engine, primed: system prompt and the open user turn in the sinks; `assess` asks the question
-    in a scratch span that is rolled back, so the ring holds only the stream."""
-    engine: object
-    tok: Tokenizer
-    ask: np.ndarray
-    params: SamplingParams
-    max_new_tokens: int
-
-    def assess(self):
-        mark = self.engine.mark()
-        res = self.engine.generate(self.ask, self.max_new_tokens, self.params, stop_ids=self.tok.stop_ids)
-        self.engine.rollback(mark)
-        return res
 
 
 @dataclass(frozen=True)
@@ -46,9 +31,38 @@ class Frame:
     """What the replay's engines (serial, or target and draft actors) are built from: one source for the ring."""
     tok: Tokenizer
     head: np.ndarray
-    ask: np.ndarray
     params: SamplingParams
     spec: RingSpec
+    writer: Writer
+
+
+@dataclass
+class Analyst:
+    """The replay's engine, primed: system prompt and the open user turn in the sinks; `assess` asks the question
+    in a scratch span that is rolled back, so the ring holds only the stream."""
+    engine: object
+    frame: Frame
+    lines: deque = field(default_factory=deque)     # (first position, identifiers) of the lines that may be in view
+    fresh: set = field(default_factory=set)         # identifiers of the lines since the last assessment
+
+    def saw(self, first: int, identifiers) -> None:
+        """A stream line whose first token is at `first` is in the ring; lines a window behind are forgotten."""
+        self.lines.append((first, tuple(identifiers)))
+        self.fresh.update(identifiers)
+        while self.lines[0][0] < first - self.frame.spec.window:
+            self.lines.popleft()
+
+    def assess(self, latest: str = "", keep_going=None) -> tuple[Written, list[str]]:
+        """(the assessment after the `latest` line, the identifiers it could see); a cut one (keep_going) is to be
+        asked again."""
+        f, mark = self.frame, self.engine.mark()
+        ask = f.writer.ask(latest)
+        allowed = in_view(self.lines, self.engine.index.n, len(ask), f.writer.scratch(), f.spec.window)
+        written = f.writer.write(self.engine, ask, allowed, f.params, keep_going, self.fresh)
+        self.engine.rollback(mark)
+        if not written.cut:
+            self.fresh = set()
+        return written, allowed
 
 
 def replay_frame(cfg: Config) -> Frame:
@@ -56,11 +70,12 @@ def replay_frame(cfg: Config) -> Frame:
     scratch span holds the question and its answer, or an operator's question span and its answer when serving."""
     params = cfg.sampling.params()
     tok = Tokenizer.from_gguf(resolve_gguf(cfg.model.gguf))
-    head, ask = chat_frame(tok, cfg.replay.system_prompt, cfg.replay.question)
-    scratch = len(ask) + cfg.replay.max_new_tokens
+    r = cfg.replay
+    writer = Writer(tok, r.form, r.max_new_tokens, r.system_prompt, r.question, r.form_question)
+    scratch = writer.span()
     if cfg.serve.enabled:                    # an operator's question span and its answer
         scratch = max(scratch, cfg.serve.max_prompt_tokens + cfg.serve.max_answer_tokens)
-    return Frame(tok, head, ask, params, ring_spec(cfg, head=len(head), scratch=scratch))
+    return Frame(tok, writer.head, params, ring_spec(cfg, head=len(writer.head), scratch=scratch), writer)
 
 
 def make_analyst(cfg: Config) -> Analyst:
@@ -68,7 +83,7 @@ def make_analyst(cfg: Config) -> Analyst:
     frame = replay_frame(cfg)
     engine = make_engine(cfg, frame.spec)
     engine.feed(frame.head)
-    return Analyst(engine, frame.tok, frame.ask, frame.params, cfg.replay.max_new_tokens)
+    return Analyst(engine, frame)
 
 
 def replay(log: str, fmt: str, cfg, emit, max_lines: int = 0, analyst: Analyst | None = None) -> dict:
@@ -77,25 +92,26 @@ def replay(log: str, fmt: str, cfg, emit, max_lines: int = 0, analyst: Analyst |
     measurement that watches its engine), else a new one."""
     records = read_log(log, fmt)[: max_lines or None]
     analyst = analyst or make_analyst(cfg)
-    engine, tok = analyst.engine, analyst.tok
+    engine, tok = analyst.engine, analyst.frame.tok
     t0 = time.perf_counter()
     totals = {"lines": 0, "stream_tokens": 0, "assessments": 0, "generated": 0, "decode_s": 0.0}
     triggers = Triggers(cfg.replay.every_lines, cfg.replay.trigger_pattern)
     for rec in records:
+        analyst.saw(engine.index.n, carried(rec.text, rec.tags))
         totals["stream_tokens"] += engine.append(rec.text + "\n")
         totals["lines"] += 1
         emit("line", rec)
         reason = triggers.after_line(rec.text)
         if reason is None:
             continue
-        res = analyst.assess()
-        st = res.stats.as_dict()
+        written, allowed = analyst.assess(rec.text)
+        st = written.stats.as_dict()
         totals["assessments"] += 1
         totals["generated"] += st["generated"]
         totals["decode_s"] += st["decode_s"]
-        text = tok.decode([t for t in res.token_ids if t not in tok.stop_ids]).strip()
-        emit("assessment", {"offset": rec.offset, "lines": totals["lines"], "trigger": reason, "text": text,
-                            "stats": st})
+        emit("assessment", {"offset": rec.offset, "lines": totals["lines"], "trigger": reason,
+                            "text": text_of(tok, written.ids), "stats": st, "window_tags": allowed,
+                            **({"fields": fields_of(tok, written.fields)} if written.fields is not None else {})})
     totals["wall_s"] = time.perf_counter() - t0
     totals["tokens_per_s"] = totals["generated"] / totals["decode_s"] if totals["decode_s"] else 0.0
     return totals

@@ -199,13 +199,14 @@ def tree_for(ref: Reference, vocab: int, seed: int, claim=None) -> SiblingTree:
 
 # ---- sampling the engine --------------------------------------------------------------------------------------------
 
-def sample_engine(models: Models, make_draft, draft_len: int, seed: int, runs: int = RUNS) -> tuple[Counter, Stats]:
+def sample_engine(models: Models, make_draft, draft_len: int, seed: int, runs: int = RUNS,
+                  rule=None) -> tuple[Counter, Stats]:
     """Counts of the first three tokens over `runs` independent generations (fresh engine and draft each run)."""
     counts, total = Counter(), Stats()
     for child in np.random.SeedSequence(seed).spawn(runs):
         engine_seed, draft_seed = (int(s) for s in child.generate_state(2))
         engine = models.engine(make_draft(draft_seed), draft_len=draft_len, seed=engine_seed)
-        result = engine.generate(models.prompt, 3, PARAMS)
+        result = engine.generate(models.prompt, 3, PARAMS, rule=rule)
         counts[tuple(result.token_ids)] += 1
         for name in ("verify_calls", "proposed", "accepted", "rejections"):
             setattr(total, name, getattr(total, name) + getattr(result.stats, name))
@@ -341,3 +342,93 @@ def test_a_stop_token_accepted_mid_block_ends_generation_at_that_verify(models, 
     assert result.token_ids == greedy_reference[:5]
     assert result.stats.verify_calls == 1
     assert engine.index.n == len(models.prompt) + 4        # the cache holds the output but its last token
+
+
+# ---- under a rule: the constrained target's law, and its greedy output ----------------------------------------------
+
+class BanByDepth:
+    """A rule for these tests (pipeline/decode/rules.py's interface): at answer depth d the tokens banned[d] are
+    forbidden. The state is one character per token written."""
+    spec = {"kind": "ban-by-depth"}
+
+    def __init__(self, vocab: int, banned: dict[int, set[int]]):
+        self.vocab, self.banned = vocab, banned
+
+    def advance(self, state: str, token: int) -> str:
+        return state + "."
+
+    def forbidden(self, state: str) -> np.ndarray | None:
+        if not self.banned.get(len(state)):
+            return None
+        out = np.zeros(self.vocab, bool)
+        out[sorted(self.banned[len(state)])] = True
+        return out
+
+
+def constrained_law(models: Models, rule: BanByDepth) -> Reference:
+    """The constrained target's joint law of the first three tokens: top-3 of the logits with the banned set to -inf."""
+    law, support = {}, {}
+
+    def probs(generated: tuple[int, ...]) -> np.ndarray:
+        logits = logits_after(models.target, models.tok, models.prompt + list(generated))
+        logits[sorted(rule.banned.get(len(generated), ()))] = -np.inf
+        top = np.sort(logits)[::-1]
+        assert top[2] - top[3] > 1e-3, f"near tie at the top-k cut after {generated}"
+        p = target_probs(logits, PARAMS)
+        support[generated] = np.flatnonzero(p)
+        return p
+
+    p1 = probs(())
+    for a in support[()]:
+        p2 = probs((a,))
+        for b in support[(a,)]:
+            p3 = probs((a, b))
+            for c in support[(a, b)]:
+                law[int(a), int(b), int(c)] = p1[a] * p2[b] * p3[c]
+    return Reference(law, support)
+
+
+@pytest.fixture(scope="module")
+def ban(models, reference) -> BanByDepth:
+    """Ban the likeliest first token, and at depths 1 and 2 the token most often in the target's top 3: the law moves,
+    and proposals drawn from the unconstrained law are often banned."""
+    common = {d: int(np.bincount(np.concatenate([s for k, s in reference.support.items() if len(k) == d])).argmax())
+              for d in (1, 2)}
+    first = max(reference.support[()], key=lambda t: sum(v for k, v in reference.law.items() if k[0] == t))
+    return BanByDepth(models.vocab, {0: {int(first)}, 1: {common[1]}, 2: {common[2]}})
+
+
+@pytest.mark.parametrize("proposer", ["none", "model", "tree"])
+def test_sampling_under_a_rule_is_the_constrained_target_law(models, reference, ban, proposer):
+    """The rule written down: with a rule, p is the sampling transform of the logits with the forbidden tokens at
+    -inf, and speculation is judged against that p. A proposal drawn from the unconstrained law and banned is
+    rejected; the residual, the bonus and the first token all come from the constrained p."""
+    law = constrained_law(models, ban)
+    assert set(law.law) != set(reference.law), "the rule should change the law"
+    make = {"none": (lambda seed: NoDraft(), 4), "model": (lambda seed: ModelDraft(models.draft, PARAMS, seed=seed), 3),
+            "tree": (lambda seed: tree_for(reference, models.vocab, seed), 15)}[proposer]
+    counts, stats = sample_engine(models, make[0], draft_len=make[1], seed=11, rule=ban)
+    if proposer != "none":
+        assert_both_branches(stats)
+    assert goodness_of_fit(counts, law) > 1e-3
+
+
+@pytest.fixture(scope="module")
+def greedy_ban(models, greedy_reference) -> BanByDepth:
+    """Every fourth position bans the token the unconstrained target writes there."""
+    return BanByDepth(models.vocab, {d: {greedy_reference[d]} for d in range(0, GREEDY_TOKENS, 4)})
+
+
+@pytest.mark.parametrize("proposer", ["model", "fixed", "tree", "script"])
+def test_greedy_output_under_a_rule_equals_constrained_target_only(models, greedy_reference, greedy_ban, proposer):
+    """The proposers guess the unconstrained answer (the script chain proposes it outright): every banned guess must
+    be rejected and corrected to the constrained target's argmax, row by row of a block."""
+    alone = Engine(models.target, models.tok).generate(models.prompt, GREEDY_TOKENS, GREEDY, rule=greedy_ban).token_ids
+    assert alone != greedy_reference
+    assert all(alone[d] not in ban for d, ban in greedy_ban.banned.items())
+    make, draft_len = GREEDY_PROPOSERS[proposer]
+    result = models.engine(make(models, greedy_reference), draft_len=draft_len).generate(
+        models.prompt, GREEDY_TOKENS, GREEDY, rule=greedy_ban)
+    assert result.token_ids == alone, f"{proposer}: first difference at token " \
+        f"{next(i for i, (x, y) in enumerate(zip(result.token_ids, alone)) if x != y)}"
+    assert result.stats.accepted > 0 and result.stats.rejections > 0, result.stats

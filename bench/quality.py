@@ -1,0 +1,174 @@
+"""`eval-quality`: what the assessments are worth to an operator, per form, in one run.
+
+Owns the forms' measurement. Each evaluation log is streamed through the serial engine once per form (free,
+constrained, structured: pipeline/stream/forms.py), the forms one after the other, the first rotating from log to
+log; the profile's ring, draft and triggers (every N lines, and the HH/LL pattern). The stream's K/V are the same
+for every form (a feed's K/V do not depend on what was asked before: pipeline/decode/step.py), so the forms answer at
+the same points from the same views. Per form:
+
+- invented identifiers per assessment: what the reader (pipeline/stream/identifiers.py, written apart from the rule)
+  finds in the text that no line every row of the answer can see carries;
+- trigger named: the share of assessments whose text names an identifier of the line that triggered them;
+- HH/LL recall: of the high-high and low-low alarms in view and not yet recovered (no "HH NR"/"LL NR" line for the
+  tag since), the share the assessment names (pooled over assessments);
+- tokens per second of writing: tokens the model wrote over the seconds spent writing them (the question is
+  prefilled untimed, but for its last token; a structured form's labels are inside the time: they are its cost).
+
+The logs: the TEP `deadband` fault cases in ../shared/data that the bundled draft was not trained on (60 of 80,
+numeric order; data/draft-smollm2-tep.json lists its training logs), and the first LOGHUB_LINES lines of loghub's
+Linux, Zookeeper and BGL logs (no HH/LL there; identifiers are what the TAG class matches, BGL's node names mostly).
+Never changes the engine; `run_eval_quality` is the verb.
+"""
+from __future__ import annotations
+
+import json
+import re
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from bench.recall_questions import alarm_of
+from pipeline.config import override
+from pipeline.decode.assemble import make_engine
+from pipeline.decode.rules import normal
+from pipeline.report import Report
+from pipeline.stream.forms import FORMS, Writer, in_view
+from pipeline.stream.identifiers import carried, invented, mentioned
+from pipeline.stream.records import read_log
+from pipeline.stream.replay import replay_frame
+from pipeline.stream.triggers import Triggers
+
+ROOT = Path(__file__).resolve().parents[1]
+SHARED = ROOT.parent / "shared" / "data"
+DRAFT_CARD = ROOT / "data" / "draft-smollm2-tep.json"
+LOGHUB = ("Linux_2k.log", "Zookeeper_2k.log", "BGL_2k.log")
+LOGHUB_LINES = 200
+
+
+def evaluation_logs(tep_logs: int = 0) -> list[tuple[str, str, Path]]:
+    """(set, format, path): the deadband cases the draft never saw (the first `tep_logs`, 0: all), then loghub's."""
+    trained = set(json.loads(DRAFT_CARD.read_text())["logs"])
+    number = lambda p: int(re.search(r"(\d+)\.csv$", p.name)[1])     # noqa: E731
+    tep = sorted((p for p in (SHARED / "tep_alarms" / "deadband").glob("*.csv") if p.name not in trained), key=number)
+    return [("tep", "csv", p) for p in tep[:tep_logs or None]] + [("loghub", "plain", SHARED / "loghub" / n)
+                                                                   for n in LOGHUB]
+
+
+@dataclass
+class Tally:
+    assessments: int = 0
+    invented: int = 0
+    with_invented: int = 0
+    triggered: int = 0              # assessments whose triggering line carries an identifier
+    trigger_named: int = 0
+    hhll_in_view: int = 0
+    hhll_named: int = 0
+    tokens: int = 0
+    write_s: float = 0.0
+
+    def figures(self) -> dict:
+        n = max(self.assessments, 1)
+        return {"assessments": self.assessments, "invented_per_assessment": self.invented / n,
+                "assessments_with_invented": self.with_invented, "invented": self.invented,
+                "trigger_named_rate": self.trigger_named / self.triggered if self.triggered else None,
+                "triggered": self.triggered,
+                "hhll_recall": self.hhll_named / self.hhll_in_view if self.hhll_in_view else None,
+                "hhll_in_view": self.hhll_in_view, "tokens": self.tokens,
+                "tokens_per_s": self.tokens / self.write_s if self.write_s else 0.0}
+
+
+def run_eval_quality(cfg, tep_logs: int = 0, forms: str = "", progress=None) -> "QualityReport":
+    """Invented identifiers, trigger named, HH/LL recall and writing speed per assessment form, one run.
+
+    Every log is streamed once per form, the forms alternated; each form answers at the same points from the same
+    views (the module docstring of bench/quality.py)."""
+    forms = [f for f in forms.split(",") if f] or list(FORMS)
+    frame = replay_frame(override(cfg, {"replay.form": "structured"}))     # the ring's slack holds every form
+    r = cfg.replay
+    writers = {f: Writer(frame.tok, f, r.max_new_tokens, r.system_prompt, r.question, r.form_question) for f in forms}
+    engine = make_engine(cfg, frame.spec)
+    tallies = {(s, f): Tally() for s in ("tep", "loghub") for f in forms}
+    t0 = time.perf_counter()
+    logs = evaluation_logs(tep_logs)
+    for i, (kind, fmt, path) in enumerate(logs):
+        records = read_log(str(path), fmt)[:LOGHUB_LINES if kind == "loghub" else None]
+        for f in forms[i % len(forms):] + forms[:i % len(forms)]:     # the first form rotates from log to log
+            _stream(engine, frame, cfg, records, kind, writers[f], tallies[kind, f])
+        if progress:
+            progress(i + 1, len(logs), path.name, {f: tallies[kind, f].figures() for f in forms})
+    return QualityReport({"forms": forms, "logs": [p.name for _, _, p in logs], "wall_s": time.perf_counter() - t0,
+                          **{s: {f: tallies[s, f].figures() for f in forms} for s in ("tep", "loghub")}})
+
+
+def _stream(engine, frame, cfg, records, kind: str, writer: Writer, tally: Tally) -> None:
+    """One log through a fresh ring, assessed in one form wherever the triggers fire (each form streams the log on
+    its own: the stream proposer keeps rolled-back answers, so a form after another would copy its answers)."""
+    engine.reset()
+    engine.feed(frame.head)
+    triggers = Triggers(cfg.replay.every_lines, cfg.replay.trigger_pattern)
+    lines, active, fresh = [], {}, set()    # (first position, identifiers); HH/LL tag -> its first position;
+    for rec in records:                     # identifiers since the last assessment
+        first = engine.index.n
+        ids = carried(rec.text, rec.tags)
+        engine.append(rec.text + "\n")
+        lines.append((first, ids))
+        fresh.update(ids)
+        tag, level = _alarm(rec) if kind == "tep" else ("", "")
+        if level in ("HH", "LL"):
+            active[tag] = first
+        elif level in ("HH NR", "LL NR"):
+            active.pop(tag, None)
+        if triggers.after_line(rec.text) is not None:
+            _assess(engine, writer, writer.ask(rec.text), frame, lines, active, ids, fresh, tally)
+            fresh = set()
+
+
+def _alarm(rec) -> tuple[str, str]:
+    """(tag, type) of a TEP line; ("", "") for a line of another shape (a CSV row cut short)."""
+    return alarm_of(rec) if len(rec.text.split()) >= 4 else ("", "")
+
+
+def _assess(engine, writer: Writer, ask, frame, lines, active: dict, trigger_ids, fresh, tally: Tally) -> None:
+    mark = engine.mark()
+    allowed = in_view(lines, engine.index.n, len(ask), writer.scratch(), frame.spec.window)
+    engine.feed(ask[:-1])                  # untimed: the same question for every form of its kind
+    t0 = time.perf_counter()
+    written = writer.write(engine, ask[-1:], allowed, frame.params, fresh=fresh)
+    tally.write_s += time.perf_counter() - t0
+    engine.rollback(mark)
+    text = frame.tok.decode([t for t in written.ids if t not in frame.tok.stop_ids])
+    named, wrong = set(mentioned(text)), invented(text, allowed)
+    tally.assessments += 1
+    tally.tokens += written.stats.generated
+    tally.invented += len(wrong)
+    tally.with_invented += bool(wrong)
+    if trigger_ids:
+        tally.triggered += 1
+        tally.trigger_named += bool(named & {normal(t) for t in trigger_ids})
+    oldest = engine.index.n + len(ask) + writer.scratch() - frame.spec.window
+    alarms = {normal(tag) for tag, first in active.items() if first >= oldest}
+    tally.hhll_in_view += len(alarms)
+    tally.hhll_named += len(alarms & named)
+
+
+@dataclass
+class QualityReport(Report):
+    def text(self) -> str:
+        d = self.data
+        rows = [f"{'logs':<7} {'form':<12} {'assessed':>8} {'invented':>9} {'per one':>8} {'trigger':>8} "
+                f"{'HH/LL':>7} {'tok/s':>6}"]
+        for s in ("tep", "loghub"):
+            for f in d["forms"]:
+                x = d[s][f]
+                pct = lambda v: "-" if v is None else f"{100 * v:.0f}%"         # noqa: E731
+                rows.append(f"{s:<7} {f:<12} {x['assessments']:>8} {x['invented']:>9} "
+                            f"{x['invented_per_assessment']:>8.2f} {pct(x['trigger_named_rate']):>8} "
+                            f"{pct(x['hhll_recall']):>7} {x['tokens_per_s']:>6.1f}")
+        rows.append(f"{len(d['logs'])} logs, {d['wall_s']:.0f} s")
+        return "\n".join(rows)
+
+
+def progress_line(i: int, n: int, name: str, figures: dict) -> None:
+    print(f"[{i}/{n}] {name}: " + ", ".join(f"{f} {x['assessments']} assessed, {x['invented']} invented"
+                                             for f, x in figures.items()), file=sys.stderr, flush=True)
