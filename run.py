@@ -79,6 +79,9 @@ def _stream(p, what: str) -> None:
                                                            "10 = ten times faster (serve: when --rate is 0)")
     add_key(p, "--max-lines", "replay.max_lines", "stop reading after N lines (0: all)", type=int)
     add_key(p, "--every", "replay.every_lines", f"lines between {what}", type=int)
+    add_key(p, "--form", "replay.form", "assessments as free text, constrained text (a tag written must be one in "
+            "view) or a structured form (alarms, severity, changed, summary; under the same rule)",
+            choices=("free", "constrained", "structured"))
     add_key(p, "--draft-backend", "draft.backend", "where a draft model runs: onnx (CPU) or rknn (the NPU)",
             choices=("onnx", "rknn"))
     p.add_argument("--quiet-lines", action="store_true", help=f"print only the {what}, not every log line")

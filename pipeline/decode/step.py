@@ -259,6 +259,8 @@ class Decoder:
         committed = blk.tokens[v.rows]
         for t in committed if self.rule is not None else ():
             self.rule_state = self.rule.advance(self.rule_state, int(t))
+            if self.rule_state is None:       # the verifier judged without the rule (pipeline/decode/rules.py)
+                raise RuntimeError(f"token {int(t)} was committed but the answer's rule forbids it")
         depth = trunk(blk.parent)           # the draft ran ahead assuming the whole trunk and its own guess next
         whole = len(v.rows) == depth + 1 and bool((v.rows == np.arange(depth + 1)).all())
         self.proposer.verdict(committed, n + len(v.rows), v.next, whole, budget - len(v.rows))

@@ -25,6 +25,7 @@ from bench.chaos import free_port
 from models.subset import layer_subset
 from pipeline import watch
 from pipeline.channel import cleanup_stale
+from pipeline.stream.forms import SEVERITIES
 from tests import procs
 from tests.paths import ROOT
 
@@ -166,6 +167,10 @@ def test_pipelined_assessments_equal_the_serial_engine(default_gguf, tmp_path, l
     assert records[-1]["kind"] == "eof" and records[-1]["sent"] == lines
     pipelined = [r["text"] for r in records if r["kind"] == "assessment"]
     assert pipelined == serial_assessments(lines, config if profile else None) and len(pipelined) == lines // 10
+    for r in records:                  # the default form: structured, field by field under the identifier rule
+        if r["kind"] == "assessment":
+            assert r["fields"]["severity"] in SEVERITIES and r["fields"]["alarms"], r["fields"]
+            assert r["tags_hallucinated"] == [] and set(r["fields"]["alarms"]) <= set(r["window_tags"])
     if profile:            # the draft ran ahead (whether the stream offers siblings, and one wins, depends on the
         stats = [r["stats"] for r in records if r["kind"] == "assessment"]     # text this CPU makes: no tree here on
         assert sum(s["ahead"] for s in stats) > 0                              # an AVX-512 EPYC; a tree judged
