@@ -92,8 +92,11 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--logs", type=int, default=0, help="TEP deadband logs to use, in numeric order (default: all 60 "
                    "the draft was not trained on); loghub's three always follow")
     p.add_argument("--forms", default="", help="comma-separated, of free, constrained, structured (default: all)")
+    p.add_argument("--loghub-lines", type=int, default=quality.LOGHUB_LINES,
+                   help="lines of each loghub log (default %(default)s; 0: none)")
     p.add_argument("--json", action="store_true", help="print {tep: {form: figures}, loghub: ..., logs, wall_s}")
-    p.set_defaults(run=lambda a: quality.run_eval_quality(profile_of(a), a.logs, a.forms, quality.progress_line))
+    p.set_defaults(run=lambda a: quality.run_eval_quality(profile_of(a), a.logs, a.forms, quality.progress_line,
+                                                          a.loghub_lines))
 
     p = add_verb(sub, "eval-recall", recall.run_eval_recall, MEASURING["eval-recall"],
                  profile="TOML profile the model answers with")

@@ -78,7 +78,8 @@ class Tally:
                 "tokens_per_s": self.tokens / self.write_s if self.write_s else 0.0}
 
 
-def run_eval_quality(cfg, tep_logs: int = 0, forms: str = "", progress=None) -> "QualityReport":
+def run_eval_quality(cfg, tep_logs: int = 0, forms: str = "", progress=None,
+                     loghub_lines: int = LOGHUB_LINES) -> "QualityReport":
     """Invented identifiers, trigger named, HH/LL recall and writing speed per assessment form, one run.
 
     Every log is streamed once per form, the forms alternated; each form answers at the same points from the same
@@ -90,14 +91,15 @@ def run_eval_quality(cfg, tep_logs: int = 0, forms: str = "", progress=None) -> 
     engine = make_engine(cfg, frame.spec)
     tallies = {(s, f): Tally() for s in ("tep", "loghub") for f in forms}
     t0 = time.perf_counter()
-    logs = evaluation_logs(tep_logs)
+    logs = [log for log in evaluation_logs(tep_logs) if log[0] == "tep" or loghub_lines]
     for i, (kind, fmt, path) in enumerate(logs):
-        records = read_log(str(path), fmt)[:LOGHUB_LINES if kind == "loghub" else None]
+        records = read_log(str(path), fmt)[:loghub_lines if kind == "loghub" else None]
         for f in forms[i % len(forms):] + forms[:i % len(forms)]:     # the first form rotates from log to log
             _stream(engine, frame, cfg, records, kind, writers[f], tallies[kind, f])
         if progress:
             progress(i + 1, len(logs), path.name, {f: tallies[kind, f].figures() for f in forms})
-    return QualityReport({"forms": forms, "logs": [p.name for _, _, p in logs], "wall_s": time.perf_counter() - t0,
+    return QualityReport({"forms": forms, "logs": [p.name for _, _, p in logs], "loghub_lines": loghub_lines,
+                          "wall_s": time.perf_counter() - t0,
                           **{s: {f: tallies[s, f].figures() for f in forms} for s in ("tep", "loghub")}})
 
 

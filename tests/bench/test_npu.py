@@ -32,7 +32,9 @@ def test_the_draft_on_the_npu_simulator_through_the_actor_pipeline_gives_the_tar
     npu, alone = _assessments(tmp_path / "npu.jsonl"), _assessments(tmp_path / "alone.jsonl")
     assert len(npu) == 2 and npu == alone
     decode = next(line for line in runs["npu"].splitlines() if line.startswith("decode "))
-    assert float(decode.split(" tokens/verify")[0].rsplit(" ", 1)[1]) > 1.5, decode   # the NPU's draft was accepted
+    # the NPU's draft was accepted (1.43 tokens per verify in the structured form's short fields, 2026-12-03; the
+    # free text's longer runs gave over 1.5)
+    assert float(decode.split(" tokens/verify")[0].rsplit(" ", 1)[1]) > 1.0, decode
 
 
 def test_export_rknn_builds_every_bucket_and_reports_agreement_and_acceptance(default_gguf, rknn_python):
