@@ -4,7 +4,8 @@ Receives tokenized records from ingest (`Line`, then `Eof`) and, when serving, f
 (`Question`, `Cancel`) from the front; drives the target and draft actors through `DeferredEngine` (the only mover of
 committed positions, for both rings); emits `Start` (the target's batch-invariance verdict and platform), `Line`,
 `Assessment`, `AnswerDelta`, `Answer`, `Status`, `StreamEnd` and `Eof` events to output (pipeline/messages.py).
-Never parses or renders text, never runs a model and never prints.
+Never parses text and never renders any but the structured assessment's question (it quotes the latest line:
+pipeline/stream/forms.py); never runs a model and never prints.
 
 The schedule, highest first: operator questions (fair across operators, each with a deadline), then a due analysis,
 then the stream's next line; but while lines wait and the stream has had less than `serve.stream_share` of the

@@ -15,7 +15,7 @@ import numpy as np
 
 from pipeline.decode.rules import IdentifierRule, OptionsRule, TokenTable, trim
 from pipeline.decode.step import Stats
-from pipeline.stream.prompts import question_span, stream_head
+from pipeline.stream.prompts import question_span
 
 FORMS = ("free", "constrained", "structured")
 SEVERITIES = ("low", "medium", "high", "critical")
@@ -64,7 +64,6 @@ class Writer:
             raise ValueError(f"form {form!r}: one of {', '.join(FORMS)}")
         self.tok, self.form, self.max_new_tokens = tok, form, max_new_tokens
         self.system, self.question = system, form_question if form == "structured" else question
-        self.head = stream_head(tok, system)
         self._ask = question_span(tok, system, [{"role": "user", "content": self.question}])
         self.stop_ids = frozenset(tok.stop_ids)
         self.table = TokenTable.of(tok) if form != "free" else None

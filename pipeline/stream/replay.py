@@ -1,5 +1,6 @@
 """The replay's frame and its single-process analyst: the ring a replay's engines are built with, the primed engine
-that answers between lines, and a captured log streamed through it (`replay --launcher serial`).
+that answers between lines (with the identifiers of the lines in view, which its answers' rule allows), and a captured
+log streamed through it (`replay --launcher serial`).
 
 Owns the replay frame (sinks sized to the system prompt, slack for the scratch span and the uncommitted rows), and how
 the serial replay reads on a terminal (`printer` for its events, `ReplayReport` for its totals). `replay` never
@@ -22,6 +23,7 @@ from pipeline.decode.assemble import make_engine
 from pipeline.report import Report
 from pipeline.stream.forms import Writer, Written, fields_of, in_view, text_of
 from pipeline.stream.identifiers import carried
+from pipeline.stream.prompts import stream_head
 from pipeline.stream.records import read_log
 from pipeline.stream.triggers import Triggers
 
@@ -75,7 +77,8 @@ def replay_frame(cfg: Config) -> Frame:
     scratch = writer.span()
     if cfg.serve.enabled:                    # an operator's question span and its answer
         scratch = max(scratch, cfg.serve.max_prompt_tokens + cfg.serve.max_answer_tokens)
-    return Frame(tok, writer.head, params, ring_spec(cfg, head=len(writer.head), scratch=scratch), writer)
+    head = stream_head(tok, r.system_prompt)
+    return Frame(tok, head, params, ring_spec(cfg, head=len(head), scratch=scratch), writer)
 
 
 def make_analyst(cfg: Config) -> Analyst:
