@@ -90,7 +90,7 @@ def parser() -> argparse.ArgumentParser:
 
     p = add_verb(sub, "eval-quality", quality.run_eval_quality, MEASURING["eval-quality"], True)
     p.add_argument("--logs", type=int, default=0, help="TEP deadband logs to use, in numeric order (default: all 60 "
-                   "the draft was not trained on); loghub's three always follow")
+                   "the draft was not trained on); loghub's three follow (--loghub-lines)")
     p.add_argument("--forms", default="", help="comma-separated, of free, constrained, structured (default: all)")
     p.add_argument("--loghub-lines", type=int, default=quality.LOGHUB_LINES,
                    help="lines of each loghub log (default %(default)s; 0: none)")
