@@ -33,10 +33,10 @@ from pipeline.config import override
 from pipeline.decode.assemble import make_engine
 from pipeline.decode.rules import normal
 from pipeline.report import Report
-from pipeline.stream.forms import FORMS, Writer, in_view
+from pipeline.stream.forms import FORMS, Writer, in_view, text_of, view_start
 from pipeline.stream.identifiers import carried, invented, mentioned
 from pipeline.stream.records import read_log
-from pipeline.stream.replay import replay_frame
+from pipeline.stream.replay import Analyst, replay_frame
 from pipeline.stream.triggers import Triggers
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -108,22 +108,22 @@ def _stream(engine, frame, cfg, records, kind: str, writer: Writer, tally: Tally
     its own: the stream proposer keeps rolled-back answers, so a form after another would copy its answers)."""
     engine.reset()
     engine.feed(frame.head)
+    analyst = Analyst(engine, frame)        # the lines in view and those since the last assessment, as at run time
     triggers = Triggers(cfg.replay.every_lines, cfg.replay.trigger_pattern)
-    lines, active, fresh = [], {}, set()    # (first position, identifiers); HH/LL tag -> its first position;
-    for rec in records:                     # identifiers since the last assessment
+    active = {}                             # HH/LL tag -> its line's first position, until its NR line
+    for rec in records:
         first = engine.index.n
         ids = carried(rec.text, rec.tags)
+        analyst.saw(first, ids)
         engine.append(rec.text + "\n")
-        lines.append((first, ids))
-        fresh.update(ids)
         tag, level = _alarm(rec) if kind == "tep" else ("", "")
         if level in ("HH", "LL"):
             active[tag] = first
         elif level in ("HH NR", "LL NR"):
             active.pop(tag, None)
         if triggers.after_line(rec.text) is not None:
-            _assess(engine, writer, writer.ask(rec.text), frame, lines, active, ids, fresh, tally)
-            fresh = set()
+            _assess(analyst, writer, writer.ask(rec.text), active, ids, tally)
+            analyst.fresh = set()
 
 
 def _alarm(rec) -> tuple[str, str]:
@@ -131,15 +131,17 @@ def _alarm(rec) -> tuple[str, str]:
     return alarm_of(rec) if len(rec.text.split()) >= 4 else ("", "")
 
 
-def _assess(engine, writer: Writer, ask, frame, lines, active: dict, trigger_ids, fresh, tally: Tally) -> None:
+def _assess(analyst: Analyst, writer: Writer, ask, active: dict, trigger_ids, tally: Tally) -> None:
+    engine, frame = analyst.engine, analyst.frame
     mark = engine.mark()
-    allowed = in_view(lines, engine.index.n, len(ask), writer.scratch(), frame.spec.window)
+    oldest = view_start(engine.index.n, len(ask), writer.scratch(), frame.spec.window)
+    allowed = in_view(analyst.lines, engine.index.n, len(ask), writer.scratch(), frame.spec.window)
     engine.feed(ask[:-1])                  # untimed: the same question for every form of its kind
     t0 = time.perf_counter()
-    written = writer.write(engine, ask[-1:], allowed, frame.params, fresh=fresh)
+    written = writer.write(engine, ask[-1:], allowed, frame.params, fresh=analyst.fresh)
     tally.write_s += time.perf_counter() - t0
     engine.rollback(mark)
-    text = frame.tok.decode([t for t in written.ids if t not in frame.tok.stop_ids])
+    text = text_of(frame.tok, written.ids)
     named, wrong = set(mentioned(text)), invented(text, allowed)
     tally.assessments += 1
     tally.tokens += written.stats.generated
@@ -148,7 +150,6 @@ def _assess(engine, writer: Writer, ask, frame, lines, active: dict, trigger_ids
     if trigger_ids:
         tally.triggered += 1
         tally.trigger_named += bool(named & {normal(t) for t in trigger_ids})
-    oldest = engine.index.n + len(ask) + writer.scratch() - frame.spec.window
     alarms = {normal(tag) for tag, first in active.items() if first >= oldest}
     tally.hhll_in_view += len(alarms)
     tally.hhll_named += len(alarms & named)

@@ -127,8 +127,7 @@ def judge(logits: np.ndarray, blk: Block, params: SamplingParams, probs: np.ndar
     the answer's rule (pipeline/decode/rules.py) and its state before the pending token; each row is judged against
     the constrained target, its forbidden tokens set to -inf in `logits` (in place) first."""
     if rule is not None and state is not None:
-        parent_row = np.concatenate([[-1], blk.parent + 1])
-        constrain_rows(logits, rule, row_states(rule, state, blk.tokens, parent_row))
+        constrain_rows(logits, rule, row_states(rule, state, blk.tokens, blk.parent))
     if params.greedy:
         path, nxt = accept_tree_greedy(logits[0], logits[1:], blk.proposals, blk.parent)
     else:

@@ -99,7 +99,7 @@ class IdentifierRule:
         got = _candidate(state)
         if got is not None and got[1] >= 2:            # inside an identifier: only its allowed continuations
             out = np.ones(t.vocab, bool)
-            if got[0] in self.allowed:
+            if self.closable(state):
                 out[t.closer_ids] = False
             for i in (*t.digit_ids, *t.underscore_ids):
                 if self.advance(state, int(i)) is not None:
@@ -133,7 +133,7 @@ class IdentifierRule:
                 return new                             # letters and one digit: free
             word = new.split(" ")[-1].split("-")[-1]   # a separator's word is done: only this word matters now
             return word if _LETTERS.fullmatch(word) else _DEAD
-        if inside and got[0] not in self.allowed:
+        if not self.closable(state):
             return None                                # an identifier may end only where an allowed one does
         if b in b" -" and _UPPER.fullmatch(state):
             return state + chr(b)                      # "FIR " may go on as "FIR 123"
@@ -240,19 +240,19 @@ def rule_from(spec: dict | None, table: TokenTable):
     if spec is None:
         return None
     if spec.get("kind") == "identifiers":
-        return IdentifierRule(spec["allowed"], table, spec.get("banned", ()))
+        return IdentifierRule(spec["allowed"], table, spec["banned"])
     if spec.get("kind") == "options":
-        return OptionsRule(spec["options"], table, spec.get("sep"), spec.get("max_items", 1), spec.get("lead", " "),
-                           spec.get("end", "\n"))
+        return OptionsRule(spec["options"], table, spec["sep"], spec["max_items"], spec["lead"], spec["end"])
     raise ValueError(f"unknown rule {spec!r}")
 
 
-def row_states(rule, state: str, tokens: np.ndarray, parent_row: np.ndarray) -> list[str | None]:
-    """The rule's state after each row's root path (row 0: the pending token after `state`); None past a token the
-    rule forbids (such a row is never accepted: its token has p = 0)."""
+def row_states(rule, state: str, tokens: np.ndarray, parent: np.ndarray) -> list[str | None]:
+    """The rule's state after each row's root path: row 0 the pending token after `state`, row r the proposal whose
+    parent is parent[r - 1] (-1: the pending token; blocks.Block); None past a token the rule forbids (such a row is
+    never accepted: its token has p = 0)."""
     states: list[str | None] = []
     for r, token in enumerate(tokens):
-        before = state if r == 0 else states[parent_row[r]]
+        before = state if r == 0 else states[parent[r - 1] + 1]
         states.append(None if before is None else rule.advance(before, int(token)))
     return states
 

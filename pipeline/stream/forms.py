@@ -48,11 +48,16 @@ class Written:
     cut: bool = False                           # keep_going() said stop before the end: the caller asks again
 
 
+def view_start(n: int, ask: int, scratch: int, window: int) -> int:
+    """The first stream position every row of an assessment can see: the window of its last row (the stream ends at
+    n; the question's `ask` tokens and the `scratch` it may write follow)."""
+    return n + ask + scratch - window
+
+
 def in_view(lines, n: int, ask: int, scratch: int, window: int) -> list[str]:
     """The identifiers every row of an assessment can see: those of the lines (first position, identifiers) whose
-    tokens all lie in the window of its last row (the stream ends at n; the question's `ask` tokens and the `scratch`
-    it may write follow)."""
-    oldest = n + ask + scratch - window
+    tokens all lie at or after `view_start`."""
+    oldest = view_start(n, ask, scratch, window)
     return sorted({t for first, tags in lines if first >= oldest for t in tags})
 
 

@@ -95,12 +95,14 @@ class Reference:
         return np.unique(np.concatenate([s for k, s in self.support.items() if len(k) == depth]))
 
 
-@pytest.fixture(scope="module")
-def reference(models) -> Reference:
+def joint_law(models: Models, banned: dict[int, set[int]] | None = None) -> Reference:
+    """The target's exact joint law of the first three tokens (top-3 at each), from its logits after each prefix; with
+    `banned`, the constrained target's: the tokens banned at a depth set to -inf first."""
     law, support = {}, {}
 
     def probs(generated: tuple[int, ...]) -> np.ndarray:
         logits = logits_after(models.target, models.tok, models.prompt + list(generated))
+        logits[sorted((banned or {}).get(len(generated), ()))] = -np.inf
         top = np.sort(logits)[::-1]
         # A block verify and a prefill round differently (~1e-6): keep the top-3 cut far from a tie.
         assert top[2] - top[3] > 1e-3, f"near tie at the top-k cut after {generated}"
@@ -117,6 +119,11 @@ def reference(models) -> Reference:
                 law[int(a), int(b), int(c)] = p1[a] * p2[b] * p3[c]
     assert len(law) == 27 and abs(sum(law.values()) - 1.0) < 1e-9
     return Reference(law, support)
+
+
+@pytest.fixture(scope="module")
+def reference(models) -> Reference:
+    return joint_law(models)
 
 
 # ---- proposers written for the test ---------------------------------------------------------------------------------
@@ -365,29 +372,6 @@ class BanByDepth:
         return out
 
 
-def constrained_law(models: Models, rule: BanByDepth) -> Reference:
-    """The constrained target's joint law of the first three tokens: top-3 of the logits with the banned set to -inf."""
-    law, support = {}, {}
-
-    def probs(generated: tuple[int, ...]) -> np.ndarray:
-        logits = logits_after(models.target, models.tok, models.prompt + list(generated))
-        logits[sorted(rule.banned.get(len(generated), ()))] = -np.inf
-        top = np.sort(logits)[::-1]
-        assert top[2] - top[3] > 1e-3, f"near tie at the top-k cut after {generated}"
-        p = target_probs(logits, PARAMS)
-        support[generated] = np.flatnonzero(p)
-        return p
-
-    p1 = probs(())
-    for a in support[()]:
-        p2 = probs((a,))
-        for b in support[(a,)]:
-            p3 = probs((a, b))
-            for c in support[(a, b)]:
-                law[int(a), int(b), int(c)] = p1[a] * p2[b] * p3[c]
-    return Reference(law, support)
-
-
 @pytest.fixture(scope="module")
 def ban(models, reference) -> BanByDepth:
     """Ban the likeliest first token, and at depths 1 and 2 the token most often in the target's top 3: the law moves,
@@ -403,7 +387,7 @@ def test_sampling_under_a_rule_is_the_constrained_target_law(models, reference, 
     """The rule written down: with a rule, p is the sampling transform of the logits with the forbidden tokens at
     -inf, and speculation is judged against that p. A proposal drawn from the unconstrained law and banned is
     rejected; the residual, the bonus and the first token all come from the constrained p."""
-    law = constrained_law(models, ban)
+    law = joint_law(models, ban.banned)
     assert set(law.law) != set(reference.law), "the rule should change the law"
     make = {"none": (lambda seed: NoDraft(), 4), "model": (lambda seed: ModelDraft(models.draft, PARAMS, seed=seed), 3),
             "tree": (lambda seed: tree_for(reference, models.vocab, seed), 15)}[proposer]

@@ -28,20 +28,20 @@ TABLE = TokenTable(PIECES)
 ALLOWED = ["FIR123", "AIR003_3", "PIR10"]
 
 
-def draw(rule, logits_rows: np.ndarray, temperature: float, seed: int, stops=(STOP,)) -> tuple[list[int], str]:
-    """An answer drawn token by token from `logits_rows` under `rule` (greedy at temperature 0), up to a stop token;
-    (tokens, state)."""
-    rng, state, out = np.random.default_rng(seed), "", []
+def draw(rule, next_row, temperature: float, rng: np.random.Generator, stops=(STOP,)) -> tuple[list[int], str]:
+    """An answer drawn token by token under `rule` (greedy at temperature 0) from the logits next_row(ids) gives
+    after the tokens so far (None: stop), up to a stop token and at most 60 tokens; (tokens, state)."""
+    state, out = "", []
     params = SamplingParams(temperature=temperature)
-    for row in logits_rows:
-        row = row.copy()[None]
+    while len(out) < 60 and (row := next_row(out)) is not None:
+        row = np.array(row, np.float64).reshape(1, -1)
         constrain_rows(row, rule, [state])
         assert np.isfinite(row).any(), f"state {state!r} allows no token"
         token = int(np.argmax(row)) if params.greedy else sample(target_probs(row, params)[0], rng)
         state = rule.advance(state, token)
         assert state is not None, f"an allowed token {PIECES[token]!r} broke the rule"
         out.append(token)
-        if token in stops:
+        if token in stops:          # the answer ends (the reader's text leaves the stop token out)
             break
     return out, state
 
@@ -63,21 +63,17 @@ FRAGMENTS = ["FIR123", "FIR12", "FIR1234", "FIR124", "fir123", "fir12", " FIR 12
 def test_no_logits_make_an_identifier_rule_write_an_identifier_not_in_view(wanted, seed, temperature):
     """Each step's logits favour the next byte of a text full of identifiers not in view; whatever is drawn, the
     answer (cut where the writer cuts it) mentions none."""
-    rng, rule = np.random.default_rng(seed), IdentifierRule(ALLOWED, TABLE)
-    state, ids, at, target = "", [], 0, wanted.encode("latin-1")
-    params = SamplingParams(temperature=temperature)
-    while at < len(target) and len(ids) < 60:
-        row = rng.normal(0, 1, (1, len(PIECES)))
-        row[0, PIECES.index(target[at:at + 1])] += 8.0
-        constrain_rows(row, rule, [state])
-        assert np.isfinite(row).any(), f"state {state!r} allows no token"
-        token = int(np.argmax(row)) if params.greedy else sample(target_probs(row, params)[0], rng)
-        state = rule.advance(state, token)
-        assert state is not None, f"an allowed token {PIECES[token]!r} broke the rule"
-        ids.append(token)
-        at += len(PIECES[token])
-        if token == STOP:                           # the answer ends (the reader's text leaves the stop token out)
-            break
+    rng, rule, target = np.random.default_rng(seed), IdentifierRule(ALLOWED, TABLE), wanted.encode("latin-1")
+
+    def next_row(ids):
+        at = sum(len(PIECES[i]) for i in ids)
+        if at >= len(target):
+            return None
+        row = rng.normal(0, 1, len(PIECES))
+        row[PIECES.index(target[at:at + 1])] += 8.0
+        return row
+
+    ids, _ = draw(rule, next_row, temperature, rng)
     ids = trim(rule, "", ids)
     assert invented(text(ids), ALLOWED) == [], (wanted, text(ids))
 
@@ -115,7 +111,8 @@ def test_a_form_field_ends_at_a_newline_not_a_stop_token():
 def test_a_list_field_names_distinct_options_then_ends(seed):
     rule = OptionsRule(ALLOWED, TABLE, sep=", ", max_items=3)
     logits = np.random.default_rng(seed).normal(0, 3, (40, len(PIECES)))
-    ids, state = draw(rule, logits, 1.0, seed, stops=(PIECES.index(b"\n"),))
+    ids, state = draw(rule, lambda ids: logits[len(ids)] if len(ids) < len(logits) else None, 1.0,
+                      np.random.default_rng(seed), stops=(PIECES.index(b"\n"),))
     assert ids[-1] == PIECES.index(b"\n"), text(ids)
     items = text(ids).strip().split(", ")
     assert len(items) == len(set(items)) <= 3 and set(items) <= set(ALLOWED), items
