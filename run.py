@@ -36,7 +36,7 @@ MEASURING = {          # the measurement verbs: bench/ sits above this CLI, so t
     "draft-scan": "acceptance and cost of drafts cut from the target's blocks",
     "eval-stream": "streaming perplexity of a log under several cache policies",
     "eval-recall": "questions about events that left the window: retrieval recall@k, exact answers",
-    "eval-quality": "assessment forms: invented identifiers, trigger named, HH/LL recall, writing speed",
+    "eval-quality": "assessment forms (invented identifiers, trigger named, HH/LL recall, speed); BGL surprisal AUC",
     "soak": "loop a log through the pipeline at full speed; sample memory and quality",
     "distill": "train a small neural draft on the target's own output (needs the train extra)",
     "chaos": "kill actors of a real pipeline with a seed; count lost and duplicated lines from the journal",

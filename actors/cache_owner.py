@@ -67,6 +67,7 @@ from pipeline.process import Figures, attach_when_ready, chaos, figures_on_reque
 from pipeline.serve.operators import OperatorQueue, Request
 from pipeline.stream.capacity import StreamClock
 from pipeline.stream.replay import Analyst, replay_frame
+from pipeline.stream.surprise import Scored, Surprise, record_of
 from pipeline.stream.triggers import Triggers
 
 STATUS_EVERY_S = 1.0
@@ -114,7 +115,9 @@ class Owner:
                              draft=cfg.draft.kind, sink=spec.sink, window=spec.window, ring=spec.ring), timeout=60.0)
         self.engine.feed(frame.head)
         self.analyst = Analyst(self.engine, frame)
-        self.triggers = Triggers(cfg.replay.every_lines, cfg.replay.trigger_pattern, cfg.replay.idle_s)
+        self.triggers = Triggers(cfg.replay.every_lines, cfg.replay.trigger_pattern, cfg.replay.idle_s,
+                                 cfg.replay.surprise_above)
+        self.surprise = Surprise(cfg.replay.surprise_above) if cfg.replay.scored else None   # rebuilt on restart
         self.queue = OperatorQueue()
         self.selector = Selector([lines] + ([asks] if asks is not None else []))
         self.asks_only = Selector([asks]) if asks is not None else None
@@ -326,18 +329,21 @@ class Owner:
         self.ask_interrupted()
         self.first_line = self.first_line or time.perf_counter()
         self.last_line = time.monotonic()
-        first, score = engine.index.n + (engine.pending is not None), self.cfg.replay.score_stream
-        group = [line] if score else self.waiting_behind(line, first)     # a line's own NLL: one line per feed
+        first = engine.index.n + (engine.pending is not None)
+        # a surprise trigger fires on a line's score, known once it is in: one line per feed then, so the assessment
+        # comes right after that line, as in the serial replay (scoring alone keeps packing: `waiting_behind`)
+        group = [line] if self.triggers.surprise_above > 0 else self.waiting_behind(line, first)
         lengths = [len(g.ids) for g in group]
         since, tokens, lines = self.streaming or (time.monotonic(), 0, 0)
         self.streaming = (since, tokens + sum(lengths), lines + len(group))
-        got = engine.feed(np.concatenate([g.ids for g in group]) if len(group) > 1 else line.ids, score=score)
-        nll_sum, nll_n = got if score else (None, None)
-        for g, end in zip(group, first + np.cumsum(lengths) - 1):
-            self.line_fed(g, int(end), nll_sum, nll_n)
+        nll = engine.feed(np.concatenate([g.ids for g in group]) if len(group) > 1 else line.ids,
+                          score=self.surprise is not None)
+        cuts = np.cumsum(lengths)
+        for g, end, cut in zip(group, first + cuts - 1, cuts):
+            scored = None if nll is None else self.surprise.line(g.text, nll[cut - len(g.ids):cut])
+            self.line_fed(g, int(end), scored)
+            reason = self.triggers.after_line(g.text, scored and scored.surprise)   # only the last may fire
         self.counts["packed_feeds"] += len(group) > 1
-        for g in group:                                # only the group's last line may fire (`waiting_behind`)
-            reason = self.triggers.after_line(g.text)
         self.due = self.due or reason
         if self.restart is not None:
             self.restarted()
@@ -366,15 +372,16 @@ class Owner:
             tokens += len(nxt.ids)
         return group
 
-    def line_fed(self, line: Line, end: int, nll_sum=None, nll_n=None) -> None:
-        """A stream line is in the ring, its last token at position `end`: count it, note it, send it on."""
+    def line_fed(self, line: Line, end: int, scored: Scored | None = None) -> None:
+        """A stream line is in the ring, its last token at position `end`: count it, note it, send it on (with its
+        surprisal, when scored)."""
         self.counts["lines"] += 1
         self.counts["stream_tokens"] += len(line.ids)
         self.in_window(line, end)
         self.fresh.append(line.offset)
         self.committed = (line.offset, line.loop, line.seq)
-        send(self.out, replace(line, ids=None, nll_sum=nll_sum, nll_n=nll_n, window_from_seq=self.seen[0][3],
-                               backlog=len(self.backlog)), timeout=60.0)
+        send(self.out, replace(line, ids=None, window_from_seq=self.seen[0][3], backlog=len(self.backlog),
+                               **record_of(scored)), timeout=60.0)
 
     def ask_interrupted(self) -> None:
         """The assessment a crash interrupted (the checkpoint's `due`), once the window is refilled: at the first new

@@ -45,6 +45,7 @@ from pipeline.serve.zmq_api import ZmqFront
 from pipeline.stream.forms import fields_of
 from pipeline.stream.identifiers import invented, mentioned
 from pipeline.stream.journal import Journal
+from pipeline.stream.surprise import unusual_mark
 
 
 
@@ -115,8 +116,9 @@ def run(in_spec: ChannelSpec, gguf: str, journal: str | None, pub: str | None, q
 
 
 def _record(event, record: dict, log, sock) -> None:
-    """The journal takes every event but stream lines, durably; PUB takes them all."""
-    if log and not isinstance(event, Line):
+    """The journal takes every event but stream lines (scored lines too: `replay.score_stream`), durably; PUB takes
+    them all."""
+    if log and (not isinstance(event, Line) or event.nll_n is not None):
         log.append(record)
     if sock is not None:
         sock.send_multipart([event.kind.encode(), json.dumps(record).encode()])
@@ -154,7 +156,7 @@ def _emit(event, record: dict, quiet_lines: bool) -> None:
             print(f"{level} target on {pf['cpu']} ({pf['simd']}), "
                   f"onnxruntime {pf['onnxruntime']}: {_exactness_line(ex)}", file=sys.stderr, flush=True)
         case Line() if not quiet_lines:
-            print(f"  {record['text']}", flush=True)
+            print(unusual_mark(record) or f"  {record['text']}", flush=True)
         case Assessment():
             st = record["stats"]
             text = record["text"].replace("\n", "\n   ")

@@ -56,7 +56,7 @@ def run(inbox: ChannelSpec, outbox: str, cfg, spec, stop) -> None:
                                            msg.score, recent=msg.recent, ring_from=msg.ring_from,
                                            rule_state=msg.rule_state)
                     if msg.score:
-                        send(out, Scored(nll_sum=got.nll_sum, nll_n=got.nll_n), timeout=60.0)
+                        send(out, Scored(nll=got.nll), timeout=60.0)
                     if msg.pick:
                         send(out, Picked(next=got.next), timeout=60.0)
                 elif isinstance(msg, Verify):

@@ -91,12 +91,18 @@ def parser() -> argparse.ArgumentParser:
     p = add_verb(sub, "eval-quality", quality.run_eval_quality, MEASURING["eval-quality"], True)
     p.add_argument("--logs", type=int, default=0, help="TEP deadband logs to use, in numeric order (default: all 60 "
                    "the draft was not trained on); loghub's three follow (--loghub-lines)")
-    p.add_argument("--forms", default="", help="comma-separated, of free, constrained, structured (default: all)")
+    p.add_argument("--forms", default="", help="comma-separated, of free, constrained, structured (default: all; "
+                   "none: only the surprisal part)")
     p.add_argument("--loghub-lines", type=int, default=quality.LOGHUB_LINES,
                    help="lines of each loghub log (default %(default)s; 0: none)")
-    p.add_argument("--json", action="store_true", help="print {tep: {form: figures}, loghub: ..., logs, wall_s}")
+    p.add_argument("--surprisal-lines", type=int, default=2000, help="BGL lines whose surprisal is scored against "
+                   "their alert labels, beside template and token rarity (default %(default)s, the whole log; 0: none)")
+    p.add_argument("--speed-lines", type=int, default=200, help="of those, lines fed both scored and not, "
+                   "alternating, for scoring's prefill cost (default %(default)s)")
+    p.add_argument("--json", action="store_true", help="print {tep: {form: figures}, loghub: ..., surprisal: ..., "
+                   "logs, wall_s}")
     p.set_defaults(run=lambda a: quality.run_eval_quality(profile_of(a), a.logs, a.forms, quality.progress_line,
-                                                          a.loghub_lines))
+                                                          a.loghub_lines, a.surprisal_lines, a.speed_lines))
 
     p = add_verb(sub, "eval-recall", recall.run_eval_recall, MEASURING["eval-recall"],
                  profile="TOML profile the model answers with")

@@ -68,30 +68,16 @@ def _reset_peak() -> bool:
 
 
 # -- scoring -------------------------------------------------------------------------------------------------------
-class _Collector:
-    """on_logits callback: NLL of each token predicted by a row, into nll[position - 1] (position 0 is unscored).
-
-    base: the stream position of the pass's first token; rows predicting positions outside [lo, hi) are skipped.
-    """
-
-    def __init__(self, ids: np.ndarray, nll: np.ndarray, bar=None):
-        self.ids, self.nll, self.bar = ids, nll, bar
-        self.base, self.lo, self.hi = 0, 1, len(ids)
-
-    def __call__(self, start: int, logits: np.ndarray) -> None:
-        rows = logits.astype(np.float64)
-        rows -= rows.max(axis=-1, keepdims=True)
-        logz = np.log(np.exp(rows).sum(axis=-1))
-        target = self.base + start + 1 + np.arange(len(rows))     # row j predicts the token after it
-        keep = (target >= self.lo) & (target < self.hi)
-        t, j = target[keep], np.nonzero(keep)[0]
-        self.nll[t - 1] = logz[j] - rows[j, self.ids[t]]
-        if self.bar is not None:
-            self.bar.update(len(t))
+SCORE_CHUNK = 2048      # tokens per scored feed (the progress bar's step; feeds join: the NLLs are the same)
 
 
 def _ring_nll(engine, ids: np.ndarray, nll: np.ndarray, bar) -> None:
-    engine.feed(ids, on_logits=_Collector(ids, nll, bar))
+    """nll[t - 1] = -log p(ids[t]) for t >= 1, streamed through the ring (the graph's in-pass surprisal)."""
+    for a in range(0, len(ids), SCORE_CHUNK):
+        got = engine.feed(ids[a:a + SCORE_CHUNK], score=True)
+        nll[max(a, 1) - 1:a + len(got) - 1] = got[1:] if a == 0 else got
+        if bar is not None:
+            bar.update(len(got) - (a == 0))
 
 
 def _recompute_nll(engine, ids: np.ndarray, nll: np.ndarray, bar, window: int, stride: int) -> None:
@@ -101,12 +87,14 @@ def _recompute_nll(engine, ids: np.ndarray, nll: np.ndarray, bar, window: int, s
     `feed` so its chunk boundaries (multiples of max_rows from the pass start) match the streaming modes' while the
     pass starts at 0.
     """
-    col = _Collector(ids, nll, bar)
     for a in range(0, len(ids), stride):
         c = max(0, a - (window - stride))
-        col.base, col.lo, col.hi = c, max(a, 1), min(a + stride, len(ids))
+        lo, hi = max(a, 1), min(a + stride, len(ids))
         engine.rollback(0)
-        engine.feed(ids[c:a + stride], on_logits=col)
+        got = engine.feed(ids[c:a + stride], score=True)
+        nll[lo - 1:hi - 1] = got[lo - c:hi - c]
+        if bar is not None:
+            bar.update(hi - lo)
 
 
 def _angle_error(first: int, last: int, head_dim: int, base: float) -> float:

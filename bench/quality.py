@@ -28,6 +28,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from bench import surprisal
 from bench.recall_questions import alarm_of
 from pipeline.config import override
 from pipeline.decode.assemble import make_engine
@@ -78,28 +79,35 @@ class Tally:
                 "tokens_per_s": self.tokens / self.write_s if self.write_s else 0.0}
 
 
-def run_eval_quality(cfg, tep_logs: int = 0, forms: str = "", progress=None,
-                     loghub_lines: int = LOGHUB_LINES) -> "QualityReport":
-    """Invented identifiers, trigger named, HH/LL recall and writing speed per assessment form, one run.
+def run_eval_quality(cfg, tep_logs: int = 0, forms: str = "", progress=None, loghub_lines: int = LOGHUB_LINES,
+                     surprisal_lines: int = 2000, speed_lines: int = 200) -> "QualityReport":
+    """Invented identifiers, trigger named, HH/LL recall and writing speed per assessment form, then line surprisal
+    on BGL against its labels (bench/surprisal.py), one run.
 
     Every log is streamed once per form, the forms alternated; each form answers at the same points from the same
     views (the module docstring of bench/quality.py)."""
-    forms = [f for f in forms.split(",") if f] or list(FORMS)
+    forms = [] if forms == "none" else [f for f in forms.split(",") if f] or list(FORMS)
     frame = replay_frame(override(cfg, {"replay.form": "structured"}))     # the ring's slack holds every form
     r = cfg.replay
     writers = {f: Writer(frame.tok, f, r.max_new_tokens, r.system_prompt, r.question, r.form_question) for f in forms}
     engine = make_engine(cfg, frame.spec)
     tallies = {(s, f): Tally() for s in ("tep", "loghub") for f in forms}
     t0 = time.perf_counter()
-    logs = [log for log in evaluation_logs(tep_logs) if log[0] == "tep" or loghub_lines]
+    logs = [log for log in evaluation_logs(tep_logs) if forms and (log[0] == "tep" or loghub_lines)]
     for i, (kind, fmt, path) in enumerate(logs):
         records = read_log(str(path), fmt)[:loghub_lines if kind == "loghub" else None]
         for f in forms[i % len(forms):] + forms[:i % len(forms)]:     # the first form rotates from log to log
             _stream(engine, frame, cfg, records, kind, writers[f], tallies[kind, f])
         if progress:
             progress(i + 1, len(logs), path.name, {f: tallies[kind, f].figures() for f in forms})
+    scored = None
+    if surprisal_lines:
+        del engine                          # one model in memory at a time
+        scored = surprisal.evaluate(cfg, frame, surprisal_lines, speed_lines,
+                                    progress and (lambda i, n: print(f"[surprisal] {i}/{n} BGL lines", file=sys.stderr,
+                                                                     flush=True)))
     return QualityReport({"forms": forms, "logs": [p.name for _, _, p in logs], "loghub_lines": loghub_lines,
-                          "wall_s": time.perf_counter() - t0,
+                          "wall_s": time.perf_counter() - t0, "surprisal": scored,
                           **{s: {f: tallies[s, f].figures() for f in forms} for s in ("tep", "loghub")}})
 
 
@@ -168,6 +176,15 @@ class QualityReport(Report):
                 rows.append(f"{s:<7} {f:<12} {x['assessments']:>8} {x['invented']:>9} "
                             f"{x['invented_per_assessment']:>8.2f} {pct(x['trigger_named_rate']):>8} "
                             f"{pct(x['hhll_recall']):>7} {x['tokens_per_s']:>6.1f}")
+        sc = d.get("surprisal")
+        if sc:
+            sp = sc["prefill_tokens_per_s"]
+            rows.append(f"\nsurprisal on {sc['log']}: {sc['lines']} lines, {sc['alerts']} alerts (label cut off)")
+            rows.append(f"{'score':<16} {'ROC-AUC':>8} {'PR-AUC':>8}")
+            rows += [f"{k:<16} {sc[k]['roc_auc']:>8.3f} {sc[k]['pr_auc']:>8.3f}" for k in surprisal.SCORES]
+            if sp["ratio"] is not None:
+                rows.append(f"prefill {sp['scored']:.0f} tok/s scored vs {sp['unscored']:.0f} unscored "
+                            f"({sp['ratio']:.3f}x; {sc['speed_lines']} lines fed both ways, alternating)")
         rows.append(f"{len(d['logs'])} logs, {d['wall_s']:.0f} s")
         return "\n".join(rows)
 

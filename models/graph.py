@@ -28,7 +28,7 @@ from kernels.ring import NEG
 from .filelock import build_once
 
 MS = "com.microsoft"
-GRAPH_VERSION = 4          # part of every graph file name: a changed builder never reuses an old file
+GRAPH_VERSION = 5          # part of every graph file name: a changed builder never reuses an old file
 PLANT_ENV = "RINGSPEC_PLANT_ROW_FAULT"   # tests only: EPS builds graphs whose rows depend on the pass's size
 STALE_DAYS = 7            # graphs of other builder versions untouched this long are deleted when a graph is built
 STATIC_RECENT = 32         # recent-section columns of a static graph (an NPU host pads it, masked)
@@ -174,6 +174,10 @@ def build_graph(card: dict, T: int | None, sink: int, ring: int, accuracy_level:
 
     `logit_rows` (int64 [M]) picks the rows whose logits are computed: all of them to verify a block, only the last
     to prefill a chunk (the head is the largest matmul of a small model). A static graph (T given) has M = T.
+    `targets` (int64 [M]) and the output `nll` (float32 [M]): -log softmax(logits[m])[targets[m]], the surprisal of
+    each logit row's next token when the host knows it (a scored prefill: M = T floats out, not T x V logits). A
+    row's log-softmax is one row's work on one thread (MLAS), so `nll` is as batch invariant as the logits. Not in a
+    portable graph.
 
     tree: a token tree's verify pass. Input `path` (int64 [T, W]) lists row r's root path (its ancestors' rows, then
     r; any row as padding), and row r's section is [recent | new rows path[r]]: every row sees its visible columns
@@ -204,6 +208,8 @@ def build_graph(card: dict, T: int | None, sink: int, ring: int, accuracy_level:
     inputs += [helper.make_tensor_value_info(n, f32, [rows, D // 2]) for n in ("cos", "sin", "cos_sink", "sin_sink")]
     inputs += [helper.make_tensor_value_info("mask", f32, [rows, cols]),
                helper.make_tensor_value_info("logit_rows", TensorProto.INT64, ["M" if T is None else T])]
+    if not b.portable:
+        inputs.append(helper.make_tensor_value_info("targets", TensorProto.INT64, ["M" if T is None else T]))
     if tree:
         if T is not None:
             raise ValueError("a tree pass needs the dynamic graph")
@@ -322,9 +328,15 @@ def build_graph(card: dict, T: int | None, sink: int, ring: int, accuracy_level:
     b.nodes.append(helper.make_node("Identity", [out_logits], ["logits"]))
     b.nodes.append(helper.make_node("Concat", new_k, ["new_k"], axis=0))
     b.nodes.append(helper.make_node("Concat", new_v, ["new_v"], axis=0))
-    outputs = [helper.make_tensor_value_info("logits", f32, [1, "M" if T is None else T, V]),
+    M = "M" if T is None else T
+    outputs = [helper.make_tensor_value_info("logits", f32, [1, M, V]),
                helper.make_tensor_value_info("new_k", kv, [L * KVH, rows, D]),    # = [L, KVH, T, D] in memory
                helper.make_tensor_value_info("new_v", kv, [L * KVH, rows, D])]
+    if not b.portable:                                     # nll[m] = -log softmax(logits[m])[targets[m]]
+        log_p = b.op("LogSoftmax", [out_logits], axis=-1)
+        picked = b.op("GatherElements", [log_p, b.op("Reshape", ["targets", b.const([1, -1, 1])])], axis=2)
+        b.nodes.append(helper.make_node("Neg", [b.op("Reshape", [picked, b.const([-1])])], ["nll"]))
+        outputs.append(helper.make_tensor_value_info("nll", f32, [M]))
     graph = helper.make_graph(b.nodes, f"ringspec_T{rows}_S{S}_R{R}", inputs, outputs, list(b.inits.values()))
     opsets = [helper.make_opsetid("", 17)] + ([] if b.portable else [helper.make_opsetid(MS, 1)])
     model = helper.make_model(graph, opset_imports=opsets, producer_name="ringspec")

@@ -76,6 +76,9 @@ class Runner:
         self._gathered = np.zeros((L, opts.max_recent, KVH, D), kv)
         self._rows = np.zeros(max(T, 2), np.int64)
         self._logits = np.zeros((1, max(T, 2), self.vocab), np.float32)
+        self._targets = np.zeros(max(T, 2), np.int64)               # each logit row's next token (graph `nll`)
+        self._nll = np.zeros(max(T, 2), np.float32)
+        self.nll = self._nll[:0]                                  # the last forward's `nll` [M]
         self._new_kv = np.zeros((2, L * KVH * max(T, 2) * D), kv)   # flat: each call views a contiguous [L,KVH,T,D]
         self.new_k = self.new_v = self._new_kv[:, :0]
         self._path = np.zeros(max(T, 2) ** 2, np.int64)
@@ -120,7 +123,7 @@ class Runner:
 
     def forward(self, tokens: np.ndarray, positions: np.ndarray, mask: np.ndarray,
                 logit_rows: np.ndarray | None = None, recent_slots: np.ndarray | None = None,
-                path: np.ndarray | None = None, ring_from: int = 0) -> np.ndarray:
+                path: np.ndarray | None = None, ring_from: int = 0, targets: np.ndarray | None = None) -> np.ndarray:
         """Run T rows (tokens at int64 positions) against the pools.
 
         mask: float32 [T, P + m + T], C-contiguous (RingIndex.visible_mask): the pass reads the S sink slots and
@@ -130,6 +133,9 @@ class Runner:
 
         path: int64 [T, W] for a token tree (`models.graph`, tree): row r's root path, rows padded with any row;
         the mask's last W columns are then by depth (column j: the path's j-th row).
+
+        targets: int64 [M], the token after each logit row: `self.nll` [M] is then each one's -log p (models/graph.py;
+        without targets it holds the surprisal of token 0, meaningless).
 
         Returns logits [M, V] for `logit_rows` (default: every row); the rows' K/V are in `new_k/new_v`
         ([L, KVH, T, D]) until the next call. Nothing is written into the pools here (see `store`).
@@ -170,6 +176,10 @@ class Runner:
         rows[:M] = np.arange(M) if logit_rows is None else logit_rows
         rows[M:] = rows[0]                    # a 1-row head computes its row twice
         logits = self._logits[:, :len(rows)]
+        nexts = self._targets[:len(rows)]
+        nexts[:] = 0
+        if targets is not None:
+            nexts[:M] = targets
         self._bind_in("input_ids", ids)
         for name, table in zip(("cos", "sin", "cos_sink", "sin_sink"), (cos, sin, cos_s, sin_s)):
             self._bind_in(name, table)
@@ -177,7 +187,10 @@ class Runner:
         self._bind_pool(pool_columns, ring_from)
         self._bind_in("mask", mask)
         self._bind_in("logit_rows", rows)
+        self._bind_in("targets", nexts)
         self._bind_out("logits", logits)
+        self._bind_out("nll", self._nll[:len(rows)])
+        self.nll = self._nll[:M]
         L, KVH, D = self.cfg["n_layers"], self.cfg["n_kv_heads"], self.cfg["head_dim"]
         new_k, new_v = (buf[: L * KVH * T * D].reshape(L, KVH, T, D) for buf in self._new_kv)
         self._bind_out("new_k", new_k.reshape(L * KVH, T, D))

@@ -89,7 +89,10 @@ class ReplaySection:
     every_lines: int = 10            # an assessment after this many stream lines (since the last one)
     trigger_pattern: str = ""        # regex on a rendered line: assess right after a matching line ("" = off)
     idle_s: float = 0.0              # assess unassessed lines after this many quiet seconds (0 = off)
-    score_stream: bool = False       # report each stream line's teacher-forced NLL (logits for every row: slower)
+    score_stream: bool = False       # each stream line's surprisal and how unusual it is (pipeline/stream/
+                                     # surprise.py), journaled per line; the head runs on every prefill row (slower)
+    surprise_above: float = 0.0      # assess right after a line this unusual (its surprisal's z against its
+                                     # template's baseline; 0 = off; > 0 turns score_stream on)
     max_new_tokens: int = 60
     max_lines: int = 0               # 0 = the whole file
     line_rate: float = 0.0           # lines/s the stream must sustain: the run warns once its measured ingest
@@ -103,6 +106,11 @@ class ReplaySection:
     form_question: str = ("Fill in the form for the latest alarms above: Severity (low, medium, high or critical), "
                           "Alarms (the tags of the latest alarms), Changed (what changed, one short sentence), "
                           "Summary (one short sentence).")
+
+    @property
+    def scored(self) -> bool:
+        """Stream lines are scored as they go in (their surprisal is asked for, or triggers)."""
+        return self.score_stream or self.surprise_above > 0
 
 
 @dataclass(frozen=True)
@@ -228,7 +236,8 @@ _MIN = {("model", "threads"): 1, ("model", "max_rows"): 2, ("model", "prefill_ro
         ("cache", "window"): 1, ("cache", "slack"): 0, ("draft", "length"): 0, ("draft", "threads"): 1,
         ("draft", "siblings"): 0, ("sampling", "temperature"): 0.0,
         ("sampling", "top_k"): 0, ("replay", "every_lines"): 1, ("replay", "max_new_tokens"): 1,
-        ("replay", "max_lines"): 0, ("replay", "idle_s"): 0.0, ("model", "accuracy_level"): 0,
+        ("replay", "max_lines"): 0, ("replay", "idle_s"): 0.0, ("replay", "surprise_above"): 0.0,
+        ("model", "accuracy_level"): 0,
         ("serve", "max_prompt_tokens"): 16, ("serve", "max_answer_tokens"): 1, ("serve", "max_body_bytes"): 1024,
         ("serve", "max_waiting"): 1, ("serve", "deadline_s"): 0.1, ("serve", "max_connections"): 1,
         ("serve", "request_timeout_s"): 0.1, ("serve", "backlog_lines"): 0,

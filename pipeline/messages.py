@@ -57,7 +57,7 @@ class Prefill:
     """Run a chunk of committed text and store every row's K/V; answer Scored (`score`), then Picked (`pick`)."""
     kind: ClassVar[str] = "prefill"
     pick: bool                                  # answer the token after the chunk
-    score: bool                                 # answer the NLL of every token of the chunk but its first
+    score: bool                                 # answer each token's NLL (Scored)
     ring_from: int                              # the first ring slot of the pass's pool view (RingIndex.pool_view)
     rule_state: str | None = None               # pick: the answer's rule state (pipeline/decode/rules.py)
     ids: np.ndarray = array(np.int64, 1)        # [T] tokens
@@ -111,8 +111,7 @@ class Ready:
 @message
 class Scored:
     kind: ClassVar[str] = "scored"
-    nll_sum: float                              # sum of -log p(token) over the chunk's tokens but its first
-    nll_n: int                                  # how many tokens that sum covers
+    nll: np.ndarray = array(np.float32, 1)      # [T] -log p of each token of the chunk (NaN: not known)
 
 
 @message
@@ -217,8 +216,10 @@ class Line:
     n_tokens: int
     seq: int                                    # its row in the archive (serving), else its number in the stream
     drops: dict                                 # what ingest dropped or repaired so far, by reason
-    nll_sum: float | None = None                # owner, with replay.score_stream: the line's teacher-forced NLL
-    nll_n: int | None = None
+    nll_sum: float | None = None                # owner, scoring (replay.score_stream): the line's -log p, summed
+    nll_n: int | None = None                    # ... over this many tokens (pipeline/stream/surprise.py)
+    surprise: float | None = None               # ... how unusual: z against its template's baseline
+    unusual: bool | None = None                 # ... at or over replay.surprise_above (else surprise.UNUSUAL)
     window_from_seq: int | None = None          # owner: seq of the oldest line still in the window
     backlog: int | None = None                  # owner: lines waiting in its backlog
     recovery: bool = False                      # ingest: re-read after a restart to refill the window; it was

@@ -128,7 +128,7 @@ class ChannelVerifier:
         got = Prefilled()
         if score:
             scored = self.links.await_target(Scored)
-            got.nll_sum, got.nll_n = scored.nll_sum, scored.nll_n
+            got.nll = scored.nll
         if pick is not None:
             got.next = self.links.await_target(Picked).next
         return got

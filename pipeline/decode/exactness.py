@@ -2,7 +2,8 @@
 
 Owns the start-up exactness check. A probe decodes a few rows one pass each (as target-only decoding does), then
 verifies the same rows as blocks of 2..8 rows (and, on a tree runner, as a token tree with a sibling), at a small
-position (and, for `doctor`, past 2^31 too), and compares every row's logits and new K/V bit for bit. Passes are
+position (and, for `doctor`, past 2^31 too), and compares every row's logits, surprisal (the graph's `nll`, what a
+scored prefill reads) and new K/V bit for bit. Passes are
 planned by the step and run by the local verifier (pipeline/decode/step.py, local.py), as both engines run them.
 Never decides what a failure means for a run: callers report the verdict (a start-up line, the journal's first
 record, /metrics, the bench's metadata; `run.py doctor`, whose report is `DoctorReport`).
@@ -36,6 +37,7 @@ OFFSET = 5                   # rows start this far into their aligned block (a r
 QUICK = (2, 3, 5)            # block sizes verified against rows decoded one pass each, at start-up
 THOROUGH = (2, 3, 8)         # ... and by `doctor`
 TOKENS = (504, 966, 314, 253, 1398, 282, 511, 260, 1844, 28)   # any ids below every vocabulary this runs on
+NEXT = 260                   # every row's surprisal is read for this next token
 
 
 @dataclass(frozen=True)
@@ -79,11 +81,13 @@ class _Probe:
         self.passes += -(-len(ids) // self.rows)
 
     def verify(self, pending: int, prop: Proposal):
-        """One verify pass as the engines plan it: (logits [N+1, V], new K [L, KVH, N+1, D]) copies, and the block."""
+        """One verify pass as the engines plan it: (logits [N+1, V + 1]: each row's surprisal of NEXT appended, new
+        K [L, KVH, N+1, D]) copies, and the block."""
         blk, mask = self.decoder.plan(pending, prop)
-        logits = self.verifier.run(blk, mask)
+        logits = self.verifier.run(blk, mask, targets=np.full(len(blk.tokens), NEXT, np.int64))
         self.passes += 1
-        return logits.copy(), np.concatenate([self.runner.new_k, self.runner.new_v], axis=1), blk
+        rows = np.concatenate([logits, self.runner.nll[:, None]], axis=1)
+        return rows, np.concatenate([self.runner.new_k, self.runner.new_v], axis=1), blk
 
     def alone(self, tokens) -> list:
         """Decode `tokens` one pass each from the committed position, committing each; [(logits, kv)] per row."""
@@ -102,7 +106,8 @@ class _Probe:
             return
         diff = float(np.abs(got_logits.astype(np.float64) - want_logits).max())
         if not self.where:
-            self.where = f"{what}: logits up to {diff:.3g} apart" if diff else f"{what}: K/V differ, logits agree"
+            part = "logits" if diff and not np.array_equal(got_logits[:-1], want_logits[:-1]) else "surprisal"
+            self.where = f"{what}: {part} up to {diff:.3g} apart" if diff else f"{what}: K/V differ, logits agree"
         self.worst = max(self.worst, diff)
 
     def at(self, base: int, counts, tree: bool) -> None:

@@ -79,18 +79,7 @@ def score(text: str, cfg: Config, ring: bool = False, chunk: int = 64) -> ScoreR
     if not ring:
         cfg = _full_cache(cfg, n, f"the text's {n} tokens")
     engine = make_engine(cfg, check_rows=False)
-    nll = np.zeros(n - 1, np.float64)
-
-    def collect(start: int, logits: np.ndarray) -> None:
-        rows = logits.astype(np.float64)
-        rows -= rows.max(axis=-1, keepdims=True)
-        logz = np.log(np.exp(rows).sum(axis=-1))
-        for j in range(len(rows)):
-            t = start + j + 1                      # row j predicts token start + j + 1
-            if t < n:
-                nll[t - 1] = logz[j] - rows[j, ids[t]]
-
-    engine.feed(ids, on_logits=collect)
+    nll = engine.feed(ids, score=True)[1:].astype(np.float64)     # the pass's own surprisal (models/graph.py)
     return ScoreReport({"n_tokens": int(n), "nll_mean": float(nll.mean()), "token_ids": [int(t) for t in ids]})
 
 

@@ -27,7 +27,10 @@ class LocalVerifier:
         self.rng = np.random.default_rng(seed)
         self._probs = np.zeros((runner.opts.max_rows, runner.vocab), np.float64)
         self._last_row = np.zeros(1, np.int64)
-        self._scoring = None        # (shifted [T, V], top, total, picked [T]): allocated at the first scored pass
+        self._targets = np.zeros(runner.opts.max_rows, np.int64)
+        self._nll = np.zeros(runner.opts.max_rows, np.float32)
+        self._tail = None           # (logits [V], float64 scratch [V]) of the last scored row: at the first scored pass
+        self._tail_pos = None       # ... its position (None: none): it predicts the next scored pass's first token
         self.rule = None            # the answer's rule (pipeline/decode/rules.py): set by `constrain`
 
     def constrain(self, rule) -> None:
@@ -43,30 +46,40 @@ class LocalVerifier:
         section (pipeline/decode/step.py `feed`); rule_state: the answer's rule state for the picked token."""
         T = len(ids)
         self._last_row[0] = T - 1
+        self._overwritten(pos[0])
         recent = None if recent is None or not len(recent) else slot_of(recent, self.spec.sink, self.spec.ring)
+        targets = None
+        if score:                                   # row r predicts token r + 1; the last row, the next pass's first
+            targets = self._targets[:T]
+            targets[:T - 1], targets[T - 1] = ids[1:], ids[T - 1]
         logits = self.runner.forward(ids, pos, mask, None if score or all_logits else self._last_row,
-                                     recent_slots=recent, ring_from=ring_from)
+                                     recent_slots=recent, ring_from=ring_from, targets=targets)
         self.runner.store(np.arange(T), slots)
         got = Prefilled(logits=logits)
-        if score:                                   # row r predicts token r + 1 of the pass
-            got.nll_n = T - 1
-            got.nll_sum = self._nll(logits[:T - 1], ids[1:])
+        if score:
+            got.nll = self._nll[:T]
+            got.nll[0] = self._from_tail(int(pos[0]), int(ids[0]))
+            got.nll[1:] = self.runner.nll[:T - 1]
+            self._keep_tail(logits[T - 1], int(pos[T - 1]))
         if pick is not None:
             if self.rule is not None and rule_state is not None:
                 constrain_rows(logits[-1:], self.rule, [rule_state])
             got.next = self._pick(logits[-1], pick)
         return got
 
-    def run(self, blk: Block, mask: np.ndarray) -> np.ndarray:
-        """The block's forward pass: logits [N+1, V] (its K/V in the runner's new_k/new_v until the next pass)."""
+    def run(self, blk: Block, mask: np.ndarray, targets: np.ndarray | None = None) -> np.ndarray:
+        """The block's forward pass: logits [N+1, V] (its K/V in the runner's new_k/new_v until the next pass;
+        with targets, each row's surprisal of its target in the runner's `nll`)."""
         recent = slot_of(blk.recent, self.spec.sink, self.spec.ring)
         return self.runner.forward(blk.tokens, blk.pos, mask, path=blk.path,
-                                   recent_slots=recent if len(recent) else None, ring_from=blk.ring_from)
+                                   recent_slots=recent if len(recent) else None, ring_from=blk.ring_from,
+                                   targets=targets)
 
     def verify(self, blk: Block, mask: np.ndarray, params: SamplingParams, rule_state: str | None = None) -> Verified:
         """Run the block, judge it (against the constrained target when a rule is set and `rule_state` given: the
         state before the pending token), store the committed rows' K/V at the block's slots."""
         t0, f0 = time.perf_counter(), self.runner.forward_s
+        self._overwritten(int(blk.pos.min()))
         logits = self.run(blk, mask)
         rows, nxt = judge(logits, blk, params, self._probs, self.rng, self.rule, rule_state)
         self.runner.store(rows, blk.slots[:len(rows)])
@@ -77,20 +90,28 @@ class LocalVerifier:
             return int(np.argmax(logits))
         return sample(target_probs(logits, params, out=self._probs[0]), self.rng)
 
-    def _nll(self, logits, targets) -> float:
-        """Sum over rows of -log softmax(logits[r])[targets[r]], in float64, in preallocated buffers."""
-        n, T, V = len(targets), self.runner.opts.max_rows, self.runner.vocab
-        if self._scoring is None:     # once: engines that never score (and the exactness probe) do not carry them
-            self._scoring = (np.zeros((T, V), np.float64), *(np.zeros(T, np.float64) for _ in range(3)))
-        shifted, top, total, picked = (buf[:n] for buf in self._scoring)
-        np.copyto(shifted, logits)
-        picked[:] = shifted[np.arange(n), targets]
-        shifted.max(axis=1, out=top)
-        shifted -= top[:, None]
-        np.exp(shifted, out=shifted)
-        shifted.sum(axis=1, out=total)
-        np.log(total, out=total)
-        return float((total + top - picked).sum())
+    def _keep_tail(self, row: np.ndarray, position: int) -> None:
+        if self._tail is None:        # once: engines that never score (and the exactness probe) do not carry it
+            self._tail = (np.zeros(self.runner.vocab, np.float32), np.zeros(self.runner.vocab, np.float64))
+        np.copyto(self._tail[0], row)
+        self._tail_pos = position
+
+    def _overwritten(self, first: int) -> None:
+        """A pass writes positions from `first` on: a kept row at or after it no longer holds (a rollback rewrote
+        it); one before it does (a scratch span after the stream, rolled back, leaves the stream's rows as is)."""
+        if self._tail_pos is not None and first <= self._tail_pos:
+            self._tail_pos = None
+
+    def _from_tail(self, position: int, token: int) -> float:
+        """-log p(token) at `position` from the kept row before it, in float64 (NaN: no row kept there)."""
+        if self._tail_pos is None or self._tail_pos != position - 1:
+            return float("nan")
+        row, scratch = self._tail
+        np.copyto(scratch, row)
+        top = scratch.max()
+        scratch -= top
+        np.exp(scratch, out=scratch)
+        return float(top + np.log(scratch.sum()) - row[token])
 
 
 class LocalDraft:

@@ -57,8 +57,7 @@ class Verified:
 class Prefilled:
     """A verifier's answer to one prefill pass (what was asked of it)."""
     next: int | None = None         # pick: the target's token after the pass
-    nll_sum: float = 0.0            # score: NLL of every token of the pass but its first
-    nll_n: int = 0
+    nll: np.ndarray | None = None   # score: [T] -log p of each token of the pass (NaN: its predecessor unknown)
     logits: np.ndarray | None = None    # the local verifier only: the pass's logits (every row, or its last)
 
 
@@ -195,16 +194,18 @@ class Decoder:
         """Commit tokens (the pending one first, if any) in passes of up to G = `policy.prefill` rows, cut at multiples
         of G; a pass's rows read the positions committed since the last multiple as its recent section, so they are
         computed the same however the text was cut into feeds (the module docstring). pick: return the target's token
-        after them, drawn under these params; score: return (sum, count) of the NLL of every token but each pass's
-        first, teacher-forced; on_logits(start, logits) sees every pass's logits (the local verifier's only).
-        Otherwise the last row's logits where the verifier has them (locally), else None."""
+        after them, drawn under these params; score: return each token's surprisal, float32 [len(ids)] -log p,
+        teacher-forced, computed in the pass (a token whose predecessor was not in a scored pass: NaN);
+        on_logits(start, logits) sees every pass's logits (the local verifier's only). Otherwise the last row's
+        logits where the verifier has them (locally), else None."""
         ids = np.asarray(ids, np.int64).reshape(-1)
+        given = len(ids)
         if self.pending is not None:
             ids = np.concatenate([[self.pending], ids])
             self.pending = None
         if pick is not None and not len(ids):
             raise ValueError("generate needs a non-empty prompt or context")
-        got, nll_sum, nll_n = None, 0.0, 0
+        got, nll = None, np.full(len(ids), np.nan, np.float32) if score else None
         grid, sink, window = self.policy.prefill, self.spec.sink, self.spec.window
         for start, stop in passes(self.index.n, len(ids), grid, sink, window, grid):
             chunk, n = ids[start:stop], self.index.n
@@ -220,11 +221,12 @@ class Decoder:
             self.proposer.observe(chunk)
             if on_logits is not None:
                 on_logits(start, got.logits)
-            nll_sum, nll_n = nll_sum + got.nll_sum, nll_n + got.nll_n
+            if score:
+                nll[start:stop] = got.nll
         if pick is not None:
             return got.next
         if score:
-            return nll_sum, nll_n
+            return nll[len(ids) - given:]
         return None if got is None or got.logits is None else got.logits[-1]
 
     def mark(self) -> int:

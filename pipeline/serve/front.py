@@ -42,6 +42,7 @@ from pipeline.stream.prompts import question_span
 
 LATENCIES_KEPT = 1000       # recent requests whose latencies /metrics summarises
 MAX_SUBSCRIBERS = 32        # consoles following /v1/events at once
+SURPRISE_BUCKETS = np.array([-2.0, -1.0, 0.0, 1.0, 2.0, 3.0, 4.0, 6.0, 8.0])   # /metrics histogram bounds (z)
 
 
 class RequestError(Exception):
@@ -96,6 +97,8 @@ class Front:
         self.ttft_ms: deque = deque(maxlen=LATENCIES_KEPT)
         self.total_ms: deque = deque(maxlen=LATENCIES_KEPT)
         self.tokens_per_s: deque = deque(maxlen=LATENCIES_KEPT)
+        self.surprise = np.zeros(len(SURPRISE_BUCKETS) + 1, np.int64)   # scored lines by surprise bucket (+Inf last)
+        self.surprise_sum = 0.0
 
     # -- from the interfaces -----------------------------------------------------------------------------------------
     def ask(self, client: str, messages: list[dict] | None = None, prompt: str | None = None,
@@ -186,6 +189,9 @@ class Front:
             case Line():
                 self.window_from_seq = event.window_from_seq
                 self.drops = event.drops
+                if event.surprise is not None:
+                    self.surprise[np.searchsorted(SURPRISE_BUCKETS, event.surprise)] += 1
+                    self.surprise_sum += event.surprise
                 self.tail.append(_line_view(record))
                 self._publish("line", _line_view(record))
             case Assessment():
@@ -298,7 +304,7 @@ def _check_messages(messages) -> str:
 
 
 def _line_view(event: dict) -> dict:
-    return {k: event.get(k) for k in ("seq", "offset", "time", "text", "backlog")}
+    return {k: event.get(k) for k in ("seq", "offset", "time", "text", "backlog", "surprise", "unusual")}
 
 
 def _quantile(values, q: float) -> float | None:

@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from pipeline.serve.front import SURPRISE_BUCKETS
+
 QUANTILES = (0.5, 0.95, 0.99)
 
 
@@ -67,6 +69,12 @@ def render(front) -> str:
            "serve.request_timeout_s) before the answer ended.", [({}, front.counts["client_disconnects"])])
     metric("connections_refused_total", "counter", "HTTP connections refused with 503 past serve.max_connections.",
            [({}, front.counts["connections_refused"])])
+    metric("line_surprise", "histogram", "Scored stream lines by surprise: the z of a line's mean -log p against its "
+           "template's baseline (pipeline/stream/surprise.py; replay.score_stream).", [])
+    for bound, count in zip([*map(_number, SURPRISE_BUCKETS), "+Inf"], np.cumsum(front.surprise)):
+        out.append(f'ringspec_line_surprise_bucket{{le="{bound}"}} {int(count)}')
+    out.append(f"ringspec_line_surprise_sum {_number(front.surprise_sum)}")
+    out.append(f"ringspec_line_surprise_count {int(front.surprise.sum())}")
     for name, values, help_text in (("request_ttft_ms", front.ttft_ms, "Request to first answer token, ms."),
                                     ("request_latency_ms", front.total_ms, "Request to last answer token, ms.")):
         vals = np.fromiter(list(values), float)

@@ -25,6 +25,7 @@ from pipeline.stream.forms import Writer, Written, fields_of, in_view, text_of
 from pipeline.stream.identifiers import carried
 from pipeline.stream.prompts import stream_head
 from pipeline.stream.records import read_log
+from pipeline.stream.surprise import Surprise, record_of, unusual_mark
 from pipeline.stream.triggers import Triggers
 
 
@@ -98,13 +99,17 @@ def replay(log: str, fmt: str, cfg, emit, max_lines: int = 0, analyst: Analyst |
     engine, tok = analyst.engine, analyst.frame.tok
     t0 = time.perf_counter()
     totals = {"lines": 0, "stream_tokens": 0, "assessments": 0, "generated": 0, "decode_s": 0.0}
-    triggers = Triggers(cfg.replay.every_lines, cfg.replay.trigger_pattern)
+    triggers = Triggers(cfg.replay.every_lines, cfg.replay.trigger_pattern, surprise_above=cfg.replay.surprise_above)
+    surprise = Surprise(cfg.replay.surprise_above) if cfg.replay.scored else None
     for rec in records:
         analyst.saw(engine.index.n, carried(rec.text, rec.tags))
-        totals["stream_tokens"] += engine.append(rec.text + "\n")
+        ids = tok.encode(rec.text + "\n")
+        nll = engine.feed(ids, score=surprise is not None)
+        scored = None if nll is None else surprise.line(rec.text, nll)
+        totals["stream_tokens"] += len(ids)
         totals["lines"] += 1
-        emit("line", rec)
-        reason = triggers.after_line(rec.text)
+        emit("line", {"offset": rec.offset, "text": rec.text, **record_of(scored)})
+        reason = triggers.after_line(rec.text, scored and scored.surprise)
         if reason is None:
             continue
         written, allowed = analyst.assess(rec.text)
@@ -125,7 +130,7 @@ def printer(quiet_lines: bool = False):
 
     def emit(kind, payload):
         if kind == "line" and not quiet_lines:
-            print(f"  {payload.text}")
+            print(unusual_mark(payload) or f"  {payload['text']}")
         elif kind == "assessment":
             st = payload["stats"]
             text = payload["text"].replace("\n", "\n   ")

@@ -187,6 +187,31 @@ def test_pipelined_assessments_equal_the_serial_engine(default_gguf, tmp_path, l
         assert not processes(b"ray::RayActor") and not processes(b"raylet")
 
 
+def test_scored_lines_are_journaled_and_fire_where_the_serial_replay_fires(default_gguf, tmp_path):
+    """score_stream + surprise_above through the actors: every line is journaled with its surprisal (the same as the
+    serial replay's, which feeds lines one at a time: a feed's cut changes a surprisal by float rounding only), and
+    the surprise trigger fires after the same lines in both."""
+    from pipeline import config as cfgs
+    from pipeline.stream.replay import replay
+    journal, profile = tmp_path / "journal.jsonl", tmp_path / "profile.toml"
+    profile.write_text('[replay]\nscore_stream = true\nsurprise_above = 1.0\nevery_lines = 1000\n'
+                       'trigger_pattern = ""\nmax_new_tokens = 12\n')
+    proc = launch(str(LOG), "--quiet-lines", "--max-lines", "40", "--journal", str(journal), "--config", str(profile))
+    _, err = procs.finish(proc, "the pipeline ending")
+    assert proc.returncode == 0, err
+    records = journal_of(journal)
+    lines = [r for r in records if r["kind"] == "line"]
+    serial, fired = [], []
+    replay(str(LOG), None, cfgs.load(profile), lambda kind, p: (serial if kind == "line" else fired).append(p),
+           max_lines=40)
+    assert [r["text"] for r in lines] == [p["text"] for p in serial] and len(lines) == 40
+    assert all(r["nll_n"] == p["nll_n"] and abs(r["nll_sum"] - p["nll_sum"]) < 1e-3 for r, p in zip(lines, serial))
+    assert lines[0].get("surprise") is None and all(r.get("surprise") is not None for r in lines[1:])
+    surprising = [a["lines"] for a in records if a["kind"] == "assessment" and a["trigger"] == "surprise"]
+    assert surprising == [a["lines"] for a in fired if a["trigger"] == "surprise"] and surprising
+    assert surprising == [i + 1 for i, r in enumerate(lines) if r["unusual"]]
+
+
 @pytest.fixture(scope="module")
 def skip20_profile(default_gguf, tmp_path_factory):
     """A draft model that runs ahead for real: SmolLM2 without block 20 (accepts about 60%, so rejections, restarts

@@ -87,7 +87,7 @@ SAMPLES = {
     "close": Close(),
     "ready": Ready(exactness={"invariant": True, "passes": 11, "max_abs_logit": 0.0, "where": ""},
                    platform={"cpu": "AMD EPYC", "simd": "AVX2", "isa": ["AVX", "AVX2"]}),
-    "scored": Scored(nll_sum=41.25, nll_n=17),
+    "scored": Scored(nll=np.array([np.nan, 2.5, 0.125], np.float32)),
     "picked": Picked(next=504),
     "verdict": Verdict(epoch=3, block=1, rows=[0, 1, 2], next=966, t0=10.5, t1=10.75, forward_s=0.2),
     "closed": Closed(figures=FIGURES),
@@ -238,7 +238,10 @@ def test_a_plain_field_of_the_wrong_type_is_refused(link):
         _decode_raw(link, {"kind": "picked", "next": True})
     with pytest.raises(MessageError, match="'rollback' field 'forget': expected bool, got int"):
         _decode_raw(link, {"kind": "rollback", "position": 3, "forget": 1})
-    assert _decode_raw(link, {"kind": "scored", "nll_sum": 0, "nll_n": 0}).nll_sum == 0    # an int is a fine float
+    assert _decode_raw(link, {"kind": "picked", "next": 504}).next == 504
+    line = Line(offset=0, time="", tags=[], text="x", loop=0, n_tokens=1, seq=0, drops={}, nll_n=1)
+    header = {"kind": "line", **{f.name: getattr(line, f.name) for f in dataclasses.fields(line) if f.name != "ids"}}
+    assert _decode_raw(link, {**header, "nll_sum": 0}).nll_sum == 0                      # an int is a fine float
 
 
 def test_an_unknown_field_is_refused(link):
