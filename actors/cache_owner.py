@@ -340,7 +340,7 @@ class Owner:
                           score=self.surprise is not None)
         cuts = np.cumsum(lengths)
         for g, end, cut in zip(group, first + cuts - 1, cuts):
-            scored = None if nll is None else self.surprise.line(g.text, nll[cut - len(g.ids):cut])
+            scored = None if self.surprise is None else self.surprise.line(g.text, nll[cut - len(g.ids):cut])
             self.line_fed(g, int(end), scored)
             reason = self.triggers.after_line(g.text, scored and scored.surprise)   # only the last may fire
         self.counts["packed_feeds"] += len(group) > 1

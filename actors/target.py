@@ -17,14 +17,15 @@ from kernels.sampling import SamplingParams
 from models.platform import facts
 from models.registry import converted_dir, resolve_gguf
 from models.runner import Runner
+from models.tokenizer import Tokenizer
 from pipeline.channel import Channel, ChannelSpec
 from pipeline.decode.blocks import Block
 from pipeline.decode.exactness import check
 from pipeline.decode.local import LocalVerifier
-from models.tokenizer import Tokenizer
 from pipeline.decode.rules import TokenTable, rule_from
 from pipeline.messages import Close, Closed, Constrain, Picked, Prefill, Ready, Scored, Verdict, Verify, decode, send
 from pipeline.process import Figures, attach_when_ready, chaos, figures_on_request, messages, pin
+from pipeline.stream.surprise import unscored_tokens
 
 
 def run(inbox: ChannelSpec, outbox: str, cfg, spec, stop) -> None:
@@ -39,6 +40,8 @@ def run(inbox: ChannelSpec, outbox: str, cfg, spec, stop) -> None:
     params = SamplingParams(s.temperature, s.top_k, s.top_p, s.seed)
     verifier = LocalVerifier(runner, s.seed)      # its sampler is consumed in the serial engine's order: pick, judge
     table = None                                  # the vocabulary's token texts, read at the first rule
+    if cfg.replay.scored:                         # the stream's scored passes leave these tokens' rows off the head
+        verifier.unscored = unscored_tokens(Tokenizer.from_gguf(resolve_gguf(cfg.model.gguf)), cfg.replay.score_digits)
     with Channel.create(inbox) as inp, attach_when_ready(outbox, stop) as out:
         send(out, Ready(exactness=exactness.as_dict(), platform=facts()), timeout=60.0)
         for received in messages(inp, stop):

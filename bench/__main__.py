@@ -97,8 +97,8 @@ def parser() -> argparse.ArgumentParser:
                    help="lines of each loghub log (default %(default)s; 0: none)")
     p.add_argument("--surprisal-lines", type=int, default=2000, help="BGL lines whose surprisal is scored against "
                    "their alert labels, beside template and token rarity (default %(default)s, the whole log; 0: none)")
-    p.add_argument("--speed-lines", type=int, default=200, help="of those, lines fed both scored and not, "
-                   "alternating, for scoring's prefill cost (default %(default)s)")
+    p.add_argument("--speed-lines", type=int, default=200, help="lines of BGL and of the bundled TEP log fed both "
+                   "scored and not, alternating, for scoring's prefill cost (default %(default)s; 0: none)")
     p.add_argument("--json", action="store_true", help="print {tep: {form: figures}, loghub: ..., surprisal: ..., "
                    "logs, wall_s}")
     p.set_defaults(run=lambda a: quality.run_eval_quality(profile_of(a), a.logs, a.forms, quality.progress_line,

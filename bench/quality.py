@@ -182,9 +182,10 @@ class QualityReport(Report):
             rows.append(f"\nsurprisal on {sc['log']}: {sc['lines']} lines, {sc['alerts']} alerts (label cut off)")
             rows.append(f"{'score':<16} {'ROC-AUC':>8} {'PR-AUC':>8}")
             rows += [f"{k:<16} {sc[k]['roc_auc']:>8.3f} {sc[k]['pr_auc']:>8.3f}" for k in surprisal.SCORES]
-            if sp["ratio"] is not None:
-                rows.append(f"prefill {sp['scored']:.0f} tok/s scored vs {sp['unscored']:.0f} unscored "
-                            f"({sp['ratio']:.3f}x; {sc['speed_lines']} lines fed both ways, alternating)")
+            for log, c in sp.items():
+                if c:
+                    rows.append(f"prefill on {log}: {c['scored']:.0f} tok/s scored vs {c['unscored']:.0f} unscored "
+                                f"({c['ratio']:.3f}x; {sc['speed_lines']} lines fed both ways, alternating)")
         rows.append(f"{len(d['logs'])} logs, {d['wall_s']:.0f} s")
         return "\n".join(rows)
 

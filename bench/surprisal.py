@@ -6,16 +6,17 @@ before the line goes in; the rest streams through the serial engine's ring (the 
 in the prefill pass (models/graph.py `nll`). Each line gets four scores, all online (a line is judged on what came
 before it only):
 
-- surprisal: its tokens' mean -log p under the ring;
+- surprisal: its tokens' mean -log p under the ring (tokens with digits left out, as at run time, unless the
+  profile's `replay.score_digits`);
 - surprise: that surprisal's z against its template's running baseline (pipeline/stream/surprise.py: what the
   run-time trigger and console use);
 - template rarity (no model): -log of the share of earlier lines with its template (digit runs folded), add-one;
 - token rarity (no model): the mean over its tokens of -log of the token's share of earlier tokens, add-one.
 
 ROC-AUC (the chance a random alert outranks a random normal line; ties count half) and PR-AUC (average precision)
-of each against the labels. The cost: the first `speed_lines` lines are fed twice per pair of lines, scored and not,
-the order alternating, rolled back in between (a feed's K/V do not depend on whether it is scored), and prefill
-tokens/s of each is reported with their ratio. Never changes the engine.
+of each against the labels. The cost, on BGL and on the bundled TEP log (the main job's stream): each of the first
+`speed_lines` lines is fed twice, scored and not, the order alternating, rolled back in between (a feed's K/V do not
+depend on whether it is scored); prefill tokens/s of each, and their ratio. Never changes the engine.
 """
 from __future__ import annotations
 
@@ -27,9 +28,11 @@ from pathlib import Path
 import numpy as np
 
 from pipeline.decode.assemble import make_engine
-from pipeline.stream.surprise import Surprise, template_of
+from pipeline.stream.records import read_log
+from pipeline.stream.surprise import Surprise, template_of, unscored_tokens
 
 BGL = Path(__file__).resolve().parents[2] / "shared" / "data" / "loghub" / "BGL_2k.log"
+TEP = Path(__file__).resolve().parents[1] / "data" / "tep_demo.csv"     # the main job's stream
 SCORES = ("surprisal", "surprise", "template_rarity", "token_rarity")
 
 
@@ -87,33 +90,41 @@ class Rarity:
 
 
 def evaluate(cfg, frame, lines: int = 0, speed_lines: int = 200, progress=None) -> dict:
-    """The four scores' ROC-AUC and PR-AUC on BGL's first `lines` lines (0: all), and scoring's prefill cost over
-    the first `speed_lines`."""
+    """The four scores' ROC-AUC and PR-AUC on BGL's first `lines` lines (0: all), then scoring's prefill cost over
+    the first `speed_lines` lines of BGL and of the bundled TEP log."""
     engine = make_engine(cfg, frame.spec)
-    engine.feed(frame.head)
     tok, data = frame.tok, labelled(BGL, lines)
+    engine.verifier.unscored = unscored_tokens(tok, cfg.replay.score_digits)      # as the run time scores
+    engine.feed(frame.head)
     surprise, rarity = Surprise(), Rarity()
     scores = {k: np.zeros(len(data)) for k in SCORES}
-    timed = {True: [0, 0.0], False: [0, 0.0]}              # scored?: [tokens, seconds]
     for i, (_, text) in enumerate(data):
         ids = tok.encode(text + "\n")
-        if i < speed_lines:
-            nll = _both_ways(engine, ids, i % 2 == 0, timed)
-        else:
-            nll = engine.feed(ids, score=True)
-        scored = surprise.line(text, nll)
+        scored = surprise.line(text, engine.feed(ids, score=True))
         scores["surprisal"][i] = scored.nll_mean
         scores["surprise"][i] = scored.surprise if scored.surprise is not None else 0.0
         scores["template_rarity"][i], scores["token_rarity"][i] = rarity.line(text, ids)
         if progress and ((i + 1) % 100 == 0 or i + 1 == len(data)):
             progress(i + 1, len(data))
     labels = np.array([alert for alert, _ in data])
-    speed = {("scored" if k else "unscored"): (n / s if s else None) for k, (n, s) in timed.items()}
-    speed["ratio"] = speed["scored"] / speed["unscored"] if speed["unscored"] else None
-    return {"log": BGL.name, "lines": len(data), "alerts": int(labels.sum()), "speed_lines": min(speed_lines,
-                                                                                                   len(data)),
-            "prefill_tokens_per_s": speed,
+    cost = {}
+    for name, texts in ((BGL.name, [text for _, text in data[:speed_lines]]),
+                        (TEP.name, [r.text for r in read_log(str(TEP), "csv")[:speed_lines]])):
+        engine.reset()
+        engine.feed(frame.head)
+        cost[name] = _cost(engine, tok, texts) if speed_lines else None
+    return {"log": BGL.name, "lines": len(data), "alerts": int(labels.sum()), "speed_lines": speed_lines,
+            "score_digits": cfg.replay.score_digits, "prefill_tokens_per_s": cost,
             **{k: {"roc_auc": roc_auc(v, labels), "pr_auc": average_precision(v, labels)} for k, v in scores.items()}}
+
+
+def _cost(engine, tok, texts) -> dict:
+    """Prefill tokens/s with scoring on and off, each line fed both ways, the order alternating."""
+    timed = {True: [0, 0.0], False: [0, 0.0]}              # scored?: [tokens, seconds]
+    for i, text in enumerate(texts):
+        _both_ways(engine, tok.encode(text + "\n"), i % 2 == 0, timed)
+    speed = {("scored" if k else "unscored"): n / s for k, (n, s) in timed.items()}
+    return {**speed, "ratio": speed["scored"] / speed["unscored"], "tokens": timed[True][0]}
 
 
 def _both_ways(engine, ids, scored_first: bool, timed: dict) -> np.ndarray:

@@ -32,6 +32,8 @@ class LocalVerifier:
         self._tail = None           # (logits [V], float64 scratch [V]) of the last scored row: at the first scored pass
         self._tail_pos = None       # ... its position (None: none): it predicts the next scored pass's first token
         self.rule = None            # the answer's rule (pipeline/decode/rules.py): set by `constrain`
+        self.unscored = None        # bool [V]: tokens a scored pass leaves unscored (NaN), their rows off the head
+        self._rows = np.zeros(runner.opts.max_rows, np.int64)
 
     def constrain(self, rule) -> None:
         """Judge the coming answer's passes against `rule` (None: unconstrained)."""
@@ -48,19 +50,21 @@ class LocalVerifier:
         self._last_row[0] = T - 1
         self._overwritten(pos[0])
         recent = None if recent is None or not len(recent) else slot_of(recent, self.spec.sink, self.spec.ring)
-        targets = None
-        if score:                                   # row r predicts token r + 1; the last row, the next pass's first
-            targets = self._targets[:T]
-            targets[:T - 1], targets[T - 1] = ids[1:], ids[T - 1]
-        logits = self.runner.forward(ids, pos, mask, None if score or all_logits else self._last_row,
-                                     recent_slots=recent, ring_from=ring_from, targets=targets)
+        rows, targets = (None if all_logits else self._last_row), None
+        if score:                   # row r predicts token r + 1 (scored ones); the last row, the next pass's first
+            rows = self._scored_rows(ids)
+            targets = self._targets[:len(rows)]
+            np.take(ids, np.minimum(rows + 1, T - 1), out=targets)
+        logits = self.runner.forward(ids, pos, mask, rows, recent_slots=recent, ring_from=ring_from, targets=targets)
         self.runner.store(np.arange(T), slots)
         got = Prefilled(logits=logits)
         if score:
             got.nll = self._nll[:T]
-            got.nll[0] = self._from_tail(int(pos[0]), int(ids[0]))
-            got.nll[1:] = self.runner.nll[:T - 1]
-            self._keep_tail(logits[T - 1], int(pos[T - 1]))
+            got.nll.fill(np.nan)
+            got.nll[rows[:-1] + 1] = self.runner.nll[:len(rows) - 1]
+            if self.unscored is None or not self.unscored[ids[0]]:
+                got.nll[0] = self._from_tail(int(pos[0]), int(ids[0]))
+            self._keep_tail(logits[-1], int(pos[T - 1]))
         if pick is not None:
             if self.rule is not None and rule_state is not None:
                 constrain_rows(logits[-1:], self.rule, [rule_state])
@@ -89,6 +93,17 @@ class LocalVerifier:
         if params.greedy:
             return int(np.argmax(logits))
         return sample(target_probs(logits, params, out=self._probs[0]), self.rng)
+
+    def _scored_rows(self, ids) -> np.ndarray:
+        """The rows whose next token is scored, then the last row (its next token is the next pass's first)."""
+        T = len(ids)
+        rows = self._rows[:T]
+        if self.unscored is None:
+            rows[:] = np.arange(T)
+            return rows
+        keep = np.flatnonzero(~self.unscored[ids[1:]])
+        rows[:len(keep)], rows[len(keep)] = keep, T - 1
+        return rows[:len(keep) + 1]
 
     def _keep_tail(self, row: np.ndarray, position: int) -> None:
         if self._tail is None:        # once: engines that never score (and the exactness probe) do not carry it

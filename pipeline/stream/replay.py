@@ -25,7 +25,7 @@ from pipeline.stream.forms import Writer, Written, fields_of, in_view, text_of
 from pipeline.stream.identifiers import carried
 from pipeline.stream.prompts import stream_head
 from pipeline.stream.records import read_log
-from pipeline.stream.surprise import Surprise, record_of, unusual_mark
+from pipeline.stream.surprise import Surprise, record_of, unscored_tokens, unusual_mark
 from pipeline.stream.triggers import Triggers
 
 
@@ -101,11 +101,13 @@ def replay(log: str, fmt: str, cfg, emit, max_lines: int = 0, analyst: Analyst |
     totals = {"lines": 0, "stream_tokens": 0, "assessments": 0, "generated": 0, "decode_s": 0.0}
     triggers = Triggers(cfg.replay.every_lines, cfg.replay.trigger_pattern, surprise_above=cfg.replay.surprise_above)
     surprise = Surprise(cfg.replay.surprise_above) if cfg.replay.scored else None
+    if surprise is not None:
+        engine.verifier.unscored = unscored_tokens(tok, cfg.replay.score_digits)
     for rec in records:
         analyst.saw(engine.index.n, carried(rec.text, rec.tags))
         ids = tok.encode(rec.text + "\n")
         nll = engine.feed(ids, score=surprise is not None)
-        scored = None if nll is None else surprise.line(rec.text, nll)
+        scored = None if surprise is None else surprise.line(rec.text, nll)
         totals["stream_tokens"] += len(ids)
         totals["lines"] += 1
         emit("line", {"offset": rec.offset, "text": rec.text, **record_of(scored)})

@@ -23,12 +23,24 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from pipeline.decode.rules import TokenTable
+
 TEMPLATES = 4096        # templates whose baseline is kept (least recently seen evicted)
 HORIZON = 256           # a baseline's memory in lines: running mean and variance, then exponentially weighted
 MIN_SEEN = 3            # a template's own baseline from its fourth line on; before, every line's
 SD_FLOOR = 0.25         # nats: a template whose lines all score alike still tolerates this much
 UNUSUAL = 3.0           # the z a line is shown as unusual at (console, journal) when no trigger threshold is set
 _DIGITS = re.compile(r"\d+")
+
+
+def unscored_tokens(tok, score_digits: bool = False) -> np.ndarray | None:
+    """bool [V]: the tokens a scored pass leaves out (those with a digit, unless score_digits; None: none), for the
+    verifier (pipeline/decode/local.py `unscored`). A line's surprisal is then over its words, as its template is."""
+    if score_digits:
+        return None
+    out = np.zeros(tok.vocab_size, bool)
+    out[TokenTable.of(tok).digit_ids] = True
+    return out
 
 
 def template_of(text: str) -> str:

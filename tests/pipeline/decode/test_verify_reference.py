@@ -119,11 +119,11 @@ def _step(engine: Engine, proposal: Proposal, tamper=None):
     runner, seen = engine.runner, {}
     forward = runner.forward
 
-    def spy(tokens, positions, mask, logit_rows=None, recent_slots=None, path=None, ring_from=0):
+    def spy(tokens, positions, mask, logit_rows=None, recent_slots=None, path=None, ring_from=0, targets=None):
         m = 0 if recent_slots is None else len(recent_slots)
         if tamper is not None:
             tamper(mask, np.asarray(positions), engine.index, m, path)
-        logits = forward(tokens, positions, mask, logit_rows, recent_slots, path, ring_from)
+        logits = forward(tokens, positions, mask, logit_rows, recent_slots, path, ring_from, targets)
         seen.update(logits=logits.copy(), k=runner.new_k.copy(), v=runner.new_v.copy())
         return logits
 

@@ -108,7 +108,8 @@ def stop_server(srv: Server, at_once: bool = False) -> None:
 @pytest.fixture(scope="module")
 def server(default_gguf, tmp_path_factory):
     srv = start_server(tmp_path_factory.mktemp("serve"),
-                       f'[serve]\napi_key = "{KEY}"\nmax_waiting = 3\n[replay]\nevery_lines = 10\n', rate=10,
+                       f'[serve]\napi_key = "{KEY}"\nmax_waiting = 3\n[replay]\nevery_lines = 10\n'
+                       'score_stream = true\n', rate=10,
                        lines=LINES, ready_lines=30)
     yield srv
     stop_server(srv)
@@ -277,6 +278,11 @@ def test_metrics_are_prometheus_text_with_the_figures_an_operator_watches(server
     assert int(re.search(r"^ringspec_kv_pool_bytes (\d+)", text, re.M).group(1)) > 0
     assert re.findall(r'^ringspec_actor_restarts_total\{actor="(\w+)"\} 0$', text, re.M) == [
         "ingest", "cache_owner", "target", "draft", "output"]          # no actor died (test_supervise kills them)
+    # the profile scores the stream: every line but the first has a surprise, counted in a cumulative histogram
+    buckets = [int(n) for n in re.findall(r'^ringspec_line_surprise_bucket\{le="[^"]+"\} (\d+)$', text, re.M)]
+    count = int(re.search(r"^ringspec_line_surprise_count (\d+)$", text, re.M).group(1))
+    assert "# TYPE ringspec_line_surprise histogram" in text and buckets == sorted(buckets)
+    assert buckets[-1] == count > 0
 
 
 def test_zmq_ask_client_prints_the_answer_as_it_streams(server):
