@@ -208,7 +208,7 @@ def probed_runner(model_dir: Path, monkeypatch, picks) -> tuple[Runner, list[str
 
     monkeypatch.setattr(runner_module, "ensure_graph", with_probes)
     runner = make_runner(model_dir, 4, max_rows=24)
-    probes = [o.name for o in runner.session.get_outputs() if o.name not in ("logits", "new_k", "new_v")]
+    probes = [o.name for o in runner.session.get_outputs() if o.name not in ("logits", "nll", "new_k", "new_v")]
     assert probes
     return runner, probes
 
@@ -437,7 +437,10 @@ def random_inputs(session: ort.InferenceSession, card: dict, rng) -> dict:
     for value in session.get_inputs():
         if value.name.startswith(("sink_", "ring_", "recent_")):
             feeds[value.name] = rng.standard_normal(value.shape)
-    return {k: np.asarray(v, np.int64 if k in ("input_ids", "logit_rows") else np.float32) for k, v in feeds.items()}
+        if value.name == "targets":                             # not in a portable graph
+            feeds["targets"] = rng.integers(0, V, T)
+    ints = ("input_ids", "logit_rows", "targets")
+    return {k: np.asarray(v, np.int64 if k in ints else np.float32) for k, v in feeds.items()}
 
 
 def test_cli_static_graph_runs_and_matches_the_dynamic_graph(cli_static):
@@ -449,13 +452,16 @@ def test_cli_static_graph_runs_and_matches_the_dynamic_graph(cli_static):
         if value.name != "logit_rows":
             assert all(isinstance(d, int) for d in value.shape), (value.name, value.shape)
     feeds = random_inputs(static, card, np.random.default_rng(0))
-    logits, new_k, new_v = static.run(["logits", "new_k", "new_v"], feeds)
+    logits, nll, new_k, new_v = static.run(["logits", "nll", "new_k", "new_v"], feeds)
     assert logits.shape == (1, T, V) and new_k.shape == new_v.shape == (L * KVH, T, D)
     assert np.isfinite(logits).all() and np.isfinite(new_k).all() and np.isfinite(new_v).all()
+    rows = logits[0].astype(np.float64)                         # nll: -log softmax(logits[r])[targets[r]]
+    want = np.log(np.exp(rows - rows.max(1, keepdims=True)).sum(1)) + rows.max(1) - rows[np.arange(T), feeds["targets"]]
+    np.testing.assert_allclose(nll, want, rtol=0, atol=1e-4)
 
     dynamic = ort.InferenceSession(str(ensure_graph(model_dir, card, None, S, R, 4)),
                                    providers=["CPUExecutionProvider"])
-    for got, want in zip(dynamic.run(["logits", "new_k", "new_v"], feeds), (logits, new_k, new_v)):
+    for got, want in zip(dynamic.run(["logits", "nll", "new_k", "new_v"], feeds), (logits, nll, new_k, new_v)):
         np.testing.assert_allclose(got, want, rtol=0, atol=1e-4)
 
 
@@ -491,6 +497,7 @@ def test_a_portable_graph_holds_only_standard_operators_and_computes_what_the_ru
     want_session = ort.InferenceSession(str(runtime_graph), providers=["CPUExecutionProvider"])
     got_session = ort.InferenceSession(str(tmp_path / "portable.onnx"), providers=["CPUExecutionProvider"])
     feeds = random_inputs(want_session, card, np.random.default_rng(1))
-    for name, got, want in zip(("logits", "new_k", "new_v"), got_session.run(None, feeds),
+    portable_feeds = {k: v for k, v in feeds.items() if k != "targets"}     # no surprisal output in a portable graph
+    for name, got, want in zip(("logits", "new_k", "new_v"), got_session.run(None, portable_feeds),
                                want_session.run(["logits", "new_k", "new_v"], feeds)):
         np.testing.assert_allclose(got, want, rtol=0, atol=EXACT * max(1.0, np.abs(want).max()), err_msg=name)
