@@ -108,7 +108,7 @@ def evaluate(cfg, frame, lines: int = 0, speed_lines: int = 200, progress=None) 
             progress(i + 1, len(data))
     labels = np.array([alert for alert, _ in data])
     cost = {}
-    for name, texts in ((BGL.name, [text for _, text in data[:speed_lines]]),
+    for name, texts in ((BGL.name, [text for _, text in labelled(BGL, speed_lines)]),
                         (TEP.name, [r.text for r in read_log(str(TEP), "csv")[:speed_lines]])):
         engine.reset()
         engine.feed(frame.head)

@@ -234,6 +234,9 @@ def test_clients_that_disconnect_are_each_cancelled_and_counted_and_more_than_th
     assert [(r["finish_reason"], r.get("client_gone")) for r in gone] == [("cancelled", True)] * 3, gone
     assert max(r["completion_tokens"] for r in gone) < 256, gone     # stopped, not run to their end (or not started)
     assert disconnects(server) - before == 3
+    # the owner's counters reach /metrics with its next status, after the answers' records: wait for it
+    server.wait_for(lambda: counted(server, 'answers_total{outcome="cancelled"}') - cancelled_before >= 3,
+                    "the cancellations in the owner's figures")
     assert counted(server, 'answers_total{outcome="cancelled"}') - cancelled_before == 3
     status, payload, _ = server.request("POST", "/v1/chat/completions",
                                         {"messages": [{"role": "user", "content": "still there?"}], "max_tokens": 8})
@@ -407,10 +410,10 @@ def test_an_answer_with_trees_adaptive_length_and_line_ends_is_the_target_alones
 
 
 def test_a_question_preempts_a_running_analysis(default_gguf, tmp_path):
-    """Every line triggers a 200-token analysis (about 2 s) and lines come every half second, so the owner is inside
-    an analysis nearly all the time: a question must not wait for it to end."""
-    srv = start_server(tmp_path, "[replay]\ntrigger_pattern = '.'\nmax_new_tokens = 200\n", rate=2, lines=60,
-                       ready_lines=3)
+    """Every line triggers a 200-token free-text analysis (about 2 s) and lines come every half second, so the owner
+    is inside an analysis nearly all the time: a question must not wait for it to end."""
+    srv = start_server(tmp_path, "[replay]\ntrigger_pattern = '.'\nmax_new_tokens = 200\nform = 'free'\n", rate=2,
+                       lines=60, ready_lines=3)       # free text: the structured form's fields end in ~40 tokens
     try:
         queued = []
         for question in ("What just happened?", "Which tag alarmed last?", "Is anything LOW now?"):
