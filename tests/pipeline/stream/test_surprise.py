@@ -7,20 +7,9 @@ import numpy as np
 import pytest
 
 from kernels.sampling import SamplingParams
-from pipeline import config
-from pipeline.decode.assemble import make_engine
 from pipeline.stream.surprise import MIN_SEEN, Surprise, template_of
 from pipeline.stream.triggers import Triggers
-
-
-def engine_of(keys: dict):
-    return make_engine(config.override(config.parse({}), {"draft.kind": "none", **keys}))
-
-
-def log_softmax(x: np.ndarray) -> np.ndarray:
-    x = x.astype(np.float64)
-    x = x - x.max(axis=-1, keepdims=True)
-    return x - np.log(np.exp(x).sum(axis=-1, keepdims=True))
+from tests.pipeline.decode.test_engine_real import engine_of, log_softmax
 
 
 @pytest.fixture(scope="module")
