@@ -73,9 +73,9 @@ class Tally:
         return {"assessments": self.assessments, "invented_per_assessment": self.invented / n,
                 "assessments_with_invented": self.with_invented, "invented": self.invented,
                 "trigger_named_rate": self.trigger_named / self.triggered if self.triggered else None,
-                "triggered": self.triggered,
+                "triggered": self.triggered, "trigger_named": self.trigger_named,
                 "hhll_recall": self.hhll_named / self.hhll_in_view if self.hhll_in_view else None,
-                "hhll_in_view": self.hhll_in_view, "tokens": self.tokens,
+                "hhll_in_view": self.hhll_in_view, "hhll_named": self.hhll_named, "tokens": self.tokens,
                 "tokens_per_s": self.tokens / self.write_s if self.write_s else 0.0}
 
 
@@ -191,5 +191,8 @@ class QualityReport(Report):
 
 
 def progress_line(i: int, n: int, name: str, figures: dict) -> None:
-    print(f"[{i}/{n}] {name}: " + ", ".join(f"{f} {x['assessments']} assessed, {x['invented']} invented"
-                                             for f, x in figures.items()), file=sys.stderr, flush=True)
+    """The figures so far of the log's set (a long run read while it goes, or cut short)."""
+    print(f"[{i}/{n}] {name}: " + "; ".join(
+        f"{f} {x['assessments']} assessed, {x['invented']} invented, trigger named {x['trigger_named']}/"
+        f"{x['triggered']}, HH/LL {x['hhll_named']}/{x['hhll_in_view']}, {x['tokens_per_s']:.1f} tok/s"
+        for f, x in figures.items()), file=sys.stderr, flush=True)

@@ -105,8 +105,8 @@ class ReplaySection:
     question: str = "Summarise the latest alarms above in one sentence, naming the tags."
     form: str = "structured"         # free | constrained (free text; a tag written must be one in view) | structured
                                      # (severity, alarms, changed, summary, field by field under the same rule)
-    form_question: str = ("Fill in the form for the latest alarms above: Severity (low, medium, high or critical), "
-                          "Alarms (the tags of the latest alarms), Changed (what changed, one short sentence), "
+    form_question: str = ("Fill in the form for the latest alarms above: Changed (what changed, one short sentence), "
+                          "Alarms (the tags of the latest alarms), Severity (low, medium, high or critical), "
                           "Summary (one short sentence).")
 
     @property

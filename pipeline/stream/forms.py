@@ -30,11 +30,13 @@ class Field:
     budget: int             # the tokens the model may write, its newline included
 
 
-# Measured on the TEP deadband logs (`eval-quality`, docs/stream-quality.md "Assessment forms"): after a bare
-# "Changed:" the model (135M parameters) writes dates or repeats the label, after "The" a sentence; it names the
-# triggering alarm far more often when the question quotes that line and the alarms come first.
-FIELDS = (Field("alarms", "Latest alarm tags:", "", 32), Field("severity", "Severity:", "", 6),
-          Field("changed", "Changed:", " The", 32), Field("summary", "Summary:", " The", 40))
+# Measured on the TEP deadband logs (`eval-quality`, docs/stream-quality.md "Assessment forms"): the model (135M
+# parameters) lists tags it has seen often (AIR001_1, AIR001_3, ...) unless it has just written the latest line:
+# "Changed:" first, its lead " The latest alarm is" (the engine's words), and the model copies the quoted line, tag
+# included (the triggering tag named in 100% of 100 assessments on 8 logs, against 78% with the tags first and a lead
+# " The"); after a bare "Changed:" it writes dates or repeats the label.
+FIELDS = (Field("changed", "Changed:", " The latest alarm is", 32), Field("alarms", "Latest alarm tags:", "", 32),
+          Field("severity", "Severity:", "", 6), Field("summary", "Summary:", " The", 40))
 LATEST = " The latest alarm: "
 LATEST_TOKENS = 48          # the quoted line is cut to this many tokens (the question's room in the ring is fixed)
 MAX_ALARMS = 3
