@@ -134,7 +134,7 @@ class Owner:
         self.sent: deque = deque(maxlen=256)          # (verify blocks sent, questions written by then), per block
         if asks is not None:
             self.engine.on_block = self.block_sent
-        self.first_line, self.last_line, self.last_status = None, time.monotonic(), 0.0
+        self.first_line, self.last_line, self.last_status, self.analysing = None, time.monotonic(), 0.0, False
         self.clock = StreamClock()                    # the stream's share of the target, its measured capacity
         self.streaming: tuple | None = None           # (since, tokens, lines) of stream passes still in flight
         self.share_min, self.line_rate, self.warned = cfg.serve.stream_share, cfg.replay.line_rate, False
@@ -292,7 +292,11 @@ class Owner:
 
     def assess(self, reason: str) -> None:
         t0 = time.perf_counter()
-        written, tags = self.analyst.assess(self.latest, keep_going=lambda: not self.poll(lines_too=True))
+        self.status(analysing=True)
+        try:
+            written, tags = self.analyst.assess(self.latest, keep_going=lambda: not self.poll(lines_too=True))
+        finally:
+            self.status(analysing=False)
         if written.cut:
             self.counts["preempted"] += 1               # a question came first: asked again after it
             return
@@ -426,16 +430,19 @@ class Owner:
         self.recovered = []
 
     # -- reporting ---------------------------------------------------------------------------------------------------
-    def status(self) -> None:
-        """A few figures for the front's gauges and /metrics, about once a second while serving."""
+    def status(self, analysing: bool | None = None) -> None:
+        """A few figures for the front's gauges and /metrics, about once a second while serving, and whenever an
+        analysis starts or ends (`analysing`)."""
         now = time.monotonic()
-        if not self.serving or now - self.last_status < STATUS_EVERY_S:
+        if not self.serving or analysing is None and now - self.last_status < STATUS_EVERY_S:
             return
+        self.analysing = self.analysing if analysing is None else analysing
         self.last_status = now
         totals = self.engine.totals.as_dict()
         got = self.clock.capacity()
         send(self.out, Status(queue=len(self.queue), backlog=len(self.backlog), lines_inbox=self.lines.depth(),
                               kv_pool_bytes=self.kv_pool_bytes, position=int(self.engine.index.n), **self.counts,
+                              analysing=self.analysing,
                               stream_share=self.clock.share, capacity_lines_per_s=got[1] if got else 0.0,
                               **{k: totals[k] for k in ("tokens_per_s", "generated", "accepted_per_verify",
                                                         "acceptance_rate", "verify_calls")}), timeout=60.0)

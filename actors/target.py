@@ -41,7 +41,8 @@ def run(inbox: ChannelSpec, outbox: str, cfg, spec, stop) -> None:
     verifier = LocalVerifier(runner, s.seed)      # its sampler is consumed in the serial engine's order: pick, judge
     table = None                                  # the vocabulary's token texts, read at the first rule
     if cfg.replay.scored:                         # the stream's scored passes leave these tokens' rows off the head
-        verifier.unscored = unscored_tokens(Tokenizer.from_gguf(resolve_gguf(cfg.model.gguf)), cfg.replay.score_digits)
+        tok = Tokenizer.from_gguf(resolve_gguf(cfg.model.gguf))
+        verifier.unscored = unscored_tokens(tok, cfg.replay.score_every_token)
     with Channel.create(inbox) as inp, attach_when_ready(outbox, stop) as out:
         send(out, Ready(exactness=exactness.as_dict(), platform=facts()), timeout=60.0)
         for received in messages(inp, stop):

@@ -6,8 +6,8 @@ before the line goes in; the rest streams through the serial engine's ring (the 
 in the prefill pass (models/graph.py `nll`). Each line gets four scores, all online (a line is judged on what came
 before it only):
 
-- surprisal: its tokens' mean -log p under the ring (tokens with digits left out, as at run time, unless the
-  profile's `replay.score_digits`);
+- surprisal: its words' mean -log p under the ring (tokens with a digit or without a letter left out, as at run
+  time, unless the profile's `replay.score_every_token`);
 - surprise: that surprisal's z against its template's running baseline (pipeline/stream/surprise.py: what the
   run-time trigger and console use);
 - template rarity (no model): -log of the share of earlier lines with its template (digit runs folded), add-one;
@@ -94,7 +94,7 @@ def evaluate(cfg, frame, lines: int = 0, speed_lines: int = 200, progress=None) 
     the first `speed_lines` lines of BGL and of the bundled TEP log."""
     engine = make_engine(cfg, frame.spec)
     tok, data = frame.tok, labelled(BGL, lines)
-    engine.verifier.unscored = unscored_tokens(tok, cfg.replay.score_digits)      # as the run time scores
+    engine.verifier.unscored = unscored_tokens(tok, cfg.replay.score_every_token)      # as the run time scores
     engine.feed(frame.head)
     surprise, rarity = Surprise(), Rarity()
     scores = {k: np.zeros(len(data)) for k in SCORES}
@@ -114,7 +114,7 @@ def evaluate(cfg, frame, lines: int = 0, speed_lines: int = 200, progress=None) 
         engine.feed(frame.head)
         cost[name] = _cost(engine, tok, texts) if speed_lines else None
     return {"log": BGL.name, "lines": len(data), "alerts": int(labels.sum()), "speed_lines": speed_lines,
-            "score_digits": cfg.replay.score_digits, "prefill_tokens_per_s": cost,
+            "score_every_token": cfg.replay.score_every_token, "prefill_tokens_per_s": cost,
             **{k: {"roc_auc": roc_auc(v, labels), "pr_auc": average_precision(v, labels)} for k, v in scores.items()}}
 
 

@@ -93,8 +93,8 @@ class ReplaySection:
                                      # surprise.py), journaled per line; the head runs on every prefill row (slower)
     surprise_above: float = 0.0      # assess right after a line this unusual (its surprisal's z against its
                                      # template's baseline; 0 = off; > 0 turns score_stream on)
-    score_digits: bool = False       # score tokens with digits too (times, counters, tag numbers: what a template
-                                     # folds); off, their rows skip the head and scoring costs their share less
+    score_every_token: bool = False  # score every token, not only words (tokens with a letter and no digit):
+                                     # off, digits and punctuation (what a template folds or keeps) skip the head
     max_new_tokens: int = 60
     max_lines: int = 0               # 0 = the whole file
     line_rate: float = 0.0           # lines/s the stream must sustain: the run warns once its measured ingest

@@ -387,6 +387,7 @@ class Status:
     expired: int
     cancelled: int
     preempted: int
+    analysing: bool                             # an analysis is being written (sent as it starts and as it ends)
     backlog_max_depth: int
     tokens_per_s: float
     generated: int

@@ -270,6 +270,7 @@ class Front:
                 "accepted_per_verify": st.get("accepted_per_verify", 0.0), "queue": st.get("queue", 0),
                 "backlog": st.get("backlog", 0), "lines": st.get("lines", 0), "answers": st.get("answers", 0),
                 "kv_pool_bytes": st.get("kv_pool_bytes", 0), "position": st.get("position", 0),
+                "analysing": st.get("analysing", False),
                 "resident_bytes": sum(self.resident_bytes().values()), "drops": self.drops,
                 "ttft_p50_ms": _quantile(self.ttft_ms, 0.5), "in_flight": sum(not a.finished
                                                                               for a in list(self.answers.values()))}

@@ -60,6 +60,8 @@ def render(front) -> str:
     metric("actor_restarts_total", "counter", "Restarts of the pipeline after an actor's death, by the actor that died "
            "(pipeline/launch.py supervision).", [({"actor": a}, front.restarts.get(a, 0))
                                                  for a in ("ingest", "cache_owner", "target", "draft", "output")])
+    metric("analysis_running", "gauge", "1 while an analysis is being written (a question preempts it).",
+           [({}, int(st.get("analysing", False)))])
     metric("analyses_preempted_total", "counter", "Analyses cut short by an operator question (asked again later).",
            [({}, st.get("preempted", 0))])
     metric("http_requests_total", "counter", "HTTP requests by endpoint and status code.",

@@ -102,7 +102,7 @@ def replay(log: str, fmt: str, cfg, emit, max_lines: int = 0, analyst: Analyst |
     triggers = Triggers(cfg.replay.every_lines, cfg.replay.trigger_pattern, surprise_above=cfg.replay.surprise_above)
     surprise = Surprise(cfg.replay.surprise_above) if cfg.replay.scored else None
     if surprise is not None:
-        engine.verifier.unscored = unscored_tokens(tok, cfg.replay.score_digits)
+        engine.verifier.unscored = unscored_tokens(tok, cfg.replay.score_every_token)
     for rec in records:
         analyst.saw(engine.index.n, carried(rec.text, rec.tags))
         ids = tok.encode(rec.text + "\n")

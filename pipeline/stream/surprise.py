@@ -33,13 +33,15 @@ UNUSUAL = 3.0           # the z a line is shown as unusual at (console, journal)
 _DIGITS = re.compile(r"\d+")
 
 
-def unscored_tokens(tok, score_digits: bool = False) -> np.ndarray | None:
-    """bool [V]: the tokens a scored pass leaves out (those with a digit, unless score_digits; None: none), for the
-    verifier (pipeline/decode/local.py `unscored`). A line's surprisal is then over its words, as its template is."""
-    if score_digits:
+def unscored_tokens(tok, score_every_token: bool = False) -> np.ndarray | None:
+    """bool [V]: the tokens a scored pass leaves out, for the verifier (pipeline/decode/local.py `unscored`): those
+    that are not words (no letter, or a digit: times, counters, tag numbers, punctuation and spaces, what a template
+    keeps or folds), unless score_every_token (None: none left out). A line's surprisal is then over its words."""
+    if score_every_token:
         return None
-    out = np.zeros(tok.vocab_size, bool)
-    out[TokenTable.of(tok).digit_ids] = True
+    table = TokenTable.of(tok)
+    out = np.array([not any(b >= 0x80 or chr(b).isalpha() for b in p) for p in table.pieces])  # >= 0x80: UTF-8
+    out[table.digit_ids] = True
     return out
 
 

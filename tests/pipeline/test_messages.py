@@ -123,7 +123,7 @@ SAMPLES = {
     "answer refused": Answer(id="q17-2", error="deadline of 30 s passed while queued", prompt_tokens=40),
     "status": Status(queue=1, backlog=2, lines_inbox=3, kv_pool_bytes=54_788_096, position=4000, lines=120,
                      stream_tokens=3480, packed_feeds=7, stream_share=0.62, capacity_lines_per_s=4.7, answers=3,
-                     expired=0, cancelled=1, preempted=2, backlog_max_depth=5, tokens_per_s=21.0,
+                     expired=0, cancelled=1, preempted=2, analysing=True, backlog_max_depth=5, tokens_per_s=21.0,
                      generated=180, accepted_per_verify=2.81, acceptance_rate=0.57, verify_calls=64),
     "stream_end": StreamEnd(**COUNTS),
     "capacity": Capacity(line_rate=20.0, lines_per_s=4.7, tokens_per_s=131.0, stream_share=0.5),

@@ -410,22 +410,22 @@ def test_an_answer_with_trees_adaptive_length_and_line_ends_is_the_target_alones
 
 
 def test_a_question_preempts_a_running_analysis(default_gguf, tmp_path):
-    """Every line triggers a 200-token free-text analysis (about 2 s) and lines come every half second, so the owner
-    is inside an analysis nearly all the time: a question must not wait for it to end."""
+    """Every line triggers a 200-token free-text analysis and lines come every half second; each question is asked
+    once /metrics shows an analysis being written (sent as it starts): it must not wait for that analysis to end."""
     srv = start_server(tmp_path, "[replay]\ntrigger_pattern = '.'\nmax_new_tokens = 200\nform = 'free'\n", rate=2,
                        lines=60, ready_lines=3)       # free text: the structured form's fields end in ~40 tokens
     try:
+        def counted(name: str) -> int:
+            return int(re.search(rf"^ringspec_{re.escape(name)} (\d+)", srv.metrics(), re.M).group(1))
+
         queued = []
         for question in ("What just happened?", "Which tag alarmed last?", "Is anything LOW now?"):
-            time.sleep(0.7)                           # well inside the next analysis
+            srv.wait_for(lambda: counted("analysis_running") == 1, "an analysis being written", poll_s=0.02)
             status, payload, _ = srv.request("POST", "/v1/chat/completions", key=None,
                                              body={"messages": [{"role": "user", "content": question}],
                                                    "max_tokens": 8})
             assert status == 200, payload
             queued.append(json.loads(payload)["ringspec"]["queued_blocks"])
-
-        def counted(name: str) -> int:
-            return int(re.search(rf"^ringspec_{re.escape(name)} (\d+)", srv.metrics(), re.M).group(1))
         # the owner's figures reach /metrics between its work items
         srv.wait_for(lambda: counted('answers_total{outcome="answers"}') >= 3, "three answers in /metrics")
         assert counted("analyses_preempted_total") >= 2, srv.metrics()

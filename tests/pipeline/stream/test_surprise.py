@@ -52,7 +52,7 @@ def test_no_token_is_lost_however_the_text_is_cut_into_feeds(default_gguf, fixtu
 
 
 def test_tokens_left_unscored_are_nan_and_the_rest_unchanged(default_gguf, fixture_npz):
-    """With digits unscored (the run time's default) their rows skip the head; every other token's surprisal is
+    """With non-words unscored (the run time's default) their rows skip the head; every other token's surprisal is
     what scoring every row gives (a row's output does not depend on which rows share the head)."""
     from pipeline.stream.surprise import unscored_tokens
     ids = fixture_npz["token_ids"].astype(np.int64)[:200]
@@ -64,6 +64,23 @@ def test_tokens_left_unscored_are_nan_and_the_rest_unchanged(default_gguf, fixtu
     words = np.concatenate([engine.feed(ids[a:b], score=True) for a, b in zip(cuts, cuts[1:])])
     assert skip[ids].any() and np.isnan(words[skip[ids]]).all()
     assert np.abs(words[1:][~skip[ids[1:]]] - every[1:][~skip[ids[1:]]]).max() < 1e-4
+
+
+def test_only_words_are_scored_unless_every_token_is_asked_for(default_gguf):
+    """A word is a token with a letter and no digit: times, counters, tag numbers, punctuation and spaces are what a
+    line's template folds or keeps, so they are left out (their rows skip the head)."""
+    from models.registry import resolve_gguf
+    from models.tokenizer import Tokenizer
+    from pipeline.stream.surprise import unscored_tokens
+    tok = Tokenizer.from_gguf(resolve_gguf(default_gguf))
+    skip = unscored_tokens(tok)
+    line = "01:32:20 PIR108 HH PRES REACT HIGH HIGH ALM, RAS KERNEL INFO cache parity error corrected\n"
+    pieces = {tok.token_bytes(int(t)): bool(skip[t]) for t in tok.encode(line)}
+    assert pieces and all(left == (not any(chr(b).isalpha() for b in p) or any(chr(b).isdigit() for b in p))
+                          for p, left in pieces.items())
+    assert {b"1", b":", b"\n"} <= {p for p, left in pieces.items() if left}
+    assert any(not left and p.strip().isalpha() for p, left in pieces.items())
+    assert unscored_tokens(tok, score_every_token=True) is None
 
 
 def test_a_rolled_back_answer_between_lines_leaves_the_next_line_fully_scored(default_gguf, fixture_npz):
