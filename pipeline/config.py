@@ -90,7 +90,7 @@ class ReplaySection:
     trigger_pattern: str = ""        # regex on a rendered line: assess right after a matching line ("" = off)
     idle_s: float = 0.0              # assess unassessed lines after this many quiet seconds (0 = off)
     score_stream: bool = False       # each stream line's surprisal and how unusual it is (pipeline/stream/
-                                     # surprise.py), journaled per line; the head runs on every prefill row (slower)
+                                     # surprise.py), journaled per line; the head runs on the rows of words too
     surprise_above: float = 0.0      # assess right after a line this unusual (its surprisal's z against its
                                      # template's baseline; 0 = off; > 0 turns score_stream on)
     score_every_token: bool = False  # score every token, not only words (tokens with a letter and no digit):
@@ -104,7 +104,7 @@ class ReplaySection:
                           "log and, when asked, summarise in one or two short sentences what is happening.")
     question: str = "Summarise the latest alarms above in one sentence, naming the tags."
     form: str = "structured"         # free | constrained (free text; a tag written must be one in view) | structured
-                                     # (severity, alarms, changed, summary, field by field under the same rule)
+                                     # (changed, alarms, severity, summary, field by field under the same rule)
     form_question: str = ("Fill in the form for the latest alarms above: Changed (what changed, one short sentence), "
                           "Alarms (the tags of the latest alarms), Severity (low, medium, high or critical), "
                           "Summary (one short sentence).")
