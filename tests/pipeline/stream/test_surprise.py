@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from kernels.sampling import SamplingParams
-from pipeline.stream.surprise import MIN_SEEN, Surprise, template_of
+from pipeline.stream.surprise import MIN_SEEN, Surprise, template_of, unscored_tokens
 from pipeline.stream.triggers import Triggers
 from tests.pipeline.decode.test_engine_real import engine_of, log_softmax
 
@@ -54,7 +54,6 @@ def test_no_token_is_lost_however_the_text_is_cut_into_feeds(default_gguf, fixtu
 def test_tokens_left_unscored_are_nan_and_the_rest_unchanged(default_gguf, fixture_npz):
     """With non-words unscored (the run time's default) their rows skip the head; every other token's surprisal is
     what scoring every row gives (a row's output does not depend on which rows share the head)."""
-    from pipeline.stream.surprise import unscored_tokens
     ids = fixture_npz["token_ids"].astype(np.int64)[:200]
     engine = engine_of({"cache.sink": 4, "cache.window": 96})
     every = engine.feed(ids, score=True)
@@ -71,7 +70,6 @@ def test_only_words_are_scored_unless_every_token_is_asked_for(default_gguf):
     line's template folds or keeps, so they are left out (their rows skip the head)."""
     from models.registry import resolve_gguf
     from models.tokenizer import Tokenizer
-    from pipeline.stream.surprise import unscored_tokens
     tok = Tokenizer.from_gguf(resolve_gguf(default_gguf))
     skip = unscored_tokens(tok)
     line = "01:32:20 PIR108 HH PRES REACT HIGH HIGH ALM, RAS KERNEL INFO cache parity error corrected\n"
