@@ -169,7 +169,7 @@ class _Builder:
 
 def build_graph(card: dict, T: int | None, sink: int, ring: int, accuracy_level: int = 4, kv_dtype: str = "float32",
                 weights_file: str = "weights.bin", tree: bool = False, row_fault: float = 0.0,
-                portable_from: Path | None = None) -> onnx.ModelProto:
+                portable_from: Path | None = None, streams: int = 1) -> onnx.ModelProto:
     """One pass over T rows (None: a symbolic row count) against `sink` + `ring` pool slots.
 
     `logit_rows` (int64 [M]) picks the rows whose logits are computed: all of them to verify a block, only the last
@@ -187,6 +187,12 @@ def build_graph(card: dict, T: int | None, sink: int, ring: int, accuracy_level:
 
     row_fault: a planted fault for the exactness tests (`PLANT_ENV`): adds row_fault x T to every row's residual
     stream, so a row depends on how many rows share its pass, as a CPU-specific kernel choice can make it.
+
+    streams: how many streams' rows the pass carries (a dynamic chain or tree graph). Rows are grouped by stream, in
+    stream order; stream n has its own inputs (`mask.s{n}`, `recent_k.s{n}`, `sink_k.{layer}.s{n}`, ...: the single
+    stream's names + ".s{n}") and its rows attend only its own pools and rows, through the nodes a single stream's
+    pass has (`_StreamAttention`); embedding, linears, norms and head run once over every row. `new_k`/`new_v` hold
+    every row in pass order. A stream's rows therefore get the bits they get alone (tests/models/test_streams.py).
 
     portable_from: the model directory whose weights the graph then holds itself, dequantized to float32, in
     standard ONNX operators only (no com.microsoft op: MatMul for MatMulNBits and FusedMatMul, RMSNorm and RoPE
@@ -206,14 +212,29 @@ def build_graph(card: dict, T: int | None, sink: int, ring: int, accuracy_level:
     kv = b.kv = _NP2ONNX[kv_dtype]                         # K/V: the pool, the recent section, the new rows' output
     inputs = [helper.make_tensor_value_info("input_ids", TensorProto.INT64, [rows])]
     inputs += [helper.make_tensor_value_info(n, f32, [rows, D // 2]) for n in ("cos", "sin", "cos_sink", "sin_sink")]
-    inputs += [helper.make_tensor_value_info("mask", f32, [rows, cols]),
-               helper.make_tensor_value_info("logit_rows", TensorProto.INT64, ["M" if T is None else T])]
+    if tree and T is not None:
+        raise ValueError("a tree pass needs the dynamic graph")
+    if streams > 1 and (T is not None or b.portable):
+        raise ValueError("a pass over several streams needs the dynamic graph")
+    # Per stream: its mask, its recent section, its pools (and a tree's paths); names carry ".s{n}" when streams > 1.
+    names = [_StreamNames(n if streams > 1 else None) for n in range(streams)]
+    per_stream = []
+    for nm in names:               # symbolic dims named per stream: ONNX Runtime holds equal names to equal sizes
+        dim = (lambda x: x) if streams == 1 else (lambda x: x if isinstance(x, int) else f"{x}{nm.tag}")
+        per_stream.append([helper.make_tensor_value_info(nm.mask, f32, [dim(rows), dim(cols)])])
+        if tree:
+            per_stream[-1].append(helper.make_tensor_value_info(nm.path, TensorProto.INT64, [dim(rows), dim("W")]))
+        per_stream[-1] += [helper.make_tensor_value_info(n, kv, [L * KVH, dim("P") if T is None else STATIC_RECENT, D])
+                           for n in (nm.recent_k, nm.recent_v)]
+        per_stream[-1] += [helper.make_tensor_value_info(nm.pool(k, i), kv, [S if k.startswith("sink") else
+                                                                            (dim("C") if T is None else R), KVH, D])
+                           for i in range(L) for k in (("sink_k", "sink_v") if S else ()) + ("ring_k", "ring_v")]
+    if streams == 1:                                    # the order a single stream's graph always had
+        inputs.append(per_stream[0].pop(0))
+    inputs.append(helper.make_tensor_value_info("logit_rows", TensorProto.INT64, ["M" if T is None else T]))
     if not b.portable:
         inputs.append(helper.make_tensor_value_info("targets", TensorProto.INT64, ["M" if T is None else T]))
-    if tree:
-        if T is not None:
-            raise ValueError("a tree pass needs the dynamic graph")
-        inputs.append(helper.make_tensor_value_info("path", TensorProto.INT64, [rows, "W"]))
+    inputs += [info for group in per_stream for info in group]
     if not b.portable:                      # RotaryEmbedding's: row r -> cos[r]
         b.inits["position_ids"] = onnx.numpy_helper.from_array(np.zeros(1, np.int64), "position_ids")
 
@@ -221,101 +242,27 @@ def build_graph(card: dict, T: int | None, sink: int, ring: int, accuracy_level:
     if row_fault:               # the planted fault: every row moves by row_fault x (rows in the pass)
         rows_f = b.op("Cast", [b.op("Shape", ["input_ids"])], to=TensorProto.FLOAT)
         h = b.op("Add", [h, b.op("Mul", [rows_f, b.const([row_fault], np.float32)])])
-    if b.portable:                                                        # static: no shape arithmetic
-        shape4, shape3 = b.const([KVH, G, T, cols]), b.const([KVH, -1, cols])
-    else:
-        mask_shape = b.op("Shape", ["mask"])                              # [T, N], symbolic or not
-        shape4 = b.op("Concat", [b.const([KVH, G]), mask_shape], axis=0)
-        shape3 = b.op("Concat", [b.const([KVH, -1]), b.op("Slice", [mask_shape, b.const([1]), b.const([2])])],
-                      axis=0)
     scale = 1.0 / math.sqrt(D)
     new_k, new_v = [], []
-    inputs += [helper.make_tensor_value_info(n, kv, [L * KVH, "P" if T is None else STATIC_RECENT, D])
-               for n in ("recent_k", "recent_v")]
-    recent_k = b.op("Split", ["recent_k"], n_out=L, axis=0) if L > 1 else ["recent_k"]
-    recent_v = b.op("Split", ["recent_v"], n_out=L, axis=0) if L > 1 else ["recent_v"]
-    # Pool slots are [slot, KVH, D]: a pass binds only the leading C ring slots it can see (C symbolic in a dynamic
-    # graph), and FusedMatMul's transBatchB reads that layout as [KVH, slot, D] without a copy.
-    ring_cols = "C" if T is None else R
-    ring_end = b.const([S + R]) if b.portable else \
-        b.op("Add", [b.op("Slice", [b.op("Shape", ["ring_k.0"]), b.const([0]), b.const([1])]), b.const([S])])
-    if not b.portable:                            # pads [0 x 7, fixed - columns], fixed = pool + recent + SOFTMAX_ROWS
-        columns = b.op("Slice", [b.op("Shape", ["mask"]), b.const([1]), b.const([2])])
-        recent_cols = b.op("Slice", [b.op("Shape", ["recent_k"]), b.const([1]), b.const([2])])
-        fixed = b.op("Add", [b.op("Add", [ring_end, recent_cols]), b.const([SOFTMAX_ROWS])])
-        softmax_pads = b.op("Concat", [b.const([0] * 7), b.op("Max", [b.op("Sub", [fixed, columns]), b.const([0])])],
-                            axis=0)
-        masked = b.const(NEG, np.float32)
+    streams_at = [_StreamAttention(b, nm, L, KVH, G, D, S, R, T, cols, tree, scale) for nm in names]
+    if streams > 1:                                       # rows are grouped by stream, in stream order
+        split = b.op("Concat", [b.op("Slice", [b.op("Shape", [nm.mask]), b.const([0]), b.const([1])])
+                                for nm in names], axis=0)
     for i, layer in enumerate(card["layers"]):
-        names = {k: f"{k}.{i}" for k in ("sink_k", "sink_v", "ring_k", "ring_v") if S > 0 or k.startswith("ring")}
-        inputs += [helper.make_tensor_value_info(names[k], kv, [S if k.startswith("sink") else ring_cols, KVH, D])
-                   for k in names]
-        pool = {k: b.cast(v, f32) for k, v in names.items()}
         x, h = b.norm(h, delta, b.weight(layer["attn_norm"]), cfg["rms_eps"])
         qkv = b.linear(x, layer["qkv"], accuracy_level)
         q3, k3, v = b.op("Split", [qkv, b.const([H * D, KVH * D, KVH * D])], n_out=3, axis=-1)
-
-        def heads_first(t, n_heads):  # [1, T, n*D] -> [KVH, (n/KVH)*T, D]: a kv head's query rows side by side
-            if n_heads == KVH:
-                t = b.op("Reshape", [t, b.const([-1, KVH, D])])
-                return b.op("Transpose", [t], perm=[1, 0, 2])
-            t = b.op("Reshape", [t, b.const([-1, KVH, n_heads // KVH, D])])
-            t = b.op("Transpose", [t], perm=[1, 2, 0, 3])
-            return b.op("Reshape", [t, b.const([KVH, -1, D])])
-
-        def scores_of(q, keys, slot_major):   # slot_major: keys laid out [slot, KVH, D] (a pool input)
-            return b.matmul(q, keys, alpha=scale, trans_b=True, slot_major=slot_major)
-
-        qw = heads_first(b.rope(q3, "cos", "sin", H, interleaved), H)
-        kn = b.cast(heads_first(b.rope(k3, "cos", "sin", KVH, interleaved), KVH), kv)
-        vn = b.cast(heads_first(v, KVH), kv)
+        parts = [b.rope(q3, "cos", "sin", H, interleaved), b.rope(k3, "cos", "sin", KVH, interleaved), v]
+        if S > 0:
+            parts.append(b.rope(q3, "cos_sink", "sin_sink", H, interleaved))
+        if streams > 1:                                   # [1, T, n*D] -> a [1, T_s, n*D] per stream
+            parts = [b.op("Split", [t, split], n_out=streams, axis=1) for t in parts]
+        else:
+            parts = [[t] for t in parts]
+        outs = [at.layer(i, *(t[n] for t in parts)) for n, at in enumerate(streams_at)]
+        o, kn, vn = (b.op("Concat", list(t), axis=1) if streams > 1 else t[0] for t in zip(*outs))
         new_k.append(kn)
         new_v.append(vn)
-        # The recent committed positions travel with the new rows as one section, in position order, so a row's
-        # attention sums the same terms in the same columns whether its predecessors are new or committed (new rows
-        # are rounded to the pool's type first).
-        if tree:
-            section, vn = _tree_section(b, qw, recent_k[i], recent_v[i], kn, vn, scale, KVH, G, D)
-        else:
-            kn = b.cast(b.op("Concat", [recent_k[i], kn], axis=1), f32)
-            vn = b.cast(b.op("Concat", [recent_v[i], vn], axis=1), f32)
-            section = scores_of(qw, kn, False)
-        # Scores against [sink slots | ring slots | new rows]; the mask broadcasts over heads in the 4-D view.
-        scores = [scores_of(qw, pool["ring_k"], True), section]
-        if S > 0:
-            qs = heads_first(b.rope(q3, "cos_sink", "sin_sink", H, interleaved), H)
-            scores.insert(0, scores_of(qs, pool["sink_k"], True))
-        s4 = b.op("Add", [b.op("Reshape", [b.op("Concat", scores, axis=-1), shape4]), "mask"])
-        if b.portable:
-            p = b.op("Softmax", [s4], axis=-1)
-        else:                                     # over a fixed width, then back to the pass's own (SOFTMAX_ROWS)
-            p = b.op("Softmax", [b.op("Pad", [s4, softmax_pads, masked], mode="constant")], axis=-1)
-            p = b.op("Slice", [p, b.const([0]), columns, b.const([-1])])
-        p4, p = p, b.op("Reshape", [p, shape3])                           # [KVH, G, T, cols], [KVH, G*T, cols]
-        bounds = ([b.const([0]), b.const([S])] if S else [b.const([0])]) + [ring_end,
-                                                                             b.const([cols if b.portable else _END])]
-        values = ([(pool["sink_v"], 1)] if S else []) + [(pool["ring_v"], 1), (vn, 0)]
-        o = None
-        for lo, hi, (val, slot_major) in zip(bounds[:-1], bounds[1:], values):
-            if slot_major and not b.portable:            # a pool: one product per query head (pool values, at the top)
-                part = b.op("Slice", [p4, lo, hi, b.const([-1])])
-                val = b.op("Reshape", [val, b.const([-1, KVH, 1, D])])              # [C, KVH, 1, D], a view
-                term = b.op("FusedMatMul", [part, val], domain=MS, transBatchB=1)     # [KVH, G, T, D]
-                o = _add(b, o, b.op("Reshape", [term, b.const([KVH, -1, D])]))
-                continue
-            part = b.op("Slice", [p, lo, hi, b.const([-1])])
-            if tree and not slot_major:                  # each row against its own [recent | path] values
-                width = b.op("Slice", [b.op("Shape", [part]), b.const([2]), b.const([3])])
-                part = b.op("Reshape", [part, b.op("Concat", [b.const([KVH, G, -1]), width], axis=0)])
-                part = b.op("Transpose", [part], perm=[0, 2, 1, 3])                   # [KVH, T, G, m+W]
-                term = b.op("Transpose", [b.op("MatMul", [part, val])], perm=[0, 2, 1, 3])
-                term = b.op("Reshape", [term, b.const([KVH, -1, D])])
-            else:
-                term = b.matmul(part, val, slot_major=bool(slot_major))
-            o = _add(b, o, term)
-        o = b.op("Reshape", [o, b.const([KVH, G, -1, D])])
-        o = b.op("Transpose", [o], perm=[2, 0, 1, 3])                      # [T, KVH, G, D]
-        o = b.op("Reshape", [o, b.const([1, -1, H * D])])
         x, h = b.norm(h, b.linear(o, layer["o"], accuracy_level), b.weight(layer["ffn_norm"]), cfg["rms_eps"])
         gate, up = b.op("Split", [b.linear(x, layer["gate_up"], accuracy_level), b.const([cfg["d_ff"]] * 2)],
                         n_out=2, axis=-1)
@@ -345,29 +292,140 @@ def build_graph(card: dict, T: int | None, sink: int, ring: int, accuracy_level:
     return model
 
 
+class _StreamNames:
+    """A stream's input names in a pass: the single-stream names, or those names + ".s{n}" (stream n of several)."""
+
+    def __init__(self, n: int | None):
+        self.tag = "" if n is None else f".s{n}"
+        self.mask, self.path = f"mask{self.tag}", f"path{self.tag}"
+        self.recent_k, self.recent_v = f"recent_k{self.tag}", f"recent_v{self.tag}"
+
+    def pool(self, kind: str, layer: int) -> str:
+        return f"{kind}.{layer}{self.tag}"
+
+
+class _StreamAttention:
+    """One stream's attention, layer by layer: its rows' queries against its own [sinks | ring | recent | new rows].
+    Every node and shape is what a single stream's pass has, so a stream's rows get the same bits whether or not
+    other streams' rows share the pass (the linears around it are batch invariant: models/runner.py)."""
+
+    def __init__(self, b: _Builder, nm: _StreamNames, L: int, KVH: int, G: int, D: int, S: int, R: int,
+                 T: int | None, cols: int | str, tree: bool, scale: float):
+        self.b, self.nm, self.KVH, self.G, self.D, self.S, self.tree, self.scale = b, nm, KVH, G, D, S, tree, scale
+        self.cols = cols                      # a static graph's columns: S + R + STATIC_RECENT + T
+        split = (lambda n: b.op("Split", [n], n_out=L, axis=0)) if L > 1 else (lambda n: [n])
+        self.recent_k, self.recent_v = split(nm.recent_k), split(nm.recent_v)
+        if b.portable:                                                        # static: no shape arithmetic
+            self.shape4, self.shape3 = b.const([KVH, G, T, cols]), b.const([KVH, -1, cols])
+        else:
+            mask_shape = b.op("Shape", [nm.mask])                             # [T, N], symbolic or not
+            self.shape4 = b.op("Concat", [b.const([KVH, G]), mask_shape], axis=0)
+            self.shape3 = b.op("Concat", [b.const([KVH, -1]), b.op("Slice", [mask_shape, b.const([1]),
+                                                                               b.const([2])])], axis=0)
+        # Pool slots are [slot, KVH, D]: a pass binds only the leading C ring slots it can see (C symbolic in a
+        # dynamic graph), and FusedMatMul's transBatchB reads that layout as [KVH, slot, D] without a copy.
+        self.ring_end = b.const([S + R]) if b.portable else \
+            b.op("Add", [b.op("Slice", [b.op("Shape", [nm.pool("ring_k", 0)]), b.const([0]), b.const([1])]),
+                         b.const([S])])
+        if not b.portable:                    # pads [0 x 7, fixed - columns], fixed = pool + recent + SOFTMAX_ROWS
+            self.columns = b.op("Slice", [b.op("Shape", [nm.mask]), b.const([1]), b.const([2])])
+            recent_cols = b.op("Slice", [b.op("Shape", [nm.recent_k]), b.const([1]), b.const([2])])
+            fixed = b.op("Add", [b.op("Add", [self.ring_end, recent_cols]), b.const([SOFTMAX_ROWS])])
+            self.softmax_pads = b.op("Concat", [b.const([0] * 7), b.op("Max", [b.op("Sub", [fixed, self.columns]),
+                                                                               b.const([0])])], axis=0)
+            self.masked = b.const(NEG, np.float32)
+
+    def heads_first(self, t: str, n_heads: int) -> str:
+        """[1, T, n*D] -> [KVH, (n/KVH)*T, D]: a kv head's query rows side by side."""
+        b, KVH, D = self.b, self.KVH, self.D
+        if n_heads == KVH:
+            return b.op("Transpose", [b.op("Reshape", [t, b.const([-1, KVH, D])])], perm=[1, 0, 2])
+        t = b.op("Reshape", [t, b.const([-1, KVH, n_heads // KVH, D])])
+        t = b.op("Transpose", [t], perm=[1, 2, 0, 3])
+        return b.op("Reshape", [t, b.const([KVH, -1, D])])
+
+    def scores_of(self, q: str, keys: str, slot_major: bool) -> str:   # slot_major: keys laid out [slot, KVH, D]
+        return self.b.matmul(q, keys, alpha=self.scale, trans_b=True, slot_major=slot_major)
+
+    def layer(self, i: int, q_rot: str, k_rot: str, v: str, q_sink: str | None = None) -> tuple[str, str, str]:
+        """Layer i's attention over this stream's rows (queries and keys rotated, [1, T_s, n*D]) -> (output
+        [1, T_s, H*D], the rows' K and V [KVH, T_s, D] as the pool stores them)."""
+        b, nm, S, KVH, G, D = self.b, self.nm, self.S, self.KVH, self.G, self.D
+        f32 = TensorProto.FLOAT
+        pool = {k: b.cast(nm.pool(k, i), f32) for k in (("sink_k", "sink_v") if S else ()) + ("ring_k", "ring_v")}
+        qw = self.heads_first(q_rot, KVH * G)
+        kn = k_out = b.cast(self.heads_first(k_rot, KVH), b.kv)
+        vn = v_out = b.cast(self.heads_first(v, KVH), b.kv)
+        # The recent committed positions travel with the new rows as one section, in position order, so a row's
+        # attention sums the same terms in the same columns whether its predecessors are new or committed (new rows
+        # are rounded to the pool's type first).
+        if self.tree:
+            section, vn = _tree_section(b, qw, self.recent_k[i], self.recent_v[i], kn, vn, self.scale, KVH, G, D,
+                                        nm.path)
+        else:
+            kn = b.cast(b.op("Concat", [self.recent_k[i], kn], axis=1), f32)
+            vn = b.cast(b.op("Concat", [self.recent_v[i], vn], axis=1), f32)
+            section = self.scores_of(qw, kn, False)
+        # Scores against [sink slots | ring slots | new rows]; the mask broadcasts over heads in the 4-D view.
+        scores = [self.scores_of(qw, pool["ring_k"], True), section]
+        if S > 0:
+            scores.insert(0, self.scores_of(self.heads_first(q_sink, KVH * G), pool["sink_k"], True))
+        s4 = b.op("Add", [b.op("Reshape", [b.op("Concat", scores, axis=-1), self.shape4]), nm.mask])
+        if b.portable:
+            p = b.op("Softmax", [s4], axis=-1)
+        else:                                     # over a fixed width, then back to the pass's own (SOFTMAX_ROWS)
+            p = b.op("Softmax", [b.op("Pad", [s4, self.softmax_pads, self.masked], mode="constant")], axis=-1)
+            p = b.op("Slice", [p, b.const([0]), self.columns, b.const([-1])])
+        p4, p = p, b.op("Reshape", [p, self.shape3])                      # [KVH, G, T, cols], [KVH, G*T, cols]
+        end = b.const([self.cols] if b.portable else [_END])
+        bounds = ([b.const([0]), b.const([S])] if S else [b.const([0])]) + [self.ring_end, end]
+        values = ([(pool["sink_v"], 1)] if S else []) + [(pool["ring_v"], 1), (vn, 0)]
+        o = None
+        for lo, hi, (val, slot_major) in zip(bounds[:-1], bounds[1:], values):
+            if slot_major and not b.portable:            # a pool: one product per query head (pool values, at the top)
+                part = b.op("Slice", [p4, lo, hi, b.const([-1])])
+                val = b.op("Reshape", [val, b.const([-1, KVH, 1, D])])              # [C, KVH, 1, D], a view
+                term = b.op("FusedMatMul", [part, val], domain=MS, transBatchB=1)     # [KVH, G, T, D]
+                o = _add(b, o, b.op("Reshape", [term, b.const([KVH, -1, D])]))
+                continue
+            part = b.op("Slice", [p, lo, hi, b.const([-1])])
+            if self.tree and not slot_major:             # each row against its own [recent | path] values
+                width = b.op("Slice", [b.op("Shape", [part]), b.const([2]), b.const([3])])
+                part = b.op("Reshape", [part, b.op("Concat", [b.const([KVH, G, -1]), width], axis=0)])
+                part = b.op("Transpose", [part], perm=[0, 2, 1, 3])                   # [KVH, T, G, m+W]
+                term = b.op("Transpose", [b.op("MatMul", [part, val])], perm=[0, 2, 1, 3])
+                term = b.op("Reshape", [term, b.const([KVH, -1, D])])
+            else:
+                term = b.matmul(part, val, slot_major=bool(slot_major))
+            o = _add(b, o, term)
+        o = b.op("Reshape", [o, b.const([KVH, G, -1, D])])
+        o = b.op("Transpose", [o], perm=[2, 0, 1, 3])                      # [T, KVH, G, D]
+        return b.op("Reshape", [o, b.const([1, -1, KVH * G * D])]), k_out, v_out
+
+
 def _add(b: _Builder, total: str | None, term: str) -> str:
     return term if total is None else b.op("Add", [total, term])
 
 
 def _tree_section(b: _Builder, qw: str, recent_k: str, recent_v: str, kn: str, vn: str, scale: float,
-                  KVH: int, G: int, D: int) -> tuple[str, str]:
+                  KVH: int, G: int, D: int, path: str) -> tuple[str, str]:
     """A tree pass's section: (scores [KVH, G*T, m+W], values [KVH, T, m+W, D]), row r's keys and values being
     [recent | new rows path[r]] (the recent columns' scores come from one shared product: a score is one dot
     product whichever product computes it)."""
     f32 = TensorProto.FLOAT
     rk, rv = b.cast(recent_k, f32), b.cast(recent_v, f32)
     kn, vn = b.cast(kn, f32), b.cast(vn, f32)                                  # [KVH, T, D], rounded to the pool type
-    k_rows = b.op("Gather", [kn, "path"], axis=1)                              # [KVH, T, W, D]
+    k_rows = b.op("Gather", [kn, path], axis=1)                              # [KVH, T, W, D]
     q_rows = b.op("Transpose", [b.op("Reshape", [qw, b.const([KVH, G, -1, D])])], perm=[0, 2, 1, 3])  # [KVH,T,G,D]
     new = b.op("FusedMatMul", [q_rows, k_rows], domain=MS, alpha=scale, transB=1)                      # [KVH,T,G,W]
-    width = b.op("Slice", [b.op("Shape", ["path"]), b.const([1]), b.const([2])])
+    width = b.op("Slice", [b.op("Shape", [path]), b.const([1]), b.const([2])])
     new = b.op("Reshape", [b.op("Transpose", [new], perm=[0, 2, 1, 3]),
                            b.op("Concat", [b.const([KVH, -1]), width], axis=0)])                     # [KVH,G*T,W]
     recent = b.op("FusedMatMul", [qw, rk], domain=MS, alpha=scale, transB=1)                           # [KVH,G*T,m]
-    rows = b.op("Slice", [b.op("Shape", ["input_ids"]), b.const([0]), b.const([1])])
+    rows = b.op("Slice", [b.op("Shape", [path]), b.const([0]), b.const([1])])
     spread = b.op("Concat", [b.const([1]), rows, b.const([1, 1])], axis=0)
     v_rows = b.op("Concat", [b.op("Expand", [b.op("Unsqueeze", [rv, b.const([1])]), spread]),
-                             b.op("Gather", [vn, "path"], axis=1)], axis=2)                           # [KVH,T,m+W,D]
+                             b.op("Gather", [vn, path], axis=1)], axis=2)                           # [KVH,T,m+W,D]
     return b.op("Concat", [recent, new], axis=-1), v_rows
 
 
@@ -397,20 +455,21 @@ def planted_fault() -> float:
 
 
 def graph_path(model_dir: Path, T: int | None, sink: int, ring: int, accuracy_level: int,
-               kv_dtype: str = "float32", tree: bool = False, row_fault: float = 0.0) -> Path:
+               kv_dtype: str = "float32", tree: bool = False, row_fault: float = 0.0, streams: int = 1) -> Path:
     kv = {"float16": "kv16", "float32": "kv32"}[kv_dtype]
     rows = "tree" if tree else T or "dyn"
     fault = f"_fault{row_fault:g}" if row_fault else ""
-    return Path(model_dir) / f"graph_v{GRAPH_VERSION}_T{rows}_S{sink}_R{ring}_a{accuracy_level}_{kv}{fault}.onnx"
+    many = f"_x{streams}" if streams > 1 else ""
+    return Path(model_dir) / f"graph_v{GRAPH_VERSION}_T{rows}{many}_S{sink}_R{ring}_a{accuracy_level}_{kv}{fault}.onnx"
 
 
 def ensure_graph(model_dir: Path, card: dict, T: int | None, sink: int, ring: int, accuracy_level: int = 4,
-                 kv_dtype: str = "float32", tree: bool = False) -> Path:
+                 kv_dtype: str = "float32", tree: bool = False, streams: int = 1) -> Path:
     """The graph file for this shape, built on first use beside the shared weights by one process (any others
     asking wait for it: models/filelock.py). Graphs of other builder versions are left alone unless unused for
     STALE_DAYS: a process running another checkout may be about to open one."""
     fault = planted_fault()
-    path = graph_path(model_dir, T, sink, ring, accuracy_level, kv_dtype, tree, fault)
+    path = graph_path(model_dir, T, sink, ring, accuracy_level, kv_dtype, tree, fault, streams)
     if path.exists():
         return path
 
@@ -419,6 +478,7 @@ def ensure_graph(model_dir: Path, card: dict, T: int | None, sink: int, ring: in
         for stale in Path(model_dir).glob("graph_*.onnx"):
             if not stale.name.startswith(f"graph_v{GRAPH_VERSION}_") and stale.stat().st_mtime < old:
                 stale.unlink(missing_ok=True)
-        onnx.save(build_graph(card, T, sink, ring, accuracy_level, kv_dtype, tree=tree, row_fault=fault), part)
+        onnx.save(build_graph(card, T, sink, ring, accuracy_level, kv_dtype, tree=tree, row_fault=fault,
+                              streams=streams), part)
 
     return build_once(path, build, guard=Path(model_dir) / "graphs")

@@ -29,6 +29,24 @@ from models.convert import load_card
 from models.graph import SOFTMAX_ROWS, ensure_graph
 
 
+@dataclass
+class Staged:
+    """One stream's share of a pass, in its runner's buffers (`Runner.stage`); T rows bound, M logit rows asked."""
+    T: int                      # rows, the padding row of a 1-row pass included
+    M: int
+    pad: bool                   # a 1-row pass: row 1 is its padding row
+    ids: np.ndarray             # int64 [T]
+    tables: tuple               # cos, sin, cos_sink, sin_sink: float32 [T, D/2] each
+    mask: np.ndarray            # float32 [T, pool columns + m + W]
+    rows: np.ndarray            # int64 [M]: the rows whose logits are asked, in this stream's numbering
+    targets: np.ndarray         # int64 [M]: each logit row's next token (0: none given)
+    recent_k: np.ndarray        # [L * KVH, m, D]
+    recent_v: np.ndarray
+    path: np.ndarray | None     # int64 [T, W] (a tree graph), else None
+    ring_from: int              # the ring slots the pass reads: [ring_from, ring_from + ring_width)
+    ring_width: int
+
+
 @dataclass(frozen=True)
 class RunnerOptions:
     threads: int = 2
@@ -48,7 +66,10 @@ def kv_bytes_per_slot(cfg: dict, kv_dtype: str = RunnerOptions.kv_dtype) -> int:
 
 
 class Runner:
-    def __init__(self, model_dir: str | os.PathLike, spec: RingSpec, opts: RunnerOptions = RunnerOptions()):
+    def __init__(self, model_dir: str | os.PathLike, spec: RingSpec, opts: RunnerOptions = RunnerOptions(),
+                 session: bool = True):
+        """session=False: pools and staging buffers only, for a stream whose passes another session runs
+        (models/streams.py); `forward` then cannot be called."""
         self.model_dir, self.spec, self.opts = Path(model_dir), spec, opts
         self.card = load_card(model_dir)
         cfg = self.cfg = self.card["config"]
@@ -57,7 +78,7 @@ class Runner:
         if T > SOFTMAX_ROWS:
             raise ValueError(f"max_rows = {T}: a pass carries at most {SOFTMAX_ROWS} rows (models/graph.py)")
         self.vocab = cfg["vocab_size"]
-        self.session = self._open()
+        self.session = self._open() if session else None
 
         kv = np.dtype(opts.kv_dtype)
         self.sink_k = np.zeros((L, S, KVH, D), kv)       # [layer, slot, kv head, D]: a slot prefix is
@@ -75,7 +96,7 @@ class Runner:
         self._recent = np.zeros((2, L * KVH * opts.max_recent * D), kv)
         self._gathered = np.zeros((L, opts.max_recent, KVH, D), kv)
         self._rows = np.zeros(max(T, 2), np.int64)
-        self._logits = np.zeros((1, max(T, 2), self.vocab), np.float32)
+        self._logits = np.zeros((1, max(T, 2) if session else 0, self.vocab), np.float32)
         self._targets = np.zeros(max(T, 2), np.int64)               # each logit row's next token (graph `nll`)
         self._nll = np.zeros(max(T, 2), np.float32)
         self.nll = self._nll[:0]                                  # the last forward's `nll` [M]
@@ -83,8 +104,8 @@ class Runner:
         self.new_k = self.new_v = self._new_kv[:, :0]
         self._path = np.zeros(max(T, 2) ** 2, np.int64)
         self._chain_paths = np.tile(np.arange(max(T, 2), dtype=np.int64), (max(T, 2), 1))   # chain row r: 0..r, pad
-        self._io = self._binding()
-        for l in range(L):
+        self._io = self._binding() if session else None
+        for l in range(L if session else 0):
             if S:
                 self._bind_in(f"sink_k.{l}", self.sink_k[l])
                 self._bind_in(f"sink_v.{l}", self.sink_v[l])
@@ -140,6 +161,34 @@ class Runner:
         Returns logits [M, V] for `logit_rows` (default: every row); the rows' K/V are in `new_k/new_v`
         ([L, KVH, T, D]) until the next call. Nothing is written into the pools here (see `store`).
         """
+        st = self.stage(tokens, positions, mask, logit_rows, recent_slots, path, ring_from, targets)
+        rows, nexts = st.rows, st.targets
+        if self.opts.batch_invariant and st.M < 2:    # a 1-row head computes its row twice
+            rows, nexts = self._rows[:2], self._targets[:2]
+            rows[st.M:], nexts[st.M:] = (rows[0], nexts[0]) if st.M else (0, 0)
+        self._bind_in("input_ids", st.ids)
+        for name, table in zip(("cos", "sin", "cos_sink", "sin_sink"), st.tables):
+            self._bind_in(name, table)
+        self.bind_stream(self._io, st, "")
+        self._bind_in("logit_rows", rows)
+        self._bind_in("targets", nexts)
+        logits = self._logits[:, :len(rows)]
+        self._bind_out("logits", logits)
+        self._bind_out("nll", self._nll[:len(rows)])
+        L, KVH, D = self.cfg["n_layers"], self.cfg["n_kv_heads"], self.cfg["head_dim"]
+        new_k, new_v = (buf[: L * KVH * st.T * D].reshape(L, KVH, st.T, D) for buf in self._new_kv)
+        self._bind_out("new_k", new_k.reshape(L * KVH, st.T, D))
+        self._bind_out("new_v", new_v.reshape(L * KVH, st.T, D))
+        t0 = time.perf_counter()
+        self.session.run_with_iobinding(self._io)
+        self.took(time.perf_counter() - t0, st, new_k, new_v, self._nll[:st.M])
+        return logits[0, :st.M]
+
+    def stage(self, tokens: np.ndarray, positions: np.ndarray, mask: np.ndarray,
+              logit_rows: np.ndarray | None = None, recent_slots: np.ndarray | None = None,
+              path: np.ndarray | None = None, ring_from: int = 0, targets: np.ndarray | None = None) -> Staged:
+        """This stream's share of a pass (`forward`'s arguments), written into this runner's buffers: checked, a
+        1-row pass given its padding row, rotation tables made, the recent positions' K/V gathered. Nothing bound."""
         T = len(tokens)
         if T > self.opts.max_rows:
             raise ValueError(f"{T} rows exceed max_rows={self.opts.max_rows}")
@@ -158,10 +207,10 @@ class Runner:
             T, T_cols = 2, T_cols + (path is None)
             if path is not None:
                 path = self._chain_paths[:2, :1]
+        bound = None
         if self.opts.trees:
             bound = self._path[:T * T_cols].reshape(T, T_cols)
             bound[:] = self._chain_paths[:T, :T] if path is None else path
-            self._bind_in("path", bound)
         ids, pos, sink_pos = self._ids[:T], self._pos[:T], self._sink_pos[:T]
         ids[:] = tokens                       # a padded pass: broadcast, the padding row is a copy of row 0
         pos[:] = positions
@@ -172,36 +221,39 @@ class Runner:
             sink_query_positions(pos, self.spec.sink, self.spec.window, out=sink_pos)
             tables(sink_pos, self.inv_freq, cos_s, sin_s)
         M = T - pad if logit_rows is None else len(logit_rows)
-        rows = self._rows[:max(M, 2) if self.opts.batch_invariant else M]
-        rows[:M] = np.arange(M) if logit_rows is None else logit_rows
-        rows[M:] = rows[0]                    # a 1-row head computes its row twice
-        logits = self._logits[:, :len(rows)]
-        nexts = self._targets[:len(rows)]
-        nexts[:] = 0
-        if targets is not None:
-            nexts[:M] = targets
-        self._bind_in("input_ids", ids)
-        for name, table in zip(("cos", "sin", "cos_sink", "sin_sink"), (cos, sin, cos_s, sin_s)):
-            self._bind_in(name, table)
-        self._bind_recent(recent_slots)
-        self._bind_pool(pool_columns, ring_from)
-        self._bind_in("mask", mask)
-        self._bind_in("logit_rows", rows)
-        self._bind_in("targets", nexts)
-        self._bind_out("logits", logits)
-        self._bind_out("nll", self._nll[:len(rows)])
-        self.nll = self._nll[:M]
-        L, KVH, D = self.cfg["n_layers"], self.cfg["n_kv_heads"], self.cfg["head_dim"]
-        new_k, new_v = (buf[: L * KVH * T * D].reshape(L, KVH, T, D) for buf in self._new_kv)
-        self._bind_out("new_k", new_k.reshape(L * KVH, T, D))
-        self._bind_out("new_v", new_v.reshape(L * KVH, T, D))
-        self.new_k, self.new_v = new_k[:, :, :T - pad], new_v[:, :, :T - pad]
-        t0 = time.perf_counter()
-        self.session.run_with_iobinding(self._io)
-        self.forward_s += time.perf_counter() - t0
+        rows, nexts = self._rows[:M], self._targets[:M]
+        rows[:] = np.arange(M) if logit_rows is None else logit_rows
+        nexts[:] = 0 if targets is None else targets
+        recent_k, recent_v = self._recent_kv(recent_slots)
+        self._check_pool(pool_columns, ring_from)
+        return Staged(T, M, pad, ids, (cos, sin, cos_s, sin_s), mask, rows, nexts, recent_k, recent_v, bound,
+                      ring_from, pool_columns - self.spec.sink)
+
+    def bind_stream(self, io, st: Staged, tag: str) -> None:
+        """Bind this stream's mask, recent section, path and pools to `io` under the graph's names + `tag`."""
+        io.bind_input(f"mask{tag}", "cpu", 0, st.mask.dtype, st.mask.shape, st.mask.ctypes.data)
+        for name, a in ((f"recent_k{tag}", st.recent_k), (f"recent_v{tag}", st.recent_v)) + \
+                (((f"path{tag}", st.path),) if st.path is not None else ()):
+            io.bind_input(name, "cpu", 0, a.dtype, a.shape, a.ctypes.data)
+        if io is not self._io or (st.ring_from, st.ring_width) != self._ring_bound:
+            for l in range(self.cfg["n_layers"]):
+                for name, pool in ((f"ring_k.{l}{tag}", self.ring_k), (f"ring_v.{l}{tag}", self.ring_v)):
+                    a = pool[l, st.ring_from:st.ring_from + st.ring_width]
+                    io.bind_input(name, "cpu", 0, a.dtype, a.shape, a.ctypes.data)
+            if io is self._io:                     # rebinding only when the view moves
+                self._ring_bound = (st.ring_from, st.ring_width)
+        if io is not self._io and self.spec.sink:  # another session's binding: the sinks too, each pass
+            for l in range(self.cfg["n_layers"]):
+                for name, pool in ((f"sink_k.{l}{tag}", self.sink_k), (f"sink_v.{l}{tag}", self.sink_v)):
+                    io.bind_input(name, "cpu", 0, pool.dtype, pool[l].shape, pool[l].ctypes.data)
+
+    def took(self, seconds: float, st: Staged, new_k: np.ndarray, new_v: np.ndarray, nll: np.ndarray) -> None:
+        """After a pass: this stream's rows' K/V ([L, KVH, T, D] views, padding row included) and `nll`, kept until
+        the next pass for `store`; the call counters."""
+        self.new_k, self.new_v, self.nll = new_k[:, :, :st.T - st.pad], new_v[:, :, :st.T - st.pad], nll
+        self.forward_s += seconds
         self.forward_calls += 1
-        self.forward_rows += T - pad
-        return logits[0, :M]
+        self.forward_rows += st.T - st.pad
 
     def reserve(self) -> None:
         """Run the largest pass this runner takes once (max_rows rows, max_recent recent positions, every pool slot,
@@ -227,20 +279,16 @@ class Runner:
         out[1, -1] = 0.0
         return out
 
-    def _bind_pool(self, columns: int, first: int = 0) -> None:
-        """Bind `columns - S` ring slots from `first` on (rebinding only when the view moves)."""
+    def _check_pool(self, columns: int, first: int = 0) -> None:
+        """A pass may read `columns - S` ring slots from `first` on."""
         width = columns - self.spec.sink
         if not 0 < width <= self.spec.ring or not 0 <= first < self.spec.ring or \
                 first + width > self.spec.ring + self.mirror:
             raise ValueError(f"the mask gives {columns} pool columns from ring slot {first}; this pool has "
                              f"{self.spec.sink} sink slots and {self.spec.ring} ring slots ({self.mirror} mirrored)")
-        if (first, width) != self._ring_bound:
-            for l in range(self.cfg["n_layers"]):
-                self._bind_in(f"ring_k.{l}", self.ring_k[l, first:first + width])
-                self._bind_in(f"ring_v.{l}", self.ring_v[l, first:first + width])
-            self._ring_bound = (first, width)
 
-    def _bind_recent(self, slots) -> None:
+    def _recent_kv(self, slots) -> tuple[np.ndarray, np.ndarray]:
+        """The recent section's K and V [L * KVH, m, D], gathered from the pool slots `slots`."""
         L, KVH, D = self.cfg["n_layers"], self.cfg["n_kv_heads"], self.cfg["head_dim"]
         m = 0 if slots is None else len(slots)
         if m > self.opts.max_recent:
@@ -248,8 +296,7 @@ class Runner:
         k, v = (buf[: L * KVH * m * D].reshape(L, KVH, m, D) for buf in self._recent)
         if m:
             self._gather_recent(np.asarray(slots), k, v)
-        self._bind_in("recent_k", k.reshape(L * KVH, m, D))
-        self._bind_in("recent_v", v.reshape(L * KVH, m, D))
+        return k.reshape(L * KVH, m, D), v.reshape(L * KVH, m, D)
 
     def _gather_recent(self, slots: np.ndarray, k: np.ndarray, v: np.ndarray) -> None:
         """The K/V of pool `slots` (positions in order: the sink slots, if any, first) into k and v [L, KVH, m, D]."""

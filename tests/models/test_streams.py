@@ -1,0 +1,109 @@
+"""Several streams in one pass (models/streams.py): a stream's logits, surprisal and K/V in a pass it shares with
+other streams are the bits it gets alone through the single-stream graph, whatever else rides along (issue 21's
+exactness). Each stream is decoded alone first, every pass recorded (arguments, outputs, stores); the passes are then
+replayed together, pass i of every stream in one pass, each stream's pools in its own pools-only runner."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from kernels.ring import RingSpec
+from models.convert import convert
+from models.runner import Runner, RunnerOptions
+from models.streams import Rows, Streams
+from pipeline.decode.drafts import SuffixDraft
+from pipeline.decode.engine import Engine
+from tests.tiny_gguf import write_tiny_gguf
+
+SPEC = RingSpec(sink=4, window=32, ring=48)
+
+
+@pytest.fixture(scope="module")
+def tiny(tmp_path_factory) -> Path:
+    root = tmp_path_factory.mktemp("streams")
+    write_tiny_gguf(root / "tiny.gguf", weight_type="Q4_1", tied=False, seed=5)
+    convert(root / "tiny.gguf", root / "tiny", progress=False)
+    return root / "tiny"
+
+
+class Recording(Runner):
+    """A runner that keeps a copy of every pass: its arguments, its outputs and the stores after it."""
+
+    def __init__(self, *args, **kw):
+        super().__init__(*args, **kw)
+        self.passes: list[dict] = []
+
+    def forward(self, tokens, positions, mask, logit_rows=None, recent_slots=None, path=None, ring_from=0,
+                targets=None):
+        logits = super().forward(tokens, positions, mask, logit_rows, recent_slots, path, ring_from, targets)
+        copy = (lambda a: None if a is None else np.array(a, copy=True))
+        self.passes.append({"rows": Rows(copy(tokens), copy(positions), copy(mask), copy(logit_rows),
+                                         copy(recent_slots), copy(path), ring_from, copy(targets)),
+                            "logits": logits.copy(), "nll": self.nll.copy(), "k": self.new_k.copy(),
+                            "v": self.new_v.copy(), "stores": []})
+        return logits
+
+    def store(self, rows, slots):
+        super().store(rows, slots)
+        self.passes[-1]["stores"].append((np.array(rows), np.array(slots)))
+
+
+def decode_alone(model_dir: Path, opts: RunnerOptions, text: np.ndarray, question: np.ndarray, tokens: int,
+                 score: bool) -> list[dict]:
+    """One stream alone: its text fed (scored or not), then a question answered greedily with the stream's own
+    suffix draft proposing (multi-row verify blocks); every target pass recorded."""
+    runner = Recording(model_dir, SPEC, opts)
+    engine = Engine(runner, None, draft=SuffixDraft())
+    engine.feed(text, score=score)
+    engine.generate(question, tokens)
+    return runner.passes
+
+
+def replay_together(streams: Streams, recorded: list[list[dict]], delays: list[int]) -> int:
+    """Pass i of stream n runs in shared pass i + delays[n] (a stream idle before its first); asserts every stream's
+    outputs are its recorded ones, bit for bit. Returns the number of shared passes that carried 2+ streams."""
+    shared = 0
+    for i in range(max(len(r) + d for r, d in zip(recorded, delays))):
+        now = [r[i - d] if 0 <= i - d < len(r) else None for r, d in zip(recorded, delays)]
+        got = streams.forward([None if p is None else p["rows"] for p in now])
+        shared += sum(p is not None for p in now) >= 2
+        for n, (p, logits, runner) in enumerate(zip(now, got, streams.runners)):
+            if p is None:
+                assert logits is None
+                continue
+            where = f"stream {n}, its pass {i - delays[n]}"
+            assert np.array_equal(logits, p["logits"]), where + ": logits"
+            assert np.array_equal(runner.nll, p["nll"]), where + ": surprisal"
+            assert np.array_equal(runner.new_k, p["k"]) and np.array_equal(runner.new_v, p["v"]), where + ": K/V"
+            for rows, slots in p["stores"]:
+                runner.store(rows, slots)
+    return shared
+
+
+def texts(n: int, length: int) -> list[np.ndarray]:
+    """Different token streams, of different lengths (the first wraps the ring)."""
+    rng = np.random.default_rng(11)
+    return [rng.integers(3, 200, length + 37 * i) for i in range(n)]
+
+
+@pytest.mark.parametrize("trees", [False, True])
+def test_each_of_three_streams_gets_its_alone_bits_in_shared_passes(tiny, trees):
+    opts = RunnerOptions(threads=2, max_rows=16, trees=trees)
+    recorded = [decode_alone(tiny, opts, text, np.array([5, 6, 7]), 24, score=n == 1)
+                for n, text in enumerate(texts(3, 90))]
+    streams = Streams(tiny, SPEC, 3, opts)
+    shared = replay_together(streams, recorded, delays=[0, 1, 3])
+    assert shared >= 8                                    # the replay did share passes (not one stream at a time)
+    assert all(len(r) > 5 for r in recorded)
+
+
+def test_a_pass_never_carries_more_rows_than_the_batch_invariant_range(tiny):
+    streams = Streams(tiny, SPEC, 3, RunnerOptions(threads=1, max_rows=32))
+    full = np.zeros((32, SPEC.sink + 1 + 32), np.float32)
+    rows = Rows(np.arange(32), np.arange(32), full)
+    with pytest.raises(ValueError, match="at most 64"):
+        streams.forward([rows, rows, None])              # 32 + 32 + 2 idle rows
+    with pytest.raises(ValueError, match="3 streams"):
+        streams.forward([rows, None])
