@@ -11,6 +11,7 @@ import pytest
 
 from kernels.ring import RingSpec
 from models.convert import convert
+from models.graph import SOFTMAX_ROWS
 from models.runner import Runner, RunnerOptions
 from models.streams import Rows, Streams
 from pipeline.decode.drafts import SuffixDraft
@@ -62,23 +63,32 @@ def decode_alone(model_dir: Path, opts: RunnerOptions, text: np.ndarray, questio
 
 
 def replay_together(streams: Streams, recorded: list[list[dict]], delays: list[int]) -> int:
-    """Pass i of stream n runs in shared pass i + delays[n] (a stream idle before its first); asserts every stream's
-    outputs are its recorded ones, bit for bit. Returns the number of shared passes that carried 2+ streams."""
-    shared = 0
-    for i in range(max(len(r) + d for r, d in zip(recorded, delays))):
-        now = [r[i - d] if 0 <= i - d < len(r) else None for r, d in zip(recorded, delays)]
+    """Replays every stream's passes in shared passes: stream n joins at shared pass delays[n], and each shared pass
+    takes the next pass of every waiting stream while the rows fit (SOFTMAX_ROWS, an idle stream counting 2; the
+    first stream asked turns round). Asserts every stream's outputs are its recorded ones, bit for bit. Returns the
+    number of shared passes that carried two or more streams."""
+    n_streams, done, shared, i = len(recorded), [0] * len(recorded), 0, 0
+    rows = (lambda p: max(len(p["rows"].tokens), 2))
+    while any(d < len(r) for d, r in zip(done, recorded)):
+        now, budget = [None] * n_streams, SOFTMAX_ROWS - 2 * n_streams
+        for n in ((i + k) % n_streams for k in range(n_streams)):
+            if i >= delays[n] and done[n] < len(recorded[n]) and rows(recorded[n][done[n]]) - 2 <= budget:
+                now[n] = recorded[n][done[n]]
+                budget -= rows(now[n]) - 2
         got = streams.forward([None if p is None else p["rows"] for p in now])
         shared += sum(p is not None for p in now) >= 2
         for n, (p, logits, runner) in enumerate(zip(now, got, streams.runners)):
             if p is None:
                 assert logits is None
                 continue
-            where = f"stream {n}, its pass {i - delays[n]}"
+            where = f"stream {n}, its pass {done[n]}"
             assert np.array_equal(logits, p["logits"]), where + ": logits"
             assert np.array_equal(runner.nll, p["nll"]), where + ": surprisal"
             assert np.array_equal(runner.new_k, p["k"]) and np.array_equal(runner.new_v, p["v"]), where + ": K/V"
-            for rows, slots in p["stores"]:
-                runner.store(rows, slots)
+            for stored_rows, slots in p["stores"]:
+                runner.store(stored_rows, slots)
+            done[n] += 1
+        i += 1
     return shared
 
 
@@ -107,3 +117,30 @@ def test_a_pass_never_carries_more_rows_than_the_batch_invariant_range(tiny):
         streams.forward([rows, rows, None])              # 32 + 32 + 2 idle rows
     with pytest.raises(ValueError, match="3 streams"):
         streams.forward([rows, None])
+
+
+LOGS = ("tep_alarms/filter/text_alarms_filter_2.csv", "loghub/BGL_2k.log", "loghub/Zookeeper_2k.log")
+
+
+def test_three_logs_on_the_real_model_get_their_alone_bits_in_shared_passes(default_gguf, monkeypatch):
+    """The default profile (its draft proposing, so verify blocks of several rows), three different logs, each fed
+    and then asked a question alone, then replayed together."""
+    import pipeline.decode.assemble as assemble
+    from models.tokenizer import Tokenizer
+    from pipeline import config
+    from tests.paths import SHARED
+
+    monkeypatch.setattr(assemble, "Runner", Recording)
+    tok = Tokenizer.from_gguf(default_gguf)
+    question = tok.encode("\nQuestion: what is the latest alarm?\nAnswer:")
+    recorded, cfg = [], config.parse({})
+    for log in LOGS:
+        engine = assemble.make_engine(cfg, check_rows=False)
+        lines = (SHARED / "data" / log).read_text(errors="replace").splitlines()[1:40]
+        engine.feed(tok.encode("\n".join(lines))[:500])
+        engine.generate(question, 24)
+        recorded.append(engine.runner.passes)
+    runner = engine.runner
+    streams = Streams(runner.model_dir, runner.spec, 3, runner.opts)
+    shared = replay_together(streams, recorded, delays=[0, 2, 5])
+    assert shared >= 10
