@@ -120,3 +120,21 @@ class Streams:
             runner.took(took, st, new_k[:, :, t:t + st.T], new_v[:, :, t:t + st.T], self._nll[m:m + st.M])
             out.append(logits[0, m:m + st.M])
         return out
+
+    def run(self, passes: list) -> list:
+        """Pass coroutines, one per stream (None: idle), each yielding its `Rows` once and returning its result
+        (pipeline/decode/local.py `prefill_pass`, `verify_pass`), run as one pass; returns their results."""
+        logits = self.forward([None if c is None else next(c) for c in passes])
+        results = []
+        for c, got in zip(passes, logits):
+            if c is None:
+                results.append(None)
+                continue
+            try:
+                c.send(got)
+            except StopIteration as done:
+                results.append(done.value)
+            else:
+                raise RuntimeError("a pass coroutine asked for a second pass")
+        return results
+

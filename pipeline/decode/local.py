@@ -12,6 +12,7 @@ import numpy as np
 
 from kernels.ring import slot_of
 from kernels.sampling import SamplingParams, sample, target_probs
+from models.streams import Rows
 from pipeline.decode.blocks import Block, judge
 from pipeline.decode.drafts import NoDraft
 from pipeline.decode.rules import constrain_rows
@@ -46,6 +47,13 @@ class LocalVerifier:
                 all_logits: bool = False, recent=None, ring_from: int = 0, rule_state: str | None = None) -> Prefilled:
         """Run a pass of committed text and store every row's K/V at `slots`; `recent`: the positions of its recent
         section (pipeline/decode/step.py `feed`); rule_state: the answer's rule state for the picked token."""
+        return self.drive(self.prefill_pass(ids, pos, mask, slots, pick, score, all_logits, recent, ring_from,
+                                            rule_state))
+
+    def prefill_pass(self, ids, pos, mask, slots, pick: SamplingParams | None = None, score: bool = False,
+                     all_logits: bool = False, recent=None, ring_from: int = 0, rule_state: str | None = None):
+        """`prefill` as a pass coroutine: yields the pass's `Rows`, is sent its logits, returns the `Prefilled`
+        (`drive` runs it on this verifier's runner; a batch of streams runs several in one pass: actors/target.py)."""
         T = len(ids)
         self._last_row[0] = T - 1
         self._overwritten(pos[0])
@@ -55,7 +63,7 @@ class LocalVerifier:
             rows = self._scored_rows(ids)
             targets = self._targets[:len(rows)]
             np.take(ids, np.minimum(rows + 1, T - 1), out=targets)
-        logits = self.runner.forward(ids, pos, mask, rows, recent_slots=recent, ring_from=ring_from, targets=targets)
+        logits = yield Rows(ids, pos, mask, rows, recent_slots=recent, ring_from=ring_from, targets=targets)
         self.runner.store(np.arange(T), slots)
         got = Prefilled(logits=logits)
         if score:
@@ -71,20 +79,35 @@ class LocalVerifier:
             got.next = self._pick(logits[-1], pick)
         return got
 
+    def drive(self, steps):
+        """Run a pass coroutine (`prefill_pass`, `verify_pass`, `run_pass`) on this verifier's own runner."""
+        try:
+            rows = next(steps)
+            while True:
+                rows = steps.send(self.runner.forward(**vars(rows)))
+        except StopIteration as done:
+            return done.value
+
     def run(self, blk: Block, mask: np.ndarray, targets: np.ndarray | None = None) -> np.ndarray:
         """The block's forward pass: logits [N+1, V] (its K/V in the runner's new_k/new_v until the next pass;
         with targets, each row's surprisal of its target in the runner's `nll`)."""
+        return self.drive(self.run_pass(blk, mask, targets))
+
+    def run_pass(self, blk: Block, mask: np.ndarray, targets: np.ndarray | None = None):
         recent = slot_of(blk.recent, self.spec.sink, self.spec.ring)
-        return self.runner.forward(blk.tokens, blk.pos, mask, path=blk.path,
-                                   recent_slots=recent if len(recent) else None, ring_from=blk.ring_from,
-                                   targets=targets)
+        return (yield Rows(blk.tokens, blk.pos, mask, path=blk.path, recent_slots=recent if len(recent) else None,
+                           ring_from=blk.ring_from, targets=targets))
 
     def verify(self, blk: Block, mask: np.ndarray, params: SamplingParams, rule_state: str | None = None) -> Verified:
         """Run the block, judge it (against the constrained target when a rule is set and `rule_state` given: the
         state before the pending token), store the committed rows' K/V at the block's slots."""
+        return self.drive(self.verify_pass(blk, mask, params, rule_state))
+
+    def verify_pass(self, blk: Block, mask: np.ndarray, params: SamplingParams, rule_state: str | None = None):
+        """`verify` as a pass coroutine (see `prefill_pass`)."""
         t0, f0 = time.perf_counter(), self.runner.forward_s
         self._overwritten(int(blk.pos.min()))
-        logits = self.run(blk, mask)
+        logits = yield from self.run_pass(blk, mask)
         rows, nxt = judge(logits, blk, params, self._probs, self.rng, self.rule, rule_state)
         self.runner.store(rows, blk.slots[:len(rows)])
         return Verified(rows, nxt, t0, time.perf_counter(), self.runner.forward_s - f0)

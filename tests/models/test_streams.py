@@ -4,18 +4,22 @@ exactness). Each stream is decoded alone first, every pass recorded (arguments, 
 replayed together, pass i of every stream in one pass, each stream's pools in its own pools-only runner."""
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
 import numpy as np
 import pytest
 
 from kernels.ring import RingSpec
+from kernels.sampling import SamplingParams
 from models.convert import convert
 from models.graph import SOFTMAX_ROWS
 from models.runner import Runner, RunnerOptions
 from models.streams import Rows, Streams
+from pipeline.decode.blocks import Block
 from pipeline.decode.drafts import SuffixDraft
 from pipeline.decode.engine import Engine
+from pipeline.decode.local import LocalVerifier
 from tests.tiny_gguf import write_tiny_gguf
 
 SPEC = RingSpec(sink=4, window=32, ring=48)
@@ -144,3 +148,69 @@ def test_three_logs_on_the_real_model_get_their_alone_bits_in_shared_passes(defa
     streams = Streams(runner.model_dir, runner.spec, 3, runner.opts)
     shared = replay_together(streams, recorded, delays=[0, 2, 5])
     assert shared >= 10
+
+
+class RecordingVerifier(LocalVerifier):
+    """The serial engine's verifier, keeping every call (arguments copied) and its result."""
+
+    def __init__(self, *args, **kw):
+        super().__init__(*args, **kw)
+        self.calls: list[tuple[str, tuple, dict, object]] = []
+
+    def prefill(self, *args, **kw):
+        got = super().prefill(*args, **kw)
+        self.calls.append(("prefill_pass", _copied(args), _copied(kw), dataclasses.replace(
+            got, nll=_copied(got.nll), logits=_copied(got.logits))))
+        return got
+
+    def verify(self, *args, **kw):
+        got = super().verify(*args, **kw)
+        self.calls.append(("verify_pass", _copied(args), _copied(kw), dataclasses.replace(got, rows=got.rows.copy())))
+        return got
+
+
+def _copied(x):
+    if isinstance(x, np.ndarray):
+        return x.copy()
+    if isinstance(x, tuple):
+        return tuple(_copied(a) for a in x)
+    if isinstance(x, dict):
+        return {k: _copied(v) for k, v in x.items()}
+    if isinstance(x, Block):
+        return Block(*(_copied(getattr(x, f.name)) for f in dataclasses.fields(x)))
+    return x
+
+
+def test_three_streams_verifiers_judge_and_pick_in_shared_passes_as_alone(tiny):
+    """What the target actor does with several streams: each stream's verifier (its own sampler) runs its prefill
+    and verify passes as coroutines, several streams' in one pass (`Streams.run`); the verdicts, picks and
+    surprisal are the ones each stream got alone, sampling included."""
+    opts = RunnerOptions(threads=2, max_rows=16)
+    params = SamplingParams(temperature=0.9, top_k=40, seed=4)
+    recorded = []
+    for n, text in enumerate(texts(3, 70)):
+        engine = Engine(Runner(tiny, SPEC, opts), None, draft=SuffixDraft(), seed=n)
+        engine.verifier = RecordingVerifier(engine.runner, n)        # as built, recording
+        engine.feed(text, score=n != 1)
+        engine.generate(np.array([5, 6, 7]), 20, params)
+        recorded.append(engine.verifier.calls)
+    streams = Streams(tiny, SPEC, 3, opts)
+    verifiers = [LocalVerifier(runner, n) for n, runner in enumerate(streams.runners)]
+    done, shared, turn = [0, 0, 0], 0, 0
+    while any(d < len(r) for d, r in zip(done, recorded)):
+        calls = [r[d] if d < len(r) and (turn >= 2 * n) else None for n, (r, d) in enumerate(zip(recorded, done))]
+        passes = [None if c is None else getattr(v, c[0])(*c[1], **c[2]) for v, c in zip(verifiers, calls)]
+        shared += sum(c is not None for c in calls) >= 2
+        for n, (c, got) in enumerate(zip(calls, streams.run(passes))):
+            if c is None:
+                continue
+            want, where = c[3], f"stream {n}, call {done[n]} ({c[0]})"
+            if c[0] == "verify_pass":
+                assert (got.rows.tolist(), got.next) == (want.rows.tolist(), want.next), where
+            else:
+                assert got.next == want.next and np.array_equal(got.logits, want.logits), where
+                assert (got.nll is None) == (want.nll is None), where
+                assert got.nll is None or np.array_equal(got.nll, want.nll, equal_nan=True), where
+            done[n] += 1
+        turn += 1
+    assert shared >= 8 and sum(c[0] == "verify_pass" for r in recorded for c in r) >= 6
