@@ -1,22 +1,31 @@
-"""Target actor: owns the target model's session and its KV pool, and judges blocks.
+"""Target actor: owns the target model's session and its KV pools (one ring per stream), and judges blocks.
 
 Starts by probing its graph's batch invariance (pipeline/decode/exactness.py) and telling the owner the verdict
 (`Ready`). Receives from the cache owner fully specified passes (pipeline/messages.py): a stream or prompt chunk to
 prefill (`Prefill`), or a block to verify (`Verify`: rows, positions, the mask, a tree's root paths, the recent
-section's positions, the slots committed rows go to). Runs and judges it with the serial engine's verifier
-(pipeline/decode/local.py), which stores the K/V the owner said to keep, and for a block answers with a `Verdict`
-(rows accepted, next token); `Close` ends it with its figures (`Closed`). Never decides positions, slots
-or what is committed: the owner does, from its ring index; this actor's only state is the pool's contents and its
-sampler.
+section's positions, the slots committed rows go to), each naming its stream. Runs and judges them with the serial
+engine's verifier (pipeline/decode/local.py), one per stream, which stores the K/V the owner said to keep, and for a
+block answers with a `Verdict` (rows accepted, next token); `Close` ends it with its figures (`Closed`).
+
+Several streams: the passes waiting in the inbox run together, at most one per stream and SOFTMAX_ROWS rows in all,
+in one pass of the several-stream graph (models/streams.py), each stream's rows seeing only its own ring; a stream's
+answers are the bits it gets alone (tests/models/test_streams.py). Messages of one stream are handled in the order
+they came; a `Constrain` or `Close` waits for the passes before it.
+
+Never decides positions, slots or what is committed: the owner does, from its ring index; this actor's only state is
+the pools' contents and the samplers.
 """
 from __future__ import annotations
 
 import time
+from collections import deque
 
 from kernels.sampling import SamplingParams
+from models.graph import SOFTMAX_ROWS
 from models.platform import facts
 from models.registry import converted_dir, resolve_gguf
 from models.runner import Runner
+from models.streams import Streams
 from models.tokenizer import Tokenizer
 from pipeline.channel import Channel, ChannelSpec
 from pipeline.decode.blocks import Block
@@ -24,55 +33,131 @@ from pipeline.decode.exactness import check
 from pipeline.decode.local import LocalVerifier
 from pipeline.decode.rules import TokenTable, rule_from
 from pipeline.messages import Close, Closed, Constrain, Picked, Prefill, Ready, Scored, Verdict, Verify, decode, send
-from pipeline.process import Figures, attach_when_ready, chaos, figures_on_request, messages, pin
+from pipeline.process import Figures, attach_when_ready, chaos, figures_on_request, pin
 from pipeline.stream.surprise import unscored_tokens
 
+PASSES = (Prefill, Verify)
 
-def run(inbox: ChannelSpec, outbox: str, cfg, spec, stop) -> None:
+
+def run(inbox: ChannelSpec, outbox: str, cfg, spec, stop, streams: int = 1) -> None:
     pin(cfg.actors.target_cpus)
     figures = Figures("target")
     figures_on_request(figures)
-    runner = Runner(converted_dir(resolve_gguf(cfg.model.gguf)), spec,
-                    cfg.model.runner_options(trees=cfg.draft.siblings > 0))
-    exactness = check(runner)
-    runner.reserve()                              # the arena at its high-water mark before the first line
+    model_dir = converted_dir(resolve_gguf(cfg.model.gguf))
+    opts = cfg.model.runner_options(trees=cfg.draft.siblings > 0)
+    runner = Runner(model_dir, spec, opts)
+    exactness = check(runner)                     # the single-stream graph: a stream's attention nodes in any pass
+    if streams > 1:
+        del runner                                # its session and pools: each stream has its own pools below
+        batch = Streams(model_dir, spec, streams, opts)
+        runners, forward = batch.runners, batch
+    else:
+        runner.reserve()                          # the arena at its high-water mark before the first line
+        runners, forward = [runner], None
     s = cfg.sampling
     params = SamplingParams(s.temperature, s.top_k, s.top_p, s.seed)
-    verifier = LocalVerifier(runner, s.seed)      # its sampler is consumed in the serial engine's order: pick, judge
+    # each stream's sampler is consumed in the serial engine's order: pick, judge
+    verifiers = [LocalVerifier(r, s.seed) for r in runners]
     table = None                                  # the vocabulary's token texts, read at the first rule
     if cfg.replay.scored:                         # the stream's scored passes leave these tokens' rows off the head
         tok = Tokenizer.from_gguf(resolve_gguf(cfg.model.gguf))
-        verifier.unscored = unscored_tokens(tok, cfg.replay.score_every_token)
+        unscored = unscored_tokens(tok, cfg.replay.score_every_token)
+        for verifier in verifiers:
+            verifier.unscored = unscored
+
+    def coroutine(msg):
+        """The pass a message asks for, as its verifier's coroutine."""
+        verifier = verifiers[msg.stream]
+        if isinstance(msg, Prefill):
+            chaos("target.prefill")              # armed just after a restart, it hits during the window's refill
+            return verifier.prefill_pass(msg.ids, msg.pos, msg.mask, msg.slots, params if msg.pick else None,
+                                         msg.score, recent=msg.recent, ring_from=msg.ring_from,
+                                         rule_state=msg.rule_state)
+        blk = Block(msg.ids, msg.parent, msg.q, msg.pos, None, msg.recent, msg.slots, msg.path, msg.ring_from)
+        return verifier.verify_pass(blk, msg.mask, params, msg.rule_state)
+
+    def answer(out, msg, got) -> None:
+        if isinstance(msg, Prefill):
+            if msg.score:
+                send(out, Scored(stream=msg.stream, nll=got.nll), timeout=60.0)
+            if msg.pick:
+                send(out, Picked(stream=msg.stream, next=got.next), timeout=60.0)
+            return
+        chaos("target.verified")                 # fault injection, test-only: K/V stored, the verdict not sent
+        send(out, Verdict(stream=msg.stream, epoch=msg.epoch, block=msg.block, rows=got.rows.tolist(), next=got.next,
+                          t0=got.t0, t1=time.perf_counter(), forward_s=got.forward_s), timeout=60.0)
+
     with Channel.create(inbox) as inp, attach_when_ready(outbox, stop) as out:
         send(out, Ready(exactness=exactness.as_dict(), platform=facts()), timeout=60.0)
-        for received in messages(inp, stop):
-            with figures.busy(), received:
-                msg = decode(received)        # its arrays are views into the slot: the pass reads them there
+        waiting: deque = deque()                  # (received, message) taken from the inbox, not yet handled
+        while not stop.is_set():
+            if not _take(inp, waiting, 2 * streams):
+                continue
+            with figures.busy():
+                received, msg = waiting[0]
+                if not isinstance(msg, Close) and not 0 <= msg.stream < streams:
+                    raise ValueError(f"target: a {msg.kind!r} of stream {msg.stream}; this target has {streams}")
                 if isinstance(msg, Close):
-                    figures.extra.update(forward_s=runner.forward_s, inbox_max_depth=inp.max_depth,
-                                         forward_calls=runner.forward_calls, forward_rows=runner.forward_rows,
-                                         kv_pool_mb=runner.pool_bytes / 2**20)
+                    figures.extra.update(forward_s=sum(r.forward_s for r in runners), inbox_max_depth=inp.max_depth,
+                                         forward_calls=sum(r.forward_calls for r in runners),
+                                         forward_rows=sum(r.forward_rows for r in runners),
+                                         kv_pool_mb=sum(r.pool_bytes for r in runners) / 2**20)
                     send(out, Closed(figures=figures.snapshot()), timeout=60.0)
                     return
-                if isinstance(msg, Prefill):
-                    chaos("target.prefill")      # armed just after a restart, it hits during the window's refill
-                    got = verifier.prefill(msg.ids, msg.pos, msg.mask, msg.slots, params if msg.pick else None,
-                                           msg.score, recent=msg.recent, ring_from=msg.ring_from,
-                                           rule_state=msg.rule_state)
-                    if msg.score:
-                        send(out, Scored(nll=got.nll), timeout=60.0)
-                    if msg.pick:
-                        send(out, Picked(next=got.next), timeout=60.0)
-                elif isinstance(msg, Verify):
-                    blk = Block(msg.ids, msg.parent, msg.q, msg.pos, None, msg.recent, msg.slots, msg.path,
-                                msg.ring_from)
-                    v = verifier.verify(blk, msg.mask, params, msg.rule_state)
-                    chaos("target.verified")     # fault injection, test-only: K/V stored, the verdict not sent
-                    send(out, Verdict(epoch=msg.epoch, block=msg.block, rows=v.rows.tolist(), next=v.next, t0=v.t0,
-                                      t1=time.perf_counter(), forward_s=v.forward_s), timeout=60.0)
-                elif isinstance(msg, Constrain):
+                if isinstance(msg, Constrain):
                     if table is None and msg.rule is not None:
                         table = TokenTable.of(Tokenizer.from_gguf(resolve_gguf(cfg.model.gguf)))
-                    verifier.constrain(rule_from(msg.rule, table))
-                else:
+                    verifiers[msg.stream].constrain(rule_from(msg.rule, table))
+                    waiting.popleft()
+                    received.release()
+                    continue
+                if not isinstance(msg, PASSES):
                     raise ValueError(f"target: unexpected message {msg.kind!r}")
+                chosen = _one_pass(waiting, streams)
+                if forward is None:
+                    results = [verifiers[0].drive(coroutine(chosen[0][1]))]
+                else:
+                    slots = [None] * streams
+                    for _, m in chosen:
+                        slots[m.stream] = coroutine(m)
+                    by_stream = forward.run(slots)
+                    results = [by_stream[m.stream] for _, m in chosen]
+                for (r, m), got in zip(chosen, results):
+                    answer(out, m, got)
+                    waiting.remove((r, m))
+                    r.release()
+
+
+def _take(inp: Channel, waiting: deque, most: int) -> bool:
+    """Top up `waiting` from the inbox: wait up to 0.2 s for a first message, then take what is there without
+    waiting (at most `most` held). False: nothing to handle yet (a stop is then seen within 0.2 s)."""
+    if not waiting:
+        try:
+            received = inp.recv(timeout=0.2)
+        except TimeoutError:
+            return False
+        waiting.append((received, decode(received)))
+    while len(waiting) < most and inp.ready():
+        received = inp.recv(timeout=1.0)
+        waiting.append((received, decode(received)))
+    return True
+
+
+def _one_pass(waiting: deque, streams: int) -> list:
+    """The passes that run together: from the front (a pass), each stream's first waiting pass while the rows fit
+    (SOFTMAX_ROWS in all, a stream without a pass riding as 2 idle rows, a 1-row pass as 2), up to the first message
+    that is not a pass (it must see the passes before it done)."""
+    chosen, seen = [], set()
+    budget = SOFTMAX_ROWS - 2 * streams if streams > 1 else 1 << 30
+    for received, msg in waiting:
+        if not isinstance(msg, PASSES):
+            break
+        if msg.stream in seen:
+            continue
+        seen.add(msg.stream)                      # a stream's later pass waits for its earlier one
+        extra = max(len(msg.ids), 2) - 2
+        if chosen and (streams == 1 or extra > budget):
+            continue
+        chosen.append((received, msg))
+        budget -= extra
+    return chosen

@@ -5,11 +5,15 @@ replayed together, pass i of every stream in one pass, each stream's pools in it
 from __future__ import annotations
 
 import dataclasses
+import multiprocessing as mp
+import os
+import threading
 from pathlib import Path
 
 import numpy as np
 import pytest
 
+import actors.target as target_actor
 from kernels.ring import RingSpec
 from kernels.sampling import SamplingParams
 from models.convert import convert
@@ -20,6 +24,7 @@ from pipeline.decode.blocks import Block
 from pipeline.decode.drafts import SuffixDraft
 from pipeline.decode.engine import Engine
 from pipeline.decode.local import LocalVerifier
+from pipeline.messages import Constrain, Prefill, Verify
 from tests.tiny_gguf import write_tiny_gguf
 
 SPEC = RingSpec(sink=4, window=32, ring=48)
@@ -214,3 +219,120 @@ def test_three_streams_verifiers_judge_and_pick_in_shared_passes_as_alone(tiny):
             done[n] += 1
         turn += 1
     assert shared >= 8 and sum(c[0] == "verify_pass" for r in recorded for c in r) >= 6
+
+
+def _as_message(n: int, block: int, call: tuple):
+    """A recorded verifier call as the cache owner's message for stream n."""
+    kind, args, kw = call[:3]
+    if kind == "prefill_pass":
+        ids, pos, mask, slots = args
+        recent = kw.get("recent")
+        return Prefill(stream=n, pick=kw.get("pick") is not None, score=bool(kw.get("score")),
+                       ring_from=kw.get("ring_from", 0), rule_state=kw.get("rule_state"), ids=ids, pos=pos,
+                       mask=mask, recent=np.zeros(0, np.int64) if recent is None else recent, slots=slots)
+    blk, mask = args[0], args[1]
+    return Verify(stream=n, epoch=0, block=block, ring_from=blk.ring_from, rule_state=args[3] if len(args) > 3 else
+                  None, ids=blk.tokens, pos=blk.pos, mask=mask, parent=blk.parent, recent=blk.recent,
+                  slots=blk.slots, q=blk.q, path=blk.path)
+
+
+def _replies(call: tuple) -> list[tuple]:
+    """What the target actor answers a recorded call with: a prefill Scored and/or Picked (or nothing), a block its
+    Verdict."""
+    kind, _, kw, got = call
+    if kind == "verify_pass":
+        return [("Verdict", got.rows.tolist(), got.next)]
+    return ([("Scored", got.nll)] if kw.get("score") else []) + ([("Picked", got.next)] if kw.get("pick") else [])
+
+
+def test_the_target_actor_answers_three_streams_passes_as_each_got_alone(default_gguf, tmp_path):
+    """The target actor, a real process on shared-memory channels, with three streams: a stand-in owner sends the
+    three logs' passes (recorded alone through the serial engine) interleaved without waiting, so the actor batches
+    what waits; every Scored, Picked and Verdict is what the stream got alone."""
+    import pipeline.decode.assemble as assemble
+    from models.tokenizer import Tokenizer
+    from pipeline import config
+    from pipeline.channel import Channel, ChannelSpec
+    from pipeline.config import ring_spec
+    from pipeline.messages import Close, Closed, Ready, Scored, Verdict, decode, send
+    from pipeline.process import StopFlag
+    from tests.paths import SHARED
+
+    cfg = config.parse({})
+    tok = Tokenizer.from_gguf(default_gguf)
+    question = tok.encode("\nQuestion: what is the latest alarm?\nAnswer:")
+    recorded = []
+    for n, log in enumerate(LOGS):
+        engine = assemble.make_engine(cfg, check_rows=False)
+        engine.verifier = RecordingVerifier(engine.runner, cfg.sampling.seed)
+        lines = (SHARED / "data" / log).read_text(errors="replace").splitlines()[1:40]
+        engine.feed(tok.encode("\n".join(lines))[:300], score=n == 2)
+        engine.generate(question, 16)
+        recorded.append(engine.verifier.calls)
+    tag = f"t{os.getpid()}"
+    inbox = ChannelSpec(f"{tag}_to_target", slots=8, payload_bytes=8 << 20)
+    replies = ChannelSpec(f"{tag}_from_target", slots=64, payload_bytes=1 << 20)
+    stop = StopFlag(str(tmp_path / "stop"))
+    with Channel.create(replies) as back:
+        actor = mp.get_context("spawn").Process(target=target_actor.run, daemon=True,
+                                                kwargs=dict(inbox=inbox, outbox=replies.name, cfg=cfg,
+                                                            spec=ring_spec(cfg), stop=stop, streams=3))
+        actor.start()
+        try:
+            assert isinstance(decode(back.recv(timeout=300)), Ready)
+            to = Channel.attach(inbox.name, timeout=60)
+            order = [(n, i) for i in range(max(map(len, recorded))) for n in range(3) if i < len(recorded[n])]
+            sender = threading.Thread(target=lambda: [send(to, _as_message(n, i, recorded[n][i]), timeout=60)
+                                                      for n, i in order], daemon=True)
+            sender.start()
+            expected = [[reply for call in calls for reply in _replies(call)] for calls in recorded]
+            done = [0, 0, 0]
+            while sum(done) < sum(map(len, expected)):
+                with back.recv(timeout=120) as received:
+                    msg = decode(received)
+                    n = msg.stream
+                    want, where = expected[n][done[n]], f"stream {n}, reply {done[n]}"
+                    assert type(msg).__name__ == want[0], where
+                    if isinstance(msg, Verdict):
+                        assert (msg.rows, msg.next) == want[1:], where
+                    elif isinstance(msg, Scored):
+                        assert np.array_equal(msg.nll, want[1], equal_nan=True), where
+                    else:
+                        assert msg.next == want[1], where
+                    done[n] += 1
+            sender.join(timeout=60)
+            send(to, Close(), timeout=60)
+            closed = decode(back.recv(timeout=60))
+            assert isinstance(closed, Closed) and closed.figures["forward_calls"] >= sum(map(len, recorded))
+            assert closed.figures["kv_pool_mb"] > 0
+        finally:
+            stop.set()
+            actor.join(timeout=30)
+            if actor.is_alive():
+                actor.kill()
+
+
+def _waiting(*items):
+    """Stand-in inbox contents for `_one_pass`: ("p", stream, rows) a pass, ("c", stream) a Constrain."""
+    out = []
+    for item in items:
+        if item[0] == "p":
+            msg = Prefill(stream=item[1], pick=False, score=False, ring_from=0, ids=np.zeros(item[2], np.int64),
+                          pos=np.zeros(0, np.int64), mask=np.zeros((0, 0), np.float32), recent=np.zeros(0, np.int64),
+                          slots=np.zeros(0, np.int64))
+        else:
+            msg = Constrain(stream=item[1], rule=None)
+        out.append((object(), msg))
+    return out
+
+
+def test_a_pass_takes_each_streams_first_waiting_pass_in_order_within_the_rows():
+    pick = (lambda waiting, streams: [(m.stream, len(m.ids)) for _, m in target_actor._one_pass(waiting, streams)])
+    # one per stream, the earliest; a stream's second pass waits even if another stream's comes after it
+    assert pick(_waiting(("p", 0, 7), ("p", 0, 7), ("p", 1, 1), ("p", 2, 32)), 3) == [(0, 7), (1, 1), (2, 32)]
+    # a Constrain ends the pass's choice: the passes after it must see it applied
+    assert pick(_waiting(("p", 1, 7), ("c", 0), ("p", 0, 7)), 3) == [(1, 7)]
+    # 64 rows in all, an idle stream riding as 2: 32 + 32 + 2 idle > 64, so stream 2's pass waits; stream 3's fits
+    assert pick(_waiting(("p", 0, 32), ("p", 2, 32), ("p", 1, 20), ("p", 3, 2)), 4) == [(0, 32), (1, 20), (3, 2)]
+    # one stream: one pass at a time
+    assert pick(_waiting(("p", 0, 7), ("p", 0, 7)), 1) == [(0, 7)]
