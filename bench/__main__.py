@@ -9,7 +9,7 @@ import argparse
 import sys
 
 from bench import (chaos, distill, draftscan, fuzz, ingest, npu, operators, perplexity, pipeline_vs_serial, projection,
-                   quality, recall, soak, speed)
+                   quality, recall, soak, speed, streams)
 from run import MEASURING, ROOT, add_key, add_model_flags, add_verb, main, profile_of
 
 SHARED = ROOT.parent / "shared"
@@ -21,7 +21,7 @@ def parser() -> argparse.ArgumentParser:
 
     p = add_verb(sub, "bench", speed.run_bench, MEASURING["bench"],
                  profile="TOML profile every system's keys are set over (--task operator: the server's)")
-    p.add_argument("--task", choices=("log", "analysis", "all", "operator", "ingest"), default="all",
+    p.add_argument("--task", choices=("log", "analysis", "all", "operator", "ingest", "streams"), default="all",
                    help="see above")
     p.add_argument("--log", help="log to take prompts from (default: the profile's replay.log)")
     p.add_argument("--offsets", type=int, default=5, help="prompts per task, spread over the log (at least 5)")
@@ -45,6 +45,11 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--rates", default="4,6,8,10,20", help="operator: line rates to try for keeping up")
     p.add_argument("--seconds", type=float, default=40.0, help="operator: seconds per line rate; ingest: seconds "
                    "measured per system and log")
+    p.add_argument("--streams", default="1,2,4,8", help="streams: the stream counts to run (bench/streams.py: one "
+                   "target carrying N streams' rows per pass against N single-stream runners taking turns; "
+                   "default %(default)s)")
+    p.add_argument("--prompt-tokens", type=int, default=512, help="streams: tokens of its log each stream is fed "
+                   "before it continues (default %(default)s)")
     p.add_argument("--logs", default="", help="ingest: comma-separated logs (default: the profile's replay.log, "
                    + " and ".join(ingest.LOGHUB) + " from ../shared/data)")
     p.set_defaults(run=lambda a: operators.run_operator_bench(profile_of(a), a.config, a.log, a.rate, a.questions,
@@ -54,6 +59,9 @@ def parser() -> argparse.ArgumentParser:
                                            a.seconds, a.repeats or 1,
                                            ingest.progress_line)
                    if a.task == "ingest" else
+                   streams.run_streams_bench(profile_of(a), a.streams, a.prompt_tokens, a.new_tokens or 128,
+                                             a.repeats or 2)
+                   if a.task == "streams" else
                    speed.run_bench(profile_of(a), a.config, a.log, a.task, a.offsets, a.repeats or 3, a.systems,
                                    not a.no_llama_cpp, a.unpadded, a.new_tokens))
 

@@ -389,6 +389,8 @@ def run_bench(cfg, profile: str | None, log: str | None = None, task: str = "all
     with a question every 5 s: does ingestion keep up? --task ingest: stream prefill at a full ring (tokens and
     lines/s) by `replay`, by `serve` with and without a question every 5 s, and llama.cpp's prompt processing of the
     same text at the same context, on the profile's TEP log and two loghub logs (--logs), --seconds each, alternated.
+    --task streams: one target carrying several streams' rows per pass against as many single-stream runners taking
+    turns, for each stream count of --streams (bench/streams.py; JSON keyed by the count).
 
     The validated profile `cfg` gives the threads, the pool window and the neural draft; `profile` (its path) is what
     each worker sets its system's keys over (bench/systems.py); `log` defaults to the profile's replay.log; `task`:

@@ -1,0 +1,51 @@
+"""`bench --task streams` (bench/streams.py): the lockstep that stands in for the target actor's inbox runs a pass
+only once every running stream has one waiting, packs it within 64 rows, and hands each stream its own result; the
+CLI rejects stream counts it cannot run."""
+from __future__ import annotations
+
+import threading
+
+import numpy as np
+
+from bench.streams import Lockstep, run_streams_bench
+from models.streams import Rows
+from pipeline import config
+
+
+def rows(n: int) -> Rows:
+    return Rows(np.zeros(n, np.int64), np.zeros(n, np.int64), np.zeros((n, 1), np.float32))
+
+
+def test_a_pass_waits_for_every_running_stream_packs_within_the_rows_and_answers_each_its_own():
+    sizes = {0: [32, 7, 7, 1], 1: [32, 7, 1], 2: [20, 20, 7, 7, 7]}      # stream -> its passes' rows
+    passes = []
+
+    def run(parts):
+        passes.append([None if p is None else len(p.tokens) for p in parts])
+        return [None if p is None else np.full(1, 100 * i + len(p.tokens)) for i, p in enumerate(parts)]
+
+    lock, got = Lockstep(run, 3), {i: [] for i in sizes}
+
+    def stream(i):
+        for n in sizes[i]:
+            got[i].append(int(lock.forward(i, rows(n))[0]))
+        lock.leave()
+
+    threads = [threading.Thread(target=stream, args=(i,)) for i in sizes]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=60)
+    assert got == {i: [100 * i + n for n in sizes[i]] for i in sizes}       # each its own, in order
+    for p in passes:                                                        # 64 rows, an idle stream as 2
+        assert sum(max(n, 2) if n else 2 for n in (x or 0 for x in p)) <= 64
+    assert passes[0] == [32, None, 20]          # 32 + 32 + 2 x 3 idle-row pairs > 64: stream 1 waits ...
+    assert passes[1][1] == 32                   # ... and goes first in the next pass (the first asked turns round)
+    assert max(sum(x is not None for x in p) for p in passes) == 3          # all three shared a pass when they fit
+
+
+def test_stream_counts_outside_what_a_pass_can_carry_are_refused_with_a_message():
+    cfg = config.parse({})
+    for bad in ("0,2", "33", "two"):
+        report = run_streams_bench(cfg, bad, 16, 4, 1)
+        assert report.exit_code == 2 and "--streams" in report.line
