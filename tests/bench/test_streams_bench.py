@@ -39,7 +39,7 @@ def test_a_pass_waits_for_every_running_stream_packs_within_the_rows_and_answers
     assert got == {i: [100 * i + n for n in sizes[i]] for i in sizes}       # each its own, in order
     for p in passes:                                                        # 64 rows, an idle stream as 2
         assert sum(max(n, 2) if n else 2 for n in (x or 0 for x in p)) <= 64
-    assert passes[0] == [32, None, 20]          # 32 + 32 + 2 x 3 idle-row pairs > 64: stream 1 waits ...
+    assert passes[0] == [32, None, 20]          # 32 + 32 + 20 rows > 64: stream 1 waits ...
     assert passes[1][1] == 32                   # ... and goes first in the next pass (the first asked turns round)
     assert max(sum(x is not None for x in p) for p in passes) == 3          # all three shared a pass when they fit
 
