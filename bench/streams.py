@@ -11,6 +11,7 @@ after its first pass, N streams against one). Owns only the measurement; never i
 """
 from __future__ import annotations
 
+import gc
 import multiprocessing as mp
 import sys
 import threading
@@ -159,7 +160,6 @@ def one_run(system: System, texts: list[np.ndarray], new_tokens: int) -> dict:
 
 
 def _pss_after_first_pass(model_dir, spec, opts, n: int, queue) -> None:
-    import gc
     before = _pss_kb()
     system = batched(model_dir, spec, opts, n)
     for r in system.runners:                  # the pools as a long run holds them: every page written
