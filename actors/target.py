@@ -101,6 +101,7 @@ def run(inbox: ChannelSpec, outbox: str, cfg, spec, stop, streams: int = 1) -> N
                     figures.extra.update(forward_s=sum(r.forward_s for r in runners), inbox_max_depth=inp.max_depth,
                                          forward_calls=sum(r.forward_calls for r in runners),
                                          forward_rows=sum(r.forward_rows for r in runners),
+                                         passes=runners[0].forward_calls if forward is None else forward.passes,
                                          kv_pool_mb=sum(r.pool_bytes for r in runners) / 2**20)
                     send(out, Closed(figures=figures.snapshot()), timeout=60.0)
                     return

@@ -73,6 +73,7 @@ class Streams:
         self._idle_mask[0, S + 1] = self._idle_mask[1, S + 2] = 0.0
         self._idle = Rows(np.zeros(2, np.int64), np.zeros(2, np.int64), self._idle_mask, np.zeros(0, np.int64))
         self.forward_s = 0.0
+        self.passes = 0                                    # passes run (each stream's runner counts its shares)
 
     def forward(self, parts: list[Rows | None]) -> list[np.ndarray | None]:
         """One pass: parts[n] is stream n's rows (None: none this pass). Returns each stream's logits [M, V] (None
@@ -112,6 +113,7 @@ class Streams:
         self.session.run_with_iobinding(self._io)
         took = time.perf_counter() - t0
         self.forward_s += took
+        self.passes += 1
         out = []
         for runner, st, p, (t, m) in zip(self.runners, staged, parts, spans):
             if p is None:

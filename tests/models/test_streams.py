@@ -304,7 +304,7 @@ def test_the_target_actor_answers_three_streams_passes_as_each_got_alone(default
             send(to, Close(), timeout=60)
             closed = decode(back.recv(timeout=60))
             assert isinstance(closed, Closed) and closed.figures["forward_calls"] >= sum(map(len, recorded))
-            assert closed.figures["kv_pool_mb"] > 0
+            assert closed.figures["kv_pool_mb"] > 0 and closed.figures["passes"] <= closed.figures["forward_calls"]
         finally:
             stop.set()
             actor.join(timeout=30)
