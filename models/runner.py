@@ -60,6 +60,20 @@ class RunnerOptions:
     batch_invariant: bool = True  # no operator sees one row (see the module docstring); off only to measure its cost
 
 
+def open_session(model_dir: Path, card: dict, spec: RingSpec, opts: RunnerOptions,
+                 streams: int = 1) -> ort.InferenceSession:
+    """The session of the dynamic graph for these pools and options (`streams`: a pass over that many streams' rows,
+    models/streams.py), built on first use."""
+    graph = ensure_graph(Path(model_dir), card, None, spec.sink, spec.ring, opts.accuracy_level, opts.kv_dtype,
+                         tree=opts.trees, streams=streams)
+    so = ort.SessionOptions()
+    so.intra_op_num_threads = opts.threads
+    so.inter_op_num_threads = 1
+    so.add_session_config_entry("session.intra_op.allow_spinning", "1" if opts.spin else "0")
+    so.enable_mem_pattern = False      # ORT keeps a memory pattern per input-shape set it meets, without bound
+    return ort.InferenceSession(str(graph), so, providers=["CPUExecutionProvider"])
+
+
 def kv_bytes_per_slot(cfg: dict, kv_dtype: str = RunnerOptions.kv_dtype) -> int:
     """Bytes of one pool slot: K and V of one position in every layer."""
     return 2 * cfg["n_layers"] * cfg["n_kv_heads"] * cfg["head_dim"] * np.dtype(kv_dtype).itemsize
@@ -105,11 +119,9 @@ class Runner:
         self._path = np.zeros(max(T, 2) ** 2, np.int64)
         self._chain_paths = np.tile(np.arange(max(T, 2), dtype=np.int64), (max(T, 2), 1))   # chain row r: 0..r, pad
         self._io = self._binding() if session else None
-        for l in range(L if session else 0):
-            if S:
-                self._bind_in(f"sink_k.{l}", self.sink_k[l])
-                self._bind_in(f"sink_v.{l}", self.sink_v[l])
-        self._ring_bound = (-1, -1)
+        self._ring_bound = (-1, -1)                   # the ring view bound to this runner's binding
+        if self._io is not None:                      # none: pools only, or a runner that feeds whole pools
+            self.bind_sinks(self._io, "")
         self.forward_calls = 0
         self.forward_rows = 0
         self.forward_s = 0.0          # wall time inside ONNX Runtime (the pipeline's "model" share)
@@ -119,15 +131,7 @@ class Runner:
         return self.spec.mirror
 
     def _open(self) -> ort.InferenceSession:
-        opts = self.opts
-        graph = ensure_graph(self.model_dir, self.card, None, self.spec.sink, self.spec.ring, opts.accuracy_level,
-                             opts.kv_dtype, tree=opts.trees)
-        so = ort.SessionOptions()
-        so.intra_op_num_threads = opts.threads
-        so.inter_op_num_threads = 1
-        so.add_session_config_entry("session.intra_op.allow_spinning", "1" if opts.spin else "0")
-        so.enable_mem_pattern = False      # ORT keeps a memory pattern per input-shape set it meets, without bound
-        return ort.InferenceSession(str(graph), so, providers=["CPUExecutionProvider"])
+        return open_session(self.model_dir, self.card, self.spec, self.opts)
 
     def _binding(self):
         return self.session.io_binding()
@@ -229,23 +233,26 @@ class Runner:
         return Staged(T, M, pad, ids, (cos, sin, cos_s, sin_s), mask, rows, nexts, recent_k, recent_v, bound,
                       ring_from, pool_columns - self.spec.sink)
 
+    def bind_sinks(self, io, tag: str) -> None:
+        """Bind the sink pools to `io` (once: they never move) under the graph's names + `tag`. A runner serves one
+        binding: its own session's, or a several-stream pass's (models/streams.py)."""
+        for l in range(self.cfg["n_layers"] if self.spec.sink else 0):
+            for name, pool in ((f"sink_k.{l}{tag}", self.sink_k), (f"sink_v.{l}{tag}", self.sink_v)):
+                io.bind_input(name, "cpu", 0, pool.dtype, pool[l].shape, pool[l].ctypes.data)
+
     def bind_stream(self, io, st: Staged, tag: str) -> None:
-        """Bind this stream's mask, recent section, path and pools to `io` under the graph's names + `tag`."""
+        """Bind this stream's mask, recent section, path and ring view to `io` (the binding `bind_sinks` was given)
+        under the graph's names + `tag`; the ring is rebound only when its view moves."""
         io.bind_input(f"mask{tag}", "cpu", 0, st.mask.dtype, st.mask.shape, st.mask.ctypes.data)
         for name, a in ((f"recent_k{tag}", st.recent_k), (f"recent_v{tag}", st.recent_v)) + \
                 (((f"path{tag}", st.path),) if st.path is not None else ()):
             io.bind_input(name, "cpu", 0, a.dtype, a.shape, a.ctypes.data)
-        if io is not self._io or (st.ring_from, st.ring_width) != self._ring_bound:
+        if (st.ring_from, st.ring_width) != self._ring_bound:
             for l in range(self.cfg["n_layers"]):
                 for name, pool in ((f"ring_k.{l}{tag}", self.ring_k), (f"ring_v.{l}{tag}", self.ring_v)):
                     a = pool[l, st.ring_from:st.ring_from + st.ring_width]
                     io.bind_input(name, "cpu", 0, a.dtype, a.shape, a.ctypes.data)
-            if io is self._io:                     # rebinding only when the view moves
-                self._ring_bound = (st.ring_from, st.ring_width)
-        if io is not self._io and self.spec.sink:  # another session's binding: the sinks too, each pass
-            for l in range(self.cfg["n_layers"]):
-                for name, pool in ((f"sink_k.{l}{tag}", self.sink_k), (f"sink_v.{l}{tag}", self.sink_v)):
-                    io.bind_input(name, "cpu", 0, pool.dtype, pool[l].shape, pool[l].ctypes.data)
+            self._ring_bound = (st.ring_from, st.ring_width)
 
     def took(self, seconds: float, st: Staged, new_k: np.ndarray, new_v: np.ndarray, nll: np.ndarray) -> None:
         """After a pass: this stream's rows' K/V ([L, KVH, T, D] views, padding row included) and `nll`, kept until

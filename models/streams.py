@@ -19,11 +19,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
-import onnxruntime as ort
 
 from kernels.ring import NEG, RingSpec
-from models.graph import SOFTMAX_ROWS, ensure_graph
-from models.runner import Runner, RunnerOptions
+from models.graph import SOFTMAX_ROWS
+from models.runner import Runner, RunnerOptions, open_session
 
 
 @dataclass
@@ -51,15 +50,10 @@ class Streams:
         first = self.runners[0]
         cfg = first.cfg
         L, KVH, D, V = cfg["n_layers"], cfg["n_kv_heads"], cfg["head_dim"], cfg["vocab_size"]
-        graph = ensure_graph(Path(model_dir), first.card, None, spec.sink, spec.ring, opts.accuracy_level,
-                             opts.kv_dtype, tree=opts.trees, streams=streams)
-        so = ort.SessionOptions()
-        so.intra_op_num_threads = opts.threads
-        so.inter_op_num_threads = 1
-        so.add_session_config_entry("session.intra_op.allow_spinning", "1" if opts.spin else "0")
-        so.enable_mem_pattern = False
-        self.session = ort.InferenceSession(str(graph), so, providers=["CPUExecutionProvider"])
+        self.session = open_session(Path(model_dir), first.card, spec, opts, streams)
         self._io = self.session.io_binding()
+        for n, runner in enumerate(self.runners):
+            runner.bind_sinks(self._io, f".s{n}")
         T = SOFTMAX_ROWS                                   # the most rows a pass carries, every stream's together
         self._ids = np.zeros(T, np.int64)
         self._tables = np.zeros((4, T, D // 2), np.float32)
