@@ -50,10 +50,10 @@ def run(inbox: ChannelSpec, outbox: str, cfg, spec, stop, streams: int = 1) -> N
     if streams > 1:
         del runner                                # its session and pools: each stream has its own pools below
         batch = Streams(model_dir, spec, streams, opts)
-        runners, forward = batch.runners, batch
+        runners = batch.runners
     else:
         runner.reserve()                          # the arena at its high-water mark before the first line
-        runners, forward = [runner], None
+        batch, runners = None, [runner]
     s = cfg.sampling
     params = SamplingParams(s.temperature, s.top_k, s.top_p, s.seed)
     # each stream's sampler is consumed in the serial engine's order: pick, judge
@@ -101,7 +101,7 @@ def run(inbox: ChannelSpec, outbox: str, cfg, spec, stop, streams: int = 1) -> N
                     figures.extra.update(forward_s=sum(r.forward_s for r in runners), inbox_max_depth=inp.max_depth,
                                          forward_calls=sum(r.forward_calls for r in runners),
                                          forward_rows=sum(r.forward_rows for r in runners),
-                                         passes=runners[0].forward_calls if forward is None else forward.passes,
+                                         passes=runners[0].forward_calls if batch is None else batch.passes,
                                          kv_pool_mb=sum(r.pool_bytes for r in runners) / 2**20)
                     send(out, Closed(figures=figures.snapshot()), timeout=60.0)
                     return
@@ -115,13 +115,13 @@ def run(inbox: ChannelSpec, outbox: str, cfg, spec, stop, streams: int = 1) -> N
                 if not isinstance(msg, PASSES):
                     raise ValueError(f"target: unexpected message {msg.kind!r}")
                 chosen = _one_pass(waiting, streams)
-                if forward is None:
+                if batch is None:
                     results = [verifiers[0].drive(coroutine(chosen[0][1]))]
                 else:
                     slots = [None] * streams
                     for _, m in chosen:
                         slots[m.stream] = coroutine(m)
-                    by_stream = forward.run(slots)
+                    by_stream = batch.run(slots)
                     results = [by_stream[m.stream] for _, m in chosen]
                 for (r, m), got in zip(chosen, results):
                     answer(out, m, got)
