@@ -11,6 +11,7 @@ import numpy as np
 from gguf import GGMLQuantizationType, GGUFWriter
 from gguf.quants import dequantize, quantize
 
+from models.convert import convert
 from models.draftnet import permute_qk  # transformers' Q/K rows -> llama.cpp's, as convert_hf_to_gguf does
 
 CONTROL_TOKENS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]   # ids 0, 1, 2 as in SmolLM2
@@ -56,6 +57,13 @@ def tiny_vocab() -> tuple[list[str], list[int], list[str]]:
 def unpermute_qk(w: np.ndarray, n_head: int) -> np.ndarray:
     """Inverse of permute_qk."""
     return w.reshape(n_head, w.shape[0] // n_head // 2, 2, *w.shape[1:]).swapaxes(1, 2).reshape(w.shape)
+
+
+def converted_tiny(root, arch: str = "llama", **kw):
+    """A tiny GGUF (`write_tiny_gguf`'s keywords) written into `root` and converted beside it: the model directory."""
+    write_tiny_gguf(root / "tiny.gguf", arch, **kw)
+    convert(root / "tiny.gguf", root / "tiny", progress=False)
+    return root / "tiny"
 
 
 def write_tiny_gguf(path, arch: str = "llama", *, n_layers: int = 2, d_model: int = 64, n_heads: int = 4,

@@ -10,23 +10,19 @@ import pytest
 
 from kernels.ring import RingSpec
 from kernels.sampling import SamplingParams
-from models.convert import convert
 from models.npu import NpuBusy, NpuLock
 from models.npu_runner import StaticRunner, buckets
 from models.runner import Runner, RunnerOptions
 from pipeline.decode.drafts import ModelDraft
 from tests.paths import ROOT
-from tests.tiny_gguf import write_tiny_gguf
+from tests.tiny_gguf import converted_tiny
 
 SPEC = RingSpec(sink=4, window=24, ring=24 + 16)       # wraps several times over the text below
 
 
 @pytest.fixture(scope="module", params=["llama", "qwen2"])
 def tiny(request, tmp_path_factory):
-    root = tmp_path_factory.mktemp("npu")
-    write_tiny_gguf(root / "tiny.gguf", request.param, weight_type="Q8_0", tied=True, seed=5)
-    convert(root / "tiny.gguf", root / "tiny", progress=False)
-    return root / "tiny"
+    return converted_tiny(tmp_path_factory.mktemp("npu"), request.param, weight_type="Q8_0", tied=True, seed=5)
 
 
 def _drive(runner, text: np.ndarray):

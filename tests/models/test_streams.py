@@ -16,7 +16,6 @@ import pytest
 import actors.target as target_actor
 from kernels.ring import RingSpec
 from kernels.sampling import SamplingParams
-from models.convert import convert
 from models.graph import SOFTMAX_ROWS
 from models.runner import Runner, RunnerOptions
 from models.streams import Rows, Streams
@@ -25,17 +24,14 @@ from pipeline.decode.drafts import SuffixDraft
 from pipeline.decode.engine import Engine
 from pipeline.decode.local import LocalVerifier
 from pipeline.messages import Constrain, Prefill, Verify
-from tests.tiny_gguf import write_tiny_gguf
+from tests.tiny_gguf import converted_tiny
 
 SPEC = RingSpec(sink=4, window=32, ring=48)
 
 
 @pytest.fixture(scope="module")
 def tiny(tmp_path_factory) -> Path:
-    root = tmp_path_factory.mktemp("streams")
-    write_tiny_gguf(root / "tiny.gguf", weight_type="Q4_1", tied=False, seed=5)
-    convert(root / "tiny.gguf", root / "tiny", progress=False)
-    return root / "tiny"
+    return converted_tiny(tmp_path_factory.mktemp("streams"), weight_type="Q4_1", tied=False, seed=5)
 
 
 class Recording(Runner):

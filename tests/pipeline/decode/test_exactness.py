@@ -19,7 +19,6 @@ import pytest
 
 from bench.chaos import free_port
 from kernels.ring import RingSpec
-from models.convert import convert
 from models.graph import PLANT_ENV
 from models.runner import Runner, RunnerOptions
 from pipeline.decode.engine import Engine
@@ -27,7 +26,7 @@ from pipeline.decode.exactness import check
 from pipeline.watch import wait_for
 from tests import procs
 from tests.paths import ROOT
-from tests.tiny_gguf import write_tiny_gguf
+from tests.tiny_gguf import converted_tiny
 
 LOG = ROOT / "data" / "tep_demo.csv"
 SPEC = RingSpec(sink=4, window=32, ring=48)
@@ -36,10 +35,7 @@ FAULT = "1e-3"
 
 @pytest.fixture(scope="module")
 def tiny(tmp_path_factory) -> Path:
-    root = tmp_path_factory.mktemp("exactness")
-    write_tiny_gguf(root / "tiny.gguf", weight_type="Q4_1", tied=False, seed=3)
-    convert(root / "tiny.gguf", root / "tiny", progress=False)
-    return root / "tiny"
+    return converted_tiny(tmp_path_factory.mktemp("exactness"), weight_type="Q4_1", tied=False, seed=3)
 
 
 # -- the rule --------------------------------------------------------------------------------------------------------
