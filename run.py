@@ -71,7 +71,8 @@ def add_key(p, flag: str, key: str, help: str, **kw) -> None:
 
 def _stream(p, what: str) -> None:
     """The flags replay and serve share: where the lines come from, how fast, how often the model speaks."""
-    p.add_argument("file", nargs="?", help="log file, tcp://HOST:PORT or - (default: the profile's replay.log)")
+    p.add_argument("file", nargs="*", help="log file, tcp://HOST:PORT or -; several: one stream each, sharing one "
+                   "target (default: the profile's [[streams]], else its replay.log)")
     p.add_argument("--format", choices=("plain", "csv", "jsonl"),
                    help="log format (default: from the file's extension; plain for sockets and stdin)")
     p.add_argument("--follow", action="store_true", help="follow the file as it grows (tail -f), from its end")

@@ -15,12 +15,13 @@ from __future__ import annotations
 import json
 import sys
 import time
+from contextlib import ExitStack
 
 import zmq
 
 from models.registry import resolve_gguf
 from models.tokenizer import Tokenizer
-from pipeline.channel import Channel, ChannelSpec
+from pipeline.channel import Channel, ChannelSpec, Selector
 from pipeline.decode.exactness import Verdict
 from pipeline.messages import (
     Answer,
@@ -37,7 +38,7 @@ from pipeline.messages import (
     copied,
     decode,
 )
-from pipeline.process import Figures, attach_when_ready, chaos, figures_on_request, messages, pin
+from pipeline.process import Figures, attach_when_ready, chaos, figures_on_request, pin
 from pipeline.serve.front import Front
 from pipeline.serve.auth import load_keys
 from pipeline.serve.http_api import serve_http
@@ -49,10 +50,12 @@ from pipeline.stream.surprise import unusual_mark
 
 
 
-def run(in_spec: ChannelSpec, gguf: str, journal: str | None, pub: str | None, quiet_lines: bool, cpus: str,
-        stop, cfg=None, serve: dict | None = None) -> None:
-    """serve: when the pipeline serves operators, {"asks": the owner's question channel, "archive": path,
-    "pids_file": path}; the HTTP and zmq interfaces then run in this process (pipeline/serve/front.py)."""
+def run(in_specs: list[ChannelSpec], streams: list[str], journals: list[str | None], gguf: str, pub: str | None,
+        quiet_lines: bool, cpus: str, stop, cfg=None, serve: dict | None = None) -> None:
+    """Stream n's events arrive on in_specs[n] (created here) and go to journals[n]; with several streams, every
+    record carries its stream's name (`streams[n]`) and so does every printed line. serve: when the pipeline serves
+    operators, {"asks": each owner's question channel, "archive": each stream's archive, "pids_file": path}; the
+    HTTP and zmq interfaces then run in this process (pipeline/serve/front.py)."""
 
     pin(cpus)
     figures = Figures("output")
@@ -64,55 +67,66 @@ def run(in_spec: ChannelSpec, gguf: str, journal: str | None, pub: str | None, q
         sock = zmq.Context.instance().socket(zmq.PUB)
         sock.setsockopt(zmq.LINGER, 0)
         sock.bind(pub)
-    log = Journal(journal) if journal else None
+    logs = [Journal(j) if j else None for j in journals]
     front = servers = None
     try:
-        with Channel.create(in_spec) as inp:
+        with ExitStack() as held:
+            inps = [held.enter_context(Channel.create(spec)) for spec in in_specs]
             if serve:
                 front, servers = _start_front(cfg, tok, serve, stop)
-            for received in messages(inp, stop):
-                with figures.busy():
-                    with received:
-                        event = copied(decode(received))
-                    if front is not None and isinstance(event, (AnswerDelta, Answer, Status, StreamEnd)):
-                        record = front.on_event(event)
-                        if isinstance(event, StreamEnd):     # the stream's counts, journaled while serving goes on
-                            record = {**as_dict(event), "t": time.time()}
-                        if record is not None:
-                            _emit(event, record, quiet_lines)
-                            _record(event, record, log, sock)
-                        continue
-                    record = as_dict(event)
-                    ids = getattr(event, "ids", None)
-                    if ids is not None:
-                        record["text"] = tok.decode([int(t) for t in ids if int(t) not in stops]).strip()
-                    record["t"] = time.time()
-                    if isinstance(event, Assessment):
-                        if event.fields is not None:
-                            record["fields"] = fields_of(tok, event.fields)
-                        record["tags_mentioned"] = mentioned(record["text"])
-                        record["tags_hallucinated"] = invented(record["text"], event.window_tags)
-                    if isinstance(event, Eof):
-                        figures.extra["inbox_max_depth"] = inp.max_depth
-                        record["figures"] = event.figures + [figures.snapshot()]
-                    if front is not None:
-                        front.on_event(event, record)
-                    _record(event, record, log, sock)
-                    if isinstance(event, Assessment):
-                        chaos("output.written")      # fault injection, test-only: written, not yet shown
-                    _emit(event, record, quiet_lines)
-                if isinstance(event, Eof):
-                    return
+            selector, ended = Selector(inps), set()
+            while len(ended) < len(inps) and not stop.is_set():
+                for inp in selector.wait(0.2):
+                    n = inps.index(inp)
+                    name, log = streams[n], logs[n]
+                    with figures.busy():
+                        with inp.recv(timeout=1.0) as received:
+                            event = copied(decode(received))
+                        if front is not None and isinstance(event, (AnswerDelta, Answer, Status, StreamEnd)):
+                            record = front.on_event(event)
+                            if isinstance(event, StreamEnd):     # the stream's counts, journaled while serving goes on
+                                record = {**as_dict(event), "t": time.time()}
+                            if record is not None:
+                                record = _named(record, name)
+                                _emit(event, record, quiet_lines)
+                                _record(event, record, log, sock)
+                            continue
+                        record = _named(as_dict(event), name)
+                        ids = getattr(event, "ids", None)
+                        if ids is not None:
+                            record["text"] = tok.decode([int(t) for t in ids if int(t) not in stops]).strip()
+                        record["t"] = time.time()
+                        if isinstance(event, Assessment):
+                            if event.fields is not None:
+                                record["fields"] = fields_of(tok, event.fields)
+                            record["tags_mentioned"] = mentioned(record["text"])
+                            record["tags_hallucinated"] = invented(record["text"], event.window_tags)
+                        if isinstance(event, Eof):
+                            figures.extra["inbox_max_depth"] = max(i.max_depth for i in inps)
+                            record["figures"] = event.figures + [figures.snapshot()]
+                            ended.add(n)
+                        if front is not None:
+                            front.on_event(event, record)
+                        _record(event, record, log, sock)
+                        if isinstance(event, Assessment):
+                            chaos("output.written")      # fault injection, test-only: written, not yet shown
+                        _emit(event, record, quiet_lines)
     finally:
         for server in servers or ():          # the HTTP server shuts down, the zmq front closes
             if hasattr(server, "shutdown"):
                 server.shutdown()
             else:
                 server.close()
-        if log:
-            log.close()
+        for log in logs:
+            if log:
+                log.close()
         if sock is not None:
             sock.close()
+
+
+def _named(record: dict, name: str) -> dict:
+    """A record of one of several streams carries the stream's name (first, for a reader of the journal)."""
+    return {"stream": name, **record} if name else record
 
 
 def _record(event, record: dict, log, sock) -> None:
@@ -128,8 +142,8 @@ def _start_front(cfg, tok, serve: dict, stop):
     """The operators' interfaces: the front (its channel to the owner), then HTTP and zmq as configured."""
 
     keys = load_keys(cfg.serve.api_key, cfg.serve.api_keys_file)
-    asks = attach_when_ready(serve["asks"], stop)
-    front = Front(cfg, tok, asks, serve["archive"], serve.get("pids_file"), serve.get("restarts"))
+    asks = attach_when_ready(serve["asks"][0], stop)
+    front = Front(cfg, tok, asks, serve["archive"][0], serve.get("pids_file"), serve.get("restarts"))
     servers = []
     if cfg.serve.http:
         host, _, port = cfg.serve.http.rpartition(":")
@@ -148,36 +162,38 @@ def _start_front(cfg, tok, serve: dict, stop):
 
 
 def _emit(event, record: dict, quiet_lines: bool) -> None:
-    """What the operator sees on stdout and stderr, from an event's record."""
+    """What the operator sees on stdout and stderr, from an event's record (its stream's name first, when it is one
+    of several)."""
+    who = f"[{record['stream']}] " if record.get("stream") else ""
     match event:
         case Start():
             ex, pf = record["exactness"], record["platform"]
             level = "ringspec:" if ex["invariant"] else "ringspec: warning:"
-            print(f"{level} target on {pf['cpu']} ({pf['simd']}), "
+            print(f"{level} {who}target on {pf['cpu']} ({pf['simd']}), "
                   f"onnxruntime {pf['onnxruntime']}: {_exactness_line(ex)}", file=sys.stderr, flush=True)
         case Line() if not quiet_lines:
-            print(unusual_mark(record) or f"  {record['text']}", flush=True)
+            print(who + (unusual_mark(record) or f"  {record['text']}"), flush=True)
         case Assessment():
             st = record["stats"]
             text = record["text"].replace("\n", "\n   ")
-            print(f"\n>> [after line {record['lines']}, {record['trigger']}; offsets {record['offsets'][0]}-"
+            print(f"\n>> {who}[after line {record['lines']}, {record['trigger']}; offsets {record['offsets'][0]}-"
                   f"{record['offsets'][1]}] {text}\n"
                   f"   ({st['generated']} tokens, {st['tokens_per_s']:.0f} tok/s, {record['latency_ms']:.0f} ms, "
                   f"{st['accepted_per_verify']:.2f} tokens/verify; tags {len(record['tags_mentioned'])} mentioned, "
                   f"{len(record['tags_hallucinated'])} not in view)\n", flush=True)
         case Answer():
             if record["error"]:
-                print(f"\n?? [{record['client']}] {record['question'][:200]!r}: not answered: {record['error']}\n",
+                print(f"\n?? {who}[{record['client']}] {record['question'][:200]!r}: not answered: {record['error']}\n",
                       flush=True)
                 return
             text = record["text"].replace("\n", "\n   ")
             ttft = "-" if record["ttft_ms"] is None else f"{record['ttft_ms']:.0f}"
-            print(f"\n?? [{record['client']}] {record['question'][:200]}\n=> {text}\n"
+            print(f"\n?? {who}[{record['client']}] {record['question'][:200]}\n=> {text}\n"
                   f"   ({record['completion_tokens']} tokens, ttft {ttft} ms, total {record['total_ms']:.0f} ms, "
                   f"queued {record['queued_ms']:.0f} ms, {len(record['retrieved'])} older lines retrieved, "
                   f"{record['finish_reason']}{', client gone' if record.get('client_gone') else ''})\n", flush=True)
         case Capacity():
-            print(f"ringspec: warning: the stream goes in at {record['lines_per_s']:.1f} lines/s "
+            print(f"ringspec: warning: {who}the stream goes in at {record['lines_per_s']:.1f} lines/s "
                   f"({record['tokens_per_s']:.0f} tokens/s) while the target works on it, below the profile's "
                   f"replay.line_rate of {record['line_rate']:g}; it had {record['stream_share']:.0%} of the target's "
                   f"recent time (serve.stream_share raises its floor; `bench --task ingest` measures it)",
@@ -186,7 +202,7 @@ def _emit(event, record: dict, quiet_lines: bool) -> None:
             took = "" if record["recovery_s"] is None else f", {record['recovery_s']:.1f} s from the death"
             why = f"after {record['cause']}" if record["actor"] else "from the journal (resume)"
             where = "from its start" if record["resumed_after"] is None else f"after offset {record['resumed_after']}"
-            print(f"ringspec: resumed {why}: the stream continues {where}{took}",
+            print(f"ringspec: {who}resumed {why}: the stream continues {where}{took}",
                   file=sys.stderr, flush=True)
         case Eof():
             _end_of_stream(record)
@@ -194,7 +210,8 @@ def _emit(event, record: dict, quiet_lines: bool) -> None:
 
 def _end_of_stream(record: dict) -> None:
     """The run's last words on stderr: the stream's counts, each actor's figures, the pipeline's summary."""
-    print(f"end of stream: {record['sent']} records, dropped {record['dropped_full']} (queue full), "
+    name = f" {record['stream']}" if record.get("stream") else ""
+    print(f"end of stream{name}: {record['sent']} records, dropped {record['dropped_full']} (queue full), "
           f"{record['invalid_utf8']} invalid UTF-8, {record['nul_bytes']} with NUL, {record['oversized']} "
           f"oversized", file=sys.stderr, flush=True)
     print(f"{'actor':12s} {'pid':>7s} {'cpus':>6s} {'busy':>6s} {'wall s':>7s} {'RSS MB':>7s} {'thr':>4s} "
@@ -204,11 +221,12 @@ def _end_of_stream(record: dict) -> None:
         print(f"{f['actor']:12s} {f['pid']:7d} {','.join(map(str, f['cpus'])):>6s} {f['busy_share']:6.0%} "
               f"{f['wall_s']:7.1f} {f['vmrss_mb']:7.0f} {f['threads']:4d} {f.get('inbox_max_depth', 0):5d}",
               file=sys.stderr)
-    print_summary(record.get("figures", []))
+    print_summary(record.get("figures", []), shared=bool(record.get("stream")))
 
 
-def print_summary(figures: list[dict]) -> None:
-    """The pipeline's run-time figures, for an operator: decode speed, drafting, overlap and overhead."""
+def print_summary(figures: list[dict], shared: bool = False) -> None:
+    """The pipeline's run-time figures, for an operator: decode speed, drafting, overlap and overhead. shared: the
+    target serves several streams (its forward time is theirs together)."""
     by = {f["actor"]: f for f in figures}
     owner, target = by.get("cache_owner"), by.get("target")
     if not owner or not target or not owner["decode_s"] or not owner["stream_wall_s"]:
@@ -222,7 +240,9 @@ def print_summary(figures: list[dict]) -> None:
     print(f"pipeline overhead share (wall time outside the target's forward passes): decoding "
           f"{owner['decode_overhead_share']:.1%} of {owner['decode_s']:.1f} s (target handling around its passes "
           f"{owner['verify_s'] - owner['verify_forward_s']:.2f} s, between passes {owner['target_idle_s']:.2f} s); "
-          f"whole stream {1 - target['forward_s'] / owner['stream_wall_s']:.1%} of {owner['stream_wall_s']:.1f} s",
+          + (f"whole stream {1 - target['forward_s'] / owner['stream_wall_s']:.1%} of {owner['stream_wall_s']:.1f} s"
+             if not shared else f"the target's passes serve every stream ({target.get('passes', 0)} passes, "
+                                f"{target['forward_calls']} streams' shares)"),
           file=sys.stderr, flush=True)
 
 

@@ -1,13 +1,14 @@
 """Target actor: owns the target model's session and its KV pools (one ring per stream), and judges blocks.
 
-Starts by probing its graph's batch invariance (pipeline/decode/exactness.py) and telling the owner the verdict
-(`Ready`). Receives from the cache owner fully specified passes (pipeline/messages.py): a stream or prompt chunk to
-prefill (`Prefill`), or a block to verify (`Verify`: rows, positions, the mask, a tree's root paths, the recent
-section's positions, the slots committed rows go to), each naming its stream. Runs and judges them with the serial
-engine's verifier (pipeline/decode/local.py), one per stream, which stores the K/V the owner said to keep, and for a
-block answers with a `Verdict` (rows accepted, next token); `Close` ends it with its figures (`Closed`).
+Starts by probing its graph's batch invariance (pipeline/decode/exactness.py) and telling each stream's cache owner
+the verdict (`Ready`). Receives from each owner, on that stream's own inbox, fully specified passes
+(pipeline/messages.py): a stream or prompt chunk to prefill (`Prefill`), or a block to verify (`Verify`: rows,
+positions, the mask, a tree's root paths, the recent section's positions, the slots committed rows go to). Runs and
+judges them with the serial engine's verifier (pipeline/decode/local.py), one per stream, which stores the K/V the
+owner said to keep, and for a block answers on the stream's outbox with a `Verdict` (rows accepted, next token);
+`Close` gets that stream the figures (`Closed`); the actor ends when every stream has closed.
 
-Several streams: the passes waiting in the inbox run together, at most one per stream and SOFTMAX_ROWS rows in all,
+Several streams: the passes waiting in the inboxes run together, at most one per stream and SOFTMAX_ROWS rows in all,
 in one pass of the several-stream graph (models/streams.py), each stream's rows seeing only its own ring; a stream's
 answers are the bits it gets alone (tests/models/test_streams.py). Messages of one stream are handled in the order
 they came; a `Constrain` or `Close` waits for the passes before it.
@@ -19,6 +20,7 @@ from __future__ import annotations
 
 import time
 from collections import deque
+from contextlib import ExitStack
 
 from kernels.sampling import SamplingParams
 from models.graph import SOFTMAX_ROWS
@@ -27,7 +29,7 @@ from models.registry import converted_dir, resolve_gguf
 from models.runner import Runner
 from models.streams import Streams
 from models.tokenizer import Tokenizer
-from pipeline.channel import Channel, ChannelSpec
+from pipeline.channel import Channel, ChannelSpec, Selector
 from pipeline.decode.blocks import Block
 from pipeline.decode.exactness import check
 from pipeline.decode.local import LocalVerifier
@@ -39,7 +41,9 @@ from pipeline.stream.surprise import unscored_tokens
 PASSES = (Prefill, Verify)
 
 
-def run(inbox: ChannelSpec, outbox: str, cfg, spec, stop, streams: int = 1) -> None:
+def run(inboxes: list[ChannelSpec], outboxes: list[str], cfg, spec, stop) -> None:
+    """Stream n's passes arrive on inboxes[n] (created here) and its answers go to outboxes[n] (its owner's)."""
+    streams = len(inboxes)
     pin(cfg.actors.target_cpus)
     figures = Figures("target")
     figures_on_request(figures)
@@ -65,9 +69,9 @@ def run(inbox: ChannelSpec, outbox: str, cfg, spec, stop, streams: int = 1) -> N
         for verifier in verifiers:
             verifier.unscored = unscored
 
-    def coroutine(msg):
-        """The pass a message asks for, as its verifier's coroutine."""
-        verifier = verifiers[msg.stream]
+    def coroutine(n: int, msg):
+        """The pass a message of stream n asks for, as its verifier's coroutine."""
+        verifier = verifiers[n]
         if isinstance(msg, Prefill):
             chaos("target.prefill")              # armed just after a restart, it hits during the window's refill
             return verifier.prefill_pass(msg.ids, msg.pos, msg.mask, msg.slots, params if msg.pick else None,
@@ -79,36 +83,43 @@ def run(inbox: ChannelSpec, outbox: str, cfg, spec, stop, streams: int = 1) -> N
     def answer(out, msg, got) -> None:
         if isinstance(msg, Prefill):
             if msg.score:
-                send(out, Scored(stream=msg.stream, nll=got.nll), timeout=60.0)
+                send(out, Scored(nll=got.nll), timeout=60.0)
             if msg.pick:
-                send(out, Picked(stream=msg.stream, next=got.next), timeout=60.0)
+                send(out, Picked(next=got.next), timeout=60.0)
             return
         chaos("target.verified")                 # fault injection, test-only: K/V stored, the verdict not sent
-        send(out, Verdict(stream=msg.stream, epoch=msg.epoch, block=msg.block, rows=got.rows.tolist(), next=got.next,
+        send(out, Verdict(epoch=msg.epoch, block=msg.block, rows=got.rows.tolist(), next=got.next,
                           t0=got.t0, t1=time.perf_counter(), forward_s=got.forward_s), timeout=60.0)
 
-    with Channel.create(inbox) as inp, attach_when_ready(outbox, stop) as out:
-        send(out, Ready(exactness=exactness.as_dict(), platform=facts()), timeout=60.0)
-        waiting: deque = deque()                  # (received, message) taken from the inbox, not yet handled
-        while not stop.is_set():
-            if not _take(inp, waiting, 2 * streams):
+    with ExitStack() as held:
+        inps = [held.enter_context(Channel.create(spec_n)) for spec_n in inboxes]
+        outs = [held.enter_context(attach_when_ready(name, stop)) for name in outboxes]
+        for out in outs:
+            send(out, Ready(exactness=exactness.as_dict(), platform=facts()), timeout=60.0)
+        inbox = _Inboxes(inps)
+        open_ = set(range(streams))               # streams not yet closed
+        waiting: deque = deque()                  # (received, stream, message) taken, not yet handled
+        while open_ and not stop.is_set():
+            if not inbox.take(waiting, 2 * streams):
                 continue
             with figures.busy():
-                received, msg = waiting[0]
-                if not isinstance(msg, Close) and not 0 <= msg.stream < streams:
-                    raise ValueError(f"target: a {msg.kind!r} of stream {msg.stream}; this target has {streams}")
+                received, n, msg = waiting[0]
                 if isinstance(msg, Close):
-                    figures.extra.update(forward_s=sum(r.forward_s for r in runners), inbox_max_depth=inp.max_depth,
+                    figures.extra.update(forward_s=sum(r.forward_s for r in runners),
+                                         inbox_max_depth=max(i.max_depth for i in inps),
                                          forward_calls=sum(r.forward_calls for r in runners),
                                          forward_rows=sum(r.forward_rows for r in runners),
                                          passes=runners[0].forward_calls if batch is None else batch.passes,
                                          kv_pool_mb=sum(r.pool_bytes for r in runners) / 2**20)
-                    send(out, Closed(figures=figures.snapshot()), timeout=60.0)
-                    return
+                    send(outs[n], Closed(figures=figures.snapshot()), timeout=60.0)
+                    waiting.popleft()
+                    received.release()
+                    open_.discard(n)
+                    continue
                 if isinstance(msg, Constrain):
                     if table is None and msg.rule is not None:
                         table = TokenTable.of(Tokenizer.from_gguf(resolve_gguf(cfg.model.gguf)))
-                    verifiers[msg.stream].constrain(rule_from(msg.rule, table))
+                    verifiers[n].constrain(rule_from(msg.rule, table))
                     waiting.popleft()
                     received.release()
                     continue
@@ -116,32 +127,43 @@ def run(inbox: ChannelSpec, outbox: str, cfg, spec, stop, streams: int = 1) -> N
                     raise ValueError(f"target: unexpected message {msg.kind!r}")
                 chosen = _one_pass(waiting, streams)
                 if batch is None:
-                    results = [verifiers[0].drive(coroutine(chosen[0][1]))]
+                    results = [verifiers[0].drive(coroutine(0, chosen[0][2]))]
                 else:
                     slots = [None] * streams
-                    for _, m in chosen:
-                        slots[m.stream] = coroutine(m)
+                    for _, m, msg_m in chosen:
+                        slots[m] = coroutine(m, msg_m)
                     by_stream = batch.run(slots)
-                    results = [by_stream[m.stream] for _, m in chosen]
-                for (r, m), got in zip(chosen, results):
-                    answer(out, m, got)
-                    waiting.remove((r, m))
-                    r.release()
+                    results = [by_stream[m] for _, m, _ in chosen]
+                for item, got in zip(chosen, results):
+                    answer(outs[item[1]], item[2], got)
+                    waiting.remove(item)
+                    item[0].release()
 
 
-def _take(inp: Channel, waiting: deque, most: int) -> bool:
-    """Top up `waiting` from the inbox: wait up to 0.2 s for a first message, then take what is there without
-    waiting (at most `most` held). False: nothing to handle yet (a stop is then seen within 0.2 s)."""
-    if not waiting:
-        try:
-            received = inp.recv(timeout=0.2)
-        except TimeoutError:
-            return False
-        waiting.append((received, decode(received)))
-    while len(waiting) < most and inp.ready():
-        received = inp.recv(timeout=1.0)
-        waiting.append((received, decode(received)))
-    return True
+class _Inboxes:
+    """The streams' inboxes, heard at once: stream n's messages come on inbox n, in their order."""
+
+    def __init__(self, inps: list[Channel]):
+        self.inps = inps
+        self.selector = Selector(inps) if len(inps) > 1 else None
+
+    def take(self, waiting: deque, most: int) -> bool:
+        """Top up `waiting` with (received, stream, message): wait up to 0.2 s for a first message, then take what
+        is there without waiting (at most `most` held). False: nothing to handle yet (a stop is seen within 0.2 s)."""
+        if not waiting:
+            if self.selector is None:
+                try:
+                    received = self.inps[0].recv(timeout=0.2)
+                except TimeoutError:
+                    return False
+                waiting.append((received, 0, decode(received)))
+            elif not self.selector.wait(0.2):
+                return False
+        for n, inp in enumerate(self.inps):
+            while len(waiting) < most and inp.ready():
+                received = inp.recv(timeout=1.0)
+                waiting.append((received, n, decode(received)))
+        return bool(waiting)
 
 
 def _one_pass(waiting: deque, streams: int) -> list:
@@ -150,15 +172,16 @@ def _one_pass(waiting: deque, streams: int) -> list:
     that is not a pass (it must see the passes before it done)."""
     chosen, seen = [], set()
     budget = SOFTMAX_ROWS - 2 * streams if streams > 1 else 1 << 30
-    for received, msg in waiting:
+    for item in waiting:
+        _, n, msg = item
         if not isinstance(msg, PASSES):
             break
-        if msg.stream in seen:
+        if n in seen:
             continue
-        seen.add(msg.stream)                      # a stream's later pass waits for its earlier one
+        seen.add(n)                               # a stream's later pass waits for its earlier one
         extra = max(len(msg.ids), 2) - 2
         if chosen and (streams == 1 or extra > budget):
             continue
-        chosen.append((received, msg))
+        chosen.append(item)
         budget -= extra
     return chosen

@@ -62,8 +62,8 @@ class ModelActors:
                                                           daemon=True)) if threads else
                  (lambda module, kwargs: ctx.Process(target=_enter, args=(module, kwargs))))
         self.procs = [
-            start("actors.target", dict(inbox=to_target, outbox=self.from_target.spec.name, cfg=cfg, spec=self.spec,
-                                        stop=self.stop)),
+            start("actors.target", dict(inboxes=[to_target], outboxes=[self.from_target.spec.name], cfg=cfg,
+                                        spec=self.spec, stop=self.stop)),
             start("actors.draft", dict(inbox=to_draft, outbox=self.from_draft.spec.name, cfg=cfg, spec=self.spec,
                                        vocab=vocab, stop=self.stop))]
         for p in self.procs:

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import os
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import numpy as np
@@ -26,7 +26,7 @@ from models.npu_runner import buckets, rknn_path
 from models.platform import core_kinds
 from models.registry import converted_dir, resolve_gguf
 from models.runner import kv_bytes_per_slot
-from pipeline.config import Config, ConfigError, cpu_set
+from pipeline.config import Config, ConfigError, cpu_set, streams_of
 from pipeline.report import Report
 from pipeline.stream.replay import replay_frame
 from pipeline.topology import CREATORS, channels
@@ -136,20 +136,34 @@ def plan(cfg: Config, ram: int | None = None) -> Plan:
     terms: list[Term] = []
     target_dir = converted_dir(resolve_gguf(cfg.model.gguf))      # hashes a GGUF given by path: once per model
     target = load_card(target_dir)
-    terms += _model_terms(home_of("target"), "target", target, target_dir, spec, cfg.model.max_rows, "model.gguf",
-                          npu=False)
-    if cfg.draft.uses_model:
-        draft_dir = converted_dir(resolve_gguf(cfg.draft.model))
-        terms += _model_terms(home_of("draft"), "draft", load_card(draft_dir), draft_dir, spec, cfg.model.max_rows,
-                              "draft.model", npu=cfg.draft.backend == "rknn")
-    if not serial:
-        vocab = target["config"]["vocab_size"]
-        for name, ch in channels(cfg, spec, vocab, "plan").items():
-            terms.append(Term(CREATORS[name], f"channel {name}", ch.segment_bytes, _channel_knob(name)))
-        if cfg.serve.enabled:
-            terms.append(Term("output", "archive cache", ARCHIVE_CONNECTIONS * SQLITE_CACHE_BYTES))
-    for process in (["launcher"] if serial else ["launcher", "ingest", "cache_owner", "target", "draft", "output"]):
-        terms.append(Term(process, "process", PROCESS_MIB[process] * MiB))
+    streams = streams_of(cfg)
+    target_terms = _model_terms(home_of("target"), "target", target, target_dir, spec, cfg.model.max_rows,
+                                "model.gguf", npu=False)
+    for t in target_terms:                     # several streams: one pool each in the one target
+        terms.append(replace(t, bytes=t.bytes * len(streams), what=f"{t.what} x {len(streams)} streams")
+                     if t.what.endswith("kv pool") and len(streams) > 1 else t)
+    vocab = target["config"]["vocab_size"]
+    for name, scfg in streams:
+        def home(actor: str) -> str:           # a stream's own actors, named as the launcher names them
+            return "launcher" if serial else f"{actor}.{name}" if name else actor
+
+        if cfg.draft.uses_model:
+            draft_dir = converted_dir(resolve_gguf(cfg.draft.model))
+            terms += _model_terms(home("draft"), "draft", load_card(draft_dir), draft_dir, spec, cfg.model.max_rows,
+                                  "draft.model", npu=cfg.draft.backend == "rknn")
+        if not serial:
+            for ch_name, ch in channels(scfg, spec, vocab, "plan").items():
+                creator = CREATORS[ch_name]
+                terms.append(Term(creator if creator in ("target", "output") else home(creator),
+                                  f"channel {ch_name}{' ' + name if name and creator in ('target', 'output') else ''}",
+                                  ch.segment_bytes, _channel_knob(ch_name)))
+            if cfg.serve.enabled:
+                terms.append(Term("output", f"archive cache{' ' + name if name else ''}",
+                                  ARCHIVE_CONNECTIONS * SQLITE_CACHE_BYTES))
+    processes = ["launcher"] if serial else ["launcher", "target", "output"] + [
+        f"{role}.{name}" if name else role for name, _ in streams for role in ("ingest", "cache_owner", "draft")]
+    for process in processes:
+        terms.append(Term(process, "process", PROCESS_MIB[process.split(".")[0]] * MiB))
     board_ram = ram if ram is not None else (cfg.board.ram_mb * MiB or _mem_total())
     return Plan(board=cfg.board.name or "this machine", ram=board_ram, reserve=cfg.board.reserve_mb * MiB,
                 npu_domain=cfg.board.npu_domain_mb * MiB if cfg.board.npu else 0, terms=terms)

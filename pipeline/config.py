@@ -85,7 +85,7 @@ class SamplingSection:
 @dataclass(frozen=True)
 class ReplaySection:
     log: str = "data/tep_demo.csv"
-    format: str = "csv"
+    format: str = ""                 # plain | csv | jsonl; "" = from the file's extension (plain: sockets, stdin)
     every_lines: int = 10            # an assessment after this many stream lines (since the last one)
     trigger_pattern: str = ""        # regex on a rendered line: assess right after a matching line ("" = off)
     idle_s: float = 0.0              # assess unassessed lines after this many quiet seconds (0 = off)
@@ -189,6 +189,19 @@ def cpu_set(text: str) -> set[int]:
     return cpus
 
 
+STREAM_KEYS = ("log", "format", "every_lines", "trigger_pattern", "idle_s", "max_lines", "line_rate")
+STREAM_NAME = re.compile(r"[a-z0-9][a-z0-9_-]{0,31}")
+
+
+@dataclass(frozen=True)
+class Stream:
+    """One of several streams sharing a target (`[[streams]]`): a name, and its [replay] section: its source
+    (`log`, `format`) and its triggers (STREAM_KEYS) from its own table, every other key from [replay]. Streams
+    that share a target share its sinks, window and system prompt."""
+    name: str
+    replay: ReplaySection
+
+
 @dataclass(frozen=True)
 class Config:
     model: ModelSection = field(default_factory=ModelSection)
@@ -200,7 +213,32 @@ class Config:
     serve: ServeSection = field(default_factory=ServeSection)
     supervise: SuperviseSection = field(default_factory=SuperviseSection)
     board: BoardSection = field(default_factory=BoardSection)
+    streams: tuple[Stream, ...] = ()                 # () = one stream, [replay]'s
     source: str = "<defaults>"
+
+
+def streams_of(cfg: Config) -> list[tuple[str, Config]]:
+    """(name, profile) per stream: each stream's profile is `cfg` with its own [replay]; one stream is ("", cfg)."""
+    return [(st.name, dataclasses.replace(cfg, replay=st.replay, streams=())) for st in cfg.streams] or [("", cfg)]
+
+
+def with_logs(cfg: Config, logs: list[str]) -> Config:
+    """`cfg` watching `logs` (the command line's sources): one keeps [replay] (its log given); several become
+    streams named by their files' names (a socket's port, stdin's "stdin"), each with [replay]'s other keys."""
+    logs = [log if log == "-" or log.startswith("tcp://") else str(Path(log).absolute()) for log in logs]
+    if len(logs) <= 1:
+        return dataclasses.replace(override(cfg, {"replay.log": logs[0]}), streams=()) if logs else cfg
+    names: list[str] = []
+    for log in logs:
+        stem = "stdin" if log == "-" else re.sub(r"[^a-z0-9_-]+", "-", Path(log.rpartition(":")[2] if
+                                                                            log.startswith("tcp://") else log)
+                                                   .stem.lower()).strip("-_") or "stream"
+        base, i = stem[:28], 2
+        while stem in names:
+            stem, i = f"{base}-{i}", i + 1
+        names.append(stem)
+    return dataclasses.replace(cfg, streams=tuple(Stream(n, dataclasses.replace(cfg.replay, log=log))
+                                                  for n, log in zip(names, logs)))
 
 
 def override(cfg: Config, values: dict) -> Config:
@@ -231,7 +269,7 @@ def ring_spec(cfg: Config, head: int = 0, scratch: int = 0) -> RingSpec:
 
 
 _CHOICES = {("draft", "kind"): ("none", "suffix", "model", "hybrid"), ("draft", "backend"): ("onnx", "rknn"),
-            ("board", "npu"): ("", "rknpu2"), ("replay", "format"): ("plain", "csv", "jsonl"),
+            ("board", "npu"): ("", "rknpu2"), ("replay", "format"): ("", "plain", "csv", "jsonl"),
             ("replay", "form"): ("free", "constrained", "structured"),
             ("actors", "launcher"): ("local", "ray", "serial")}
 _MIN = {("model", "threads"): 1, ("model", "max_rows"): 2, ("model", "prefill_rows"): 2, ("cache", "sink"): 0,
@@ -280,12 +318,14 @@ def parse(raw: dict, source: str = "<dict>", here: bool = True) -> Config:
     sections = {}
     hints = get_type_hints(Config)
     for name, table in raw.items():
+        if name == "streams":
+            continue
         if name not in hints or name == "source":
             raise ConfigError(f"{source}: unknown section [{name}] (known: {', '.join(_section_names())})")
         if not isinstance(table, dict):
             raise ConfigError(f"{source}: [{name}] must be a table")
         sections[name] = _section(hints[name], name, table, source)
-    cfg = Config(**sections, source=source)
+    cfg = Config(**sections, streams=_streams(raw.get("streams", []), raw.get("replay", {}), source), source=source)
     if cfg.draft.uses_model and not cfg.draft.model:
         raise ConfigError(f"{source}: [draft] kind = \"{cfg.draft.kind}\" needs model = \"path/to/draft.gguf\"")
     if not 0.0 <= cfg.draft.min_confidence < 1.0:
@@ -381,8 +421,43 @@ def is_loopback(host: str) -> bool:
         return False
 
 
+def _streams(tables, replay: dict, source: str) -> tuple[Stream, ...]:
+    """[[streams]]: each table a name and STREAM_KEYS, over [replay] (validated as a [replay] section)."""
+    if not isinstance(tables, list) or not all(isinstance(t, dict) for t in tables):
+        raise ConfigError(f"{source}: streams must be an array of tables: [[streams]] name = \"dcs\" log = \"...\"")
+    out: list[Stream] = []
+    for i, table in enumerate(tables):
+        where = f"streams[{i}]"
+        name = table.get("name")
+        if not isinstance(name, str) or not STREAM_NAME.fullmatch(name):
+            raise ConfigError(f"{source}: {where}.name = {name!r}; expected a short name of lower-case letters, "
+                              f"digits, - and _ (it labels the stream's output, metrics and journal)")
+        if name in (st.name for st in out):
+            raise ConfigError(f"{source}: {where}.name = {name!r} is already the name of another stream")
+        if "log" not in table:
+            raise ConfigError(f"{source}: {where} ({name}) needs log = \"path\", \"tcp://HOST:PORT\" or \"-\"")
+        extra = sorted(set(table) - {"name", *STREAM_KEYS})
+        if extra:
+            raise ConfigError(f"{source}: {where} ({name}): unknown key {extra[0]} (a stream sets name and "
+                              f"{', '.join(STREAM_KEYS)}; the rest is [replay]'s)")
+        merged = {**(replay if isinstance(replay, dict) else {}), **{k: v for k, v in table.items() if k != "name"}}
+        try:
+            out.append(Stream(name, _section(ReplaySection, "replay", merged, source)))
+        except ConfigError as exc:
+            raise ConfigError(f"{source}: {where} ({name}): {str(exc).removeprefix(source + ': ')}") from None
+    if sum(st.replay.log == "-" for st in out) > 1:
+        raise ConfigError(f"{source}: more than one stream reads standard input (log = \"-\")")
+    for st in out:
+        try:
+            re.compile(st.replay.trigger_pattern)
+        except re.error as exc:
+            raise ConfigError(f"{source}: streams ({st.name}).trigger_pattern {st.replay.trigger_pattern!r} is not "
+                              f"a valid regular expression: {exc}") from None
+    return tuple(out)
+
+
 def _section_names() -> list[str]:
-    return [f.name for f in dataclasses.fields(Config) if f.name != "source"]
+    return [f.name for f in dataclasses.fields(Config) if f.name not in ("source", "streams")] + ["[streams]"]
 
 
 def _section(cls, name: str, table: dict, source: str):

@@ -44,7 +44,7 @@ from models.convert import load_card
 from models.registry import converted_dir, home, resolve_gguf
 from pipeline import budget
 from pipeline.channel import cleanup_stale
-from pipeline.config import replay_log
+from pipeline.config import replay_log, streams_of, with_logs
 from pipeline.decode.drafts import speaks
 from pipeline.process import CHAOS_DIR, StopFlag, Stopped
 from pipeline.report import Report
@@ -72,11 +72,45 @@ class ActorPlan:
     kwargs: dict
 
 
-def plan(cfg, source: dict, journal: str, pub: str | None, quiet_lines: bool, run_dir: str,
-         tag: str, resume: dict | None = None, restart: dict | None = None) -> list[ActorPlan]:
-    """The five actors and their channels, sized once here from the config and the model's card. resume: the last
-    durable checkpoint to start from (ingest re-reads a file from its window; the owner restores its counts);
-    restart: why this start is a restart (journaled by the owner with the first committed line)."""
+@dataclass(frozen=True)
+class StreamRun:
+    """One stream of a run: its actors' names end in ".{name}" when the run has several (one stream: name "")."""
+    name: str
+    cfg: object           # the profile with this stream's [replay] (pipeline/config.py streams_of)
+    source: dict          # what its ingest reads (pipeline/stream/sources.py source_of)
+    journal: str          # its journal: checkpoints, assessments, restarts (one file per stream)
+
+    def actor(self, role: str) -> str:
+        return f"{role}.{self.name}" if self.name else role
+
+
+def stream_runs(cfg, fmt: str | None, speed: float, follow: bool, journal: str | None, run_dir: str,
+                rate: float = 0.0, loop: bool = False) -> list[StreamRun]:
+    """The run's streams from the profile (`[[streams]]`, or [replay]'s one) and the command line's flags. Several
+    streams keep one journal each: `--journal F.jsonl` becomes F.NAME.jsonl."""
+    runs = []
+    for name, scfg in streams_of(cfg):
+        src = source_of(replay_log(scfg), fmt or scfg.replay.format or None, scfg.replay.max_lines, speed, follow)
+        if loop:
+            if src["kind"] != "replay":
+                raise ValueError("--loop replays a file; it cannot loop a socket, stdin or --follow")
+            src["kind"] = "loop"
+        if rate:
+            src["rate"] = rate
+        where = journal or f"{run_dir}/journal.jsonl"      # checkpoints need one; without --journal it is the run's
+        if name:
+            stem, dot, ext = where.rpartition(".") if where.endswith(".jsonl") else (where, "", "")
+            where = f"{stem}.{name}{dot}{ext}"
+        runs.append(StreamRun(name, scfg, src, where))
+    return runs
+
+
+def plan(cfg, streams: list[StreamRun], pub: str | None, quiet_lines: bool, run_dir: str, tag: str,
+         resume: list | None = None, restart: dict | None = None) -> list[ActorPlan]:
+    """The actors and their channels, sized once here from the config and the model's card: one output and one
+    target for the run, an ingest, a cache owner and a draft per stream. resume: per stream, the last durable
+    checkpoint to start from (ingest re-reads a file from its window; the owner restores its counts); restart: why
+    this start is a restart (journaled by each owner with its first committed line)."""
 
     card = load_card(converted_dir(resolve_gguf(cfg.model.gguf)))      # converts on first use, with progress
     vocab = card["config"]["vocab_size"]
@@ -86,36 +120,46 @@ def plan(cfg, source: dict, journal: str, pub: str | None, quiet_lines: bool, ru
             raise ValueError(f"draft vocabulary {draft_vocab} != target vocabulary {vocab}: a draft must share the "
                              f"target's tokenizer")
     spec = replay_frame(cfg).spec
-    links = channels(cfg, spec, vocab, tag)
-    lines, events = links["lines"], links["events"]
     stop, drain = StopFlag(f"{run_dir}/stop"), f"{run_dir}/drain"
-    owner_serve, output_serve = {}, {}
-    if cfg.serve.enabled:                 # operators' questions: the front (in output) -> the owner
-        asks = links["asks"]
-        archive = cfg.serve.archive or str(home() / "archive" / "stream.sqlite")
-        source = {**source, "archive": {"path": archive, "max_lines": cfg.serve.archive_max_lines}}
-        owner_serve = dict(questions=asks, drain=StopFlag(drain))
-        output_serve = dict(cfg=cfg, serve={"asks": asks.name, "archive": archive, "pids_file": pids_file(run_dir),
+    resume = resume or [None] * len(streams)
+    links = [channels(st.cfg, spec, vocab, f"{tag}_{n}" if st.name else tag) for n, st in enumerate(streams)]
+    archives = []
+    for st in streams:
+        base = cfg.serve.archive or str(home() / "archive" / "stream.sqlite")
+        stem, _, ext = base.rpartition(".") if base.endswith(".sqlite") else (base, "", "")
+        archives.append(f"{stem}.{st.name}.{ext or 'sqlite'}" if st.name else base)
+    output_serve = {}
+    if cfg.serve.enabled:                 # operators' questions: the front (in output) -> each stream's owner
+        output_serve = dict(cfg=cfg, serve={"asks": [ln["asks"].name for ln in links], "archive": archives,
+                                            "pids_file": pids_file(run_dir),
                                             "restarts": (restart or {}).get("restarts", {})})
-    sid = source_id(source)
-    source = {**source, "resume": resume}
-    return [
-        ActorPlan("output", "actors.output", dict(in_spec=events, gguf=cfg.model.gguf, journal=journal, pub=pub,
-                                                  quiet_lines=quiet_lines, cpus=cfg.actors.output_cpus, stop=stop,
-                                                  **output_serve)),
-        ActorPlan("target", "actors.target", dict(inbox=links["to_target"], outbox=links["from_target"].name,
-                                                  cfg=cfg, spec=spec, stop=stop)),
-        ActorPlan("draft", "actors.draft", dict(inbox=links["to_draft"], outbox=links["from_draft"].name, cfg=cfg,
-                                                spec=spec, vocab=vocab, stop=stop)),
-        ActorPlan("cache_owner", "actors.cache_owner",
-                  dict(inbox=lines, outbox=events.name, cfg=cfg, spec=spec, stop=stop, source_id=sid,
-                       resume=resume, restart=restart,
-                       model_links={"from_target": links["from_target"], "from_draft": links["from_draft"],
-                                    "to_target": links["to_target"].name, "to_draft": links["to_draft"].name},
-                       **owner_serve)),
-        ActorPlan("ingest", "actors.ingest", dict(out_name=lines.name, source=source, gguf=cfg.model.gguf,
-                                                  cpus=cfg.actors.ingest_cpus, stop=stop, drain=StopFlag(drain))),
-    ]
+    plans = [
+        ActorPlan("output", "actors.output", dict(in_specs=[ln["events"] for ln in links],
+                                                  streams=[st.name for st in streams],
+                                                  journals=[st.journal for st in streams], gguf=cfg.model.gguf,
+                                                  pub=pub, quiet_lines=quiet_lines, cpus=cfg.actors.output_cpus,
+                                                  stop=stop, **output_serve)),
+        ActorPlan("target", "actors.target", dict(inboxes=[ln["to_target"] for ln in links],
+                                                  outboxes=[ln["from_target"].name for ln in links],
+                                                  cfg=cfg, spec=spec, stop=stop))]
+    for st, ln, point, archive in zip(streams, links, resume, archives):
+        source, owner_serve = st.source, {}
+        if cfg.serve.enabled:
+            source = {**source, "archive": {"path": archive, "max_lines": cfg.serve.archive_max_lines}}
+            owner_serve = dict(questions=ln["asks"], drain=StopFlag(drain))
+        plans += [
+            ActorPlan(st.actor("draft"), "actors.draft", dict(inbox=ln["to_draft"], outbox=ln["from_draft"].name,
+                                                              cfg=st.cfg, spec=spec, vocab=vocab, stop=stop)),
+            ActorPlan(st.actor("cache_owner"), "actors.cache_owner",
+                      dict(inbox=ln["lines"], outbox=ln["events"].name, cfg=st.cfg, spec=spec, stop=stop,
+                           source_id=source_id(source), resume=point, restart=restart,
+                           model_links={"from_target": ln["from_target"], "from_draft": ln["from_draft"],
+                                        "to_target": ln["to_target"].name, "to_draft": ln["to_draft"].name},
+                           **owner_serve)),
+            ActorPlan(st.actor("ingest"), "actors.ingest",
+                      dict(out_name=ln["lines"].name, source={**source, "resume": point}, gguf=cfg.model.gguf,
+                           cpus=cfg.actors.ingest_cpus, stop=stop, drain=StopFlag(drain)))]
+    return plans
 
 
 def source_id(source: dict) -> str:
@@ -193,53 +237,51 @@ def _name_process(name: str) -> None:
         pass
 
 
-def run_pipeline(cfg, source: dict, journal: str | None = None, pub: str | None = None,
-                 quiet_lines: bool = False, resume: bool = False) -> None:
-    """Run the actors with the configured launcher until the stream ends (or a signal drains or stops it),
-    restarting them from the last durable checkpoint when one dies (see the module's docstring). resume: start
-    from the journal's last checkpoint (a whole-service restart; a file source continues after it)."""
+def run_pipeline(cfg, streams: list[StreamRun], run_dir: str, pub: str | None = None, quiet_lines: bool = False,
+                 resume: bool = False) -> None:
+    """Run the actors with the configured launcher until every stream ends (or a signal drains or stops them),
+    restarting them from the last durable checkpoints when one dies (see the module's docstring). resume: start
+    each stream from its journal's last checkpoint (a whole-service restart; a file source continues after it)."""
     budget.check(cfg)                                      # the memory plan fits the board, its cores are right
-    run_dir = tempfile.mkdtemp(prefix="ringspec_run_")
-    journal = journal or f"{run_dir}/journal.jsonl"        # checkpoints need one; without --journal it is the run's
-    sid = source_id(source)
-    point = resume_point(journal, sid) if resume else None
+    points = [resume_point(st.journal, source_id(st.source)) for st in streams] if resume else None
     restart = {"actor": "", "cause": "resume", "died_at": None, "restarts": {}} if resume else None
     signals = _Signals(run_dir)
     try:
         with _ray_session(cfg) if cfg.actors.launcher == "ray" else contextlib.nullcontext(_local) as launcher:
-            _supervise(cfg, source, journal, pub, quiet_lines, run_dir, launcher, signals, point, restart)
+            _supervise(cfg, streams, pub, quiet_lines, run_dir, launcher, signals, points, restart)
         if signals.forced:
             print("ringspec: stopped at once (a second signal): the journal has no final record; --resume continues "
                   "after its last checkpoint", file=sys.stderr, flush=True)
             raise KeyboardInterrupt
     finally:
         signals.restore()
-        shutil.rmtree(run_dir, ignore_errors=True)
         cleanup_stale()
 
 
-def _supervise(cfg, source, journal, pub, quiet_lines, run_dir, launcher, signals, point, restart) -> None:
-    """Start the pipeline; when an actor dies, start it again from the last durable checkpoint (one_for_all), until
-    the stream ends, the operator drains it, or the death is a start-up failure or a crash loop (ActorDied)."""
-    supervisor, sid = Supervisor(cfg.supervise), source_id(source)
+def _supervise(cfg, streams, pub, quiet_lines, run_dir, launcher, signals, points, restart) -> None:
+    """Start the pipeline; when an actor dies, start it again from the last durable checkpoints (one_for_all), until
+    the streams end, the operator drains them, or the death is a start-up failure or a crash loop (ActorDied)."""
+    supervisor = Supervisor(cfg.supervise)
     while True:
         tag = f"p{os.getpid()}_{int(time.time() * 1000) % 1_000_000}"
-        started_at = os.path.getsize(journal) if os.path.exists(journal) else 0
-        plans = plan(cfg, source, journal, pub, quiet_lines, run_dir, tag, point, restart)
+        started_at = [os.path.getsize(st.journal) if os.path.exists(st.journal) else 0 for st in streams]
+        plans = plan(cfg, streams, pub, quiet_lines, run_dir, tag, points, restart)
         try:
             return launcher(plans, run_dir, cfg, signals)
         except ActorDied as died:
             if signals.drain_since is not None:
                 raise                                # an operator's drain or stop is not undone by a restart
-            if restart is None and not _started(journal, started_at):
+            if restart is None and not all(map(_started, (st.journal for st in streams), started_at)):
                 cause = died.args[0].removesuffix("; the pipeline was stopped")
                 raise ActorDied(f"{cause} while the pipeline was starting (not restarted: a start-up failure); the "
                                 f"pipeline was stopped", died.actor) from None
-            restart = supervisor.restart(died, source)
-            point = resume_point(journal, sid)
+            restart = supervisor.restart(died, [st.source for st in streams])
+            points = [resume_point(st.journal, source_id(st.source)) for st in streams]
+            where = "; ".join(f"{st.name + ' ' if st.name else ''}"
+                              f"{'offset ' + str(p['offset']) if p else 'the start'}" for st, p in zip(streams, points))
             print(f"ringspec: {died.args[0].removesuffix('; the pipeline was stopped')}; restarting the pipeline "
-                  f"from {'offset ' + str(point['offset']) if point else 'the start'} (restart "
-                  f"{restart['restarts'][died.actor]} of {died.actor})", file=sys.stderr, flush=True)
+                  f"from {where} (restart {restart['restarts'][died.actor]} of {died.actor})", file=sys.stderr,
+                  flush=True)
             signals.stop.clear()
             cleanup_stale()
 
@@ -258,7 +300,7 @@ class Supervisor:
         self.deaths: dict[str, list[float]] = {}
         self.restarts: dict[str, int] = {}
 
-    def restart(self, died: ActorDied, source: dict) -> dict:
+    def restart(self, died: ActorDied, sources: list[dict]) -> dict:
         """What the next start journals, or ActorDied when this death makes a crash loop."""
         now = time.monotonic()
         recent = [t for t in self.deaths.get(died.actor, []) if now - t <= self.cfg.period_s] + [now]
@@ -271,7 +313,7 @@ class Supervisor:
             raise ActorDied(why, died.actor, died.died_at)
         self.restarts[died.actor] = self.restarts.get(died.actor, 0) + 1
         cause = died.args[0].removesuffix("; the pipeline was stopped")
-        if source["kind"] not in FILE_KINDS:
+        if any(source["kind"] not in FILE_KINDS for source in sources):
             cause += ("; a live source cannot be read again: what the previous ingest held after the last checkpoint "
                       "is a gap")
         return {"actor": died.actor, "cause": cause, "died_at": died.died_at, "restarts": dict(self.restarts)}
@@ -280,8 +322,8 @@ class Supervisor:
 FILE_KINDS = ("replay", "loop", "follow")          # read again from a checkpoint's offset after a restart
 
 
-def run_replay(cfg, log: str | None = None, fmt: str | None = None, speed: float = 0.0, follow: bool = False,
-               journal: str | None = None, pub: str | None = None, quiet_lines: bool = False,
+def run_replay(cfg, log: str | list[str] | None = None, fmt: str | None = None, speed: float = 0.0,
+               follow: bool = False, journal: str | None = None, pub: str | None = None, quiet_lines: bool = False,
                resume: bool = False) -> Report:
     """Stream a log (plain lines, TEP alarm CSV or JSON lines) through the pipeline: ingest, cache owner, target,
     draft and output actors. Every N lines the model writes a short assessment of what it has seen. SIGINT/SIGTERM
@@ -292,16 +334,23 @@ def run_replay(cfg, log: str | None = None, fmt: str | None = None, speed: float
       FILE --follow        tail -f FILE, surviving rename and copytruncate rotation
       tcp://HOST:PORT      a line server; clients connect one after another
       -                    standard input
+      SRC SRC ...          several streams, one target: each stream has its own ring, owner,
+                           draft and journal (F.NAME.jsonl), and its output lines say its name
+                           (named after the files; a profile's [[streams]] names them itself)
     launchers (--launcher, or [actors] launcher in the profile):
       local   one process per actor over shared-memory channels (default)
       ray     the same actors as five named Ray actors on one node (--ray-address joins
               a cluster; otherwise a local Ray instance is started and stopped)
       serial  everything in this process (the reference the pipeline must equal)"""
-    log = log or replay_log(cfg)
+    cfg = with_logs(cfg, [log] if isinstance(log, str) else list(log or ()))
     if cfg.actors.launcher != "serial":
-        run_pipeline(cfg, source_of(log, fmt, cfg.replay.max_lines, speed, follow), journal=journal, pub=pub,
-                     quiet_lines=quiet_lines, resume=_resumes(cfg, resume, journal))
+        with _run_dir() as run_dir:
+            run_pipeline(cfg, stream_runs(cfg, fmt, speed, follow, journal, run_dir), run_dir, pub=pub,
+                         quiet_lines=quiet_lines, resume=_resumes(cfg, resume, journal))
         return Report()
+    log = replay_log(cfg)
+    if cfg.streams:
+        raise ValueError("the serial launcher replays one stream: use --launcher local for several")
     if log.startswith("tcp://") or log == "-" or follow or resume or cfg.replay.resume:
         raise ValueError("the serial launcher replays files only, from their start; use --launcher local for "
                          "sockets, stdin, --follow and --resume")
@@ -309,7 +358,7 @@ def run_replay(cfg, log: str | None = None, fmt: str | None = None, speed: float
     return ReplayReport(replay(log, fmt, cfg, printer(quiet_lines), max_lines=cfg.replay.max_lines))
 
 
-def run_serve(cfg, log: str | None = None, fmt: str | None = None, rate: float = 0.0, speed: float = 0.0,
+def run_serve(cfg, log: str | list[str] | None = None, fmt: str | None = None, rate: float = 0.0, speed: float = 0.0,
               loop: bool = False, follow: bool = False, journal: str | None = None,
               quiet_lines: bool = False, resume: bool = False) -> Report:
     """Run the pipeline over a log and answer operators' questions while it flows. A question goes ahead of stream
@@ -329,17 +378,23 @@ def run_serve(cfg, log: str | None = None, fmt: str | None = None, rate: float =
     if cfg.actors.launcher == "serial":
         raise ValueError("serve runs the actor pipeline: use launcher local or ray")
     load_keys(cfg.serve.api_key, cfg.serve.api_keys_file)      # a bad key file is refused before anything starts
-    source = source_of(log or replay_log(cfg), fmt, cfg.replay.max_lines, speed, follow)
     if rate < 0:
         raise ValueError("--rate must be >= 0")
-    if loop:
-        if source["kind"] != "replay":
-            raise ValueError("--loop replays a file; it cannot loop a socket, stdin or --follow")
-        source["kind"] = "loop"
-    source["rate"] = rate
-    run_pipeline(cfg, source, journal=journal, pub=cfg.serve.pub or None, quiet_lines=quiet_lines,
-                 resume=_resumes(cfg, resume, journal))
+    cfg = with_logs(cfg, [log] if isinstance(log, str) else list(log or ()))
+    with _run_dir() as run_dir:
+        run_pipeline(cfg, stream_runs(cfg, fmt, speed, follow, journal, run_dir, rate, loop), run_dir,
+                     pub=cfg.serve.pub or None, quiet_lines=quiet_lines, resume=_resumes(cfg, resume, journal))
     return Report()
+
+
+@contextlib.contextmanager
+def _run_dir():
+    """The run's scratch directory (stop and drain flags, pids, a journal not asked for), removed at the end."""
+    run_dir = tempfile.mkdtemp(prefix="ringspec_run_")
+    try:
+        yield run_dir
+    finally:
+        shutil.rmtree(run_dir, ignore_errors=True)
 
 
 def _resumes(cfg, resume: bool, journal: str | None) -> bool:

@@ -56,7 +56,6 @@ def array(dtype, ndim: int, optional: bool = False):
 class Prefill:
     """Run a chunk of committed text and store every row's K/V; answer Scored (`score`), then Picked (`pick`)."""
     kind: ClassVar[str] = "prefill"
-    stream: int = 0                             # which stream (models/streams.py); 0 when there is one
     pick: bool                                  # answer the token after the chunk
     score: bool                                 # answer each token's NLL (Scored)
     ring_from: int                              # the first ring slot of the pass's pool view (RingIndex.pool_view)
@@ -72,7 +71,6 @@ class Prefill:
 class Verify:
     """Judge a block (the pending token, then the proposals); store the accepted rows' K/V; answer Verdict."""
     kind: ClassVar[str] = "verify"
-    stream: int = 0                             # which stream (models/streams.py); 0 when there is one
     epoch: int                                  # echoed in the Verdict
     block: int                                  # the block's number within its epoch, echoed
     ring_from: int                              # the first ring slot of the pass's pool view (RingIndex.pool_view)
@@ -91,7 +89,6 @@ class Verify:
 class Constrain:
     """Judge the coming answer against this rule (pipeline/decode/rules.py `rule_from`), or none; no answer."""
     kind: ClassVar[str] = "constrain"
-    stream: int = 0                             # which stream (models/streams.py); 0 when there is one
     rule: dict | None                           # a rule's `spec`
 
 
@@ -114,21 +111,18 @@ class Ready:
 @message
 class Scored:
     kind: ClassVar[str] = "scored"
-    stream: int = 0                             # which stream (models/streams.py); 0 when there is one
     nll: np.ndarray = array(np.float32, 1)      # [T] -log p of each token of the chunk (NaN: not known)
 
 
 @message
 class Picked:
     kind: ClassVar[str] = "picked"
-    stream: int = 0                             # which stream (models/streams.py); 0 when there is one
     next: int                                   # the token after the chunk (argmax, or sampled)
 
 
 @message
 class Verdict:
     kind: ClassVar[str] = "verdict"
-    stream: int = 0                             # which stream (models/streams.py); 0 when there is one
     epoch: int
     block: int
     rows: list[int]                             # accepted rows along their path, 0 (the pending token) first

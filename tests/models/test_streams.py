@@ -4,6 +4,7 @@ exactness). Each stream is decoded alone first, every pass recorded (arguments, 
 replayed together, pass i of every stream in one pass, each stream's pools in its own pools-only runner."""
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import multiprocessing as mp
 import os
@@ -223,11 +224,11 @@ def _as_message(n: int, block: int, call: tuple):
     if kind == "prefill_pass":
         ids, pos, mask, slots = args
         recent = kw.get("recent")
-        return Prefill(stream=n, pick=kw.get("pick") is not None, score=bool(kw.get("score")),
+        return Prefill(pick=kw.get("pick") is not None, score=bool(kw.get("score")),
                        ring_from=kw.get("ring_from", 0), rule_state=kw.get("rule_state"), ids=ids, pos=pos,
                        mask=mask, recent=np.zeros(0, np.int64) if recent is None else recent, slots=slots)
     blk, mask = args[0], args[1]
-    return Verify(stream=n, epoch=0, block=block, ring_from=blk.ring_from, rule_state=args[3] if len(args) > 3 else
+    return Verify(epoch=0, block=block, ring_from=blk.ring_from, rule_state=args[3] if len(args) > 3 else
                   None, ids=blk.tokens, pos=blk.pos, mask=mask, parent=blk.parent, recent=blk.recent,
                   slots=blk.slots, q=blk.q, path=blk.path)
 
@@ -248,7 +249,7 @@ def test_the_target_actor_answers_three_streams_passes_as_each_got_alone(default
     import pipeline.decode.assemble as assemble
     from models.tokenizer import Tokenizer
     from pipeline import config
-    from pipeline.channel import Channel, ChannelSpec
+    from pipeline.channel import Channel, ChannelSpec, Selector
     from pipeline.config import ring_spec
     from pipeline.messages import Close, Closed, Ready, Scored, Verdict, decode, send
     from pipeline.process import StopFlag
@@ -266,27 +267,32 @@ def test_the_target_actor_answers_three_streams_passes_as_each_got_alone(default
         engine.generate(question, 16)
         recorded.append(engine.verifier.calls)
     tag = f"t{os.getpid()}"
-    inbox = ChannelSpec(f"{tag}_to_target", slots=8, payload_bytes=8 << 20)
-    replies = ChannelSpec(f"{tag}_from_target", slots=64, payload_bytes=1 << 20)
+    inboxes = [ChannelSpec(f"{tag}_to_target{n}", slots=8, payload_bytes=8 << 20) for n in range(3)]
+    replies = [ChannelSpec(f"{tag}_from_target{n}", slots=64, payload_bytes=1 << 20) for n in range(3)]
     stop = StopFlag(str(tmp_path / "stop"))
-    with Channel.create(replies) as back:
+    with contextlib.ExitStack() as held:
+        backs = [held.enter_context(Channel.create(r)) for r in replies]
         actor = mp.get_context("spawn").Process(target=target_actor.run, daemon=True,
-                                                kwargs=dict(inbox=inbox, outbox=replies.name, cfg=cfg,
-                                                            spec=ring_spec(cfg), stop=stop, streams=3))
+                                                kwargs=dict(inboxes=inboxes, outboxes=[r.name for r in replies],
+                                                            cfg=cfg, spec=ring_spec(cfg), stop=stop))
         actor.start()
         try:
-            assert isinstance(decode(back.recv(timeout=300)), Ready)
-            to = Channel.attach(inbox.name, timeout=60)
+            for back in backs:
+                assert isinstance(decode(back.recv(timeout=300)), Ready)
+            tos = [Channel.attach(i.name, timeout=60) for i in inboxes]
             order = [(n, i) for i in range(max(map(len, recorded))) for n in range(3) if i < len(recorded[n])]
-            sender = threading.Thread(target=lambda: [send(to, _as_message(n, i, recorded[n][i]), timeout=60)
+            sender = threading.Thread(target=lambda: [send(tos[n], _as_message(n, i, recorded[n][i]), timeout=60)
                                                       for n, i in order], daemon=True)
             sender.start()
             expected = [[reply for call in calls for reply in _replies(call)] for calls in recorded]
+            selector = Selector(backs)
             done = [0, 0, 0]
             while sum(done) < sum(map(len, expected)):
-                with back.recv(timeout=120) as received:
+                ready = selector.wait(120)
+                assert ready, f"no answer within 120 s; {done} of {list(map(len, expected))}"
+                n = backs.index(ready[0])
+                with ready[0].recv(timeout=1) as received:
                     msg = decode(received)
-                    n = msg.stream
                     want, where = expected[n][done[n]], f"stream {n}, reply {done[n]}"
                     assert type(msg).__name__ == want[0], where
                     if isinstance(msg, Verdict):
@@ -297,10 +303,14 @@ def test_the_target_actor_answers_three_streams_passes_as_each_got_alone(default
                         assert msg.next == want[1], where
                     done[n] += 1
             sender.join(timeout=60)
-            send(to, Close(), timeout=60)
-            closed = decode(back.recv(timeout=60))
-            assert isinstance(closed, Closed) and closed.figures["forward_calls"] >= sum(map(len, recorded))
+            for n in (1, 0, 2):                   # the actor ends once every stream has closed
+                assert actor.is_alive()
+                send(tos[n], Close(), timeout=60)
+                closed = decode(backs[n].recv(timeout=60))
+                assert isinstance(closed, Closed) and closed.figures["forward_calls"] >= sum(map(len, recorded))
             assert closed.figures["kv_pool_mb"] > 0 and closed.figures["passes"] <= closed.figures["forward_calls"]
+            actor.join(timeout=30)
+            assert actor.exitcode == 0
         finally:
             stop.set()
             actor.join(timeout=30)
@@ -313,17 +323,17 @@ def _waiting(*items):
     out = []
     for item in items:
         if item[0] == "p":
-            msg = Prefill(stream=item[1], pick=False, score=False, ring_from=0, ids=np.zeros(item[2], np.int64),
+            msg = Prefill(pick=False, score=False, ring_from=0, ids=np.zeros(item[2], np.int64),
                           pos=np.zeros(0, np.int64), mask=np.zeros((0, 0), np.float32), recent=np.zeros(0, np.int64),
                           slots=np.zeros(0, np.int64))
         else:
-            msg = Constrain(stream=item[1], rule=None)
-        out.append((object(), msg))
+            msg = Constrain(rule=None)
+        out.append((object(), item[1], msg))
     return out
 
 
 def test_a_pass_takes_each_streams_first_waiting_pass_in_order_within_the_rows():
-    pick = (lambda waiting, streams: [(m.stream, len(m.ids)) for _, m in target_actor._one_pass(waiting, streams)])
+    pick = (lambda waiting, streams: [(n, len(m.ids)) for _, n, m in target_actor._one_pass(waiting, streams)])
     # one per stream, the earliest; a stream's second pass waits even if another stream's comes after it
     assert pick(_waiting(("p", 0, 7), ("p", 0, 7), ("p", 1, 1), ("p", 2, 32)), 3) == [(0, 7), (1, 1), (2, 32)]
     # a Constrain ends the pass's choice: the passes after it must see it applied

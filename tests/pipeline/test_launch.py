@@ -27,7 +27,7 @@ from pipeline import watch
 from pipeline.channel import cleanup_stale
 from pipeline.stream.forms import SEVERITIES
 from tests import procs
-from tests.paths import ROOT
+from tests.paths import ROOT, SHARED
 
 LOG = ROOT / "data" / "tep_demo.csv"
 
@@ -185,6 +185,40 @@ def test_pipelined_assessments_equal_the_serial_engine(default_gguf, tmp_path, l
     assert not leftovers(proc)
     if launcher == "ray":
         assert not processes(b"ray::RayActor") and not processes(b"raylet")
+
+
+STREAM_LOGS = {"tep": LOG, "bgl": SHARED / "data" / "loghub" / "BGL_2k.log",
+               "zookeeper": SHARED / "data" / "loghub" / "Zookeeper_2k.log"}
+
+
+def test_three_streams_share_one_target_and_each_assesses_as_it_does_alone(default_gguf, tmp_path):
+    """Three logs of different kinds as three streams of one pipeline (`[[streams]]`): one target carries their rows
+    in shared passes, each stream has its own ring, owner, draft and journal, and each stream's assessments are,
+    token for token, what the serial engine writes for that log alone."""
+    from pipeline import config as cfgs
+    from pipeline.stream.replay import replay
+    profile = tmp_path / "streams.toml"
+    profile.write_text('[replay]\nmax_new_tokens = 20\nevery_lines = 8\nmax_lines = 16\n' + "".join(
+        f'[[streams]]\nname = "{name}"\nlog = "{log}"\n' for name, log in STREAM_LOGS.items()))
+    journal = tmp_path / "journal.jsonl"
+    proc = launch("--config", str(profile), "--quiet-lines", "--journal", str(journal))
+    out, err = procs.finish(proc, "the three-stream pipeline ending")
+    assert proc.returncode == 0, err
+    passes = set()
+    for (name, scfg), log in zip(cfgs.streams_of(cfgs.load(profile)), STREAM_LOGS.values()):
+        records = journal_of(tmp_path / f"journal.{name}.jsonl")
+        assert {r["stream"] for r in records} == {name} and records[-1]["kind"] == "eof"
+        assert records[-1]["sent"] == 16
+        alone = []
+        replay(str(log), None, scfg, lambda kind, p: alone.append(p["text"]) if kind == "assessment" else None,
+               max_lines=16)
+        together = [r["text"] for r in records if r["kind"] == "assessment"]
+        assert together == alone and len(alone) == 2, name
+        assert f"[{name}] " in out and f"end of stream {name}:" in err
+        target = next(f for f in records[-1]["figures"] if f["actor"] == "target")
+        passes.add((target["passes"], target["forward_calls"]))
+    assert any(shared < calls for shared, calls in passes), f"no pass carried two streams' rows: {passes}"
+    assert not leftovers(proc)
 
 
 def test_scored_lines_are_journaled_and_fire_where_the_serial_replay_fires(default_gguf, tmp_path):

@@ -218,7 +218,7 @@ def test_an_unknown_kind_is_refused(link):
 
 def test_a_missing_field_is_refused_by_name(link):
     with pytest.raises(MessageError, match="'verdict' lacks field 'rows'"):
-        _decode_raw(link, {"kind": "verdict", "stream": 0, "epoch": 3, "block": 1, "next": 5, "t0": 1.0,
+        _decode_raw(link, {"kind": "verdict", "epoch": 3, "block": 1, "next": 5, "t0": 1.0,
                            "t1": 2.0, "forward_s": 0.5})
     with pytest.raises(MessageError, match="'observe' lacks field 'ids'"):
         _decode_raw(link, {"kind": "observe"})
@@ -233,12 +233,12 @@ def test_an_array_of_the_wrong_dtype_or_rank_is_refused(link):
 
 def test_a_plain_field_of_the_wrong_type_is_refused(link):
     with pytest.raises(MessageError, match="'picked' field 'next': expected int, got str"):
-        _decode_raw(link, {"kind": "picked", "stream": 0, "next": "504"})
+        _decode_raw(link, {"kind": "picked", "next": "504"})
     with pytest.raises(MessageError, match="'picked' field 'next': expected int, got bool"):
-        _decode_raw(link, {"kind": "picked", "stream": 0, "next": True})
+        _decode_raw(link, {"kind": "picked", "next": True})
     with pytest.raises(MessageError, match="'rollback' field 'forget': expected bool, got int"):
         _decode_raw(link, {"kind": "rollback", "position": 3, "forget": 1})
-    assert _decode_raw(link, {"kind": "picked", "stream": 0, "next": 504}).next == 504
+    assert _decode_raw(link, {"kind": "picked", "next": 504}).next == 504
     line = Line(offset=0, time="", tags=[], text="x", loop=0, n_tokens=1, seq=0, drops={}, nll_n=1)
     header = {"kind": "line", **{f.name: getattr(line, f.name) for f in dataclasses.fields(line) if f.name != "ids"}}
     assert _decode_raw(link, {**header, "nll_sum": 0}).nll_sum == 0                      # an int is a fine float
