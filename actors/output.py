@@ -73,7 +73,7 @@ def run(in_specs: list[ChannelSpec], streams: list[str], journals: list[str | No
         with ExitStack() as held:
             inps = [held.enter_context(Channel.create(spec)) for spec in in_specs]
             if serve:
-                front, servers = _start_front(cfg, tok, serve, stop)
+                front, servers = _start_front(cfg, tok, serve, streams, stop)
             selector, ended = Selector(inps), set()
             while len(ended) < len(inps) and not stop.is_set():
                 for inp in selector.wait(0.2):
@@ -83,7 +83,7 @@ def run(in_specs: list[ChannelSpec], streams: list[str], journals: list[str | No
                         with inp.recv(timeout=1.0) as received:
                             event = copied(decode(received))
                         if front is not None and isinstance(event, (AnswerDelta, Answer, Status, StreamEnd)):
-                            record = front.on_event(event)
+                            record = front.on_event(event, stream=name)
                             if isinstance(event, StreamEnd):     # the stream's counts, journaled while serving goes on
                                 record = {**as_dict(event), "t": time.time()}
                             if record is not None:
@@ -106,7 +106,7 @@ def run(in_specs: list[ChannelSpec], streams: list[str], journals: list[str | No
                             record["figures"] = event.figures + [figures.snapshot()]
                             ended.add(n)
                         if front is not None:
-                            front.on_event(event, record)
+                            front.on_event(event, record, stream=name)
                         _record(event, record, log, sock)
                         if isinstance(event, Assessment):
                             chaos("output.written")      # fault injection, test-only: written, not yet shown
@@ -138,12 +138,13 @@ def _record(event, record: dict, log, sock) -> None:
         sock.send_multipart([event.kind.encode(), json.dumps(record).encode()])
 
 
-def _start_front(cfg, tok, serve: dict, stop):
-    """The operators' interfaces: the front (its channel to the owner), then HTTP and zmq as configured."""
+def _start_front(cfg, tok, serve: dict, streams: list[str], stop):
+    """The operators' interfaces: the front (its channel to each stream's owner), then HTTP and zmq as configured."""
 
     keys = load_keys(cfg.serve.api_key, cfg.serve.api_keys_file)
-    asks = attach_when_ready(serve["asks"][0], stop)
-    front = Front(cfg, tok, asks, serve["archive"][0], serve.get("pids_file"), serve.get("restarts"))
+    links = [(name, attach_when_ready(asks, stop), archive)
+             for name, asks, archive in zip(streams, serve["asks"], serve["archive"])]
+    front = Front(cfg, tok, links, serve.get("pids_file"), serve.get("restarts"))
     servers = []
     if cfg.serve.http:
         host, _, port = cfg.serve.http.rpartition(":")

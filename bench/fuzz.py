@@ -246,7 +246,7 @@ class _Owner:
     def __init__(self, cfg, tok):
         spec = ChannelSpec(f"fuzz_asks_{time.monotonic_ns() % 10**9}", 64, cfg.serve.max_prompt_tokens * 4 + 4096)
         self.inbox = Channel.create(spec)
-        self.front = Front(cfg, tok, Channel.attach(spec.name), None)
+        self.front = Front(cfg, tok, [("", Channel.attach(spec.name), None)])
         self.reply = np.asarray(tok.encode(" ok"), np.int32)
         self.asked = 0                                   # questions the front took, counted in the handler's thread
         ask = self.front.ask

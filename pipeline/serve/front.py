@@ -6,8 +6,12 @@ and the owner's answer events become text deltas for whoever asked. Also keeps w
 stream's tail, the analyses, the owner's latest status, request counts and latencies. Never runs a model and never
 touches the cache: the owner decides when a question is answered.
 
+Several streams (one pipeline, one target: pipeline/launch.py): each has its own owner, question channel and archive,
+and its own view here (`StreamView`); a request names its stream (the model `ringspec/NAME` over HTTP, `stream`
+over zmq), and what the console and /metrics show is per stream. With one stream a request names none.
+
 Threads: the interfaces call `ask`/`cancel` from their own threads; the output actor's event loop calls `on_event`.
-The channel to the owner has one producer, so sends (`Question`, `Cancel`: pipeline/messages.py) go through a lock.
+Each channel to an owner has one producer, so sends (`Question`, `Cancel`: pipeline/messages.py) go through a lock.
 """
 from __future__ import annotations
 
@@ -71,13 +75,38 @@ class Answer:
     t_first: float | None = None
     finished: bool = False
     stopped_by_string: bool = False
+    stream: str = ""                                  # the stream it was asked of ("" with one)
+
+
+@dataclass
+class StreamView:
+    """One stream as the front sees it: its owner's question channel, its archive, and what the console and /metrics
+    show of it (its tail, analyses, latest status, drops, surprise histogram)."""
+    name: str                                         # "" when the pipeline has one stream
+    asks: object                                      # the channel to its cache owner
+    archive_path: str | None
+    window_from_seq: int | None = None
+    tail: deque = field(default_factory=lambda: deque(maxlen=200))    # recent line events, for a late console
+    analyses: deque = field(default_factory=lambda: deque(maxlen=20))
+    status: dict = field(default_factory=dict)
+    start: dict = field(default_factory=dict)         # its owner's start record: exactness verdict, platform
+    drops: dict = field(default_factory=dict)
+    stream_end: dict | None = None
+    surprise: np.ndarray = field(default_factory=lambda: np.zeros(len(SURPRISE_BUCKETS) + 1, np.int64))
+    surprise_sum: float = 0.0                          # scored lines by surprise bucket (+Inf last), and their sum
+
+    def labels(self) -> dict:
+        """The /metrics labels of this stream's series (none with one stream)."""
+        return {"stream": self.name} if self.name else {}
 
 
 class Front:
-    def __init__(self, cfg, tok, asks, archive_path: str | None, pids_file: str | None = None,
+    def __init__(self, cfg, tok, streams: list[tuple[str, object, str | None]], pids_file: str | None = None,
                  restarts: dict | None = None):
-        self.cfg, self.serve, self.tok, self.asks = cfg, cfg.serve, tok, asks
-        self.archive_path, self.pids_file = archive_path, pids_file
+        """streams: (name, question channel, archive path) per stream, in the pipeline's order ("" for one)."""
+        self.cfg, self.serve, self.tok = cfg, cfg.serve, tok
+        self.views = {name: StreamView(name, asks, archive) for name, asks, archive in streams}
+        self.pids_file = pids_file
         self.restarts = dict(restarts or {})          # {actor: restarts of the pipeline after its death}, this run
         self._span = question_span
         self.stops = set(tok.stop_ids)
@@ -85,27 +114,37 @@ class Front:
         self._ids = itertools.count(1)
         self.answers: dict[str, Answer] = {}
         self.gone: dict[str, Answer] = {}             # cancelled by their askers, until the owner's Answer for each
-        self.window_from_seq: int | None = None
-        self.tail: deque = deque(maxlen=200)           # recent line events, for a console that connects late
-        self.analyses: deque = deque(maxlen=20)
-        self.status: dict = {}
-        self.start: dict = {}                          # the run's start record: exactness verdict, platform
-        self.drops: dict = {}
-        self.stream_end: dict | None = None
         self.subscribers: list[queue.Queue] = []
         self.counts: Counter = Counter()               # requests by (endpoint, code), disconnects, dropped events
         self.ttft_ms: deque = deque(maxlen=LATENCIES_KEPT)
         self.total_ms: deque = deque(maxlen=LATENCIES_KEPT)
         self.tokens_per_s: deque = deque(maxlen=LATENCIES_KEPT)
-        self.surprise = np.zeros(len(SURPRISE_BUCKETS) + 1, np.int64)   # scored lines by surprise bucket (+Inf last)
-        self.surprise_sum = 0.0
+
+    @property
+    def several(self) -> bool:
+        return len(self.views) > 1
+
+    def view(self, stream: str | None = None) -> StreamView:
+        """The stream a request names (None: the only one); RequestError when it names none of them."""
+        if stream is None:
+            if self.several:
+                raise RequestError(400, f"this server watches {len(self.views)} streams: name one as the model "
+                                        f"ringspec/NAME (\"stream\" over zmq), NAME one of {', '.join(self.views)}")
+            return next(iter(self.views.values()))
+        if not isinstance(stream, str) or stream not in self.views:
+            raise RequestError(404 if isinstance(stream, str) else 400,
+                               f"no stream {stream!r} here (streams: {', '.join(self.views) or 'the one unnamed'})",
+                               "stream_not_found")
+        return self.views[stream]
 
     # -- from the interfaces -----------------------------------------------------------------------------------------
     def ask(self, client: str, messages: list[dict] | None = None, prompt: str | None = None,
-            max_tokens: int | None = None, deadline_s: float | None = None, stop=()) -> Answer:
-        """Frame, bound and send a question (chat `messages`, or a raw `prompt` continuing the log); RequestError
-        when it cannot be taken."""
+            max_tokens: int | None = None, deadline_s: float | None = None, stop=(), stream: str | None = None
+            ) -> Answer:
+        """Frame, bound and send a question (chat `messages`, or a raw `prompt` continuing the log) to `stream`'s
+        owner (None: the only stream); RequestError when it cannot be taken."""
         s = self.serve
+        view = self.view(stream)
         max_tokens = s.max_answer_tokens if max_tokens is None else max_tokens
         if not isinstance(max_tokens, int) or isinstance(max_tokens, bool) or not 1 <= max_tokens <= \
                 s.max_answer_tokens:
@@ -117,7 +156,7 @@ class Front:
         t0 = time.perf_counter()
         if messages is not None:
             question = _check_messages(messages)
-            retrieved = self.retrieve(question)
+            retrieved = self.retrieve(question, view)
             span = self._span(self.tok, self.cfg.replay.system_prompt, messages, [h.text for h in retrieved])
             while len(span) > s.max_prompt_tokens and retrieved:      # the conversation first, then old lines
                 retrieved = retrieved[:-1]
@@ -135,9 +174,10 @@ class Front:
                                         f"shortly", "server_busy")
             answer = Answer(f"q{os.getpid()}-{next(self._ids)}", client, question, len(span),
                             [h.__dict__ for h in retrieved], time.monotonic(), tuple(stop),
-                            frame_ms=(time.perf_counter() - t0) * 1e3, decoder=StreamDecoder(self.tok))
+                            frame_ms=(time.perf_counter() - t0) * 1e3, decoder=StreamDecoder(self.tok),
+                            stream=view.name)
             try:
-                send(self.asks, Question(id=answer.id, client=client, max_tokens=max_tokens,
+                send(view.asks, Question(id=answer.id, client=client, max_tokens=max_tokens,
                                          deadline_s=float(deadline_s), ids=np.asarray(span, np.int32)), timeout=5.0)
             except TimeoutError:
                 raise RequestError(503, "the cache owner takes no questions right now; retry shortly",
@@ -145,11 +185,11 @@ class Front:
             self.answers[answer.id] = answer
         return answer
 
-    def retrieve(self, question: str) -> list:
-        """Older lines about the question, from the archive (none of those still inside the model's window)."""
-        if not self.serve.retrieve or not self.archive_path:
+    def retrieve(self, question: str, view: StreamView) -> list:
+        """Older lines about the question, from the stream's archive (none of those still inside its window)."""
+        if not self.serve.retrieve or not view.archive_path:
             return []
-        return search(self.archive_path, question, self.serve.retrieve, before_seq=self.window_from_seq)
+        return search(view.archive_path, question, self.serve.retrieve, before_seq=view.window_from_seq)
 
     def cancel(self, answer: Answer, why: str) -> None:
         """The asker went away: the owner stops at its next block, and nobody waits for the rest."""
@@ -157,7 +197,7 @@ class Front:
         with self._lock:
             if self.answers.pop(answer.id, None) is not None:
                 self.gone[answer.id] = answer
-                send(self.asks, Cancel(id=answer.id), timeout=5.0)
+                send(self.views[answer.stream].asks, Cancel(id=answer.id), timeout=5.0)
             answer.finished = True
 
     def subscribe(self) -> queue.Queue:
@@ -175,10 +215,11 @@ class Front:
                 self.subscribers.remove(q)
 
     # -- from the event loop -----------------------------------------------------------------------------------------
-    def on_event(self, event, record: dict | None = None) -> dict | None:
-        """Route one owner event (pipeline/messages.py); `record` is the journal record the output actor made of a
-        Start, Line or Assessment (its decoded text, its time). Returns the finished answer's record (for the journal
-        and PUB) on Answer."""
+    def on_event(self, event, record: dict | None = None, stream: str = "") -> dict | None:
+        """Route one event of `stream`'s owner (pipeline/messages.py); `record` is the journal record the output
+        actor made of a Start, Line or Assessment (its decoded text, its time). Returns the finished answer's record
+        (for the journal and PUB) on Answer."""
+        view = self.views[stream]
         match event:
             case AnswerDelta():
                 answer = self.answers.get(event.id)
@@ -187,25 +228,26 @@ class Front:
             case AnswerEvent():
                 return self._done(event)
             case Line():
-                self.window_from_seq = event.window_from_seq
-                self.drops = event.drops
+                view.window_from_seq = event.window_from_seq
+                view.drops = event.drops
                 if event.surprise is not None:
-                    self.surprise[np.searchsorted(SURPRISE_BUCKETS, event.surprise)] += 1
-                    self.surprise_sum += event.surprise
-                self.tail.append(_line_view(record))
+                    view.surprise[np.searchsorted(SURPRISE_BUCKETS, event.surprise)] += 1
+                    view.surprise_sum += event.surprise
+                view.tail.append(_line_view(record))
                 self._publish("line", _line_view(record))
             case Assessment():
-                view = {k: record[k] for k in ("trigger", "lines", "offsets", "text", "latency_ms", "t") if k in record}
-                self.analyses.append(view)
-                self._publish("assessment", view)
+                shown = {k: record[k] for k in ("stream", "trigger", "lines", "offsets", "text", "latency_ms", "t")
+                         if k in record}
+                view.analyses.append(shown)
+                self._publish("assessment", shown)
             case Start():
-                self.start = record
+                view.start = record
             case Status():
-                self.status = as_dict(event)
+                view.status = as_dict(event)
                 self._publish("status", self.gauges())
             case StreamEnd():
-                self.stream_end = as_dict(event)
-                self._publish("stream_end", {"sent": event.sent})
+                view.stream_end = as_dict(event)
+                self._publish("stream_end", {**view.labels(), "sent": event.sent})
         return None
 
     def _delta(self, answer: Answer, ids) -> None:
@@ -225,7 +267,7 @@ class Front:
         if cut >= 0:                                  # the owner stops; its Answer event still ends this one
             answer.stopped_by_string = True
             with self._lock:
-                send(self.asks, Cancel(id=answer.id), timeout=5.0)
+                send(self.views[answer.stream].asks, Cancel(id=answer.id), timeout=5.0)
 
     def _done(self, event: AnswerEvent) -> dict | None:
         with self._lock:
@@ -265,15 +307,30 @@ class Front:
 
     # -- what /metrics and the console's gauges show ------------------------------------------------------------------
     def gauges(self) -> dict:
-        st = self.status
+        """The console's gauges: the one stream's at the top level; with several, each stream's under `streams`
+        and the first's at the top level (a console made for one stream shows that one)."""
+        per = {name: self._stream_gauges(v) for name, v in self.views.items()}
+        shared = {"resident_bytes": sum(self.resident_bytes().values()), "ttft_p50_ms": _quantile(self.ttft_ms, 0.5),
+                  "in_flight": sum(not a.finished for a in list(self.answers.values()))}
+        return {**next(iter(per.values())), **shared, **({"streams": per} if self.several else {})}
+
+    def health(self) -> dict:
+        """/healthz: the stream's position (each stream's, with several) and the target's batch invariance."""
+        def one(v: StreamView) -> dict:
+            return {"stream_ended": v.stream_end is not None, "position": v.status.get("position", 0),
+                    "lines": v.status.get("lines", 0)}
+        first = next(iter(self.views.values()))
+        return {"status": "ok", **one(first), "batch_invariant": first.start.get("exactness", {}).get("invariant"),
+                **({"streams": {n: one(v) for n, v in self.views.items()}} if self.several else {})}
+
+    @staticmethod
+    def _stream_gauges(view: StreamView) -> dict:
+        st = view.status
         return {"tokens_per_s": st.get("tokens_per_s", 0.0), "acceptance_rate": st.get("acceptance_rate", 0.0),
                 "accepted_per_verify": st.get("accepted_per_verify", 0.0), "queue": st.get("queue", 0),
                 "backlog": st.get("backlog", 0), "lines": st.get("lines", 0), "answers": st.get("answers", 0),
                 "kv_pool_bytes": st.get("kv_pool_bytes", 0), "position": st.get("position", 0),
-                "analysing": st.get("analysing", False),
-                "resident_bytes": sum(self.resident_bytes().values()), "drops": self.drops,
-                "ttft_p50_ms": _quantile(self.ttft_ms, 0.5), "in_flight": sum(not a.finished
-                                                                              for a in list(self.answers.values()))}
+                "analysing": st.get("analysing", False), "drops": view.drops}
 
     def resident_bytes(self) -> dict[str, int]:
         """Resident memory of each actor of this pipeline on this node (from the launcher's pid list)."""
@@ -305,7 +362,8 @@ def _check_messages(messages) -> str:
 
 
 def _line_view(event: dict) -> dict:
-    return {k: event.get(k) for k in ("seq", "offset", "time", "text", "backlog", "surprise", "unusual")}
+    keys = ("seq", "offset", "time", "text", "backlog", "surprise", "unusual")
+    return {**({"stream": event["stream"]} if "stream" in event else {}), **{k: event.get(k) for k in keys}}
 
 
 def _quantile(values, q: float) -> float | None:

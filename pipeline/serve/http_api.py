@@ -13,7 +13,8 @@ counted under one label.
     GET  /                       the console (pipeline/serve/console.html; the key goes in its fragment, /#key=KEY)
     GET  /healthz                {"status": "ok", ...}; never needs the key
     GET  /metrics                Prometheus text format
-    GET  /v1/models              the one model served
+    GET  /v1/models              the model served: "ringspec", or "ringspec/NAME" per stream when
+                                 the pipeline has several (a request's "model" picks its stream)
     GET  /v1/status              the console's gauges as JSON
     GET  /v1/events              server-sent events: line, assessment, status (the console's live feed)
     POST /v1/chat/completions    OpenAI chat completions, "stream": true as SSE ending with "data: [DONE]"
@@ -182,14 +183,13 @@ class _Handler(BaseHTTPRequestHandler):
         self._send(200, CONSOLE.read_bytes(), "text/html; charset=utf-8")
 
     def _health(self):
-        front = self.server.front
-        self._json(200, {"status": "ok", "stream_ended": front.stream_end is not None,
-                         "position": front.status.get("position", 0), "lines": front.status.get("lines", 0),
-                         "batch_invariant": front.start.get("exactness", {}).get("invariant")})
+        self._json(200, self.server.front.health())
 
     def _models(self):
-        self._json(200, {"object": "list", "data": [{"id": MODEL_NAME, "object": "model", "owned_by": "ringspec",
-                                                     "created": 0}]})
+        views = getattr(self.server.front, "views", {})           # several streams: one model name each
+        names = [f"{MODEL_NAME}/{n}" for n in views if n] or [MODEL_NAME]
+        self._json(200, {"object": "list", "data": [{"id": n, "object": "model", "owned_by": "ringspec",
+                                                     "created": 0} for n in names]})
 
     def _status(self):
         self._json(200, self.server.front.gauges())
@@ -202,10 +202,11 @@ class _Handler(BaseHTTPRequestHandler):
         sub = front.subscribe()                       # RequestError (503) past MAX_SUBSCRIBERS
         try:
             self._start_stream()
-            for line in list(front.tail)[-50:]:
-                self._sse(json.dumps(line), "line")
-            for view in front.analyses:
-                self._sse(json.dumps(view), "assessment")
+            for stream in front.views.values():
+                for line in list(stream.tail)[-50:]:
+                    self._sse(json.dumps(line), "line")
+                for view in stream.analyses:
+                    self._sse(json.dumps(view), "assessment")
             self._sse(json.dumps(front.gauges()), "status")
             while True:
                 try:
@@ -236,13 +237,17 @@ class _Handler(BaseHTTPRequestHandler):
         stop = (stop,) if isinstance(stop, str) else stop
         if not isinstance(stop, (list, tuple)) or not all(isinstance(s, str) for s in stop) or len(stop) > 4:
             raise RequestError(400, "stop must be a string or a list of at most 4 strings")
+        # several streams: the model names the stream, ringspec/NAME (OpenAI's "stream" is the SSE flag)
+        model = body.get("model")
+        stream = model[len(MODEL_NAME) + 1:] if isinstance(model, str) and model.startswith(f"{MODEL_NAME}/") else None
         return self.server.front.ask(self.operator, max_tokens=body.get("max_tokens"),
-                                     deadline_s=body.get("deadline_s"), stop=tuple(stop), **question)
+                                     deadline_s=body.get("deadline_s"), stop=tuple(stop), stream=stream, **question)
 
     def _answer(self, body: dict, answer, chat: bool):
         front = self.server.front
         created = int(time.time())
         kind = "chat.completion" if chat else "text_completion"
+        model = f"{MODEL_NAME}/{answer.stream}" if getattr(answer, "stream", "") else MODEL_NAME
         try:
             if not body.get("stream"):
                 info = self._wait(answer)
@@ -251,7 +256,7 @@ class _Handler(BaseHTTPRequestHandler):
                 choice = {"index": 0, "finish_reason": info["finish_reason"], "logprobs": None}
                 choice.update({"message": {"role": "assistant", "content": answer.text}} if chat else
                               {"text": answer.text})
-                return self._json(200, {"id": answer.id, "object": kind, "created": created, "model": MODEL_NAME,
+                return self._json(200, {"id": answer.id, "object": kind, "created": created, "model": model,
                                         "choices": [choice], "usage": _usage(info), "ringspec": _meta(info)})
             self._start_stream()
             chunk_kind = "chat.completion.chunk" if chat else "text_completion"
@@ -264,7 +269,7 @@ class _Handler(BaseHTTPRequestHandler):
                     choice = {"index": 0, "delta": delta, "finish_reason": None} if chat else \
                         {"index": 0, "text": data, "finish_reason": None}
                     self._sse(json.dumps({"id": answer.id, "object": chunk_kind, "created": created,
-                                          "model": MODEL_NAME, "choices": [choice]}))
+                                          "model": model, "choices": [choice]}))
                     continue
                 if data["error"]:
                     self._sse(json.dumps({"error": {"message": data["error"], "type": "timeout"}}))
@@ -272,7 +277,7 @@ class _Handler(BaseHTTPRequestHandler):
                     choice = {"index": 0, "delta": {}, "finish_reason": data["finish_reason"]} if chat else \
                         {"index": 0, "text": "", "finish_reason": data["finish_reason"]}
                     self._sse(json.dumps({"id": answer.id, "object": chunk_kind, "created": created,
-                                          "model": MODEL_NAME, "choices": [choice], "usage": _usage(data),
+                                          "model": model, "choices": [choice], "usage": _usage(data),
                                           "ringspec": _meta(data)}))
                 self._chunk(b"data: [DONE]\n\n")
                 self._chunk(b"")

@@ -21,12 +21,19 @@ def render(front) -> str:
             label = "{" + ",".join(f'{k}="{_escape(v)}"' for k, v in labels.items()) + "}" if labels else ""
             out.append(f"ringspec_{name}{label} {_number(value)}")
 
-    g, st = front.gauges(), front.status
+    views = list(front.views.values())           # one stream: no stream label; several: every series per stream
+
+    def per(value, **labels):
+        return [({**v.labels(), **labels}, value(v)) for v in views]
+
+    g = front.gauges()
     metric("decode_tokens_per_second", "gauge", "Generated tokens per second of decode time, all generations so far.",
-           [({}, g["tokens_per_s"])])
-    metric("draft_acceptance_ratio", "gauge", "Accepted share of proposed draft tokens.", [({}, g["acceptance_rate"])])
-    metric("tokens_per_verify", "gauge", "Tokens committed per target verify pass.", [({}, g["accepted_per_verify"])])
-    ex, pf = front.start.get("exactness"), front.start.get("platform", {})
+           per(lambda v: v.status.get("tokens_per_s", 0.0)))
+    metric("draft_acceptance_ratio", "gauge", "Accepted share of proposed draft tokens.",
+           per(lambda v: v.status.get("acceptance_rate", 0.0)))
+    metric("tokens_per_verify", "gauge", "Tokens committed per target verify pass.",
+           per(lambda v: v.status.get("accepted_per_verify", 0.0)))
+    ex, pf = views[0].start.get("exactness"), views[0].start.get("platform", {})
     metric("batch_invariant", "gauge", "1 when the target's rows are batch invariant on this CPU (the start-up "
            "probe, pipeline/decode/exactness.py); 0: greedy output with a draft may differ from single-token "
            "decoding here.",
@@ -35,35 +42,41 @@ def render(front) -> str:
            [({"onnxruntime": pf.get("onnxruntime", ""), "cpu": pf.get("cpu", ""),
               "avx512": ",".join(pf.get("avx512", [])) or "none"}, 1)] if pf else [])
     metric("generated_tokens_total", "counter", "Tokens generated (answers and analyses).",
-           [({}, st.get("generated", 0))])
-    metric("stream_lines_total", "counter", "Stream lines prefilled into the ring.", [({}, st.get("lines", 0))])
+           per(lambda v: v.status.get("generated", 0)))
+    metric("stream_lines_total", "counter", "Stream lines prefilled into the ring.",
+           per(lambda v: v.status.get("lines", 0)))
     metric("stream_tokens_total", "counter", "Tokens of the stream lines prefilled into the ring.",
-           [({}, st.get("stream_tokens", 0))])
+           per(lambda v: v.status.get("stream_tokens", 0)))
     metric("stream_share", "gauge", "The stream's share of the target's time over the last ~30 s, and the least "
            "share it gets while lines wait (serve.stream_share).",
-           [({"kind": "measured"}, st.get("stream_share", 1.0)), ({"kind": "minimum"}, front.serve.stream_share)])
+           per(lambda v: v.status.get("stream_share", 1.0), kind="measured") +
+           per(lambda v: front.serve.stream_share, kind="minimum"))
     metric("stream_capacity_lines_per_second", "gauge", "Lines/s the stream goes in at while the target works on it "
-           "(the last ~30 s; 0 until measured).", [({}, st.get("capacity_lines_per_s", 0.0))])
+           "(the last ~30 s; 0 until measured).", per(lambda v: v.status.get("capacity_lines_per_s", 0.0)))
     metric("packed_feeds_total", "counter", "Stream feeds that carried several waiting lines in full passes.",
-           [({}, st.get("packed_feeds", 0))])
+           per(lambda v: v.status.get("packed_feeds", 0)))
     metric("queue_depth", "gauge", "Waiting work by queue.",
-           [({"queue": "questions"}, st.get("queue", 0)), ({"queue": "backlog_lines"}, st.get("backlog", 0)),
-            ({"queue": "lines_channel"}, st.get("lines_inbox", 0)), ({"queue": "in_flight"}, g["in_flight"])])
+           [q for name, key in (("questions", "queue"), ("backlog_lines", "backlog"), ("lines_channel", "lines_inbox"))
+            for q in per(lambda v, key=key: v.status.get(key, 0), queue=name)] +
+           [({"queue": "in_flight"}, g["in_flight"])])
     metric("resident_memory_bytes", "gauge", "Resident memory of each actor process on this node.",
            [({"actor": name}, v) for name, v in sorted(front.resident_bytes().items())])
     metric("kv_pool_bytes", "gauge", "Bytes of the target's KV pool (sinks + ring), allocated once.",
-           [({}, st.get("kv_pool_bytes", 0))])
+           per(lambda v: v.status.get("kv_pool_bytes", 0)))
     metric("dropped_lines_total", "counter", "Stream input dropped or repaired, by reason.",
-           [({"reason": k}, v) for k, v in sorted(front.drops.items())])
+           [({**v.labels(), "reason": k}, n) for v in views for k, n in sorted(v.drops.items())])
     metric("answers_total", "counter", "Operator requests by outcome at the cache owner.",
-           [({"outcome": k}, st.get(k, 0)) for k in ("answers", "expired", "cancelled")])
+           [q for k in ("answers", "expired", "cancelled") for q in per(lambda v, k=k: v.status.get(k, 0), outcome=k)])
+    def named(*roles):
+        return [f"{a}.{v.name}" if v.name else a for a in roles for v in views]
+
+    actors = named("ingest", "cache_owner") + ["target"] + named("draft") + ["output"]
     metric("actor_restarts_total", "counter", "Restarts of the pipeline after an actor's death, by the actor that died "
-           "(pipeline/launch.py supervision).", [({"actor": a}, front.restarts.get(a, 0))
-                                                 for a in ("ingest", "cache_owner", "target", "draft", "output")])
+           "(pipeline/launch.py supervision).", [({"actor": a}, front.restarts.get(a, 0)) for a in actors])
     metric("analysis_running", "gauge", "1 while an analysis is being written (a question preempts it).",
-           [({}, int(st.get("analysing", False)))])
+           per(lambda v: int(v.status.get("analysing", False))))
     metric("analyses_preempted_total", "counter", "Analyses cut short by an operator question (asked again later).",
-           [({}, st.get("preempted", 0))])
+           per(lambda v: v.status.get("preempted", 0)))
     metric("http_requests_total", "counter", "HTTP requests by endpoint and status code.",
            [({"endpoint": k[1], "code": str(k[2])}, v) for k, v in sorted(front.counts.items(), key=str)
             if isinstance(k, tuple) and k[0] == "requests"])
@@ -73,10 +86,13 @@ def render(front) -> str:
            [({}, front.counts["connections_refused"])])
     metric("line_surprise", "histogram", "Scored stream lines by surprise: the z of a line's mean -log p against its "
            "template's baseline (pipeline/stream/surprise.py; replay.score_stream).", [])
-    for bound, count in zip([*map(_number, SURPRISE_BUCKETS), "+Inf"], np.cumsum(front.surprise)):
-        out.append(f'ringspec_line_surprise_bucket{{le="{bound}"}} {int(count)}')
-    out.append(f"ringspec_line_surprise_sum {_number(front.surprise_sum)}")
-    out.append(f"ringspec_line_surprise_count {int(front.surprise.sum())}")
+    for v in views:
+        at = f'stream="{_escape(v.name)}",' if v.name else ""
+        whole = f'{{stream="{_escape(v.name)}"}}' if v.name else ""
+        for bound, count in zip([*map(_number, SURPRISE_BUCKETS), "+Inf"], np.cumsum(v.surprise)):
+            out.append(f'ringspec_line_surprise_bucket{{{at}le="{bound}"}} {int(count)}')
+        out.append(f"ringspec_line_surprise_sum{whole} {_number(v.surprise_sum)}")
+        out.append(f"ringspec_line_surprise_count{whole} {int(v.surprise.sum())}")
     for name, values, help_text in (("request_ttft_ms", front.ttft_ms, "Request to first answer token, ms."),
                                     ("request_latency_ms", front.total_ms, "Request to last answer token, ms.")):
         vals = np.fromiter(list(values), float)

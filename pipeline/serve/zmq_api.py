@@ -81,7 +81,8 @@ class ZmqFront:
                 raise RequestError(400, "expected a msgpack map with a non-empty string \"question\"")
             client = self._operator(req, who)
             answer = self.front.ask(client, messages=[{"role": "user", "content": req["question"]}],
-                                    max_tokens=req.get("max_tokens"), deadline_s=req.get("deadline_s"))
+                                    max_tokens=req.get("max_tokens"), deadline_s=req.get("deadline_s"),
+                                    stream=req.get("stream"))
         except RequestError as exc:
             self._out.put((who, {"error": str(exc), "code": exc.status}))
             return

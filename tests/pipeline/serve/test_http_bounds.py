@@ -40,8 +40,11 @@ class StubFront:
         self.serve = dataclasses.replace(config.ServeSection(), **serve)
         self.counts: collections.Counter = collections.Counter()
         self.asked: list[tuple[str, dict]] = []
-        self.stream_end, self.status, self.start = None, {}, {}
+        self.views: dict = {}
         self.endless = endless
+
+    def health(self):
+        return {"status": "ok"}
 
     def ask(self, client, **question):
         self.asked.append((client, question))

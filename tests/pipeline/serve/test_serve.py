@@ -409,6 +409,75 @@ def test_an_answer_with_trees_adaptive_length_and_line_ends_is_the_target_alones
     assert answers["combined"] == answers["target_only"] and answers["combined"].strip()
 
 
+STREAMS = {"tep": ROOT / "data" / "tep_demo.csv", "bgl": SHARED / "data" / "loghub" / "BGL_2k.log",
+           "zookeeper": SHARED / "data" / "loghub" / "Zookeeper_2k.log"}
+
+
+def test_three_streams_in_one_server_each_answer_as_the_target_alone(default_gguf, tmp_path):
+    """One `serve`, three logs as three streams of one target (`[[streams]]`): a question names its stream by the
+    model (ringspec/NAME) and is answered, token for token, as the serial engine answers it over that log alone;
+    /healthz and /metrics show each stream; a question naming no stream, or another one, gets a clear 4xx."""
+    from pipeline import config as cfgs
+    from pipeline.decode.assemble import make_engine
+    from pipeline.stream.prompts import question_span
+    from pipeline.stream.records import read_log
+    from pipeline.stream.replay import replay_frame
+    lines, question = 12, "What happened last, in one sentence?"
+    profile = tmp_path / "streams.toml"
+    profile.write_text(f'[serve]\napi_key = "{KEY}"\nretrieve = 0\n[replay]\nevery_lines = 1000\n'
+                       f'max_lines = {lines}\n' + "".join(f'[[streams]]\nname = "{n}"\nlog = "{p}"\n'
+                                                          for n, p in STREAMS.items()))
+    http_port = free_port()
+    proc = subprocess.Popen([sys.executable, str(ROOT / "run.py"), "serve", "--config", str(profile),
+                             "--http", f"127.0.0.1:{http_port}", "--zmq", f"tcp://127.0.0.1:{free_port()}",
+                             "--pub", "", "--archive", str(tmp_path / "archive.sqlite"), "--quiet-lines",
+                             "--journal", str(tmp_path / "journal.jsonl")],
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True,
+                            preexec_fn=dies_with_parent)
+    srv = Server(proc, http_port, "", tmp_path / "archive.sqlite")
+
+    def taken() -> dict:
+        """Each stream's lines in its ring so far ({} while the server comes up)."""
+        try:
+            return {n: st["lines"] for n, st in srv.health().get("streams", {}).items()}
+        except (OSError, ValueError):
+            return {}
+
+    srv.progress = lambda: (len(srv.stdout), *taken().values())
+    answers = {}
+    try:
+        srv.wait_for(lambda: taken() == {n: lines for n in STREAMS}, "every stream's lines in its ring")
+        for name in STREAMS:
+            status, body, _ = srv.request("POST", "/v1/chat/completions", {
+                "model": f"ringspec/{name}", "max_tokens": 24, "messages": [{"role": "user", "content": question}]})
+            assert status == 200, body
+            reply = json.loads(body)
+            assert reply["model"] == f"ringspec/{name}"
+            answers[name] = reply["choices"][0]["message"]["content"]
+        for model, code in (("ringspec", 400), ("ringspec/nowhere", 404)):
+            status, body, _ = srv.request("POST", "/v1/chat/completions", {
+                "model": model, "max_tokens": 4, "messages": [{"role": "user", "content": question}]})
+            assert status == code and b"stream" in body, body
+        metrics = srv.metrics()
+        for name in STREAMS:
+            assert re.search(rf'^ringspec_stream_lines_total{{stream="{name}"}} {lines}$', metrics, re.M), metrics
+            assert re.search(rf'^ringspec_answers_total{{stream="{name}",outcome="answers"}} 1$', metrics, re.M)
+        models = json.loads(srv.request("GET", "/v1/models")[1])["data"]
+        assert [m["id"] for m in models] == [f"ringspec/{n}" for n in STREAMS]
+    finally:
+        stop_server(srv, at_once=True)
+    for (name, scfg), log in zip(cfgs.streams_of(cfgs.load(profile, {"serve.enabled": True})), STREAMS.values()):
+        frame = replay_frame(scfg)                      # the pool `serve` sizes: a question span and its answer
+        engine = make_engine(scfg, frame.spec, check_rows=False)
+        engine.feed(frame.head)
+        for rec in read_log(str(log), None)[:lines]:
+            engine.feed(frame.tok.encode(rec.text + "\n"))
+        span = question_span(frame.tok, scfg.replay.system_prompt, [{"role": "user", "content": question}])
+        res = engine.generate(span, 24, frame.params, stop_ids=frame.tok.stop_ids)
+        alone = frame.tok.decode([t for t in res.token_ids if t not in frame.tok.stop_ids])
+        assert answers[name] == alone and alone.strip(), name
+
+
 def test_a_question_preempts_a_running_analysis(default_gguf, tmp_path):
     """Every line triggers a 200-token free-text analysis and lines come every half second; each question is asked
     once /metrics shows an analysis being written (sent as it starts): it must not wait for that analysis to end."""
