@@ -252,8 +252,12 @@ def override(cfg: Config, values: dict) -> Config:
 
 
 def replay_log(cfg: Config) -> str:
-    """The profile's replay.log as a path; a relative one is from the repository root, not the working directory."""
-    return str(ROOT / cfg.replay.log if not Path(cfg.replay.log).is_absolute() else cfg.replay.log)
+    """The profile's replay.log as a path (a relative one is from the repository root, not the working directory),
+    or a socket (tcp://HOST:PORT) or stdin (-) as written."""
+    log = cfg.replay.log
+    if log == "-" or log.startswith("tcp://") or Path(log).is_absolute():       # stdin, a socket, a full path
+        return log
+    return str(ROOT / log)
 
 
 def ring_spec(cfg: Config, head: int = 0, scratch: int = 0) -> RingSpec:

@@ -152,12 +152,12 @@ def test_fail_stop_still_exists_as_a_profile_and_leaves_nothing_behind(default_g
 def test_the_supervisor_counts_deaths_per_actor_within_its_period():
     sup = Supervisor(SuperviseSection(max_restarts=2, period_s=3600.0))
     first = sup.restart(ActorDied("actor target (pid 1) died: x; the pipeline was stopped", "target"),
-                        {"kind": "replay"})
+                        [{"kind": "replay"}])
     assert first["restarts"] == {"target": 1} and first["cause"] == "actor target (pid 1) died: x"
-    sup.restart(ActorDied("actor draft (pid 2) died: x", "draft"), {"kind": "tcp"})
-    assert "a live source cannot be read again" in sup.restart(ActorDied("d", "draft"), {"kind": "tcp"})["cause"]
+    sup.restart(ActorDied("actor draft (pid 2) died: x", "draft"), [{"kind": "tcp"}])
+    assert "a live source cannot be read again" in sup.restart(ActorDied("d", "draft"), [{"kind": "tcp"}])["cause"]
     with pytest.raises(ActorDied, match="3 deaths of draft within 3600 s"):
-        sup.restart(ActorDied("actor draft (pid 3) died: x", "draft"), {"kind": "replay"})
+        sup.restart(ActorDied("actor draft (pid 3) died: x", "draft"), [{"kind": "replay"}])
     with pytest.raises(ActorDied, match="died: x; the pipeline was stopped"):
         Supervisor(SuperviseSection(max_restarts=0)).restart(
-            ActorDied("actor draft (pid 3) died: x; the pipeline was stopped", "draft"), {"kind": "replay"})
+            ActorDied("actor draft (pid 3) died: x; the pipeline was stopped", "draft"), [{"kind": "replay"}])
