@@ -77,7 +77,9 @@ def _stream(p, what: str) -> None:
                    help="log format (default: from the file's extension; plain for sockets and stdin)")
     p.add_argument("--follow", action="store_true", help="follow the file as it grows (tail -f), from its end")
     p.add_argument("--speed", type=float, default=0.0, help="replay timing: 0 = as fast as possible, 1 = real time, "
-                                                           "10 = ten times faster (serve: when --rate is 0)")
+                                                           "10 = ten times faster (when --rate is 0)")
+    p.add_argument("--rate", type=float, default=0.0, help="feed each stream this many lines per second (0: "
+                   "--speed)")
     add_key(p, "--max-lines", "replay.max_lines", "stop reading after N lines (0: all)", type=int)
     add_key(p, "--every", "replay.every_lines", f"lines between {what}", type=int)
     add_key(p, "--form", "replay.form", "assessments as free text, constrained text (a tag written must be one in "
@@ -115,12 +117,11 @@ def parser() -> argparse.ArgumentParser:
     add_key(p, "--ray-address", "actors.ray_address", "join this Ray cluster (\"auto\", host:port), not a local one")
     p.add_argument("--pub", help="zmq endpoint to publish every event on (e.g. tcp://127.0.0.1:5599)")
     p.set_defaults(run=lambda a: run_replay(profile_of(a), a.file, a.format, a.speed, a.follow, a.journal, a.pub,
-                                            a.quiet_lines, a.resume))
+                                            a.quiet_lines, a.resume, a.rate))
 
     p = add_verb(sub, "serve", run_serve, "the pipeline with operators' questions: OpenAI-compatible HTTP API, web "
                                        "console, zmq questions", True, "TOML profile; [serve] holds the defaults")
     _stream(p, "analyses")
-    p.add_argument("--rate", type=float, default=0.0, help="replay at this many lines per second (0: --speed)")
     p.add_argument("--loop", action="store_true", help="replay the file over and over (a demo gateway)")
     add_key(p, "--http", "serve.http", "HOST:PORT of the HTTP API and console (\"\" = off)")
     add_key(p, "--zmq", "serve.zmq", "zmq request endpoint (\"\" = off)")
@@ -191,8 +192,11 @@ def parser() -> argparse.ArgumentParser:
     add_key(p, "--sink", "cache.sink", "attention-sink slots", type=int)
     p.add_argument("--serve", action="store_true", help="the plan of `serve` (its ring holds a question's span and "
                    "answer; the question channel and the archive)")
+    p.add_argument("--node", help="the plan of one node's streams, when the profile's [[streams]] run on several "
+                   "(each node is a board of its own)")
     p.add_argument("--json", action="store_true", help="print the plan as one JSON object")
-    p.set_defaults(run=lambda a: plan(profile_of(a, {"serve.enabled": True} if a.serve else {}, here=False), a.ram))
+    p.set_defaults(run=lambda a: plan(profile_of(a, {"serve.enabled": True} if a.serve else {}, here=False), a.ram,
+                                      a.node))
 
     for name, help in MEASURING.items():           # listed here, parsed by bench/__main__.py (see main)
         sub.add_parser(name, help=help, add_help=False)

@@ -145,20 +145,13 @@ class _Inboxes:
 
     def __init__(self, inps: list[Channel]):
         self.inps = inps
-        self.selector = Selector(inps) if len(inps) > 1 else None
+        self.selector = Selector(inps)
 
     def take(self, waiting: deque, most: int) -> bool:
         """Top up `waiting` with (received, stream, message): wait up to 0.2 s for a first message, then take what
         is there without waiting (at most `most` held). False: nothing to handle yet (a stop is seen within 0.2 s)."""
-        if not waiting:
-            if self.selector is None:
-                try:
-                    received = self.inps[0].recv(timeout=0.2)
-                except TimeoutError:
-                    return False
-                waiting.append((received, 0, decode(received)))
-            elif not self.selector.wait(0.2):
-                return False
+        if not waiting and not self.selector.wait(0.2):
+            return False
         for n, inp in enumerate(self.inps):
             while len(waiting) < most and inp.ready():
                 received = inp.recv(timeout=1.0)

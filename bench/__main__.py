@@ -40,7 +40,8 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--unpadded", action="store_true", help="also every ringspec system without the padding rule")
     p.add_argument("--json", action="store_true", help="print {task: {system: figures}, \"_meta\": ...} as JSON")
     p.add_argument("--out", help="also write the result (with run metadata) to this JSON file")
-    p.add_argument("--rate", type=float, default=20.0, help="operator: the stream's lines per second")
+    p.add_argument("--rate", type=float, default=20.0, help="operator: the stream's lines per second; streams: "
+                   "each stream's")
     p.add_argument("--questions", type=int, default=20, help="operator: questions per configuration")
     p.add_argument("--rates", default="4,6,8,10,20", help="operator: line rates to try for keeping up")
     p.add_argument("--seconds", type=float, default=40.0, help="operator: seconds per line rate; ingest: seconds "
@@ -48,6 +49,10 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--streams", default="1,2,4,8", help="streams: the stream counts to run (bench/streams.py: one "
                    "target carrying N streams' rows per pass against N single-stream runners taking turns; "
                    "default %(default)s)")
+    p.add_argument("--stream-lines", type=int, default=48, help="streams: lines each stream is fed through the "
+                   "actors, at --rate lines/s (default %(default)s)")
+    p.add_argument("--every", type=int, default=16, help="streams: lines between a stream's assessments through the "
+                   "actors (default %(default)s)")
     p.add_argument("--prompt-tokens", type=int, default=512, help="streams: tokens of its log each stream is fed "
                    "before it continues (default %(default)s)")
     p.add_argument("--logs", default="", help="ingest: comma-separated logs (default: the profile's replay.log, "
@@ -60,7 +65,7 @@ def parser() -> argparse.ArgumentParser:
                                            ingest.progress_line)
                    if a.task == "ingest" else
                    streams.run_streams_bench(profile_of(a), a.streams, a.prompt_tokens, a.new_tokens or 128,
-                                             a.repeats or 2)
+                                             a.repeats or 2, a.config, a.rate, a.stream_lines, a.every)
                    if a.task == "streams" else
                    speed.run_bench(profile_of(a), a.config, a.log, a.task, a.offsets, a.repeats or 3, a.systems,
                                    not a.no_llama_cpp, a.unpadded, a.new_tokens))

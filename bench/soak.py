@@ -237,7 +237,7 @@ def soak(cfg, log: str, tokens: int, every_tokens: int = 5000, progress=None) ->
         listener.start()
         t0 = time.perf_counter()
         source = {"kind": "loop", "path": str(Path(log).resolve()), "format": format_of(log), "max_tokens": tokens}
-        run_pipeline(cfg, [StreamRun("", cfg, source, f"{tmp}/journal.jsonl")], tmp, pub=endpoint, quiet_lines=True)
+        run_pipeline(cfg, [StreamRun("", cfg, source, f"{tmp}/journal.jsonl", "")], tmp, pub=endpoint, quiet_lines=True)
         wall = time.perf_counter() - t0
         listener.done.wait(10.0)
         listener.done.set()

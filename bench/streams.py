@@ -1,6 +1,7 @@
 """`python run.py bench --task streams`: what one target gains by carrying several streams' rows in one pass.
 
-Target-only figures (issue 21, item 3): N streams, each a different log, each fed and then asked to continue with the
+Through the actors first (bench/streams_actors.py: `replay` with N sources against N `replay`s), then the
+target-only figures (issue 21, item 3): N streams, each a different log, each fed and then asked to continue with the
 profile's stream draft proposing (verify blocks of several rows), run two ways on the same cores, alternated in one
 run: `batched`, every stream's pools in one several-stream session (models/streams.py), a pass carrying each waiting
 stream's rows; and `independent`, N single-stream runners, their passes one after another (N pipelines sharing the
@@ -22,6 +23,7 @@ from pathlib import Path
 
 import numpy as np
 
+from bench.streams_actors import run_actors
 from models.graph import SOFTMAX_ROWS
 from models.registry import converted_dir, resolve_gguf
 from models.runner import Runner
@@ -237,38 +239,62 @@ def run_streams(cfg, counts: list[int], prompt_tokens: int = 512, new_tokens: in
 
 @dataclass
 class StreamsReport(Report):
-    """{N: figures} (JSON keys are the stream counts): one line per N, batched against independent."""
+    """{N: figures} (JSON keys are the stream counts): through the actors (`aggregate_tokens_per_s` is the shared
+    pipeline's, `actors` both ways) and target-only (`target_only`), one line per N in each table."""
 
     def as_dict(self):
-        return {str(n): {k: v for k, v in row.items()} for n, row in self.data.items()}
+        return {str(n): row for n, row in self.data.items()}
 
     def text(self) -> str:
-        lines = [f"{'streams':>7s} {'decode tok/s':>12s} {'x one':>6s} {'independent':>11s} {'prefill tok/s':>13s} "
-                 f"{'independent':>11s} {'same tokens':>11s} {'MB/added stream':>15s} {'of it pools':>11s}"]
+        lines = ["through the actors (replay --rate; one pipeline for N streams against N pipelines):",
+                 f"{'streams':>7s} {'decode tok/s':>12s} {'x one':>6s} {'independent':>11s} {'per stream':>10s} "
+                 f"{'TTFT ms':>8s} {'same text':>9s} {'MB/added stream':>15s} {'of it pools':>11s}"]
         for n, row in self.data.items():
-            b, i = row["batched"], row.get("independent", row["batched"])
-            lines.append(f"{n:7d} {b['decode_tokens_per_s']:12.1f} {row['decode_vs_one_stream'] or 0:6.2f} "
+            a = row["actors"]
+            s, i = a["shared"], a.get("independent", a["shared"])
+            lines.append(f"{n:7d} {s['aggregate_tokens_per_s']:12.1f} {row['vs_one_stream'] or 0:6.2f} "
+                         f"{i['aggregate_tokens_per_s']:11.1f} "
+                         f"{np.mean([p['decode_tokens_per_s'] for p in s['per_stream']]):10.1f} "
+                         f"{np.mean([p['ttft_ms'] for p in s['per_stream']]):8.0f} {str(a['identical']):>9s} "
+                         f"{a['memory_per_added_stream_bytes'] / 2**20:15.1f} "
+                         f"{row['target_only']['kv_pool_bytes_per_stream'] / 2**20 if n > 1 else 0:11.1f}")
+        lines += ["target only (one several-stream session against N runners taking turns):",
+                  f"{'streams':>7s} {'decode tok/s':>12s} {'x one':>6s} {'independent':>11s} {'prefill tok/s':>13s} "
+                  f"{'independent':>11s} {'same tokens':>11s} {'MB/added stream':>15s} {'of it pools':>11s}"]
+        for n, row in self.data.items():
+            t = row["target_only"]
+            b, i = t["batched"], t.get("independent", t["batched"])
+            lines.append(f"{n:7d} {b['decode_tokens_per_s']:12.1f} {t['decode_vs_one_stream'] or 0:6.2f} "
                          f"{i['decode_tokens_per_s']:11.1f} {b['prefill_tokens_per_s']:13.0f} "
-                         f"{i['prefill_tokens_per_s']:11.0f} {str(row['identical']):>11s} "
-                         f"{row['memory_per_added_stream_bytes'] / 2**20:15.1f} "
-                         f"{row['kv_pool_bytes_per_stream'] / 2**20 if n > 1 else 0:11.1f}")
+                         f"{i['prefill_tokens_per_s']:11.0f} {str(t['identical']):>11s} "
+                         f"{t['memory_per_added_stream_bytes'] / 2**20:15.1f} "
+                         f"{t['kv_pool_bytes_per_stream'] / 2**20 if n > 1 else 0:11.1f}")
         return "\n".join(lines)
 
     @property
     def exit_code(self) -> int:
-        return 0 if all(row["identical"] for row in self.data.values()) else 3
+        same = all(row["target_only"]["identical"] and row["actors"]["identical"] for row in self.data.values())
+        return 0 if same else 3
 
 
-def run_streams_bench(cfg, counts: str, prompt_tokens: int, new_tokens: int, repeats: int) -> Report:
-    """`bench --task streams`: see the module docstring. Exits 3 if a stream's tokens differ between the two ways."""
+def run_streams_bench(cfg, counts: str, prompt_tokens: int, new_tokens: int, repeats: int, config: str | None = None,
+                      rate: float = 20.0, lines: int = 48, every: int = 16) -> Report:
+    """`bench --task streams`: see the module docstring and bench/streams_actors.py. Exits 3 if a stream's tokens
+    differ between the ways it ran."""
     try:
         wanted = sorted({int(x) for x in counts.split(",") if x.strip()})
     except ValueError:
         return Failure(line=f"ringspec: bench: --streams {counts!r}: give stream counts such as 1,2,4,8", code=2)
-    if not wanted or wanted[0] < 1 or 2 * wanted[-1] > SOFTMAX_ROWS:
-        return Failure(line=f"ringspec: bench: --streams {counts!r}: counts from 1 to {SOFTMAX_ROWS // 2}", code=2)
+    if not wanted or wanted[0] < 1 or 2 * wanted[-1] > SOFTMAX_ROWS or wanted[-1] > len(LOGS):
+        return Failure(line=f"ringspec: bench: --streams {counts!r}: counts from 1 to {len(LOGS)} (the logs "
+                            f"bench/streams.py names)", code=2)
     if 1 not in wanted:
         wanted = [1] + wanted                     # the ratios are against one stream, measured in the same run
-    return StreamsReport(run_streams(cfg, wanted, prompt_tokens, new_tokens, repeats,
-                                     progress=lambda m: print(m, file=sys.stderr, flush=True)))
-
+    say = lambda m: print(m, file=sys.stderr, flush=True)      # noqa: E731
+    actors = run_actors(config, wanted, [str(SHARED / name) for name in LOGS], lines, every, rate, repeats,
+                        progress=say)
+    target = run_streams(cfg, wanted, prompt_tokens, new_tokens, repeats, progress=say)
+    one = actors[1]["shared"]["aggregate_tokens_per_s"]
+    return StreamsReport({n: {"aggregate_tokens_per_s": actors[n]["shared"]["aggregate_tokens_per_s"],
+                              "vs_one_stream": actors[n]["shared"]["aggregate_tokens_per_s"] / one if one else None,
+                              "actors": actors[n], "target_only": target[n]} for n in wanted})

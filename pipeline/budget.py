@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import os
 import re
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
@@ -26,10 +26,10 @@ from models.npu_runner import buckets, rknn_path
 from models.platform import core_kinds
 from models.registry import converted_dir, resolve_gguf
 from models.runner import kv_bytes_per_slot
-from pipeline.config import Config, ConfigError, cpu_set, streams_of
+from pipeline.config import Config, ConfigError, cpu_set, node_profile, streams_of
 from pipeline.report import Report
 from pipeline.stream.replay import replay_frame
-from pipeline.topology import CREATORS, channels
+from pipeline.topology import CREATORS, actor_name, channels
 
 MiB = 1 << 20
 
@@ -123,13 +123,22 @@ class Plan(Report):
         return list(dict.fromkeys(t.process for t in self.terms))
 
 
-def plan(cfg: Config, ram: int | None = None) -> Plan:
+def plan(cfg: Config, ram: int | None = None, node: str | None = None) -> Plan:
     """Every process of the profile's pipeline, its memory term by term (weights, K/V pools, pass buffers, sessions,
     channels, archive cache, the process itself), and the total against the board's RAM less its reserve; exit 1 when
     it does not fit, naming the profile key to change. The launcher checks the same plan before it starts.
 
     Local and Ray launchers run one process per actor (a channel is counted in the process that creates it); serial
-    runs the models in the launcher's process. `ram` (bytes) overrides [board] ram_mb."""
+    runs the models in the launcher's process. `ram` (bytes) overrides [board] ram_mb. Streams on several nodes
+    (`[[streams]] node`): each node is a board with a target of its own, planned alone (`node`)."""
+    nodes = list(dict.fromkeys(st.node for st in cfg.streams))
+    if node is not None and node not in nodes:
+        raise ConfigError(f"{cfg.source}: no stream runs on node {node!r} (the profile's nodes: "
+                          f"{', '.join(repr(n) for n in nodes) or 'none'})")
+    if len(nodes) > 1 and node is None:
+        raise ConfigError(f"{cfg.source}: the streams run on {len(nodes)} nodes "
+                          f"({', '.join(repr(n) for n in nodes)}), each a board of its own: plan one with --node NAME")
+    cfg = node_profile(cfg, node) if node is not None else cfg
     spec = replay_frame(cfg).spec
     serial = cfg.actors.launcher == "serial"
     home_of = (lambda actor: "launcher") if serial else (lambda actor: actor)
@@ -137,15 +146,12 @@ def plan(cfg: Config, ram: int | None = None) -> Plan:
     target_dir = converted_dir(resolve_gguf(cfg.model.gguf))      # hashes a GGUF given by path: once per model
     target = load_card(target_dir)
     streams = streams_of(cfg)
-    target_terms = _model_terms(home_of("target"), "target", target, target_dir, spec, cfg.model.max_rows,
-                                "model.gguf", npu=False)
-    for t in target_terms:                     # several streams: one pool each in the one target
-        terms.append(replace(t, bytes=t.bytes * len(streams), what=f"{t.what} x {len(streams)} streams")
-                     if t.what.endswith("kv pool") and len(streams) > 1 else t)
+    terms += _model_terms(home_of("target"), "target", target, target_dir, spec, cfg.model.max_rows, "model.gguf",
+                          npu=False, pools=len(streams))           # one pool per stream in the one target
     vocab = target["config"]["vocab_size"]
     for name, scfg in streams:
         def home(actor: str) -> str:           # a stream's own actors, named as the launcher names them
-            return "launcher" if serial else f"{actor}.{name}" if name else actor
+            return "launcher" if serial else actor_name(actor, name)
 
         if cfg.draft.uses_model:
             draft_dir = converted_dir(resolve_gguf(cfg.draft.model))
@@ -161,7 +167,7 @@ def plan(cfg: Config, ram: int | None = None) -> Plan:
                 terms.append(Term("output", f"archive cache{' ' + name if name else ''}",
                                   ARCHIVE_CONNECTIONS * SQLITE_CACHE_BYTES))
     processes = ["launcher"] if serial else ["launcher", "target", "output"] + [
-        f"{role}.{name}" if name else role for name, _ in streams for role in ("ingest", "cache_owner", "draft")]
+        actor_name(role, name) for name, _ in streams for role in ("ingest", "cache_owner", "draft")]
     for process in processes:
         terms.append(Term(process, "process", PROCESS_MIB[process.split(".")[0]] * MiB))
     board_ram = ram if ram is not None else (cfg.board.ram_mb * MiB or _mem_total())
@@ -169,12 +175,14 @@ def plan(cfg: Config, ram: int | None = None) -> Plan:
                 npu_domain=cfg.board.npu_domain_mb * MiB if cfg.board.npu else 0, terms=terms)
 
 
-def check(cfg: Config) -> None:
-    """The start-up check: the plan fits the board and the board's big cores are what the profile says; else
-    ConfigError naming what to change."""
-    refusal = plan(cfg).refusal
+def check(cfg: Config, node: str | None = None) -> None:
+    """The start-up check: the plan (of one node's streams, when they run on several) fits the board and the board's
+    big cores are what the profile says; else ConfigError naming what to change."""
+    refusal = plan(cfg, node=node).refusal
     if refusal:
-        raise ConfigError(f"{cfg.source}: {refusal} (`python run.py plan --config {cfg.source}` prints every term)")
+        where = f" --node {node}" if node is not None else ""
+        raise ConfigError(f"{cfg.source}: {refusal} (`python run.py plan --config {cfg.source}{where}` prints every "
+                          f"term)")
     check_cores(cfg)
 
 
@@ -201,7 +209,8 @@ def parse_size(text: str) -> int:
 
 
 def _model_terms(process: str, role: str, card: dict, model_dir: Path, spec, max_rows: int, knob: str,
-                 npu: bool) -> list[Term]:
+                 npu: bool, pools: int = 1) -> list[Term]:
+    """A model's terms in `process`; `pools`: K/V pools it holds (a target serving several streams: one each)."""
     c = card["config"]
     weights = os.path.getsize(model_dir / "weights.bin")
     pool = kv_bytes_per_slot(c) * (spec.pool_slots if npu else spec.stored_slots)   # a CPU runner mirrors views
@@ -219,8 +228,9 @@ def _model_terms(process: str, role: str, card: dict, model_dir: Path, spec, max
                 Term(process, f"{of}kv pool (host)", pool, "cache.window"),
                 Term(process, f"{of}pass buffers", buffers, "model.max_rows")]
     session = int(SESSION_MIB_PER_WEIGHT_MIB * weights)
+    many = f" x {pools} streams" if pools > 1 else ""
     return [Term(process, f"{of}weights", weights, knob, npu),
-            Term(process, f"{of}kv pool", pool, "cache.window", npu),
+            Term(process, f"{of}kv pool{many}", pool * pools, "cache.window", npu),
             Term(process, f"{of}pass buffers", buffers, "model.max_rows", npu),
             Term(process, f"{of}session", session, knob, npu)]
 

@@ -197,9 +197,11 @@ STREAM_NAME = re.compile(r"[a-z0-9][a-z0-9_-]{0,31}")
 class Stream:
     """One of several streams sharing a target (`[[streams]]`): a name, and its [replay] section: its source
     (`log`, `format`) and its triggers (STREAM_KEYS) from its own table, every other key from [replay]. Streams
-    that share a target share its sinks, window and system prompt."""
+    that share a target share its sinks, window and system prompt: those of one `node` (Ray's node label
+    `ringspec-node`, docs/streams.md) share one target, each node's group its own."""
     name: str
     replay: ReplaySection
+    node: str = ""                   # "" = the run's first group, wherever Ray places it
 
 
 @dataclass(frozen=True)
@@ -220,6 +222,11 @@ class Config:
 def streams_of(cfg: Config) -> list[tuple[str, Config]]:
     """(name, profile) per stream: each stream's profile is `cfg` with its own [replay]; one stream is ("", cfg)."""
     return [(st.name, dataclasses.replace(cfg, replay=st.replay, streams=())) for st in cfg.streams] or [("", cfg)]
+
+
+def node_profile(cfg: Config, node: str) -> Config:
+    """`cfg` with the streams of one node only (what that node's group runs, and what its memory plan counts)."""
+    return dataclasses.replace(cfg, streams=tuple(st for st in cfg.streams if st.node == node))
 
 
 def with_logs(cfg: Config, logs: list[str]) -> Config:
@@ -440,13 +447,18 @@ def _streams(tables, replay: dict, source: str) -> tuple[Stream, ...]:
             raise ConfigError(f"{source}: {where}.name = {name!r} is already the name of another stream")
         if "log" not in table:
             raise ConfigError(f"{source}: {where} ({name}) needs log = \"path\", \"tcp://HOST:PORT\" or \"-\"")
-        extra = sorted(set(table) - {"name", *STREAM_KEYS})
+        extra = sorted(set(table) - {"name", "node", *STREAM_KEYS})
         if extra:
-            raise ConfigError(f"{source}: {where} ({name}): unknown key {extra[0]} (a stream sets name and "
+            raise ConfigError(f"{source}: {where} ({name}): unknown key {extra[0]} (a stream sets name, node and "
                               f"{', '.join(STREAM_KEYS)}; the rest is [replay]'s)")
-        merged = {**(replay if isinstance(replay, dict) else {}), **{k: v for k, v in table.items() if k != "name"}}
+        node = table.get("node", "")
+        if not isinstance(node, str) or (node and not STREAM_NAME.fullmatch(node)):
+            raise ConfigError(f"{source}: {where}.node = {node!r}; expected the value of a Ray node's ringspec-node "
+                              f"label: lower-case letters, digits, - and _ (`ray start --labels ringspec-node=b`)")
+        merged = {**(replay if isinstance(replay, dict) else {}),
+                  **{k: v for k, v in table.items() if k not in ("name", "node")}}
         try:
-            out.append(Stream(name, _section(ReplaySection, "replay", merged, source)))
+            out.append(Stream(name, _section(ReplaySection, "replay", merged, source), node))
         except ConfigError as exc:
             raise ConfigError(f"{source}: {where} ({name}): {str(exc).removeprefix(source + ': ')}") from None
     if sum(st.replay.log == "-" for st in out) > 1:

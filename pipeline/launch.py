@@ -36,6 +36,7 @@ import shutil
 import signal
 import sys
 import tempfile
+import threading
 import time
 import traceback
 from dataclasses import dataclass
@@ -52,10 +53,11 @@ from pipeline.serve.auth import load_keys
 from pipeline.stream.replay import ReplayReport, printer, replay, replay_frame
 from pipeline.stream.journal import records, resume_point
 from pipeline.stream.sources import source_of
-from pipeline.topology import channels
+from pipeline.topology import actor_name, channels, per_stream_file
 
 DRAIN_S = 60.0        # a drain that takes longer than this is cut short
 STOP_GRACE_S = 10.0   # actors told to stop that still run after this are killed
+PLACE_S = 120.0       # a Ray placement group not placed after this: no node has room (the group is down)
 DEATH_GRACE_S = 0.5   # ... after an actor died: what they hold is recovered from the checkpoint, not from them
 
 
@@ -79,17 +81,60 @@ class StreamRun:
     cfg: object           # the profile with this stream's [replay] (pipeline/config.py streams_of)
     source: dict          # what its ingest reads (pipeline/stream/sources.py source_of)
     journal: str          # its journal: checkpoints, assessments, restarts (one file per stream)
+    archive: str          # its archive of every line, when serving (one file per stream)
+    node: str = ""        # the Ray node label it runs on ([[streams]] node): its group
 
     def actor(self, role: str) -> str:
-        return f"{role}.{self.name}" if self.name else role
+        return actor_name(role, self.name)
+
+
+@dataclass(frozen=True)
+class Group:
+    """The streams of one node (`[[streams]] node`): one target and one output for them, a pipeline of its own that
+    is placed, stopped and restarted alone. Its directory (under the run's) holds its stop flag and pids."""
+    node: str
+    streams: tuple[StreamRun, ...]
+    dir: str
+    run_dir: str
+
+    @property
+    def stop(self) -> StopFlag:
+        """Set for this group alone (an actor of it died), or by the run's (the operator's second signal)."""
+        return StopFlag(f"{self.dir}/stop", f"{self.run_dir}/stop")
+
+    def actor(self, role: str) -> str:
+        """The group's shared actors: `target`, `output`; `target@NODE` when the run has several groups."""
+        return actor_name(role, node=self.node) if self.one_of_several else role
+
+    @property
+    def one_of_several(self) -> bool:
+        return self.dir != self.run_dir
+
+    @property
+    def names(self) -> str:
+        return ", ".join(st.name for st in self.streams)
+
+
+def groups(streams: list[StreamRun], run_dir: str) -> list[Group]:
+    """The run's streams by node, in the order the profile names them; one group keeps the run's directory."""
+    nodes = list(dict.fromkeys(st.node for st in streams))
+    if len(nodes) == 1:
+        return [Group(nodes[0], tuple(streams), run_dir, run_dir)]
+    out = []
+    for node in nodes:
+        os.makedirs(f"{run_dir}/{node or 'first'}", exist_ok=True)
+        out.append(Group(node, tuple(st for st in streams if st.node == node), f"{run_dir}/{node or 'first'}",
+                         run_dir))
+    return out
 
 
 def stream_runs(cfg, fmt: str | None, speed: float, follow: bool, journal: str | None, run_dir: str,
                 rate: float = 0.0, loop: bool = False) -> list[StreamRun]:
     """The run's streams from the profile (`[[streams]]`, or [replay]'s one) and the command line's flags. Several
-    streams keep one journal each: `--journal F.jsonl` becomes F.NAME.jsonl."""
+    streams keep one journal and one archive each: `--journal F.jsonl` becomes F.NAME.jsonl."""
     runs = []
-    for name, scfg in streams_of(cfg):
+    nodes = [st.node for st in cfg.streams] or [""]
+    for (name, scfg), node in zip(streams_of(cfg), nodes):
         src = source_of(replay_log(scfg), fmt or scfg.replay.format or None, scfg.replay.max_lines, speed, follow)
         if loop:
             if src["kind"] != "replay":
@@ -98,17 +143,15 @@ def stream_runs(cfg, fmt: str | None, speed: float, follow: bool, journal: str |
         if rate:
             src["rate"] = rate
         where = journal or f"{run_dir}/journal.jsonl"      # checkpoints need one; without --journal it is the run's
-        if name:
-            stem, dot, ext = where.rpartition(".") if where.endswith(".jsonl") else (where, "", "")
-            where = f"{stem}.{name}{dot}{ext}"
-        runs.append(StreamRun(name, scfg, src, where))
+        archive = cfg.serve.archive or str(home() / "archive" / "stream.sqlite")
+        runs.append(StreamRun(name, scfg, src, per_stream_file(where, name), per_stream_file(archive, name), node))
     return runs
 
 
-def plan(cfg, streams: list[StreamRun], pub: str | None, quiet_lines: bool, run_dir: str, tag: str,
-         resume: list | None = None, restart: dict | None = None) -> list[ActorPlan]:
+def plan(cfg, group: Group, pub: str | None, quiet_lines: bool, tag: str, resume: list | None = None,
+         restart: dict | None = None) -> list[ActorPlan]:
     """The actors and their channels, sized once here from the config and the model's card: one output and one
-    target for the run, an ingest, a cache owner and a draft per stream. resume: per stream, the last durable
+    target for the group, an ingest, a cache owner and a draft per stream. resume: per stream, the last durable
     checkpoint to start from (ingest re-reads a file from its window; the owner restores its counts); restart: why
     this start is a restart (journaled by each owner with its first committed line)."""
 
@@ -120,32 +163,28 @@ def plan(cfg, streams: list[StreamRun], pub: str | None, quiet_lines: bool, run_
             raise ValueError(f"draft vocabulary {draft_vocab} != target vocabulary {vocab}: a draft must share the "
                              f"target's tokenizer")
     spec = replay_frame(cfg).spec
-    stop, drain = StopFlag(f"{run_dir}/stop"), f"{run_dir}/drain"
+    streams, stop, drain = group.streams, group.stop, f"{group.run_dir}/drain"
     resume = resume or [None] * len(streams)
     links = [channels(st.cfg, spec, vocab, f"{tag}_{n}" if st.name else tag) for n, st in enumerate(streams)]
-    archives = []
-    for st in streams:
-        base = cfg.serve.archive or str(home() / "archive" / "stream.sqlite")
-        stem, _, ext = base.rpartition(".") if base.endswith(".sqlite") else (base, "", "")
-        archives.append(f"{stem}.{st.name}.{ext or 'sqlite'}" if st.name else base)
     output_serve = {}
     if cfg.serve.enabled:                 # operators' questions: the front (in output) -> each stream's owner
-        output_serve = dict(cfg=cfg, serve={"asks": [ln["asks"].name for ln in links], "archive": archives,
-                                            "pids_file": pids_file(run_dir),
+        output_serve = dict(cfg=cfg, serve={"asks": [ln["asks"].name for ln in links],
+                                            "archive": [st.archive for st in streams],
+                                            "pids_file": pids_file(group.dir),
                                             "restarts": (restart or {}).get("restarts", {})})
     plans = [
-        ActorPlan("output", "actors.output", dict(in_specs=[ln["events"] for ln in links],
+        ActorPlan(group.actor("output"), "actors.output", dict(in_specs=[ln["events"] for ln in links],
                                                   streams=[st.name for st in streams],
                                                   journals=[st.journal for st in streams], gguf=cfg.model.gguf,
                                                   pub=pub, quiet_lines=quiet_lines, cpus=cfg.actors.output_cpus,
                                                   stop=stop, **output_serve)),
-        ActorPlan("target", "actors.target", dict(inboxes=[ln["to_target"] for ln in links],
+        ActorPlan(group.actor("target"), "actors.target", dict(inboxes=[ln["to_target"] for ln in links],
                                                   outboxes=[ln["from_target"].name for ln in links],
                                                   cfg=cfg, spec=spec, stop=stop))]
-    for st, ln, point, archive in zip(streams, links, resume, archives):
+    for st, ln, point in zip(streams, links, resume):
         source, owner_serve = st.source, {}
         if cfg.serve.enabled:
-            source = {**source, "archive": {"path": archive, "max_lines": cfg.serve.archive_max_lines}}
+            source = {**source, "archive": {"path": st.archive, "max_lines": cfg.serve.archive_max_lines}}
             owner_serve = dict(questions=ln["asks"], drain=StopFlag(drain))
         plans += [
             ActorPlan(st.actor("draft"), "actors.draft", dict(inbox=ln["to_draft"], outbox=ln["from_draft"].name,
@@ -241,14 +280,23 @@ def run_pipeline(cfg, streams: list[StreamRun], run_dir: str, pub: str | None = 
                  resume: bool = False) -> None:
     """Run the actors with the configured launcher until every stream ends (or a signal drains or stops them),
     restarting them from the last durable checkpoints when one dies (see the module's docstring). resume: start
-    each stream from its journal's last checkpoint (a whole-service restart; a file source continues after it)."""
-    budget.check(cfg)                                      # the memory plan fits the board, its cores are right
-    points = [resume_point(st.journal, source_id(st.source)) for st in streams] if resume else None
-    restart = {"actor": "", "cause": "resume", "died_at": None, "restarts": {}} if resume else None
+    each stream from its journal's last checkpoint (a whole-service restart; a file source continues after it).
+    Streams on several nodes run as one group per node, each supervised alone: a group's death stops and restarts
+    that group only; the others go on."""
+    run = groups(streams, run_dir)
+    if len(run) > 1 and (pub or cfg.serve.enabled):
+        raise ValueError(f"streams on {len(run)} nodes ({', '.join(g.node or '(any)' for g in run)}): serving them "
+                         f"and --pub need one front for every node, which is not built yet; replay them, or serve "
+                         f"each node's streams with a run of their own")
+    for group in run:                                      # each node's plan fits its board, its cores are right
+        budget.check(cfg, group.node if len(run) > 1 else None)
     signals = _Signals(run_dir)
     try:
         with _ray_session(cfg) if cfg.actors.launcher == "ray" else contextlib.nullcontext(_local) as launcher:
-            _supervise(cfg, streams, pub, quiet_lines, run_dir, launcher, signals, points, restart)
+            if len(run) == 1:
+                _supervise(cfg, run[0], pub, quiet_lines, launcher, signals, resume)
+            else:
+                _side_by_side(cfg, run, quiet_lines, launcher, signals, resume)
         if signals.forced:
             print("ringspec: stopped at once (a second signal): the journal has no final record; --resume continues "
                   "after its last checkpoint", file=sys.stderr, flush=True)
@@ -258,16 +306,47 @@ def run_pipeline(cfg, streams: list[StreamRun], run_dir: str, pub: str | None = 
         cleanup_stale()
 
 
-def _supervise(cfg, streams, pub, quiet_lines, run_dir, launcher, signals, points, restart) -> None:
-    """Start the pipeline; when an actor dies, start it again from the last durable checkpoints (one_for_all), until
-    the streams end, the operator drains them, or the death is a start-up failure or a crash loop (ActorDied)."""
+def _side_by_side(cfg, run: list[Group], quiet_lines, launcher, signals, resume) -> None:
+    """Every node's group supervised in a thread of its own; a group that cannot go on (a start-up failure, a crash
+    loop, no node left to place it on) is reported down and the others go on. ActorDied at the end if one was."""
+    down: list[ActorDied] = []
+
+    def supervise(group: Group) -> None:
+        try:
+            _supervise(cfg, group, None, quiet_lines, launcher, signals, resume)
+        except ActorDied as died:
+            down.append(died)
+            print(f"ringspec: streams {group.names} (node {group.node or '(any)'}) are down: {died}; the other nodes' "
+                  f"streams go on", file=sys.stderr, flush=True)
+        except BaseException as exc:                     # noqa: BLE001 -- reported as the group's, never swallowed
+            down.append(ActorDied(f"{type(exc).__name__}: {exc}", group.actor("target")))
+            print(f"ringspec: streams {group.names} (node {group.node or '(any)'}) are down: {type(exc).__name__}: "
+                  f"{exc}", file=sys.stderr, flush=True)
+
+    threads = [threading.Thread(target=supervise, args=(g,), name=f"group-{g.node}", daemon=True) for g in run]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        while thread.is_alive():
+            thread.join(timeout=0.2)                      # the main thread stays free for the operator's signals
+    if down:
+        raise ActorDied("; ".join(str(d) for d in down), down[0].actor, down[0].died_at)
+
+
+def _supervise(cfg, group: Group, pub, quiet_lines, launcher, signals, resume: bool) -> None:
+    """Start a group's pipeline; when an actor dies, start it again from the last durable checkpoints (one_for_all),
+    until the streams end, the operator drains them, or the death is a start-up failure or a crash loop
+    (ActorDied)."""
+    streams = group.streams
+    points = [resume_point(st.journal, source_id(st.source)) for st in streams] if resume else None
+    restart = {"actor": "", "cause": "resume", "died_at": None, "restarts": {}} if resume else None
     supervisor = Supervisor(cfg.supervise)
     while True:
-        tag = f"p{os.getpid()}_{int(time.time() * 1000) % 1_000_000}"
+        tag = f"p{os.getpid()}_{int(time.time() * 1000) % 1_000_000}{'_' + group.node if group.node else ''}"
         started_at = [os.path.getsize(st.journal) if os.path.exists(st.journal) else 0 for st in streams]
-        plans = plan(cfg, streams, pub, quiet_lines, run_dir, tag, points, restart)
+        plans = plan(cfg, group, pub, quiet_lines, tag, points, restart)
         try:
-            return launcher(plans, run_dir, cfg, signals)
+            return launcher(plans, group, cfg, signals)
         except ActorDied as died:
             if signals.drain_since is not None:
                 raise                                # an operator's drain or stop is not undone by a restart
@@ -279,10 +358,11 @@ def _supervise(cfg, streams, pub, quiet_lines, run_dir, launcher, signals, point
             points = [resume_point(st.journal, source_id(st.source)) for st in streams]
             where = "; ".join(f"{st.name + ' ' if st.name else ''}"
                               f"{'offset ' + str(p['offset']) if p else 'the start'}" for st, p in zip(streams, points))
-            print(f"ringspec: {died.args[0].removesuffix('; the pipeline was stopped')}; restarting the pipeline "
-                  f"from {where} (restart {restart['restarts'][died.actor]} of {died.actor})", file=sys.stderr,
-                  flush=True)
-            signals.stop.clear()
+            down = f"streams {group.names} (node {group.node or '(any)'}) are down: " if group.one_of_several else ""
+            print(f"ringspec: {down}{died.args[0].removesuffix('; the pipeline was stopped')}; restarting "
+                  f"{'them' if down else 'the pipeline'} from {where} (restart {restart['restarts'][died.actor]} of "
+                  f"{died.actor})", file=sys.stderr, flush=True)
+            StopFlag(f"{group.dir}/stop").clear()
             cleanup_stale()
 
 
@@ -324,7 +404,7 @@ FILE_KINDS = ("replay", "loop", "follow")          # read again from a checkpoin
 
 def run_replay(cfg, log: str | list[str] | None = None, fmt: str | None = None, speed: float = 0.0,
                follow: bool = False, journal: str | None = None, pub: str | None = None, quiet_lines: bool = False,
-               resume: bool = False) -> Report:
+               resume: bool = False, rate: float = 0.0) -> Report:
     """Stream a log (plain lines, TEP alarm CSV or JSON lines) through the pipeline: ingest, cache owner, target,
     draft and output actors. Every N lines the model writes a short assessment of what it has seen. SIGINT/SIGTERM
     drain the pipeline (twice: stop now); SIGUSR1 prints every actor's figures.
@@ -345,15 +425,15 @@ def run_replay(cfg, log: str | list[str] | None = None, fmt: str | None = None, 
     cfg = with_logs(cfg, [log] if isinstance(log, str) else list(log or ()))
     if cfg.actors.launcher != "serial":
         with _run_dir() as run_dir:
-            run_pipeline(cfg, stream_runs(cfg, fmt, speed, follow, journal, run_dir), run_dir, pub=pub,
+            run_pipeline(cfg, stream_runs(cfg, fmt, speed, follow, journal, run_dir, rate), run_dir, pub=pub,
                          quiet_lines=quiet_lines, resume=_resumes(cfg, resume, journal))
         return Report()
     log = replay_log(cfg)
     if cfg.streams:
         raise ValueError("the serial launcher replays one stream: use --launcher local for several")
-    if log.startswith("tcp://") or log == "-" or follow or resume or cfg.replay.resume:
-        raise ValueError("the serial launcher replays files only, from their start; use --launcher local for "
-                         "sockets, stdin, --follow and --resume")
+    if log.startswith("tcp://") or log == "-" or follow or resume or cfg.replay.resume or rate:
+        raise ValueError("the serial launcher replays files only, from their start, as fast as it can; use "
+                         "--launcher local for sockets, stdin, --follow, --resume and --rate")
     budget.check(cfg)
     return ReplayReport(replay(log, fmt, cfg, printer(quiet_lines), max_lines=cfg.replay.max_lines))
 
@@ -406,11 +486,11 @@ def _resumes(cfg, resume: bool, journal: str | None) -> bool:
 
 class _Signals:
     """SIGINT/SIGTERM: the first drains, the second stops; SIGUSR1 is forwarded to every actor (figures). `pids`:
-    the running actors' pids, set by the launcher of each start."""
+    per group, the running actors' pids, set by the launcher of each start."""
 
     def __init__(self, run_dir: str):
         self.drain, self.stop = StopFlag(f"{run_dir}/drain"), StopFlag(f"{run_dir}/stop")
-        self.pids = list
+        self.pids: dict[str, object] = {}
         self.drain_since: float | None = None
         self.forced = False                  # a second signal: stopped at once
         self.previous = {sig: signal.signal(sig, self._on_stop) for sig in (signal.SIGINT, signal.SIGTERM)}
@@ -427,7 +507,7 @@ class _Signals:
             self.stop.set()
 
     def _on_usr1(self, signum, frame):
-        for pid in self.pids():
+        for pid in [pid for pids in list(self.pids.values()) for pid in pids()]:
             try:
                 os.kill(pid, signal.SIGUSR1)
             except ProcessLookupError:
@@ -446,12 +526,12 @@ def _cause(name: str, pid: int, code: int) -> str:
     return f"actor {name} (pid {pid}) died: {how}; the pipeline was stopped"
 
 
-def _local(plans: list[ActorPlan], run_dir: str, cfg, signals: _Signals) -> None:
+def _local(plans: list[ActorPlan], group: Group, cfg, signals: _Signals) -> None:
     ctx = mp.get_context("spawn")
     procs = {p.name: ctx.Process(target=enter, args=(p.module, p.kwargs, os.getpid()), name=f"ringspec-{p.name}")
              for p in plans}
-    signals.pids = lambda: [p.pid for p in procs.values() if p.pid]
-    stop = signals.stop
+    signals.pids[group.dir] = lambda: [p.pid for p in procs.values() if p.pid]
+    stop = group.stop
     try:
         # children inherit a blocked SIGUSR1 through fork+exec, so an early operator request cannot kill an actor
         # that has not installed its handler yet; `enter` unblocks it
@@ -461,7 +541,7 @@ def _local(plans: list[ActorPlan], run_dir: str, cfg, signals: _Signals) -> None
                 proc.start()
         finally:
             signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGUSR1})
-        _write_pids(run_dir, {name: p.pid for name, p in procs.items()})
+        _write_pids(group.dir, {name: p.pid for name, p in procs.items()})
         while any(p.is_alive() for p in procs.values()) and not stop.is_set():
             for name, proc in procs.items():
                 if proc.exitcode not in (None, 0) and not stop.is_set():
@@ -493,21 +573,61 @@ class RayActor:
     def __init__(self):
         signal.signal(signal.SIGUSR1, signal.SIG_IGN)   # until the actor installs its figures handler
 
-    def pid(self) -> int:
-        return os.getpid()
+    def pid(self) -> tuple[int, str]:
+        return os.getpid(), host_id()
 
-    def run(self, module: str, kwargs: dict, console_pid: int) -> None:
-        """console_pid: the launcher, whose stdout and stderr this actor writes to when it shares its node (the
+    def run(self, module: str, kwargs: dict, console_pid: int, console_host: str) -> None:
+        """console_pid: the launcher, whose stdout and stderr this actor writes to when it shares its host (the
         operator reads the output actor's lines as they are, not through Ray's prefixed log forwarding)."""
-        for fd in (1, 2):
+        for fd in (1, 2) if console_host == host_id() else ():
             try:
                 target = os.open(f"/proc/{console_pid}/fd/{fd}", os.O_WRONLY | os.O_APPEND)
             except OSError:
-                continue                                 # another node: Ray forwards this worker's log
+                continue                                 # the launcher is gone: Ray forwards this worker's log
             sys.stdout.flush() if fd == 1 else sys.stderr.flush()
             os.dup2(target, fd)
             os.close(target)
         enter(module, kwargs)
+
+
+def host_id() -> str:
+    """This kernel's boot id: a pid means the same process only where it is the same (Ray nodes may share a host)."""
+    try:
+        with open("/proc/sys/kernel/random/boot_id") as f:
+            return f.read().strip()
+    except OSError:
+        return ""
+
+
+NODE_LABEL = "ringspec-node"          # `ray start --labels ringspec-node=NAME`: where [[streams]] node = NAME runs
+
+
+def _live_label(ray, node: str) -> bool:
+    return any(n.get("Alive") and (n.get("Labels") or {}).get(NODE_LABEL) == node for n in ray.nodes())
+
+
+def _place(ray, placement_group, remove_placement_group, group: Group, bundles: int, share: float):
+    """A placement group holding the group's actors on one node: the node labelled `ringspec-node=NODE` while one is
+    alive; when none is (it died, before or while this waits), any node with room, so the group resumes there.
+    ActorDied when no node has room within PLACE_S."""
+    deadline, labelled = time.monotonic() + PLACE_S, bool(group.node) and _live_label(ray, group.node)
+    while True:
+        pg = placement_group([{"CPU": share}] * bundles, strategy="STRICT_PACK",
+                             bundle_label_selector=[{NODE_LABEL: group.node}] * bundles if labelled else None)
+        ready = pg.ready()
+        while time.monotonic() < deadline:
+            if ray.wait([ready], timeout=1.0)[0]:
+                return pg
+            if labelled and not _live_label(ray, group.node):
+                break
+        remove_placement_group(pg)
+        if not labelled or time.monotonic() >= deadline:
+            raise ActorDied(f"no Ray node had room for streams {group.names or '(one)'} ({bundles} actors, "
+                            f"{share * bundles:.0f} CPU{', node ' + group.node if labelled else ''}) within "
+                            f"{PLACE_S:.0f} s; the pipeline was stopped", group.actor("target"))
+        labelled = False
+        print(f"ringspec: no live Ray node is labelled {NODE_LABEL}={group.node}: streams {group.names} start on any "
+              f"node that has room", file=sys.stderr, flush=True)
 
 
 def _ray_token() -> bool:
@@ -547,23 +667,26 @@ _starts = itertools.count()           # a restarted pipeline's Ray actors get ne
 
 
 def _ray(ray, placement_group, remove_placement_group, PlacementGroupSchedulingStrategy,  # noqa: N803 -- Ray's
-         plans: list[ActorPlan], run_dir: str, cfg, signals: _Signals) -> None:
+         plans: list[ActorPlan], group: Group, cfg, signals: _Signals) -> None:
     start = next(_starts)
     share = 1.0 / len(plans)                          # one node, fractional CPUs: the five fit on one core's worth
-    pg = placement_group([{"CPU": share}] * len(plans), strategy="STRICT_PACK")
+    pg = _place(ray, placement_group, remove_placement_group, group, len(plans), share)
     handles, refs, pids, died = {}, {}, {}, False
-    signals.pids = lambda: list(pids.values())
-    stop = signals.stop
+    signals.pids[group.dir] = lambda: list(pids.values())
+    stop = group.stop
     try:
-        ray.get(pg.ready(), timeout=120)
         remote = ray.remote(RayActor)
         for i, p in enumerate(plans):
             handles[p.name] = remote.options(
-                name=f"ringspec-{p.name}-{os.path.basename(run_dir)}-{start}", num_cpus=share, max_restarts=0,
+                name=f"ringspec-{p.name}-{os.path.basename(group.run_dir)}-{start}", num_cpus=share, max_restarts=0,
                 scheduling_strategy=PlacementGroupSchedulingStrategy(pg, placement_group_bundle_index=i)).remote()
-        pids.update({name: ray.get(h.pid.remote(), timeout=120) for name, h in handles.items()})
-        _write_pids(run_dir, pids)
-        refs = {handles[p.name].run.remote(p.module, p.kwargs, os.getpid()): p.name for p in plans}
+        here = host_id()
+        for name, h in handles.items():               # a pid on another host is not ours to signal or measure
+            pid, host = ray.get(h.pid.remote(), timeout=120)
+            if host == here:
+                pids[name] = pid
+        _write_pids(group.dir, pids)
+        refs = {handles[p.name].run.remote(p.module, p.kwargs, os.getpid(), here): p.name for p in plans}
         todo = list(refs)
         while todo and not stop.is_set():
             done, todo = ray.wait(todo, num_returns=1, timeout=0.1)
@@ -575,8 +698,9 @@ def _ray(ray, placement_group, remove_placement_group, PlacementGroupSchedulingS
                     died = True
                     name = refs[ref]
                     # Ray hands back no exit code or signal: name what it reported, never a guessed cause
-                    raise ActorDied(f"actor {name} (pid {pids[name]}) died: {type(exc).__name__}; the pipeline "
-                                    f"was stopped", name) from None
+                    where = f"pid {pids[name]}" if name in pids else "on another host"
+                    raise ActorDied(f"actor {name} ({where}) died: {type(exc).__name__}; the pipeline was stopped",
+                                    name) from None
             if signals.overdue():
                 stop.set()
     finally:

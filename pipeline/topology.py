@@ -14,6 +14,22 @@ CREATORS = {"lines": "cache_owner", "events": "output", "asks": "cache_owner", "
             "from_target": "cache_owner", "to_draft": "draft", "from_draft": "cache_owner"}
 
 
+def actor_name(role: str, stream: str = "", node: str = "") -> str:
+    """The name of an actor of a stream's own (ingest, cache_owner, draft): `role.stream` when the pipeline has
+    several streams, `role` with one (stream ""); of a node's group (target, output): `role@node` when the streams
+    are on several nodes. The launcher, the memory plan and /metrics all name it so."""
+    return f"{role}{'.' + stream if stream else ''}{'@' + node if node else ''}"
+
+
+def per_stream_file(path: str, stream: str) -> str:
+    """A file a stream keeps to itself (its journal, its archive): `F.EXT` becomes `F.stream.EXT`; one stream keeps
+    `path`."""
+    if not stream:
+        return path
+    stem, dot, ext = path.rpartition(".")
+    return f"{stem}.{stream}.{ext}" if dot and "/" not in ext else f"{path}.{stream}"
+
+
 def channels(cfg, spec, vocab: int, tag: str) -> dict[str, ChannelSpec]:
     """Every channel of a pipeline run with `cfg` (asks only when serving), named `{tag}_{name}`."""
     out = {"lines": channel(tag, "lines", 64, 64 << 10, header_bytes=16 << 10),

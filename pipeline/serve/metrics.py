@@ -7,6 +7,7 @@ from __future__ import annotations
 import numpy as np
 
 from pipeline.serve.front import SURPRISE_BUCKETS
+from pipeline.topology import actor_name
 
 QUANTILES = (0.5, 0.95, 0.99)
 
@@ -67,8 +68,9 @@ def render(front) -> str:
            [({**v.labels(), "reason": k}, n) for v in views for k, n in sorted(v.drops.items())])
     metric("answers_total", "counter", "Operator requests by outcome at the cache owner.",
            [q for k in ("answers", "expired", "cancelled") for q in per(lambda v, k=k: v.status.get(k, 0), outcome=k)])
+
     def named(*roles):
-        return [f"{a}.{v.name}" if v.name else a for a in roles for v in views]
+        return [actor_name(a, v.name) for a in roles for v in views]
 
     actors = named("ingest", "cache_owner") + ["target"] + named("draft") + ["output"]
     metric("actor_restarts_total", "counter", "Restarts of the pipeline after an actor's death, by the actor that died "

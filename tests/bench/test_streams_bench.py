@@ -49,3 +49,18 @@ def test_stream_counts_outside_what_a_pass_can_carry_are_refused_with_a_message(
     for bad in ("0,2", "33", "two"):
         report = run_streams_bench(cfg, bad, 16, 4, 1)
         assert report.exit_code == 2 and "--streams" in report.line
+
+
+def test_through_the_actors_the_aggregate_counts_time_when_several_streams_decode_at_once_once():
+    """Two streams decoding 100 tokens each over the same second: 200 tokens/s together, 100 each; a third second
+    in which only one decodes adds its time once."""
+    from bench.streams_actors import _figures
+
+    def assessment(t: float, decode_s: float, tokens: int) -> dict:
+        return {"t": t, "text": "x", "stats": {"decode_s": decode_s, "generated": tokens, "prefill_s": 0.5,
+                                               "prompt_tokens": 50, "ttft_ms": 10.0}}
+    together = _figures([[assessment(11.0, 1.0, 100)], [assessment(11.0, 1.0, 100)]])
+    assert together["aggregate_tokens_per_s"] == 200.0
+    assert [p["decode_tokens_per_s"] for p in together["per_stream"]] == [100.0, 100.0]
+    apart = _figures([[assessment(11.0, 1.0, 100)], [assessment(11.5, 1.0, 100), assessment(13.0, 1.0, 100)]])
+    assert apart["decoding_wall_s"] == 2.5 and apart["aggregate_tokens_per_s"] == 300 / 2.5

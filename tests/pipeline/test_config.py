@@ -34,6 +34,15 @@ def test_default_profile_loads_and_sizes_the_ring_for_the_largest_block():
     ("[board]\ncpus = \"0-3\"\nbig_cpus = \"2-5\"\n", ["board.big_cpus", "outside board.cpus"]),
     ("[board]\ncpus = \"0-1\"\n[actors]\ningest_cpus = \"2\"\n", ["actors.ingest_cpus", "board", "[2]"]),
     ("[board]\nbig_cpus = \"1\"\n[actors]\ntarget_cpus = \"0-1\"\n", ["target_cpus", "[0]", "big cores"]),
+    ("[[streams]]\nname = \"DCS list\"\nlog = \"a.csv\"\n", ["streams[0].name", "'DCS list'", "lower-case"]),
+    ("[[streams]]\nname = \"a\"\nlog = \"a.csv\"\n[[streams]]\nname = \"a\"\nlog = \"b.csv\"\n",
+     ["streams[1].name = 'a'", "already"]),
+    ("[[streams]]\nname = \"plc\"\n", ["streams[0] (plc) needs log"]),
+    ("[[streams]]\nname = \"plc\"\nlog = \"a.log\"\nwindow = 3\n", ["streams[0] (plc): unknown key window"]),
+    ("[[streams]]\nname = \"plc\"\nlog = \"a.log\"\nevery_lines = 0\n", ["streams[0] (plc)", "every_lines"]),
+    ("[[streams]]\nname = \"plc\"\nlog = \"a.log\"\nnode = \"Gateway 2\"\n",
+     ["streams[0].node = 'Gateway 2'", "ringspec-node"]),
+    ("[[streams]]\nname = \"plc\"\nlog = \"a.log\"\nnode = 2\n", ["streams[0].node = 2"]),
 ])
 def test_bad_profiles_are_refused_with_a_precise_message(tmp_path, text, words):
     path = tmp_path / "p.toml"

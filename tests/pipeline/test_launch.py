@@ -191,34 +191,111 @@ STREAM_LOGS = {"tep": LOG, "bgl": SHARED / "data" / "loghub" / "BGL_2k.log",
                "zookeeper": SHARED / "data" / "loghub" / "Zookeeper_2k.log"}
 
 
-def test_three_streams_share_one_target_and_each_assesses_as_it_does_alone(default_gguf, tmp_path):
-    """Three logs of different kinds as three streams of one pipeline (`[[streams]]`): one target carries their rows
-    in shared passes, each stream has its own ring, owner, draft and journal, and each stream's assessments are,
-    token for token, what the serial engine writes for that log alone."""
+def test_streams_on_two_ray_nodes_one_node_dies_its_stream_resumes_on_the_other_and_the_rest_are_unchanged(
+        default_gguf, tmp_path):
+    """A real two-node Ray cluster on this machine (`ray start` twice, nodes labelled ringspec-node=a and b): three
+    logs as `[[streams]]`, tep and zookeeper on node a (one target carrying both streams' rows in shared passes),
+    bgl on node b. Node b's processes are killed after bgl's first assessment: bgl is reported down and resumes on
+    node a from its checkpoint, every line committed once; tep's and zookeeper's assessments are, token for token,
+    what the serial engine writes for each log alone."""
+    from bench.chaos import account
     from pipeline import config as cfgs
+    from pipeline.launch import _ray_token
     from pipeline.stream.replay import replay
-    profile = tmp_path / "streams.toml"
-    profile.write_text('[replay]\nmax_new_tokens = 20\nevery_lines = 8\nmax_lines = 16\n' + "".join(
-        f'[[streams]]\nname = "{name}"\nlog = "{log}"\n' for name, log in STREAM_LOGS.items()))
-    journal = tmp_path / "journal.jsonl"
-    proc = launch("--config", str(profile), "--quiet-lines", "--journal", str(journal))
-    out, err = procs.finish(proc, "the three-stream pipeline ending")
-    assert proc.returncode == 0, err
-    passes = set()
-    for (name, scfg), log in zip(cfgs.streams_of(cfgs.load(profile)), STREAM_LOGS.values()):
-        records = journal_of(tmp_path / f"journal.{name}.jsonl")
-        assert {r["stream"] for r in records} == {name} and records[-1]["kind"] == "eof"
-        assert records[-1]["sent"] == 16
-        alone = []
-        replay(str(log), None, scfg, lambda kind, p: alone.append(p["text"]) if kind == "assessment" else None,
-               max_lines=16)
-        together = [r["text"] for r in records if r["kind"] == "assessment"]
-        assert together == alone and len(alone) == 2, name
-        assert f"[{name}] " in out and f"end of stream {name}:" in err
-        target = next(f for f in records[-1]["figures"] if f["actor"] == "target")
-        passes.add((target["passes"], target["forward_calls"]))
-    assert any(shared < calls for shared, calls in passes), f"no pass carried two streams' rows: {passes}"
-    assert not leftovers(proc)
+    ray_dir = tempfile.mkdtemp(prefix="rs-ray-", dir="/tmp")
+    ray = [sys.executable, "-m", "ray.scripts.scripts"]
+    small = ["--num-cpus", "2", "--object-store-memory", str(80 << 20), "--disable-usage-stats"]
+    head = procs.run([*ray, "start", "--head", "--include-dashboard=false", "--port", str(free_port()),
+                      "--temp-dir", ray_dir, "--labels", "ringspec-node=a", *small], cwd=tmp_path, env=ENV)
+    try:
+        assert head.returncode == 0, head.stderr
+        address = re.search(r"ray start --address='([^']+)'", head.stdout + head.stderr).group(1)
+        joins = {**ENV, "RAY_AUTH_MODE": "token"} if _ray_token() else ENV      # as the launcher joins (launch.py)
+        node_b = procs.run([*ray, "start", "--address", address, "--labels", "ringspec-node=b", *small],
+                           cwd=tmp_path, env=joins)
+        assert node_b.returncode == 0, node_b.stderr
+        logs = {"tep": (LOG, "a", 16), "zookeeper": (STREAM_LOGS["zookeeper"], "a", 16),
+                "bgl": (STREAM_LOGS["bgl"], "b", 48)}
+        profile = tmp_path / "streams.toml"
+        profile.write_text('[replay]\nmax_new_tokens = 20\nevery_lines = 8\n' + "".join(
+            f'[[streams]]\nname = "{name}"\nlog = "{log}"\nnode = "{node}"\nmax_lines = {n}\n'
+            for name, (log, node, n) in logs.items()))
+        journal = tmp_path / "journal.jsonl"
+        proc = launch("--config", str(profile), "--quiet-lines", "--journal", str(journal), "--ray-address", address,
+                      launcher="ray")
+        bgl = tmp_path / "journal.bgl.jsonl"
+        wait_for(lambda: bgl.exists() and any(r["kind"] == "assessment" for r in journal_of(bgl)),
+                 "bgl's first assessment", proc)
+        raylet = {node: next(p for p in processes(b"raylet/raylet") if f'ringspec-node": "{node}"'.encode() in
+                             Path(f"/proc/{p}/cmdline").read_bytes()) for node in "ab"}
+        on = {node: sorted(Path(f"/proc/{p}/comm").read_text().strip() for p in children(pid)
+                           if Path(f"/proc/{p}/comm").read_text().startswith("rs:")) for node, pid in raylet.items()}
+        # each node runs its group's target and output and its streams' owners and drafts (an ingest that has read
+        # its file to the end has exited)
+        roles = ("target", "output", "cache_owner", "draft")
+        assert [on["a"].count(f"rs:{role}") for role in roles] == [1, 1, 2, 2], on
+        assert [on["b"].count(f"rs:{role}") for role in roles] == [1, 1, 1, 1], on
+        for pid in [raylet["b"], *children(raylet["b"])]:  # node b goes: its raylet and everything it started
+            os.kill(pid, signal.SIGKILL)
+        out, err = procs.finish(proc, "the two-node pipeline ending")
+        assert proc.returncode == 0, err
+        assert "streams bgl (node b) are down" in err and "no live Ray node is labelled ringspec-node=b" in err, err
+        first48 = tmp_path / "bgl48.log"
+        first48.write_bytes(b"".join(STREAM_LOGS["bgl"].read_bytes().splitlines(keepends=True)[:48]))
+        got = account(first48, bgl, cfgs.load(profile), serve=False)
+        assert got["lines_committed"] == 48 and got["lines_lost"] == got["lines_duplicated"] == 0, got
+        assert [r["actor"] for r in journal_of(bgl) if r["kind"] == "restart"] != []
+        passes = set()
+        for name, scfg in cfgs.streams_of(cfgs.load(profile)):
+            if name == "bgl":
+                continue
+            records = journal_of(tmp_path / f"journal.{name}.jsonl")
+            assert records[-1]["kind"] == "eof" and records[-1]["sent"] == 16
+            assert not any(r["kind"] == "restart" for r in records), name
+            alone = []
+            replay(str(logs[name][0]), None, scfg,
+                   lambda kind, p: alone.append(p["text"]) if kind == "assessment" else None, max_lines=16)
+            assert [r["text"] for r in records if r["kind"] == "assessment"] == alone and len(alone) == 2, name
+            target = next(f for f in records[-1]["figures"] if f["actor"] == "target")
+            passes.add((target["passes"], target["forward_calls"]))
+        assert any(shared < calls for shared, calls in passes), f"no pass carried two streams' rows: {passes}"
+        assert processes(b"gcs_server"), "the cluster we joined was shut down"
+        assert not processes(b"ray::RayActor") and not leftovers(proc)
+    finally:
+        stop_ours()
+        shutil.rmtree(ray_dir, ignore_errors=True)
+
+
+def test_streams_are_grouped_by_node_in_profile_order_and_serving_several_nodes_is_refused(tmp_path):
+    """One group per node (one target each), in the order the profile names them; one group keeps the run's names.
+    Serving needs one front for every node, which is not built: refused before anything starts."""
+    from pipeline import config as cfgs
+    from pipeline.launch import groups, run_serve, stream_runs
+    profile = tmp_path / "nodes.toml"
+    profile.write_text("".join(f'[[streams]]\nname = "{name}"\nlog = "{STREAM_LOGS[name]}"\nnode = "{node}"\n'
+                               for name, node in (("bgl", "b"), ("tep", "a"), ("zookeeper", "b"))))
+    cfg = cfgs.load(profile)
+    run = groups(stream_runs(cfg, None, 0.0, False, None, str(tmp_path)), str(tmp_path))
+    assert [(g.node, [st.name for st in g.streams], g.actor("target")) for g in run] == [
+        ("b", ["bgl", "zookeeper"], "target@b"), ("a", ["tep"], "target@a")]
+    assert len({g.dir for g in run}) == 2 and all(g.dir.startswith(str(tmp_path) + "/") for g in run)
+    one = groups(stream_runs(cfgs.node_profile(cfg, "b"), None, 0.0, False, None, str(tmp_path)), str(tmp_path))
+    assert [(g.node, g.dir, g.actor("target")) for g in one] == [("b", str(tmp_path), "target")]
+    with pytest.raises(ValueError, match="streams on 2 nodes .* one front for every node"):
+        run_serve(cfg)
+
+
+def children(pid: int) -> list[int]:
+    """The pids whose parent is `pid`."""
+    found = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                if parent_of(int(entry)) == pid:
+                    found.append(int(entry))
+            except (OSError, IndexError):
+                continue
+    return found
 
 
 def test_scored_lines_are_journaled_and_fire_where_the_serial_replay_fires(default_gguf, tmp_path):
