@@ -121,10 +121,9 @@ def groups(streams: list[StreamRun], run_dir: str) -> list[Group]:
     if len(nodes) == 1:
         return [Group(nodes[0], tuple(streams), run_dir, run_dir)]
     out = []
-    for node in nodes:
-        os.makedirs(f"{run_dir}/{node or 'first'}", exist_ok=True)
-        out.append(Group(node, tuple(st for st in streams if st.node == node), f"{run_dir}/{node or 'first'}",
-                         run_dir))
+    for i, node in enumerate(nodes):
+        os.makedirs(f"{run_dir}/group{i}", exist_ok=True)
+        out.append(Group(node, tuple(st for st in streams if st.node == node), f"{run_dir}/group{i}", run_dir))
     return out
 
 
