@@ -243,9 +243,15 @@ def print_summary(figures: list[dict], shared: bool = False) -> None:
           f"{owner['verify_s'] - owner['verify_forward_s']:.2f} s, between passes {owner['target_idle_s']:.2f} s); "
           + (f"whole stream {1 - target['forward_s'] / owner['stream_wall_s']:.1%} of {owner['stream_wall_s']:.1f} s"
              if not shared else f"the target's passes serve every stream ({target.get('passes', 0)} passes, "
-                                f"{target['forward_calls']} streams' shares)"),
+                                f"{target['forward_calls']} streams' shares; by graph, slots: passes "
+                                f"{_by_graph(target)})"),
           file=sys.stderr, flush=True)
 
 
 def _exactness_line(ex: dict) -> str:
     return Verdict(**ex).line()
+
+
+def _by_graph(target: dict) -> str:
+    """The target's passes by the graph that ran them (models/streams.py), e.g. "1: 420, 4: 232"."""
+    return ", ".join(f"{slots}: {n}" for slots, n in target.get("passes_by_graph", {}).items())

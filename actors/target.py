@@ -9,8 +9,9 @@ owner said to keep, and for a block answers on the stream's outbox with a `Verdi
 `Close` gets that stream the figures (`Closed`); the actor ends when every stream has closed.
 
 Several streams: the passes waiting in the inboxes run together, at most one per stream and SOFTMAX_ROWS rows in all,
-in one pass of the several-stream graph (models/streams.py), each stream's rows seeing only its own ring; a stream's
-answers are the bits it gets alone (tests/models/test_streams.py). Messages of one stream are handled in the order
+in one pass of the smallest several-stream graph that holds them (models/streams.py: the single-stream graph or the
+one with a slot per stream), each stream's rows seeing only its own ring; a stream's answers are the bits it gets
+alone (tests/models/test_streams.py). Messages of one stream are handled in the order
 they came; a `Constrain` or `Close` waits for the passes before it.
 
 Never decides positions, slots or what is committed: the owner does, from its ring index; this actor's only state is
@@ -39,6 +40,7 @@ from pipeline.process import Figures, attach_when_ready, chaos, figures_on_reque
 from pipeline.stream.surprise import unscored_tokens
 
 PASSES = (Prefill, Verify)
+ANSWER_FIRST = 4          # passes the longest waiting feed chunk may be passed over for other streams' answers
 
 
 def run(inboxes: list[ChannelSpec], outboxes: list[str], cfg, spec, stop) -> None:
@@ -99,6 +101,7 @@ def run(inboxes: list[ChannelSpec], outboxes: list[str], cfg, spec, stop) -> Non
         inbox = _Inboxes(inps)
         open_ = set(range(streams))               # streams not yet closed
         waiting: deque = deque()                  # (received, stream, message) taken, not yet handled
+        passed_over = 0                           # passes the front of `waiting` was passed over for answers
         while open_ and not stop.is_set():
             if not inbox.take(waiting, 2 * streams):
                 continue
@@ -110,11 +113,13 @@ def run(inboxes: list[ChannelSpec], outboxes: list[str], cfg, spec, stop) -> Non
                                          forward_calls=sum(r.forward_calls for r in runners),
                                          forward_rows=sum(r.forward_rows for r in runners),
                                          passes=runners[0].forward_calls if batch is None else batch.passes,
+                                         passes_by_graph={} if batch is None else batch.passes_by_size,
                                          kv_pool_mb=sum(r.pool_bytes for r in runners) / 2**20)
                     send(outs[n], Closed(figures=figures.snapshot()), timeout=60.0)
                     waiting.popleft()
                     received.release()
                     open_.discard(n)
+                    passed_over = 0
                     continue
                 if isinstance(msg, Constrain):
                     if table is None and msg.rule is not None:
@@ -122,10 +127,13 @@ def run(inboxes: list[ChannelSpec], outboxes: list[str], cfg, spec, stop) -> Non
                     verifiers[n].constrain(rule_from(msg.rule, table))
                     waiting.popleft()
                     received.release()
+                    passed_over = 0
                     continue
                 if not isinstance(msg, PASSES):
                     raise ValueError(f"target: unexpected message {msg.kind!r}")
-                chosen = _one_pass(waiting, streams)
+                front = waiting[0]
+                chosen = _one_pass(waiting, streams, passed_over)
+                passed_over = 0 if any(item is front for item in chosen) else passed_over + 1
                 if batch is None:
                     results = [verifiers[0].drive(coroutine(0, chosen[0][2]))]
                 else:
@@ -159,22 +167,37 @@ class _Inboxes:
         return bool(waiting)
 
 
-def _one_pass(waiting: deque, streams: int) -> list:
-    """The passes that run together: from the front (a pass), each stream's first waiting pass while the rows fit
-    (SOFTMAX_ROWS in all, a stream without a pass riding as 2 idle rows, a 1-row pass as 2), up to the first message
-    that is not a pass (it must see the passes before it done)."""
-    chosen, seen = [], set()
-    budget = SOFTMAX_ROWS - 2 * streams if streams > 1 else 1 << 30
+def _one_pass(waiting: deque, streams: int, passed_over: int = 0) -> list:
+    """The passes that run together: each stream's first waiting pass (a stream's later pass waits for its earlier
+    one), up to the first message that is not a pass (it must see the passes before it done), in arrival order while
+    the rows fit (SOFTMAX_ROWS in all, a stream without a pass riding as 2 idle rows, a 1-row pass as 2).
+
+    Answers first: while some stream's pass answers (a verify block, or a chunk whose next token is picked), other
+    streams' feed chunks wait, so an answer's step costs a few rows (often in the single-stream graph), not a 32-row
+    chunk beside it; the longest waiting pass (the front) is passed over at most ANSWER_FIRST times (`passed_over`:
+    so far), so feeding goes on while answers are made."""
+    firsts, seen = [], set()
     for item in waiting:
         _, n, msg = item
         if not isinstance(msg, PASSES):
             break
-        if n in seen:
-            continue
-        seen.add(n)                               # a stream's later pass waits for its earlier one
-        extra = max(len(msg.ids), 2) - 2
+        if n not in seen:
+            seen.add(n)
+            firsts.append(item)
+    answers = [item for item in firsts if _answers(item[2])]
+    if answers and passed_over < ANSWER_FIRST:
+        firsts = answers
+    chosen = []
+    budget = SOFTMAX_ROWS - 2 * streams if streams > 1 else 1 << 30
+    for item in firsts:
+        extra = max(len(item[2].ids), 2) - 2
         if chosen and (streams == 1 or extra > budget):
             continue
         chosen.append(item)
         budget -= extra
     return chosen
+
+
+def _answers(msg) -> bool:
+    """A pass someone waits on: a verify block, or a chunk whose next token is picked (an answer's first)."""
+    return isinstance(msg, Verify) or msg.pick

@@ -173,7 +173,9 @@ class Runner:
         self._bind_in("input_ids", st.ids)
         for name, table in zip(("cos", "sin", "cos_sink", "sin_sink"), st.tables):
             self._bind_in(name, table)
-        self.bind_stream(self._io, st, "")
+        view = (st.ring_from, st.ring_width)
+        self.bind_stream(self._io, st, "", ring=view != self._ring_bound)   # the ring rebound only when it moves
+        self._ring_bound = view
         self._bind_in("logit_rows", rows)
         self._bind_in("targets", nexts)
         logits = self._logits[:, :len(rows)]
@@ -234,25 +236,24 @@ class Runner:
                       ring_from, pool_columns - self.spec.sink)
 
     def bind_sinks(self, io, tag: str) -> None:
-        """Bind the sink pools to `io` (once: they never move) under the graph's names + `tag`. A runner serves one
-        binding: its own session's, or a several-stream pass's (models/streams.py)."""
+        """Bind the sink pools to `io` under the graph's names + `tag` (they never move: once per binding and
+        slot, unless another stream's pools were bound there: models/streams.py)."""
         for l in range(self.cfg["n_layers"] if self.spec.sink else 0):
             for name, pool in ((f"sink_k.{l}{tag}", self.sink_k), (f"sink_v.{l}{tag}", self.sink_v)):
                 io.bind_input(name, "cpu", 0, pool.dtype, pool[l].shape, pool[l].ctypes.data)
 
-    def bind_stream(self, io, st: Staged, tag: str) -> None:
-        """Bind this stream's mask, recent section, path and ring view to `io` (the binding `bind_sinks` was given)
-        under the graph's names + `tag`; the ring is rebound only when its view moves."""
+    def bind_stream(self, io, st: Staged, tag: str, ring: bool) -> None:
+        """Bind this stream's mask, recent section, path and (`ring`: its view moved, or another stream's pools were
+        bound there) ring view to `io` (the binding `bind_sinks` was given) under the graph's names + `tag`."""
         io.bind_input(f"mask{tag}", "cpu", 0, st.mask.dtype, st.mask.shape, st.mask.ctypes.data)
         for name, a in ((f"recent_k{tag}", st.recent_k), (f"recent_v{tag}", st.recent_v)) + \
                 (((f"path{tag}", st.path),) if st.path is not None else ()):
             io.bind_input(name, "cpu", 0, a.dtype, a.shape, a.ctypes.data)
-        if (st.ring_from, st.ring_width) != self._ring_bound:
+        if ring:
             for l in range(self.cfg["n_layers"]):
                 for name, pool in ((f"ring_k.{l}{tag}", self.ring_k), (f"ring_v.{l}{tag}", self.ring_v)):
                     a = pool[l, st.ring_from:st.ring_from + st.ring_width]
                     io.bind_input(name, "cpu", 0, a.dtype, a.shape, a.ctypes.data)
-            self._ring_bound = (st.ring_from, st.ring_width)
 
     def took(self, seconds: float, st: Staged, new_k: np.ndarray, new_v: np.ndarray, nll: np.ndarray) -> None:
         """After a pass: this stream's rows' K/V ([L, KVH, T, D] views, padding row included) and `nll`, kept until

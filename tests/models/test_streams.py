@@ -109,10 +109,13 @@ def test_each_of_three_streams_gets_its_alone_bits_in_shared_passes(tiny, trees)
     opts = RunnerOptions(threads=2, max_rows=16, trees=trees)
     recorded = [decode_alone(tiny, opts, text, np.array([5, 6, 7]), 24, score=n == 1)
                 for n, text in enumerate(texts(3, 90))]
-    streams = Streams(tiny, SPEC, 3, opts)
+    streams = Streams(tiny, SPEC, 3, opts, sizes=(1, 2, 3))
     shared = replay_together(streams, recorded, delays=[0, 1, 3])
     assert shared >= 8                                    # the replay did share passes (not one stream at a time)
     assert all(len(r) > 5 for r in recorded)
+    # every graph ran passes, so streams moved between graphs and slots (stream 1: slot 1 beside stream 0, slot 0
+    # once stream 0 is done), each pass binding the pools of the stream now in a slot
+    assert all(passes > 0 for passes in streams.passes_by_size.values()), streams.passes_by_size
 
 
 def test_a_pass_never_carries_more_rows_than_the_batch_invariant_range(tiny):
@@ -147,9 +150,10 @@ def test_three_logs_on_the_real_model_get_their_alone_bits_in_shared_passes(defa
         engine.generate(question, 24)
         recorded.append(engine.runner.passes)
     runner = engine.runner
-    streams = Streams(runner.model_dir, runner.spec, 3, runner.opts)
+    streams = Streams(runner.model_dir, runner.spec, 3, runner.opts)     # the target's graphs: 1 and 3 slots
     shared = replay_together(streams, recorded, delays=[0, 2, 5])
     assert shared >= 10
+    assert streams.passes_by_size["1"] > 0 and streams.passes_by_size["3"] > 0
 
 
 class RecordingVerifier(LocalVerifier):
@@ -319,11 +323,12 @@ def test_the_target_actor_answers_three_streams_passes_as_each_got_alone(default
 
 
 def _waiting(*items):
-    """Stand-in inbox contents for `_one_pass`: ("p", stream, rows) a pass, ("c", stream) a Constrain."""
+    """Stand-in inbox contents for `_one_pass`: ("p", stream, rows) a feed chunk, ("a", stream, rows) a pass that
+    answers (a chunk whose next token is picked), ("c", stream) a Constrain."""
     out = []
     for item in items:
-        if item[0] == "p":
-            msg = Prefill(pick=False, score=False, ring_from=0, ids=np.zeros(item[2], np.int64),
+        if item[0] in "pa":
+            msg = Prefill(pick=item[0] == "a", score=False, ring_from=0, ids=np.zeros(item[2], np.int64),
                           pos=np.zeros(0, np.int64), mask=np.zeros((0, 0), np.float32), recent=np.zeros(0, np.int64),
                           slots=np.zeros(0, np.int64))
         else:
@@ -342,3 +347,15 @@ def test_a_pass_takes_each_streams_first_waiting_pass_in_order_within_the_rows()
     assert pick(_waiting(("p", 0, 32), ("p", 2, 32), ("p", 1, 20), ("p", 3, 2)), 4) == [(0, 32), (1, 20), (3, 2)]
     # one stream: one pass at a time
     assert pick(_waiting(("p", 0, 7), ("p", 0, 7)), 1) == [(0, 7)]
+
+
+def test_answers_go_first_and_the_longest_waiting_feed_chunk_is_passed_over_at_most_answer_first_times():
+    pick = (lambda waiting, over: [(n, len(m.ids)) for _, n, m in target_actor._one_pass(waiting, 3, over)])
+    waiting = _waiting(("p", 0, 32), ("a", 1, 7), ("p", 2, 32), ("a", 2, 1))
+    # stream 1 answers: the feed chunks of streams 0 and 2 wait (stream 2's answer waits behind its own chunk)
+    assert pick(waiting, 0) == [(1, 7)]
+    assert pick(waiting, target_actor.ANSWER_FIRST - 1) == [(1, 7)]
+    # the front has been passed over ANSWER_FIRST times: everything that fits rides, in arrival order
+    assert pick(waiting, target_actor.ANSWER_FIRST) == [(0, 32), (1, 7)]
+    # no answer waiting: feed chunks ride together
+    assert pick(_waiting(("p", 0, 16), ("p", 1, 16)), 0) == [(0, 16), (1, 16)]
