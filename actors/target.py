@@ -55,7 +55,7 @@ def run(inboxes: list[ChannelSpec], outboxes: list[str], cfg, spec, stop) -> Non
     exactness = check(runner)                     # the single-stream graph: a stream's attention nodes in any pass
     if streams > 1:
         del runner                                # its session and pools: each stream has its own pools below
-        batch = Streams(model_dir, spec, streams, opts)
+        batch = Streams(model_dir, spec, streams, opts, None if cfg.model.lone_graph else (streams,))
         runners = batch.runners
     else:
         runner.reserve()                          # the arena at its high-water mark before the first line

@@ -3,12 +3,13 @@
 Through the actors first (bench/streams_actors.py: `replay` with N sources against N `replay`s), then the
 target-only figures (issue 21, item 3): N streams, each a different log, each fed and then asked to continue with the
 profile's stream draft proposing (verify blocks of several rows), run two ways on the same cores, alternated in one
-run: `batched`, every stream's pools in one several-stream session (models/streams.py), a pass carrying each waiting
+run: `batched`, every stream's pools in one several-stream target (models/streams.py), a pass carrying each waiting
 stream's rows; and `independent`, N single-stream runners, their passes one after another (N pipelines sharing the
 cores). Each stream runs in its own thread; a pass runs once every running stream has one waiting (`Lockstep`, what
 the target actor does with the passes in its inbox). Per N: aggregate and per-stream prefill and decode tokens/s,
 whether every stream's tokens are the same both ways, and the memory each added stream costs (a fresh process's PSS
-after its first pass, N streams against one). Owns only the measurement; never imported at run time.
+after its first pass, N streams in the N-stream graph against one stream) and, apart, the single-stream graph's
+session the target keeps beside it. Owns only the measurement; never imported at run time.
 """
 from __future__ import annotations
 
@@ -108,12 +109,12 @@ class System:
     run: object                   # parts -> logits per part
 
 
-def batched(model_dir, spec, opts, n: int) -> System:
-    """N streams on one target (one stream: a plain runner)."""
+def batched(model_dir, spec, opts, n: int, sizes: tuple[int, ...] | None = None) -> System:
+    """N streams on one target (one stream: a plain runner); `sizes`: its graphs (default: the target actor's)."""
     if n == 1:
         one = Runner(model_dir, spec, opts)
         return System("batched", [one], lambda parts: [one.forward(**vars(parts[0]))])
-    batch = Streams(model_dir, spec, n, opts)
+    batch = Streams(model_dir, spec, n, opts, sizes)
     return System("batched", batch.runners, batch.forward)
 
 
@@ -161,9 +162,9 @@ def one_run(system: System, texts: list[np.ndarray], new_tokens: int) -> dict:
             "prefill_passes": prefill_passes, "decode_passes": decode_passes, "tokens": out}
 
 
-def _pss_after_first_pass(model_dir, spec, opts, n: int, queue) -> None:
+def _pss_after_first_pass(model_dir, spec, opts, n: int, sizes, queue) -> None:
     before = _pss_kb()
-    system = batched(model_dir, spec, opts, n)
+    system = batched(model_dir, spec, opts, n, sizes)
     for r in system.runners:                  # the pools as a long run holds them: every page written
         for pool in (r.sink_k, r.sink_v, r.ring_k, r.ring_v):
             pool.fill(0)
@@ -178,12 +179,12 @@ def _pss_kb() -> int:
         return next(int(line.split()[1]) for line in f if line.startswith("Pss:"))
 
 
-def memory(model_dir, spec, opts, n: int) -> int:
-    """Bytes a fresh process holds after building n streams' target, writing its pools and running one pass (PSS
-    growth; the model's weights are counted once per process whatever n)."""
+def memory(model_dir, spec, opts, n: int, sizes: tuple[int, ...] | None = None) -> int:
+    """Bytes a fresh process holds after building n streams' target (its graphs: `sizes`), writing its pools and
+    running one pass (PSS growth; each graph's session holds its own packed weights)."""
     ctx = mp.get_context("spawn")
     queue = ctx.Queue()
-    proc = ctx.Process(target=_pss_after_first_pass, args=(model_dir, spec, opts, n, queue))
+    proc = ctx.Process(target=_pss_after_first_pass, args=(model_dir, spec, opts, n, sizes, queue))
     proc.start()
     while True:
         try:
@@ -208,7 +209,9 @@ def run_streams(cfg, counts: list[int], prompt_tokens: int = 512, new_tokens: in
         text = render(read_log(path)) if path.suffix == ".csv" else path.read_text(errors="replace")
         texts.append(np.asarray(tok.encode(text)[:prompt_tokens + 1], np.int64))
     out: dict = {}
-    mem = {n: memory(model_dir, spec, opts, n) for n in sorted(set(counts) | {1})}
+    # per stream: the N-stream graph alone; the single-stream graph the target keeps beside it is a fixed cost
+    mem = {n: memory(model_dir, spec, opts, n, (n,) if n > 1 else None) for n in sorted(set(counts) | {1})}
+    small = {n: memory(model_dir, spec, opts, n) - mem[n] for n in counts if n > 1}
     for n in counts:
         figs: dict = {}
         built = systems(model_dir, spec, opts, n)
@@ -230,6 +233,7 @@ def run_streams(cfg, counts: list[int], prompt_tokens: int = 512, new_tokens: in
         row["kv_pool_bytes_per_stream"] = built[0].runners[0].pool_bytes
         row["beyond_pools_per_added_stream_bytes"] = row["memory_per_added_stream_bytes"] - \
             row["kv_pool_bytes_per_stream"] if n > 1 else 0.0
+        row["single_stream_graph_bytes"] = small.get(n, 0.0)
         out[n] = row
     base = out[min(counts)]["aggregate_tokens_per_s"] if 1 in counts else None
     for n, row in out.items():
@@ -269,6 +273,10 @@ class StreamsReport(Report):
                          f"{i['prefill_tokens_per_s']:11.0f} {str(t['identical']):>11s} "
                          f"{t['memory_per_added_stream_bytes'] / 2**20:15.1f} "
                          f"{t['kv_pool_bytes_per_stream'] / 2**20 if n > 1 else 0:11.1f}")
+        extra = [row["target_only"]["single_stream_graph_bytes"] / 2**20 for n, row in self.data.items() if n > 1]
+        if extra:
+            lines.append(f"and once per target, not per stream: the single-stream graph kept beside the N-stream "
+                         f"one, {min(extra):.0f}-{max(extra):.0f} MB")
         return "\n".join(lines)
 
     @property

@@ -43,6 +43,10 @@ PROCESS_MIB = {"launcher": 76, "ingest": 77, "cache_owner": 80, "target": 55, "d
 # max_rows 32: 128 MiB. Another model's is scaled by its weights (an assumption, not a measurement: re-measure on
 # the board with the soak).
 SESSION_MIB_PER_WEIGHT_MIB = 128 / 106.4
+# A target of several streams keeps the single-stream graph beside the N-stream one (`model.lone_graph`): its session
+# holds its own packed weights and arena. Measured for SmolLM2-135M (136 MiB PSS: `python run.py bench --task
+# streams`, target only, "the single-stream graph kept beside"); another model's is scaled by its weights.
+LONE_GRAPH_MIB_PER_WEIGHT_MIB = 136 / 106.4
 SQLITE_CACHE_BYTES = 2000 * 1024     # SQLite's default cache_size (-2000: 2,000 KiB) per connection
 ARCHIVE_CONNECTIONS = 2              # the owner's writer, the front's reader
 
@@ -148,6 +152,10 @@ def plan(cfg: Config, ram: int | None = None, node: str | None = None) -> Plan:
     streams = streams_of(cfg)
     terms += _model_terms(home_of("target"), "target", target, target_dir, spec, cfg.model.max_rows, "model.gguf",
                           npu=False, pools=len(streams))           # one pool per stream in the one target
+    if len(streams) > 1 and cfg.model.lone_graph:
+        weights = os.path.getsize(target_dir / "weights.bin")
+        terms.append(Term(home_of("target"), "single-stream graph", int(LONE_GRAPH_MIB_PER_WEIGHT_MIB * weights),
+                          "model.lone_graph"))
     vocab = target["config"]["vocab_size"]
     for name, scfg in streams:
         def home(actor: str) -> str:           # a stream's own actors, named as the launcher names them

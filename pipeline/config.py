@@ -38,6 +38,8 @@ class ModelSection:
     accuracy_level: int = RunnerOptions.accuracy_level
     spin: bool = RunnerOptions.spin             # ONNX Runtime's threads spin-wait between ops
     batch_invariant: bool = RunnerOptions.batch_invariant   # no operator sees one row: exact on every CPU
+    lone_graph: bool = True                     # several streams: the target keeps the single-stream graph beside
+    # the N-stream one for passes of one stream's rows (about half their time; one more session: models/streams.py)
 
     def runner_options(self, **extra) -> RunnerOptions:
         """The target runner's options from this section (`extra`: graph choices such as trees or rope_angles)."""

@@ -59,6 +59,9 @@ def test_streams_sharing_a_target_add_a_pool_each_and_each_node_is_planned_alone
     on_one = budget.plan(config.load(_profile(tmp_path, streams.replace('node = "b"', 'node = "a"')))).as_dict()
     assert [t["bytes"] for t in on_one["terms"] if t["what"] == "kv pool x 3 streams"] == [3 * pool]
     assert {f"{role}.s{i}" for role in ("ingest", "cache_owner", "draft") for i in range(3)} <= set(on_one["processes"])
+    lone = [t for t in on_one["terms"] if t["what"] == "single-stream graph"]       # model.lone_graph (default)
+    assert [t["process"] for t in lone] == ["target"] and lone[0]["bytes"] > 50 << 20
+    assert "single-stream graph" not in {t["what"] for t in one["terms"]}        # one stream: the one graph
     two = config.load(_profile(tmp_path, streams))
     with pytest.raises(ConfigError, match="2 nodes .* --node NAME"):
         budget.plan(two)
