@@ -24,11 +24,10 @@ from collections import deque
 from contextlib import ExitStack
 
 from kernels.sampling import SamplingParams
-from models.graph import SOFTMAX_ROWS
 from models.platform import facts
 from models.registry import converted_dir, resolve_gguf
 from models.runner import Runner
-from models.streams import Streams
+from models.streams import Streams, pack
 from models.tokenizer import Tokenizer
 from pipeline.channel import Channel, ChannelSpec, Selector
 from pipeline.decode.blocks import Block
@@ -170,7 +169,7 @@ class _Inboxes:
 def _one_pass(waiting: deque, streams: int, passed_over: int = 0) -> list:
     """The passes that run together: each stream's first waiting pass (a stream's later pass waits for its earlier
     one), up to the first message that is not a pass (it must see the passes before it done), in arrival order while
-    the rows fit (SOFTMAX_ROWS in all, a stream without a pass riding as 2 idle rows, a 1-row pass as 2).
+    the rows fit (models/streams.py `pack`: SOFTMAX_ROWS in all, an idle slot as 2 rows, a 1-row pass as 2).
 
     Answers first: while some stream's pass answers (a verify block, or a chunk whose next token is picked), other
     streams' feed chunks wait, so an answer's step costs a few rows (often in the single-stream graph), not a 32-row
@@ -187,15 +186,7 @@ def _one_pass(waiting: deque, streams: int, passed_over: int = 0) -> list:
     answers = [item for item in firsts if _answers(item[2])]
     if answers and passed_over < ANSWER_FIRST:
         firsts = answers
-    chosen = []
-    budget = SOFTMAX_ROWS - 2 * streams if streams > 1 else 1 << 30
-    for item in firsts:
-        extra = max(len(item[2].ids), 2) - 2
-        if chosen and (streams == 1 or extra > budget):
-            continue
-        chosen.append(item)
-        budget -= extra
-    return chosen
+    return [firsts[i] for i in pack([len(item[2].ids) for item in firsts], streams)]
 
 
 def _answers(msg) -> bool:

@@ -28,7 +28,7 @@ from bench.streams_actors import run_actors
 from models.graph import SOFTMAX_ROWS
 from models.registry import converted_dir, resolve_gguf
 from models.runner import Runner
-from models.streams import Rows, Streams
+from models.streams import Rows, Streams, pack
 from models.tokenizer import Tokenizer
 from pipeline.config import ring_spec
 from pipeline.decode.drafts import SuffixDraft
@@ -73,11 +73,10 @@ class Lockstep:
         waiting = [i for i in range(self.n) if self.waiting[i] is not None]
         if not waiting or len(waiting) < self.live:
             return
-        parts, budget = [None] * self.n, SOFTMAX_ROWS - 2 * self.n if self.n > 1 else 1 << 30
-        for i in ((self.turn + k) % self.n for k in range(self.n)):
-            extra = max(len(self.waiting[i].tokens), 2) - 2 if self.waiting[i] is not None else 0
-            if self.waiting[i] is not None and (extra <= budget or not any(p is not None for p in parts)):
-                parts[i], budget = self.waiting[i], budget - extra
+        order = [i for i in ((self.turn + k) % self.n for k in range(self.n)) if self.waiting[i] is not None]
+        parts = [None] * self.n
+        for j in pack([len(self.waiting[i].tokens) for i in order], self.n):     # the target actor's packing
+            parts[order[j]] = self.waiting[order[j]]
         self.turn += 1
         got = self.run(parts)
         self.passes += 1

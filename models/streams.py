@@ -31,6 +31,20 @@ from models.graph import SOFTMAX_ROWS
 from models.runner import Runner, RunnerOptions, open_session
 
 
+def pack(rows: list[int], streams: int) -> list[int]:
+    """Which candidate shares (their row counts, in the order they are owed a pass) one pass over `streams` streams'
+    slots carries: each in turn while the rows fit (SOFTMAX_ROWS in all, every slot counted as 2 idle rows until a
+    share fills it, a 1-row share as 2); the first always. One stream: the first only."""
+    chosen, budget = [], SOFTMAX_ROWS - 2 * streams
+    for i, n in enumerate(rows):
+        extra = max(n, 2) - 2
+        if chosen and (streams == 1 or extra > budget):
+            continue
+        chosen.append(i)
+        budget -= extra
+    return chosen
+
+
 @dataclass
 class Rows:
     """One stream's rows in a pass: `Runner.forward`'s arguments."""
