@@ -261,7 +261,7 @@ class StreamsReport(Report):
                          f"{np.mean([p['ttft_ms'] for p in s['per_stream']]):8.0f} {str(a['identical']):>9s} "
                          f"{a['memory_per_added_stream_bytes'] / 2**20:15.1f} "
                          f"{row['target_only']['kv_pool_bytes_per_stream'] / 2**20 if n > 1 else 0:11.1f}")
-        lines += ["target only (one several-stream session against N runners taking turns):",
+        lines += ["target only (one several-stream target against N runners taking turns):",
                   f"{'streams':>7s} {'decode tok/s':>12s} {'x one':>6s} {'independent':>11s} {'prefill tok/s':>13s} "
                   f"{'independent':>11s} {'same tokens':>11s} {'MB/added stream':>15s} {'of it pools':>11s}"]
         for n, row in self.data.items():

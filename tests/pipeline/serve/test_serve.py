@@ -458,14 +458,22 @@ def test_three_streams_in_one_server_each_answer_as_the_target_alone(default_ggu
             status, body, _ = srv.request("POST", "/v1/chat/completions", {
                 "model": model, "max_tokens": 4, "messages": [{"role": "user", "content": question}]})
             assert status == code and b"stream" in body, body
+        # an owner's figures reach /metrics with its next status, just after its answer's last event: wait for them
+        srv.wait_for(lambda: all(re.search(rf'^ringspec_answers_total{{stream="{name}",outcome="answers"}} 1$',
+                                           srv.metrics(), re.M) for name in STREAMS), "each answer in /metrics")
         metrics = srv.metrics()
         for name in STREAMS:
             assert re.search(rf'^ringspec_stream_lines_total{{stream="{name}"}} {lines}$', metrics, re.M), metrics
-            assert re.search(rf'^ringspec_answers_total{{stream="{name}",outcome="answers"}} 1$', metrics, re.M)
         models = json.loads(srv.request("GET", "/v1/models")[1])["data"]
         assert [m["id"] for m in models] == [f"ringspec/{n}" for n in STREAMS]
+        console = console_asks(http_port, "bgl", question, srv)
     finally:
         stop_server(srv, at_once=True)
+    # the console: lines labelled by stream, the picked stream's gauges, its question asked of that stream (greedy:
+    # the console's longer answer begins with the 24-token one)
+    assert {"[tep]", "[bgl]", "[zookeeper]"} <= {text.split(" ")[0] for text in console["tail"]}, console["tail"]
+    assert console["lines"] == str(lines)
+    assert console["answer"].startswith(answers["bgl"].strip()), console["answer"]
     for (name, scfg), log in zip(cfgs.streams_of(cfgs.load(profile, {"serve.enabled": True})), STREAMS.values()):
         frame = replay_frame(scfg)                      # the pool `serve` sizes: a question span and its answer
         engine = make_engine(scfg, frame.spec, check_rows=False)
@@ -476,6 +484,27 @@ def test_three_streams_in_one_server_each_answer_as_the_target_alone(default_ggu
         res = engine.generate(span, 24, frame.params, stop_ids=frame.tok.stop_ids)
         alone = frame.tok.decode([t for t in res.token_ids if t not in frame.tok.stop_ids])
         assert answers[name] == alone and alone.strip(), name
+
+
+def console_asks(port: int, stream: str, question: str, srv) -> dict:
+    """The console in headless chromium with several streams: pick `stream`, ask `question`; its tail's lines, the
+    lines gauge and the answer once finished."""
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support.ui import Select
+    browser = chromium_driver()
+    try:
+        browser.get(f"http://127.0.0.1:{port}/#key={KEY}")
+        srv.wait_for(lambda: browser.find_element(By.ID, "g-stream-box").is_displayed(), "the console's picker")
+        Select(browser.find_element(By.ID, "stream")).select_by_value(stream)
+        browser.find_element(By.ID, "question").send_keys(question)
+        browser.find_element(By.ID, "ask").click()
+        answer = (lambda: browser.find_elements(By.CSS_SELECTOR, ".answer")[-1].text)
+        srv.wait_for(lambda: browser.find_element(By.ID, "ask").is_enabled() and bool(answer()),
+                     "the console's answer")
+        return {"tail": [d.text for d in browser.find_element(By.ID, "tail").find_elements(By.TAG_NAME, "div")],
+                "lines": browser.find_element(By.ID, "g-lines").text, "answer": answer()}
+    finally:
+        browser.quit()
 
 
 def test_a_question_preempts_a_running_analysis(default_gguf, tmp_path):
