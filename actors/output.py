@@ -222,16 +222,17 @@ def _end_of_stream(record: dict) -> None:
         print(f"{f['actor']:12s} {f['pid']:7d} {','.join(map(str, f['cpus'])):>6s} {f['busy_share']:6.0%} "
               f"{f['wall_s']:7.1f} {f['vmrss_mb']:7.0f} {f['threads']:4d} {f.get('inbox_max_depth', 0):5d}",
               file=sys.stderr)
-    print_summary(record.get("figures", []), shared=bool(record.get("stream")))
+    print_summary(record.get("figures", []))
 
 
-def print_summary(figures: list[dict], shared: bool = False) -> None:
-    """The pipeline's run-time figures, for an operator: decode speed, drafting, overlap and overhead. shared: the
-    target serves several streams (its forward time is theirs together)."""
+def print_summary(figures: list[dict]) -> None:
+    """The pipeline's run-time figures, for an operator: decode speed, drafting, overlap and overhead. A target that
+    serves several streams (it counts its passes by graph) has their forward time together, not this stream's."""
     by = {f["actor"]: f for f in figures}
     owner, target = by.get("cache_owner"), by.get("target")
     if not owner or not target or not owner["decode_s"] or not owner["stream_wall_s"]:
         return
+    shared = bool(target.get("passes_by_graph"))
     print(f"decode {owner['tokens_per_s']:.0f} tok/s over {owner['generated']} tokens, "
           f"{owner['accepted_per_verify']:.2f} tokens/verify (acceptance {owner['acceptance_rate']:.0%}); "
           f"KV pool {target['kv_pool_mb']:.1f} MB", file=sys.stderr)

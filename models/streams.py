@@ -15,7 +15,8 @@ pass carries at most SOFTMAX_ROWS rows in all, and each stream's share keeps the
 
 Why several sizes: a slot costs its attention's nodes (~1,200 for SmolLM2) whether it carries rows or idles, so a
 pass of one stream's rows costs about twice as much in the 4-stream graph as in the single-stream one (docs/
-streams.md, "Figures"); each added size costs a session (about 55-90 MiB: the packed weights and the arena).
+streams.md, "What a several-stream pass is"); each added size costs a session (its own packed weights and arena:
+134-136 MB PSS for SmolLM2, `python run.py bench --task streams`).
 """
 from __future__ import annotations
 
