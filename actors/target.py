@@ -100,7 +100,7 @@ def run(inboxes: list[ChannelSpec], outboxes: list[str], cfg, spec, stop) -> Non
         inbox = _Inboxes(inps)
         open_ = set(range(streams))               # streams not yet closed
         waiting: deque = deque()                  # (received, stream, message) taken, not yet handled
-        passed_over = 0                           # passes the front of `waiting` was passed over for answers
+        held = (None, 0)                          # (the front of `waiting`, passes it was passed over for answers)
         while open_ and not stop.is_set():
             if not inbox.take(waiting, 2 * streams):
                 continue
@@ -118,7 +118,6 @@ def run(inboxes: list[ChannelSpec], outboxes: list[str], cfg, spec, stop) -> Non
                     waiting.popleft()
                     received.release()
                     open_.discard(n)
-                    passed_over = 0
                     continue
                 if isinstance(msg, Constrain):
                     if table is None and msg.rule is not None:
@@ -126,13 +125,13 @@ def run(inboxes: list[ChannelSpec], outboxes: list[str], cfg, spec, stop) -> Non
                     verifiers[n].constrain(rule_from(msg.rule, table))
                     waiting.popleft()
                     received.release()
-                    passed_over = 0
                     continue
                 if not isinstance(msg, PASSES):
                     raise ValueError(f"target: unexpected message {msg.kind!r}")
                 front = waiting[0]
+                passed_over = held[1] if held[0] is front else 0
                 chosen = _one_pass(waiting, streams, passed_over)
-                passed_over = 0 if any(item is front for item in chosen) else passed_over + 1
+                held = (None, 0) if any(item is front for item in chosen) else (front, passed_over + 1)
                 if batch is None:
                     results = [verifiers[0].drive(coroutine(0, chosen[0][2]))]
                 else:

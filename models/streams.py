@@ -168,7 +168,6 @@ class Streams:
         return results
 
 
-
 class _Graph:
     """One size of the several-stream graph: its session, its binding and what each of its slots has bound (the
     stream whose sink pools are there, and that stream's ring view), so a pass rebinds only what moved."""

@@ -151,11 +151,8 @@ def plan(cfg: Config, ram: int | None = None, node: str | None = None) -> Plan:
     target = load_card(target_dir)
     streams = streams_of(cfg)
     terms += _model_terms(home_of("target"), "target", target, target_dir, spec, cfg.model.max_rows, "model.gguf",
-                          npu=False, pools=len(streams))           # one pool per stream in the one target
-    if len(streams) > 1 and cfg.model.lone_graph:
-        weights = os.path.getsize(target_dir / "weights.bin")
-        terms.append(Term(home_of("target"), "single-stream graph", int(LONE_GRAPH_MIB_PER_WEIGHT_MIB * weights),
-                          "model.lone_graph"))
+                          npu=False, pools=len(streams),           # one pool per stream in the one target
+                          lone_graph=len(streams) > 1 and cfg.model.lone_graph)
     vocab = target["config"]["vocab_size"]
     for name, scfg in streams:
         def home(actor: str) -> str:           # a stream's own actors, named as the launcher names them
@@ -217,8 +214,9 @@ def parse_size(text: str) -> int:
 
 
 def _model_terms(process: str, role: str, card: dict, model_dir: Path, spec, max_rows: int, knob: str,
-                 npu: bool, pools: int = 1) -> list[Term]:
-    """A model's terms in `process`; `pools`: K/V pools it holds (a target serving several streams: one each)."""
+                 npu: bool, pools: int = 1, lone_graph: bool = False) -> list[Term]:
+    """A model's terms in `process`; `pools`: K/V pools it holds (a target serving several streams: one each);
+    `lone_graph`: it also keeps the single-stream graph's session (`model.lone_graph`)."""
     c = card["config"]
     weights = os.path.getsize(model_dir / "weights.bin")
     pool = kv_bytes_per_slot(c) * (spec.pool_slots if npu else spec.stored_slots)   # a CPU runner mirrors views
@@ -237,10 +235,14 @@ def _model_terms(process: str, role: str, card: dict, model_dir: Path, spec, max
                 Term(process, f"{of}pass buffers", buffers, "model.max_rows")]
     session = int(SESSION_MIB_PER_WEIGHT_MIB * weights)
     many = f" x {pools} streams" if pools > 1 else ""
-    return [Term(process, f"{of}weights", weights, knob, npu),
-            Term(process, f"{of}kv pool{many}", pool * pools, "cache.window", npu),
-            Term(process, f"{of}pass buffers", buffers, "model.max_rows", npu),
-            Term(process, f"{of}session", session, knob, npu)]
+    terms = [Term(process, f"{of}weights", weights, knob, npu),
+             Term(process, f"{of}kv pool{many}", pool * pools, "cache.window", npu),
+             Term(process, f"{of}pass buffers", buffers, "model.max_rows", npu),
+             Term(process, f"{of}session", session, knob, npu)]
+    if lone_graph:
+        terms.append(Term(process, f"{of}single-stream graph", int(LONE_GRAPH_MIB_PER_WEIGHT_MIB * weights),
+                          "model.lone_graph"))
+    return terms
 
 
 def _float_parameters(card: dict) -> int:
