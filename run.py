@@ -132,6 +132,9 @@ def parser() -> argparse.ArgumentParser:
             "the operator's turn in the fair queue")
     add_key(p, "--archive", "serve.archive", "SQLite FTS5 archive of every line (\"\": $RINGSPEC_HOME/archive/...)")
     add_key(p, "--launcher", "actors.launcher", "local or ray", choices=("local", "ray"))
+    add_key(p, "--ray-address", "actors.ray_address", "join this Ray cluster (\"auto\", host:port), not a local one")
+    add_key(p, "--site", "serve.site", "streams on several nodes: the host their output actors reach this run's one "
+            "front at (default: loopback, or this Ray node's address)")
     p.set_defaults(run=lambda a: run_serve(profile_of(a, {"serve.enabled": True, **_env_key(a)}), a.file, a.format,
                                            a.rate, a.speed, a.loop, a.follow, a.journal, a.quiet_lines, a.resume))
 
@@ -142,7 +145,10 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--max-tokens", type=int, help="answer length bound (default: the server's)")
     p.add_argument("--timeout", type=float, default=120.0, help="give up after this many seconds without a reply")
     p.add_argument("--json", action="store_true", help="print the final reply (text, usage, retrieved lines) as JSON")
-    p.set_defaults(run=lambda a: run_ask(profile_of(a).serve.zmq, a.question, a.max_tokens, a.timeout, not a.json))
+    p.add_argument("--stream", metavar="NAME", help="the stream asked, when the server watches several (its "
+                   "[[streams]] name)")
+    p.set_defaults(run=lambda a: run_ask(profile_of(a).serve.zmq, a.question, a.max_tokens, a.timeout, not a.json,
+                                         a.stream))
 
     p = add_verb(sub, "generate", generate, "generate from a prompt; --json prints one JSON object")
     g = p.add_mutually_exclusive_group(required=True)

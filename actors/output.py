@@ -9,6 +9,10 @@ against the tags of the lines the model could see (a mentioned tag none of them 
 hands answer tokens to the front, which streams them to whoever asked; writes each event once to every sink, as a
 JSON record made from the typed event (`as_dict`, then what this actor adds: text, time, tags, figures); prints the
 actors' figures at the end. Never touches a model or the cache.
+
+At a site (streams served on several nodes: pipeline/launch.py) the front is the site actor's (actors/site.py): this
+actor relays every event with its record there, puts the site's questions on its owners' channels, and journals the
+answers' records the site sends back (pipeline/serve/site.py); PUB is the site's.
 """
 from __future__ import annotations
 
@@ -27,21 +31,21 @@ from pipeline.messages import (
     Answer,
     AnswerDelta,
     Assessment,
-    Capacity,
+    Cancel,
     Eof,
-    Restarted,
-    Line,
-    Start,
+    MessageError,
+    Question,
     Status,
-    StreamEnd,
     as_dict,
     copied,
     decode,
+    send,
 )
 from pipeline.process import Figures, attach_when_ready, chaos, figures_on_request, pin
 from pipeline.serve.front import Front
 from pipeline.serve.auth import load_keys
 from pipeline.serve.http_api import serve_http
+from pipeline.serve.site import NodeLink
 from pipeline.serve.zmq_api import ZmqFront
 from pipeline.stream.forms import fields_of
 from pipeline.stream.identifiers import invented, mentioned
@@ -51,11 +55,14 @@ from pipeline.stream.surprise import unusual_mark
 
 
 def run(in_specs: list[ChannelSpec], streams: list[str], journals: list[str | None], gguf: str, pub: str | None,
-        quiet_lines: bool, cpus: str, stop, cfg=None, serve: dict | None = None) -> None:
+        quiet_lines: bool, cpus: str, stop, cfg=None, serve: dict | None = None, site: dict | None = None) -> None:
     """Stream n's events arrive on in_specs[n] (created here) and go to journals[n]; with several streams, every
     record carries its stream's name (`streams[n]`) and so does every printed line. serve: when the pipeline serves
     operators, {"asks": each owner's question channel, "archive": each stream's archive, "pids_file": path}; the
-    HTTP and zmq interfaces then run in this process (pipeline/serve/front.py)."""
+    HTTP and zmq interfaces then run in this process (pipeline/serve/front.py). site: when the run's streams are on
+    several nodes and served, the front is the site actor's (actors/site.py) and this actor relays: {"events",
+    "asks", "token", "group": the site's links (pipeline/serve/site.py), "asks_channels": each owner's question
+    channel, "start": this start's id, "restarts": {actor: restarts}}."""
 
     pin(cpus)
     figures = Figures("output")
@@ -68,55 +75,54 @@ def run(in_specs: list[ChannelSpec], streams: list[str], journals: list[str | No
         sock.setsockopt(zmq.LINGER, 0)
         sock.bind(pub)
     logs = [Journal(j) if j else None for j in journals]
-    front = servers = None
+    front = servers = link = None
     try:
         with ExitStack() as held:
             inps = [held.enter_context(Channel.create(spec)) for spec in in_specs]
             if serve:
-                front, servers = _start_front(cfg, tok, serve, streams, stop)
-            selector, ended = Selector(inps), set()
+                front, servers = start_front(cfg, tok, serve, streams, stop)
+            if site:
+                link = NodeLink(site)
+                asks = [attach_when_ready(name, stop) for name in site["asks_channels"]]
+                link.hello(site["start"], site["restarts"])
+            selector, ended = Selector(inps, [link.socket] if link else ()), set()
             while len(ended) < len(inps) and not stop.is_set():
-                for inp in selector.wait(0.2):
+                ready = selector.wait(0.2)
+                if link is not None:
+                    _from_site(link, streams, asks, logs, quiet_lines)
+                for inp in ready:
                     n = inps.index(inp)
                     name, log = streams[n], logs[n]
                     with figures.busy():
                         with inp.recv(timeout=1.0) as received:
                             event = copied(decode(received))
-                        if front is not None and isinstance(event, (AnswerDelta, Answer, Status, StreamEnd)):
-                            record = front.on_event(event, stream=name)
-                            if isinstance(event, StreamEnd):     # the stream's counts, journaled while serving goes on
-                                record = {**as_dict(event), "t": time.time()}
-                            if record is not None:
-                                record = _named(record, name)
-                                _emit(event, record, quiet_lines)
-                                _record(event, record, log, sock)
-                            continue
-                        record = _named(as_dict(event), name)
-                        ids = getattr(event, "ids", None)
-                        if ids is not None:
-                            record["text"] = tok.decode([int(t) for t in ids if int(t) not in stops]).strip()
-                        record["t"] = time.time()
-                        if isinstance(event, Assessment):
-                            if event.fields is not None:
-                                record["fields"] = fields_of(tok, event.fields)
-                            record["tags_mentioned"] = mentioned(record["text"])
-                            record["tags_hallucinated"] = invented(record["text"], event.window_tags)
+                        record = None                # the front's own events have none but an answer's (below)
+                        if not isinstance(event, (AnswerDelta, Answer, Status)):
+                            record = _named(_record_of(event, tok, stops), name)
                         if isinstance(event, Eof):
                             figures.extra["inbox_max_depth"] = max(i.max_depth for i in inps)
                             record["figures"] = event.figures + [figures.snapshot()]
                             ended.add(n)
-                        if front is not None:
-                            front.on_event(event, record, stream=name)
-                        _record(event, record, log, sock)
+                        if link is not None:
+                            link.relay(name, event, record)
+                        elif front is not None:
+                            answered = front.on_event(event, record, stream=name)
+                            if answered is not None:
+                                record = _named(answered, name)
+                        if record is None:
+                            continue
+                        _record(record, log, sock)
                         if isinstance(event, Assessment):
                             chaos("output.written")      # fault injection, test-only: written, not yet shown
-                        _emit(event, record, quiet_lines)
+                        _emit(record, quiet_lines)
     finally:
         for server in servers or ():          # the HTTP server shuts down, the zmq front closes
             if hasattr(server, "shutdown"):
                 server.shutdown()
             else:
                 server.close()
+        if link is not None:
+            link.close()
         for log in logs:
             if log:
                 log.close()
@@ -124,27 +130,78 @@ def run(in_specs: list[ChannelSpec], streams: list[str], journals: list[str | No
             sock.close()
 
 
+def _record_of(event, tok, stops) -> dict:
+    """The journal record of an event: its fields, its decoded text, its time, and for an assessment the tags it
+    mentions and those it invents."""
+    record = as_dict(event)
+    ids = getattr(event, "ids", None)
+    if ids is not None:
+        record["text"] = tok.decode([int(t) for t in ids if int(t) not in stops]).strip()
+    record["t"] = time.time()
+    if isinstance(event, Assessment):
+        if event.fields is not None:
+            record["fields"] = fields_of(tok, event.fields)
+        record["tags_mentioned"] = mentioned(record["text"])
+        record["tags_hallucinated"] = invented(record["text"], event.window_tags)
+    return record
+
+
+def _from_site(link: NodeLink, streams: list[str], asks: list, logs: list, quiet_lines: bool) -> None:
+    """What the site sent this group: questions and cancels for its owners, and answers' records to journal. A
+    question its owner cannot take now is answered with an error at once; anything else is dropped and counted."""
+    for got in link.take():
+        if got.stream not in streams:
+            link.dropped["unknown_stream"] += 1
+            continue
+        n = streams.index(got.stream)
+        if got.kind == "record" and got.record is not None:
+            record = _named(got.record, got.stream)
+            _record(record, logs[n], None)
+            _emit(record, quiet_lines)
+            continue
+        try:
+            msg = decode(got) if got.kind == "ask" and n < len(asks) else None     # none when not serving
+        except MessageError:
+            msg = None
+        if not isinstance(msg, (Question, Cancel)):
+            link.dropped[f"not_a_question: {got.kind}"] += 1
+            continue
+        try:
+            send(asks[n], msg, timeout=1.0)
+        except TimeoutError:
+            if isinstance(msg, Question):
+                link.relay(got.stream, Answer(id=msg.id, error="the cache owner takes no questions right now; retry "
+                                              "shortly", prompt_tokens=len(msg.ids)))
+            else:
+                link.dropped["cancel_undelivered"] += 1
+
+
 def _named(record: dict, name: str) -> dict:
     """A record of one of several streams carries the stream's name (first, for a reader of the journal)."""
     return {"stream": name, **record} if name else record
 
 
-def _record(event, record: dict, log, sock) -> None:
+def _record(record: dict, log, sock) -> None:
     """The journal takes every event but stream lines (scored lines too: `replay.score_stream`), durably; PUB takes
     them all."""
-    if log and (not isinstance(event, Line) or event.nll_n is not None):
+    if log and (record["kind"] != "line" or record.get("nll_n") is not None):
         log.append(record)
     if sock is not None:
-        sock.send_multipart([event.kind.encode(), json.dumps(record).encode()])
+        sock.send_multipart([record["kind"].encode(), json.dumps(record).encode()])
 
 
-def _start_front(cfg, tok, serve: dict, streams: list[str], stop):
+def start_front(cfg, tok, serve: dict, streams: list[str], stop):
     """The operators' interfaces: the front (its channel to each stream's owner), then HTTP and zmq as configured."""
 
-    keys = load_keys(cfg.serve.api_key, cfg.serve.api_keys_file)
     links = [(name, attach_when_ready(asks, stop), archive)
              for name, asks, archive in zip(streams, serve["asks"], serve["archive"])]
     front = Front(cfg, tok, links, serve.get("pids_file"), serve.get("restarts"))
+    return front, interfaces(cfg, front)
+
+
+def interfaces(cfg, front: Front) -> list:
+    """HTTP and zmq over `front`, as configured (this actor's, or the site actor's)."""
+    keys = load_keys(cfg.serve.api_key, cfg.serve.api_keys_file)
     servers = []
     if cfg.serve.http:
         host, _, port = cfg.serve.http.rpartition(":")
@@ -159,22 +216,22 @@ def _start_front(cfg, tok, serve: dict, streams: list[str], stop):
         servers.append(ZmqFront(front, cfg.serve.zmq, keys))
         print(f"ringspec: zmq questions on {cfg.serve.zmq} (python run.py ask --zmq {cfg.serve.zmq} \"...\")",
               file=sys.stderr, flush=True)
-    return front, servers
+    return servers
 
 
-def _emit(event, record: dict, quiet_lines: bool) -> None:
+def _emit(record: dict, quiet_lines: bool) -> None:
     """What the operator sees on stdout and stderr, from an event's record (its stream's name first, when it is one
     of several)."""
     who = f"[{record['stream']}] " if record.get("stream") else ""
-    match event:
-        case Start():
+    match record["kind"]:
+        case "start":
             ex, pf = record["exactness"], record["platform"]
             level = "ringspec:" if ex["invariant"] else "ringspec: warning:"
             print(f"{level} {who}target on {pf['cpu']} ({pf['simd']}), "
                   f"onnxruntime {pf['onnxruntime']}: {_exactness_line(ex)}", file=sys.stderr, flush=True)
-        case Line() if not quiet_lines:
+        case "line" if not quiet_lines:
             print(who + (unusual_mark(record) or f"  {record['text']}"), flush=True)
-        case Assessment():
+        case "assessment":
             st = record["stats"]
             text = record["text"].replace("\n", "\n   ")
             print(f"\n>> {who}[after line {record['lines']}, {record['trigger']}; offsets {record['offsets'][0]}-"
@@ -182,7 +239,7 @@ def _emit(event, record: dict, quiet_lines: bool) -> None:
                   f"   ({st['generated']} tokens, {st['tokens_per_s']:.0f} tok/s, {record['latency_ms']:.0f} ms, "
                   f"{st['accepted_per_verify']:.2f} tokens/verify; tags {len(record['tags_mentioned'])} mentioned, "
                   f"{len(record['tags_hallucinated'])} not in view)\n", flush=True)
-        case Answer():
+        case "answer":
             if record["error"]:
                 print(f"\n?? {who}[{record['client']}] {record['question'][:200]!r}: not answered: {record['error']}\n",
                       flush=True)
@@ -193,19 +250,19 @@ def _emit(event, record: dict, quiet_lines: bool) -> None:
                   f"   ({record['completion_tokens']} tokens, ttft {ttft} ms, total {record['total_ms']:.0f} ms, "
                   f"queued {record['queued_ms']:.0f} ms, {len(record['retrieved'])} older lines retrieved, "
                   f"{record['finish_reason']}{', client gone' if record.get('client_gone') else ''})\n", flush=True)
-        case Capacity():
+        case "capacity":
             print(f"ringspec: warning: {who}the stream goes in at {record['lines_per_s']:.1f} lines/s "
                   f"({record['tokens_per_s']:.0f} tokens/s) while the target works on it, below the profile's "
                   f"replay.line_rate of {record['line_rate']:g}; it had {record['stream_share']:.0%} of the target's "
                   f"recent time (serve.stream_share raises its floor; `bench --task ingest` measures it)",
                   file=sys.stderr, flush=True)
-        case Restarted():
+        case "restart":
             took = "" if record["recovery_s"] is None else f", {record['recovery_s']:.1f} s from the death"
             why = f"after {record['cause']}" if record["actor"] else "from the journal (resume)"
             where = "from its start" if record["resumed_after"] is None else f"after offset {record['resumed_after']}"
             print(f"ringspec: {who}resumed {why}: the stream continues {where}{took}",
                   file=sys.stderr, flush=True)
-        case Eof():
+        case "eof":
             _end_of_stream(record)
 
 

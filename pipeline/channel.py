@@ -377,17 +377,19 @@ class Channel:
 
 
 class Selector:
-    """Waits on the consumer ends of several channels at once (the cache owner hears the target and the draft)."""
+    """Waits on the consumer ends of several channels at once (the cache owner hears the target and the draft), and
+    on plain zmq sockets beside them (`sockets`: the output actor's link to a site, pipeline/serve/site.py)."""
 
-    def __init__(self, channels):
-        self.channels = list(channels)
+    def __init__(self, channels, sockets=()):
+        self.channels, self.sockets = list(channels), list(sockets)
         self._poller = zmq.Poller()
-        for ch in self.channels:
-            self._poller.register(ch._sock, zmq.POLLIN)
+        for sock in [ch._sock for ch in self.channels] + self.sockets:
+            self._poller.register(sock, zmq.POLLIN)
 
     def wait(self, timeout: float | None = None) -> list[Channel]:
-        """The channels with a message waiting, within `timeout` s ([] on timeout). Head in shared memory is the
-        truth; notifications only wake the poll, and stale ones are drained here."""
+        """The channels with a message waiting, within `timeout` s ([] on timeout, and at once when one of
+        `sockets` has input: the caller reads it). Head in shared memory is the truth; notifications only wake the
+        poll, and stale ones are drained here."""
         deadline = _deadline(timeout)
         while True:
             ready = [ch for ch in self.channels if ch.ready()]
@@ -396,7 +398,10 @@ class Selector:
             wait = _ms(deadline, cap=_CREDIT_RECHECK_MS)
             if wait == 0:
                 return []
-            if self._poller.poll(wait):
+            woken = dict(self._poller.poll(wait))
+            if any(sock in woken for sock in self.sockets):
+                return [ch for ch in self.channels if ch.ready()]
+            if woken:
                 for ch in self.channels:
                     ch._drain_notes()
 

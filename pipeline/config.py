@@ -140,6 +140,9 @@ class ServeSection:
                                      # gets before questions and analyses go first again (0 = questions always first)
     archive: str = ""                # SQLite FTS5 file of every line ("" = $RINGSPEC_HOME/archive/stream.sqlite)
     archive_max_lines: int = 1_000_000
+    site: str = ""                   # streams served on several nodes: the host their output actors reach the site's
+                                     # one front at ("" = 127.0.0.1 with the local launcher, the launcher's Ray node
+                                     # address with ray); its two link ports are picked at start (actors/site.py)
     retrieve: int = 2                # older lines retrieved into a question's span (0 = none; each costs its tokens
                                      # of prefill before the first answer token: ~25 for a TEP line, ~60 ms here)
 
@@ -372,6 +375,9 @@ def parse(raw: dict, source: str = "<dict>", here: bool = True) -> Config:
             raise ConfigError(f"{source}: serve.{key} = {value!r} is not a loopback address, and zmq carries no "
                               f"key here: bind tcp://127.0.0.1 or ipc:// and reach it through ssh -L, or use the "
                               f"HTTP API with a key")
+    if cfg.serve.site and not re.fullmatch(r"[A-Za-z0-9.-]+", cfg.serve.site):
+        raise ConfigError(f"{source}: serve.site = {cfg.serve.site!r}; expected a host name or IPv4 address (the site "
+                          f"picks its ports)")
     if cfg.serve.http and not is_loopback(cfg.serve.http.rpartition(":")[0]) and not (
             cfg.serve.api_key or cfg.serve.api_keys_file):
         raise ConfigError(f"{source}: serve.http = {cfg.serve.http!r} is not a loopback address: set "

@@ -32,6 +32,7 @@ import itertools
 import json
 import multiprocessing as mp
 import os
+import secrets
 import shutil
 import signal
 import sys
@@ -148,11 +149,12 @@ def stream_runs(cfg, fmt: str | None, speed: float, follow: bool, journal: str |
 
 
 def plan(cfg, group: Group, pub: str | None, quiet_lines: bool, tag: str, resume: list | None = None,
-         restart: dict | None = None) -> list[ActorPlan]:
+         restart: dict | None = None, site: dict | None = None) -> list[ActorPlan]:
     """The actors and their channels, sized once here from the config and the model's card: one output and one
     target for the group, an ingest, a cache owner and a draft per stream. resume: per stream, the last durable
     checkpoint to start from (ingest re-reads a file from its window; the owner restores its counts); restart: why
-    this start is a restart (journaled by each owner with its first committed line)."""
+    this start is a restart (journaled by each owner with its first committed line); site: the site's links, when
+    the front is the site actor's (`Site.links`): the output actor relays to it."""
 
     card = load_card(converted_dir(resolve_gguf(cfg.model.gguf)))      # converts on first use, with progress
     vocab = card["config"]["vocab_size"]
@@ -166,7 +168,11 @@ def plan(cfg, group: Group, pub: str | None, quiet_lines: bool, tag: str, resume
     resume = resume or [None] * len(streams)
     links = [channels(st.cfg, spec, vocab, f"{tag}_{n}" if st.name else tag) for n, st in enumerate(streams)]
     output_serve = {}
-    if cfg.serve.enabled:                 # operators' questions: the front (in output) -> each stream's owner
+    if site:                              # the front is the site's: output relays (pipeline/serve/site.py)
+        output_serve = dict(site={**site, "asks_channels": [ln["asks"].name for ln in links if "asks" in ln],
+                                  "start": tag, "restarts": (restart or {}).get("restarts", {})})
+        pub = None
+    elif cfg.serve.enabled:               # operators' questions: the front (in output) -> each stream's owner
         output_serve = dict(cfg=cfg, serve={"asks": [ln["asks"].name for ln in links],
                                             "archive": [st.archive for st in streams],
                                             "pids_file": pids_file(group.dir),
@@ -283,10 +289,6 @@ def run_pipeline(cfg, streams: list[StreamRun], run_dir: str, pub: str | None = 
     Streams on several nodes run as one group per node, each supervised alone: a group's death stops and restarts
     that group only; the others go on."""
     run = groups(streams, run_dir)
-    if len(run) > 1 and (pub or cfg.serve.enabled):
-        raise ValueError(f"streams on {len(run)} nodes ({', '.join(g.node or '(any)' for g in run)}): serving them "
-                         f"and --pub need one front for every node, which is not built yet; replay them, or serve "
-                         f"each node's streams with a run of their own")
     for group in run:                                      # each node's plan fits its board, its cores are right
         budget.check(cfg, group.node if len(run) > 1 else None)
     signals = _Signals(run_dir)
@@ -294,6 +296,9 @@ def run_pipeline(cfg, streams: list[StreamRun], run_dir: str, pub: str | None = 
         with _ray_session(cfg) if cfg.actors.launcher == "ray" else contextlib.nullcontext(_local) as launcher:
             if len(run) == 1:
                 _supervise(cfg, run[0], pub, quiet_lines, launcher, signals, resume)
+            elif pub or cfg.serve.enabled:                 # one front for every node: the site actor, here
+                with Site(cfg, run, run_dir, pub, _site_host(cfg, launcher), signals) as site:
+                    _side_by_side(cfg, run, quiet_lines, launcher, signals, resume, site)
             else:
                 _side_by_side(cfg, run, quiet_lines, launcher, signals, resume)
         if signals.forced:
@@ -305,14 +310,15 @@ def run_pipeline(cfg, streams: list[StreamRun], run_dir: str, pub: str | None = 
         cleanup_stale()
 
 
-def _side_by_side(cfg, run: list[Group], quiet_lines, launcher, signals, resume) -> None:
+def _side_by_side(cfg, run: list[Group], quiet_lines, launcher, signals, resume, site: Site | None = None) -> None:
     """Every node's group supervised in a thread of its own; a group that cannot go on (a start-up failure, a crash
-    loop, no node left to place it on) is reported down and the others go on. ActorDied at the end if one was."""
+    loop, no node left to place it on) is reported down and the others go on. ActorDied at the end if one was.
+    site: the run's one front (served), which every group's output actor relays to."""
     down: list[ActorDied] = []
 
     def supervise(group: Group) -> None:
         try:
-            _supervise(cfg, group, None, quiet_lines, launcher, signals, resume)
+            _supervise(cfg, group, None, quiet_lines, launcher, signals, resume, site and site.links(group))
         except ActorDied as died:
             down.append(died)
             print(f"ringspec: streams {group.names} (node {group.node or '(any)'}) are down: {died}; the other nodes' "
@@ -332,7 +338,103 @@ def _side_by_side(cfg, run: list[Group], quiet_lines, launcher, signals, resume)
         raise ActorDied("; ".join(str(d) for d in down), down[0].actor, down[0].died_at)
 
 
-def _supervise(cfg, group: Group, pub, quiet_lines, launcher, signals, resume: bool) -> None:
+SITE_START_S = 300.0  # the site actor has bound its links by then (it loads the tokenizer first), or it is down
+
+
+class Site:
+    """The site actor (actors/site.py): the one front of a served run whose streams are on several nodes. A process
+    of the launcher's own, on its host, started before the groups (their output actors connect to it: `links`) and
+    started again on the same endpoints when it dies; its deaths count as an actor's do, and a crash loop stops the
+    run (ActorDied on leaving). Its pid is listed in the run directory's pids file."""
+
+    def __init__(self, cfg, run: list[Group], run_dir: str, pub: str | None, host: str, signals: _Signals):
+        self.token = secrets.token_bytes(16)              # leads every message on the links (pipeline/serve/site.py)
+        self.file, self.run_dir, self.signals = f"{run_dir}/site.json", run_dir, signals
+        self.bind = {"events": f"tcp://{host}:0", "asks": f"tcp://{host}:0"}
+        self.stop = StopFlag(f"{run_dir}/site_stop", f"{run_dir}/stop")
+        self.kwargs = dict(cfg=cfg, token=self.token, endpoints_file=self.file, pub=pub, stop=self.stop,
+                           streams=[{"name": st.name, "group": os.path.basename(g.dir), "node": g.node,
+                                     "archive": st.archive} for g in run for st in g.streams],
+                           pids_files=[pids_file(run_dir)] + [pids_file(g.dir) for g in run])
+        self.supervisor, self.error, self.proc = Supervisor(cfg.supervise), None, None
+
+    def links(self, group: Group) -> dict:
+        """What the group's output actor connects with."""
+        return {**self.bind, "token": self.token, "group": os.path.basename(group.dir)}
+
+    def __enter__(self) -> Site:
+        self._start()
+        self._watcher = threading.Thread(target=self._watch, name="site", daemon=True)
+        self._watcher.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.stop.set()
+        self._watcher.join(timeout=STOP_GRACE_S)
+        self._end()
+        if self.error is not None and exc[0] is None:
+            raise self.error
+
+    def _start(self) -> None:
+        with contextlib.suppress(FileNotFoundError):
+            os.remove(self.file)
+        self.proc = mp.get_context("spawn").Process(target=enter, name="ringspec-site",
+                                                    args=("actors.site", {**self.kwargs, "bind": self.bind},
+                                                          os.getpid()))
+        signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGUSR1})       # as `_local` starts actors
+        try:
+            self.proc.start()
+        finally:
+            signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGUSR1})
+        proc = self.proc
+        self.signals.pids[self.run_dir] = lambda: [proc.pid] if proc.is_alive() else []
+        with open(pids_file(self.run_dir), "w") as f:
+            json.dump({"site": proc.pid}, f)
+        deadline = time.monotonic() + SITE_START_S
+        while not os.path.exists(self.file):
+            if proc.exitcode is not None or time.monotonic() > deadline:
+                self._end()
+                why = _cause("site", proc.pid, proc.exitcode) if proc.exitcode is not None else \
+                    f"actor site (pid {proc.pid}) bound no links within {SITE_START_S:.0f} s"
+                raise ActorDied(f"{why.removesuffix('; the pipeline was stopped')} while starting: nothing was "
+                                f"started", "site")
+            time.sleep(0.05)
+        with open(self.file) as f:
+            self.bind = json.load(f)                      # a restart binds the same ports: the links reconnect
+
+    def _watch(self) -> None:
+        while not self.stop.is_set():
+            time.sleep(0.1)
+            if self.proc.exitcode is None or self.stop.is_set():
+                continue
+            died = ActorDied(_cause("site", self.proc.pid, self.proc.exitcode), "site")
+            try:
+                restart = self.supervisor.restart(died, [])
+                print(f"ringspec: {died.args[0].removesuffix('; the pipeline was stopped')}; the site's front "
+                      f"starts again (restart {restart['restarts']['site']}); questions in flight were lost",
+                      file=sys.stderr, flush=True)
+                self._start()
+            except ActorDied as down:
+                self.error = down
+                print(f"ringspec: error: {down}; every node's streams stop", file=sys.stderr, flush=True)
+                StopFlag(f"{self.run_dir}/stop").set()
+                return
+
+    def _end(self) -> None:
+        self.stop.set()
+        self.proc.join(timeout=STOP_GRACE_S)
+        if self.proc.is_alive():
+            self.proc.kill()
+            self.proc.join()
+
+
+def _site_host(cfg, launcher) -> str:
+    """Where the groups' output actors reach the site: serve.site, else this Ray node's address (the Ray session's
+    launcher carries it: `_ray_session`), else loopback."""
+    return cfg.serve.site or getattr(launcher, "host", "127.0.0.1")
+
+
+def _supervise(cfg, group: Group, pub, quiet_lines, launcher, signals, resume: bool, site: dict | None = None) -> None:
     """Start a group's pipeline; when an actor dies, start it again from the last durable checkpoints (one_for_all),
     until the streams end, the operator drains them, or the death is a start-up failure or a crash loop
     (ActorDied)."""
@@ -343,7 +445,7 @@ def _supervise(cfg, group: Group, pub, quiet_lines, launcher, signals, resume: b
     while True:
         tag = f"p{os.getpid()}_{int(time.time() * 1000) % 1_000_000}{'_' + group.node if group.node else ''}"
         started_at = [os.path.getsize(st.journal) if os.path.exists(st.journal) else 0 for st in streams]
-        plans = plan(cfg, group, pub, quiet_lines, tag, points, restart)
+        plans = plan(cfg, group, pub, quiet_lines, tag, points, restart, site)
         try:
             return launcher(plans, group, cfg, signals)
         except ActorDied as died:
@@ -638,7 +740,7 @@ def _ray_token() -> bool:
 @contextlib.contextmanager
 def _ray_session(cfg):
     """Ray for the whole run, restarts included: join the configured cluster (left running) or start a local
-    instance (stopped at the end). Yields `_ray` bound to it."""
+    instance (stopped at the end). Yields `_ray` bound to it, its `host` this node's address."""
     address = cfg.actors.ray_address or None
     if address not in (None, "auto") and "RAY_AUTH_MODE" not in os.environ and _ray_token():
         # Ray 2.60 starts clusters with token auth by default; ray.init presents the token when it joins "auto"
@@ -656,7 +758,9 @@ def _ray_session(cfg):
                  num_cpus=None if address else os.cpu_count(), configure_logging=False,
                  runtime_env={"env_vars": {"PYTHONPATH": root, "RINGSPEC_HOME": str(home())}})
     try:
-        yield functools.partial(_ray, ray, placement_group, remove_placement_group, PlacementGroupSchedulingStrategy)
+        launch = functools.partial(_ray, ray, placement_group, remove_placement_group, PlacementGroupSchedulingStrategy)
+        launch.host = ray.util.get_node_ip_address()      # where this node is reached (a site's links: `Site`)
+        yield launch
     finally:
         if started:
             ray.shutdown()

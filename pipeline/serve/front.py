@@ -8,7 +8,9 @@ touches the cache: the owner decides when a question is answered.
 
 Several streams (one pipeline, one target: pipeline/launch.py): each has its own owner, question channel and archive,
 and its own view here (`StreamView`); a request names its stream (the model `ringspec/NAME` over HTTP, `stream`
-over zmq), and what the console and /metrics show is per stream. With one stream a request names none.
+over zmq), and what the console and /metrics show is per stream. With one stream a request names none. At a site
+(streams on several nodes) the front is in the site actor (actors/site.py), a stream's channel is its node's link
+(pipeline/serve/site.py), and every series is labelled with the stream's node too.
 
 Threads: the interfaces call `ask`/`cancel` from their own threads; the output actor's event loop calls `on_event`.
 Each channel to an owner has one producer, so sends (`Question`, `Cancel`: pipeline/messages.py) go through a lock.
@@ -83,8 +85,9 @@ class StreamView:
     """One stream as the front sees it: its owner's question channel, its archive, and what the console and /metrics
     show of it (its tail, analyses, latest status, drops, surprise histogram)."""
     name: str                                         # "" when the pipeline has one stream
-    asks: object                                      # the channel to its cache owner
+    asks: object                                      # the channel to its cache owner (at a site: its node's link)
     archive_path: str | None
+    node: str | None = None                           # at a site (streams on several nodes): its node's name
     window_from_seq: int | None = None
     tail: deque = field(default_factory=lambda: deque(maxlen=200))    # recent line events, for a late console
     analyses: deque = field(default_factory=lambda: deque(maxlen=20))
@@ -96,17 +99,19 @@ class StreamView:
     surprise_sum: float = 0.0                          # scored lines by surprise bucket (+Inf last), and their sum
 
     def labels(self) -> dict:
-        """The /metrics labels of this stream's series (none with one stream)."""
-        return {"stream": self.name} if self.name else {}
+        """The /metrics labels of this stream's series (none with one stream; its node too at a site)."""
+        return {**({"stream": self.name} if self.name else {}),
+                **({"node": self.node or "(any)"} if self.node is not None else {})}
 
 
 class Front:
-    def __init__(self, cfg, tok, streams: list[tuple[str, object, str | None]], pids_file: str | None = None,
+    def __init__(self, cfg, tok, streams: list[tuple], pids_files: str | list[str] | None = None,
                  restarts: dict | None = None):
-        """streams: (name, question channel, archive path) per stream, in the pipeline's order ("" for one)."""
+        """streams: (name, question channel, archive path[, node]) per stream, in the pipeline's order ("" for one);
+        pids_files: where the launcher lists the actors' pids, one file per node group."""
         self.cfg, self.serve, self.tok = cfg, cfg.serve, tok
-        self.views = {name: StreamView(name, asks, archive) for name, asks, archive in streams}
-        self.pids_file = pids_file
+        self.views = {st[0]: StreamView(*st) for st in streams}
+        self.pids_files = [pids_files] if isinstance(pids_files, str) else list(pids_files or ())
         self.restarts = dict(restarts or {})          # {actor: restarts of the pipeline after its death}, this run
         self._span = question_span
         self.stops = set(tok.stop_ids)
@@ -179,9 +184,10 @@ class Front:
             try:
                 send(view.asks, Question(id=answer.id, client=client, max_tokens=max_tokens,
                                          deadline_s=float(deadline_s), ids=np.asarray(span, np.int32)), timeout=5.0)
-            except TimeoutError:
-                raise RequestError(503, "the cache owner takes no questions right now; retry shortly",
-                                   "server_busy") from None
+            except TimeoutError as exc:
+                why = str(exc) if view.node is not None else \
+                    "the cache owner takes no questions right now; retry shortly"
+                raise RequestError(503, why, "server_busy") from None
             self.answers[answer.id] = answer
         return answer
 
@@ -197,8 +203,32 @@ class Front:
         with self._lock:
             if self.answers.pop(answer.id, None) is not None:
                 self.gone[answer.id] = answer
-                send(self.views[answer.stream].asks, Cancel(id=answer.id), timeout=5.0)
+                self._cancel(answer)
             answer.finished = True
+
+    def _cancel(self, answer: Answer) -> None:
+        """Tell the owner to stop `answer` (under the lock). A node gone from the site cannot hear it: nothing is
+        answered there anyway (counted)."""
+        try:
+            send(self.views[answer.stream].asks, Cancel(id=answer.id), timeout=5.0)
+        except TimeoutError:
+            self.counts["cancels_undelivered"] += 1
+
+    def lost(self, streams: set[str], why: str) -> int:
+        """Requests to `streams` whose owner is gone (at a site: their node group started again) end now with `why`
+        as their error; their askers stop waiting. Returns how many."""
+        with self._lock:
+            ended = [a for a in self.answers.values() if a.stream in streams]
+            for answer in ended:
+                del self.answers[answer.id]
+                answer.finished = True
+                answer.items.put(("done", {"error": why, "finish_reason": None, "prompt_tokens": answer.prompt_tokens,
+                                           "completion_tokens": 0, "queued_ms": None, "queued_blocks": None,
+                                           "ttft_ms": None, "total_ms": (time.monotonic() - answer.t_request) * 1e3,
+                                           "retrieved": answer.retrieved, "frame_ms": answer.frame_ms, "stats": {}}))
+            self.gone = {k: a for k, a in self.gone.items() if a.stream not in streams}
+        self.counts["answers_lost"] += len(ended)
+        return len(ended)
 
     def subscribe(self) -> queue.Queue:
         """The console's live feed: line, assessment and status events (a slow reader loses events, counted)."""
@@ -267,7 +297,7 @@ class Front:
         if cut >= 0:                                  # the owner stops; its Answer event still ends this one
             answer.stopped_by_string = True
             with self._lock:
-                send(self.views[answer.stream].asks, Cancel(id=answer.id), timeout=5.0)
+                self._cancel(answer)
 
     def _done(self, event: AnswerEvent) -> dict | None:
         with self._lock:
@@ -333,12 +363,15 @@ class Front:
                 "analysing": st.get("analysing", False), "drops": view.drops}
 
     def resident_bytes(self) -> dict[str, int]:
-        """Resident memory of each actor of this pipeline on this node (from the launcher's pid list)."""
-        try:
-            with open(self.pids_file) as f:
-                pids = json.load(f)
-        except (OSError, TypeError, ValueError):
-            pids = {"output": os.getpid()}
+        """Resident memory of each actor of this pipeline on this node (from the launcher's pid lists)."""
+        pids = {}
+        for path in self.pids_files:
+            try:
+                with open(path) as f:
+                    pids.update(json.load(f))
+            except (OSError, TypeError, ValueError):
+                continue
+        pids = pids or {"output": os.getpid()}
         out = {}
         for name, pid in pids.items():
             try:

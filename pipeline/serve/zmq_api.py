@@ -1,7 +1,8 @@
 """The zmq face of the front: a ROUTER socket taking msgpack questions, and the `ask` client for it.
 
 Owns the message shapes. A client (DEALER) sends one msgpack map per question:
-    {"question": str, "max_tokens": int?, "deadline_s": float?, "key": str (when the server has keys)}
+    {"question": str, "max_tokens": int?, "deadline_s": float?, "stream": str (of several)?, "key": str (when the
+     server has keys)}
 and receives, in order, maps {"id", "delta": str} as the answer's tokens are committed, then one final map
 {"id", "done": true, "text", "finish_reason", "usage", "ringspec": {...}} or {"error": str, "code": int}.
 Several clients and several questions per client may be in flight. Who asks is the key's operator, or the client's
@@ -123,9 +124,10 @@ class ZmqFront:
 
 
 def ask(endpoint: str, question: str, max_tokens: int | None = None, timeout_s: float = 120.0, on_delta=None,
-        key: str | None = None) -> dict:
+        key: str | None = None, log_stream: str | None = None) -> dict:
     """The client: send one question, hand each delta to on_delta(text), return the final map (or raise).
-    key: the operator's (default RINGSPEC_API_KEY), for a server that has keys."""
+    key: the operator's (default RINGSPEC_API_KEY), for a server that has keys; log_stream: the stream asked, of a
+    server that watches several."""
 
     sock = zmq.Context.instance().socket(zmq.DEALER)
     sock.setsockopt(zmq.LINGER, 0)
@@ -134,6 +136,8 @@ def ask(endpoint: str, question: str, max_tokens: int | None = None, timeout_s: 
         req = {"question": question}
         if max_tokens is not None:
             req["max_tokens"] = max_tokens
+        if log_stream is not None:
+            req["stream"] = log_stream
         key = key or env_key()
         if key:
             req["key"] = key
@@ -174,14 +178,16 @@ class AskReport(Report):
 
 
 def run_ask(endpoint: str, question: str, max_tokens: int | None = None, timeout_s: float = 120.0,
-            stream: bool = True) -> AskReport:
+            stream: bool = True, log_stream: str | None = None) -> AskReport:
     """Ask a running `serve` a question over zmq: the answer streams to stdout as it is decoded, then the retrieved
     older lines and the timings go to stderr.
 
-    stream False: nothing is written while waiting (--json prints the final reply instead)."""
+    stream False: nothing is written while waiting (--json prints the final reply instead); log_stream: the stream
+    asked (--stream NAME), of a server that watches several."""
 
     def show(text):
         sys.stdout.write(text)
         sys.stdout.flush()
 
-    return AskReport(ask(endpoint, question, max_tokens, timeout_s, on_delta=show if stream else None))
+    return AskReport(ask(endpoint, question, max_tokens, timeout_s, on_delta=show if stream else None,
+                         log_stream=log_stream))

@@ -5,6 +5,7 @@ the launcher or SIGINT to the process group, the launcher SIGKILLed): no orphan 
 segment. An actor's death and the restart that follows are test_supervise.py's."""
 from __future__ import annotations
 
+import http.client
 import json
 import os
 import re
@@ -123,10 +124,10 @@ def no_stray_pipelines():
 
 
 def launch(*args, launcher: str = "local", stdin=None, text: bool = True, group: bool = False,
-           env: dict | None = None) -> subprocess.Popen:
-    """`replay` through `launcher`; group: in a process group of its own, as a terminal runs a command (a Ctrl-C
-    there reaches every process of the group)."""
-    proc = subprocess.Popen([sys.executable, str(ROOT / "run.py"), "replay", *args, "--launcher", launcher],
+           env: dict | None = None, verb: str = "replay") -> subprocess.Popen:
+    """`replay` (or `verb`) through `launcher`; group: in a process group of its own, as a terminal runs a command
+    (a Ctrl-C there reaches every process of the group)."""
+    proc = subprocess.Popen([sys.executable, str(ROOT / "run.py"), verb, *args, "--launcher", launcher],
                             stdin=stdin, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=text,
                             env={**ENV, **(env or {})}, start_new_session=group, preexec_fn=watch.dies_with_parent)
     _launched.append(proc)
@@ -191,17 +192,19 @@ STREAM_LOGS = {"tep": LOG, "bgl": SHARED / "data" / "loghub" / "BGL_2k.log",
                "zookeeper": SHARED / "data" / "loghub" / "Zookeeper_2k.log"}
 
 
-def test_streams_on_two_ray_nodes_one_node_dies_its_stream_resumes_on_the_other_and_the_rest_are_unchanged(
+def test_streams_on_two_ray_nodes_served_by_one_front_one_node_dies_its_stream_resumes_and_the_rest_are_unchanged(
         default_gguf, tmp_path):
-    """A real two-node Ray cluster on this machine (`ray start` twice, nodes labelled ringspec-node=a and b): three
-    logs as `[[streams]]`, tep and zookeeper on node a (one target carrying both streams' rows in shared passes),
-    bgl on node b. Node b's processes are killed after bgl's first assessment: bgl is reported down and resumes on
-    node a from its checkpoint, every line committed once; tep's and zookeeper's assessments are, token for token,
-    what the serial engine writes for each log alone."""
+    """A real two-node Ray cluster on this machine (`ray start` twice, nodes labelled ringspec-node=a and b) serving
+    three logs as `[[streams]]`: tep and zookeeper on node a (one target carrying both streams' rows in shared
+    passes), bgl on node b, and one HTTP front for all three (the site actor, on the launcher's host): a question
+    names its stream and is answered by that stream's owner (its answer journaled in that stream's journal alone),
+    and /metrics labels every stream's series with its node. Node b's processes are killed once bgl has committed 8
+    lines: bgl is reported down, resumes on node a from its checkpoint (every line committed once) and is asked
+    again through the same front; tep's and zookeeper's answers are, token for token, what the serial engine answers
+    over each log alone. (No analyses: when a served stream's analyses fire depends on how its lines arrive.)"""
     from bench.chaos import account
     from pipeline import config as cfgs
     from pipeline.launch import _ray_token
-    from pipeline.stream.replay import replay
     ray_dir = tempfile.mkdtemp(prefix="rs-ray-", dir="/tmp")
     ray = [sys.executable, "-m", "ray.scripts.scripts"]
     small = ["--num-cpus", "2", "--object-store-memory", str(80 << 20), "--disable-usage-stats"]
@@ -217,45 +220,66 @@ def test_streams_on_two_ray_nodes_one_node_dies_its_stream_resumes_on_the_other_
         logs = {"tep": (LOG, "a", 16), "zookeeper": (STREAM_LOGS["zookeeper"], "a", 16),
                 "bgl": (STREAM_LOGS["bgl"], "b", 48)}
         profile = tmp_path / "streams.toml"
-        profile.write_text('[replay]\nmax_new_tokens = 20\nevery_lines = 8\n' + "".join(
-            f'[[streams]]\nname = "{name}"\nlog = "{log}"\nnode = "{node}"\nmax_lines = {n}\n'
-            for name, (log, node, n) in logs.items()))
-        journal = tmp_path / "journal.jsonl"
+        profile.write_text(f'[serve]\napi_key = "{SITE_KEY}"\nretrieve = 0\n[replay]\nevery_lines = 1000\n' +
+                           "".join(f'[[streams]]\nname = "{name}"\nlog = "{log}"\nnode = "{node}"\nmax_lines = {n}\n'
+                                   for name, (log, node, n) in logs.items()))
+        journal, port = tmp_path / "journal.jsonl", free_port()
         proc = launch("--config", str(profile), "--quiet-lines", "--journal", str(journal), "--ray-address", address,
-                      launcher="ray")
+                      "--http", f"127.0.0.1:{port}", "--zmq", "", "--pub", "", "--archive",
+                      str(tmp_path / "archive.sqlite"), launcher="ray", verb="serve")
         bgl = tmp_path / "journal.bgl.jsonl"
-        wait_for(lambda: bgl.exists() and any(r["kind"] == "assessment" for r in journal_of(bgl)),
-                 "bgl's first assessment", proc)
+        wait_for(lambda: bgl.exists() and max([r.get("lines", 0) for r in journal_of(bgl)
+                                               if r["kind"] == "checkpoint"], default=0) >= 8,
+                 "bgl's first 8 lines committed", proc)
         raylet = {node: next(p for p in processes(b"raylet/raylet") if f'ringspec-node": "{node}"'.encode() in
                              Path(f"/proc/{p}/cmdline").read_bytes()) for node in "ab"}
         on = {node: sorted(Path(f"/proc/{p}/comm").read_text().strip() for p in children(pid)
                            if Path(f"/proc/{p}/comm").read_text().startswith("rs:")) for node, pid in raylet.items()}
         # each node runs its group's target and output and its streams' owners and drafts (an ingest that has read
-        # its file to the end has exited)
+        # its file to the end has exited); the front is neither's: the site actor is the launcher's child
         roles = ("target", "output", "cache_owner", "draft")
         assert [on["a"].count(f"rs:{role}") for role in roles] == [1, 1, 2, 2], on
         assert [on["b"].count(f"rs:{role}") for role in roles] == [1, 1, 1, 1], on
+        assert [Path(f"/proc/{p}/comm").read_text().strip() for p in children(proc.pid)].count("rs:site") == 1
+        asked = {"bgl on b": ask_site(port, "bgl")}
+        wait_for(lambda: any(r.get("id") == asked["bgl on b"][0] for r in journal_of(bgl)), "the answer's record "
+                 "back at node b, in bgl's journal", proc)
+        metrics = site_metrics(port)
+        assert re.search(r'^ringspec_stream_lines_total\{stream="bgl",node="b"\} \d+$', metrics, re.M), metrics
+        assert re.search(r'^ringspec_stream_lines_total\{stream="tep",node="a"\} \d+$', metrics, re.M), metrics
         for pid in [raylet["b"], *children(raylet["b"])]:  # node b goes: its raylet and everything it started
             os.kill(pid, signal.SIGKILL)
-        out, err = procs.finish(proc, "the two-node pipeline ending")
+        wait_for(lambda: "stream_end" in after_restart(journal_of(bgl)), "bgl resumed and read to its end", proc)
+        asked["bgl on a"] = ask_site(port, "bgl")                      # the same front, its owner now on node a
+        wait_for(lambda: site_lines(port, ("tep", "zookeeper")) == [16, 16], "tep's and zookeeper's lines in their "
+                 "rings", proc)
+        for name in ("tep", "zookeeper"):
+            asked[name] = ask_site(port, name)
+        restarts = re.findall(r'^ringspec_actor_restarts_total\{actor="[a-z_]+(?:\.bgl|@b)"\} (\d+)$',
+                              site_metrics(port), re.M)
+        assert sum(map(int, restarts)) >= 1, restarts
+        proc.send_signal(signal.SIGINT)                                # serving ends with the operator's drain
+        out, err = procs.finish(proc, "the two-node server draining")
         assert proc.returncode == 0, err
         assert "streams bgl (node b) are down" in err and "no live Ray node is labelled ringspec-node=b" in err, err
         first48 = tmp_path / "bgl48.log"
         first48.write_bytes(b"".join(STREAM_LOGS["bgl"].read_bytes().splitlines(keepends=True)[:48]))
-        got = account(first48, bgl, cfgs.load(profile), serve=False)
+        got = account(first48, bgl, cfgs.load(profile), serve=True)
         assert got["lines_committed"] == 48 and got["lines_lost"] == got["lines_duplicated"] == 0, got
-        assert [r["actor"] for r in journal_of(bgl) if r["kind"] == "restart"] != []
+        # each answer is journaled by its own stream's output actor, with the text its asker got, and nowhere else
+        answered = {name: {r["id"]: r["text"] for r in journal_of(tmp_path / f"journal.{name}.jsonl")
+                           if r["kind"] == "answer"} for name in logs}
+        for what, (answer_id, text) in asked.items():
+            assert answered[what.split()[0]].get(answer_id) == text and text.strip(), (what, answered)
+        assert sum(map(len, answered.values())) == len(asked), answered
         passes = set()
-        for name, scfg in cfgs.streams_of(cfgs.load(profile)):
+        for name, scfg in cfgs.streams_of(cfgs.load(profile, {"serve.enabled": True})):
             if name == "bgl":
                 continue
             records = journal_of(tmp_path / f"journal.{name}.jsonl")
             assert records[-1]["kind"] == "eof" and records[-1]["sent"] == 16
             assert not any(r["kind"] == "restart" for r in records), name
-            alone = []
-            replay(str(logs[name][0]), None, scfg,
-                   lambda kind, p: alone.append(p["text"]) if kind == "assessment" else None, max_lines=16)
-            assert [r["text"] for r in records if r["kind"] == "assessment"] == alone and len(alone) == 2, name
+            assert asked[name][1] == alone_answer(scfg, logs[name][0], 16), name
             target = next(f for f in records[-1]["figures"] if f["actor"] == "target")
             passes.add((target["passes"], target["forward_calls"]))
         assert any(shared < calls for shared, calls in passes), f"no pass carried two streams' rows: {passes}"
@@ -266,11 +290,69 @@ def test_streams_on_two_ray_nodes_one_node_dies_its_stream_resumes_on_the_other_
         shutil.rmtree(ray_dir, ignore_errors=True)
 
 
-def test_streams_are_grouped_by_node_in_profile_order_and_serving_several_nodes_is_refused(tmp_path):
-    """One group per node (one target each), in the order the profile names them; one group keeps the run's names.
-    Serving needs one front for every node, which is not built: refused before anything starts."""
+SITE_KEY = "site-test-key-0123"
+SITE_QUESTION, SITE_TOKENS = "What happened last, in one sentence?", 12
+
+
+def after_restart(records: list[dict]) -> list[str]:
+    """The kinds of the records after the first restart record ([] before one)."""
+    kinds = [r["kind"] for r in records]
+    return kinds[kinds.index("restart") + 1:] if "restart" in kinds else []
+
+
+def ask_site(port: int, stream: str) -> tuple[str, str]:
+    """Ask `stream` through the site's one HTTP front: the answer's id and text."""
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=300)
+    conn.request("POST", "/v1/chat/completions", json.dumps({
+        "model": f"ringspec/{stream}", "max_tokens": SITE_TOKENS,
+        "messages": [{"role": "user", "content": SITE_QUESTION}]}),
+        {"Content-Type": "application/json", "Authorization": f"Bearer {SITE_KEY}"})
+    resp = conn.getresponse()
+    body = resp.read()
+    assert resp.status == 200, body
+    reply = json.loads(body)
+    assert reply["model"] == f"ringspec/{stream}", reply
+    return reply["id"], reply["choices"][0]["message"]["content"]
+
+
+def alone_answer(scfg, log: Path, lines: int) -> str:
+    """What the serial engine answers `ask_site`'s question over the log's first `lines` lines alone, in the pool
+    `serve` sizes (a question span and its answer)."""
+    from pipeline.decode.assemble import make_engine
+    from pipeline.stream.prompts import question_span
+    from pipeline.stream.records import read_log
+    from pipeline.stream.replay import replay_frame
+    frame = replay_frame(scfg)
+    engine = make_engine(scfg, frame.spec, check_rows=False)
+    engine.feed(frame.head)
+    for rec in read_log(str(log), None)[:lines]:
+        engine.feed(frame.tok.encode(rec.text + "\n"))
+    span = question_span(frame.tok, scfg.replay.system_prompt, [{"role": "user", "content": SITE_QUESTION}])
+    res = engine.generate(span, SITE_TOKENS, frame.params, stop_ids=frame.tok.stop_ids)
+    return frame.tok.decode([t for t in res.token_ids if t not in frame.tok.stop_ids])
+
+
+def site_lines(port: int, streams) -> list:
+    """Each stream's lines in its ring, as the site's /healthz says (None while it cannot say)."""
+    try:
+        conn = http.client.HTTPConnection("127.0.0.1", port, timeout=60)
+        conn.request("GET", "/healthz")
+        health = json.loads(conn.getresponse().read())
+        return [health["streams"][name]["lines"] for name in streams]
+    except (OSError, ValueError, KeyError):
+        return [None] * len(streams)
+
+
+def site_metrics(port: int) -> str:
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=60)
+    conn.request("GET", "/metrics", headers={"Authorization": f"Bearer {SITE_KEY}"})
+    return conn.getresponse().read().decode()
+
+
+def test_streams_are_grouped_by_node_in_profile_order(tmp_path):
+    """One group per node (one target each), in the order the profile names them; one group keeps the run's names."""
     from pipeline import config as cfgs
-    from pipeline.launch import groups, run_serve, stream_runs
+    from pipeline.launch import groups, stream_runs
     profile = tmp_path / "nodes.toml"
     profile.write_text("".join(f'[[streams]]\nname = "{name}"\nlog = "{STREAM_LOGS[name]}"\nnode = "{node}"\n'
                                for name, node in (("bgl", "b"), ("tep", "a"), ("zookeeper", "b"))))
@@ -281,8 +363,6 @@ def test_streams_are_grouped_by_node_in_profile_order_and_serving_several_nodes_
     assert len({g.dir for g in run}) == 2 and all(g.dir.startswith(str(tmp_path) + "/") for g in run)
     one = groups(stream_runs(cfgs.node_profile(cfg, "b"), None, 0.0, False, None, str(tmp_path)), str(tmp_path))
     assert [(g.node, g.dir, g.actor("target")) for g in one] == [("b", str(tmp_path), "target")]
-    with pytest.raises(ValueError, match="streams on 2 nodes .* one front for every node"):
-        run_serve(cfg)
 
 
 def children(pid: int) -> list[int]:

@@ -1,0 +1,101 @@
+"""Site actor: owns the one front for streams served on several nodes (HTTP API, console, zmq questions, PUB) and
+the site's end of the links to every node group's output actor (pipeline/serve/site.py).
+
+Started by the launcher on its own host when a served run's streams are on several nodes (pipeline/launch.py), before
+the groups, which connect to it. Each stream has its view in the front (pipeline/serve/front.py), labelled with its
+node; a question goes to its stream's node over the link and its answer's tokens come back as the owner's events,
+relayed by that node's output actor, which also gets the answer's finished record to journal. A group that says hello
+with a new start id was started again (an actor of it died): questions still waiting on its streams end with an error
+(their owner is gone). Holds no sequence state: when this actor dies the launcher starts it again on the same
+endpoints and the groups' links reconnect (askers in flight lose their connection). Never touches a model, a channel
+or a journal.
+"""
+from __future__ import annotations
+
+import json
+import os
+import sys
+
+import zmq
+
+from actors.output import interfaces
+from models.registry import resolve_gguf
+from models.tokenizer import Tokenizer
+from pipeline.messages import Answer, MessageError, copied, decode
+from pipeline.process import Figures, figures_on_request
+from pipeline.serve.front import Front
+from pipeline.serve.site import SiteHub
+
+
+def run(cfg, streams: list[dict], bind: dict, token: bytes, endpoints_file: str, pub: str | None,
+        pids_files: list[str], stop) -> None:
+    """streams: {"name", "group", "node", "archive"} per stream, in the profile's order; bind: where the links go
+    ({"events", "asks"}: tcp://HOST:PORT, port 0 the first time); the ports bound are written to endpoints_file (the
+    launcher reads them there and hands them to the groups)."""
+    figures_on_request(Figures("site"))
+    tok = Tokenizer.from_gguf(resolve_gguf(cfg.model.gguf))
+    hub = SiteHub(bind["events"], bind["asks"], token)
+    with open(endpoints_file + ".tmp", "w") as f:
+        json.dump(hub.endpoints, f)
+    os.replace(endpoints_file + ".tmp", endpoints_file)
+    groups: dict[str, list[str]] = {}
+    for st in streams:
+        groups.setdefault(st["group"], []).append(st["name"])
+    front = Front(cfg, tok, [(st["name"], hub.asks(st["group"], st["name"]), st["archive"], st["node"])
+                             for st in streams], pids_files)
+    sock = servers = None
+    starts: dict[str, str] = {}
+    try:
+        servers = interfaces(cfg, front) if cfg.serve.enabled else []       # replay --pub: PUB alone
+        if pub:
+            sock = zmq.Context.instance().socket(zmq.PUB)
+            sock.setsockopt(zmq.LINGER, 0)
+            sock.bind(pub)
+        logged: set[str] = set()
+        while not stop.is_set():
+            got = hub.recv(0.2)
+            for why in hub.dropped.keys() - logged:                   # each kind of junk once, then counted
+                logged.add(why)
+                print(f"ringspec: site: dropped a message from a node link: {why} (counted)", file=sys.stderr,
+                      flush=True)
+            if got is None or got.group not in groups:
+                continue
+            if got.kind == "hello":
+                _hello(front, got.group, groups[got.group], got.record or {}, starts)
+                continue
+            if got.kind != "event" or got.stream not in groups[got.group]:
+                hub.dropped[f"unexpected {got.kind}"] += 1
+                continue
+            try:
+                event = copied(decode(got))
+            except MessageError as exc:
+                hub.dropped[f"malformed event: {exc}"[:80]] += 1
+                continue
+            answered = front.on_event(event, got.record, stream=got.stream)
+            record = got.record
+            if isinstance(event, Answer) and answered is not None:
+                hub.send_record(got.group, got.stream, answered)     # the stream's journal is its group's
+                record = {"stream": got.stream, **answered}
+            if sock is not None and record is not None:
+                sock.send_multipart([record["kind"].encode(), json.dumps(record).encode()])
+    finally:
+        if hub.dropped:
+            print(f"ringspec: site: messages dropped: {dict(hub.dropped)}", file=sys.stderr, flush=True)
+        for server in servers or ():
+            server.shutdown() if hasattr(server, "shutdown") else server.close()
+        if sock is not None:
+            sock.close()
+        hub.close()
+
+
+def _hello(front: Front, group: str, names: list[str], hello: dict, starts: dict) -> None:
+    """A group's link (re)connected: its start id, and its supervisor's restarts (for /metrics)."""
+    start, before = hello.get("start"), starts.get(group)
+    starts[group] = start
+    front.restarts.update(hello.get("restarts") or {})
+    if before is not None and start != before:
+        lost = front.lost(set(names), f"streams {', '.join(names)} were started again (an actor of their node "
+                                      f"died); ask again")
+        if lost:
+            print(f"ringspec: site: {lost} questions to streams {', '.join(names)} ended unanswered: their pipeline "
+                  f"was started again", file=sys.stderr, flush=True)
