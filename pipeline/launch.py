@@ -43,6 +43,7 @@ import traceback
 from dataclasses import dataclass
 
 from models.convert import load_card
+from models.npu import one_owner
 from models.registry import converted_dir, home, resolve_gguf
 from pipeline import budget
 from pipeline.channel import cleanup_stale
@@ -289,6 +290,11 @@ def run_pipeline(cfg, streams: list[StreamRun], run_dir: str, pub: str | None = 
     Streams on several nodes run as one group per node, each supervised alone: a group's death stops and restarts
     that group only; the others go on."""
     run = groups(streams, run_dir)
+    for group in run:                                      # one NPU per node: its streams' drafts cannot share it
+        if cfg.draft.backend == "rknn":
+            one_owner([st.actor("draft") for st in group.streams], "one draft actor serving every stream of a node "
+                      "is not built: give each stream with an NPU draft a node of its own, or run the drafts on the "
+                      "CPU (draft.backend = \"onnx\")")
     for group in run:                                      # each node's plan fits its board, its cores are right
         budget.check(cfg, group.node if len(run) > 1 else None)
     signals = _Signals(run_dir)

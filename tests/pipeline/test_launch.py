@@ -365,6 +365,21 @@ def test_streams_are_grouped_by_node_in_profile_order(tmp_path):
     assert [(g.node, g.dir, g.actor("target")) for g in one] == [("b", str(tmp_path), "target")]
 
 
+def test_npu_drafts_of_two_streams_on_one_node_are_refused_before_anything_starts(tmp_path):
+    """One NPU per node, and one process may hold it: two streams' draft actors on one node would both open it (one
+    draft actor serving every stream is not built). Refused before a model loads; one stream per node is not."""
+    from models.npu import NpuBusy
+    from pipeline import config as cfgs
+    from pipeline.launch import run_replay
+    npu = '[board]\nnpu = "rknpu2"\n[draft]\nkind = "model"\nbackend = "rknn"\n'
+    profile = tmp_path / "npu.toml"
+    profile.write_text(npu + "".join(f'[[streams]]\nname = "{name}"\nlog = "{STREAM_LOGS[name]}"\nnode = "a"\n'
+                                     for name in ("bgl", "tep")))
+    with pytest.raises(NpuBusy, match="2 processes would open the NPU at once \\(draft.bgl, draft.tep\\).*one draft "
+                                      "actor serving every stream of a node is not built"):
+        run_replay(cfgs.load(profile))
+
+
 def children(pid: int) -> list[int]:
     """The pids whose parent is `pid`."""
     found = []
