@@ -52,6 +52,7 @@ from pipeline.stream.identifiers import invented, mentioned
 from pipeline.stream.journal import Journal
 from pipeline.stream.surprise import unusual_mark
 
+HELLO_S = 5.0       # at a site, this group says hello again this often (pipeline/serve/site.py)
 
 
 def run(in_specs: list[ChannelSpec], streams: list[str], journals: list[str | None], gguf: str, pub: str | None,
@@ -85,11 +86,14 @@ def run(in_specs: list[ChannelSpec], streams: list[str], journals: list[str | No
                 link = NodeLink(site)
                 asks = [attach_when_ready(name, stop) for name in site["asks_channels"]]
                 link.hello(site["start"], site["restarts"])
-            selector, ended = Selector(inps, [link.socket] if link else ()), set()
+            selector, ended, hello_at = Selector(inps, [link.socket] if link else ()), set(), time.monotonic()
             while len(ended) < len(inps) and not stop.is_set():
                 ready = selector.wait(0.2)
                 if link is not None:
                     _from_site(link, streams, asks, logs, quiet_lines)
+                    if time.monotonic() - hello_at > HELLO_S:     # a site started again learns who this is
+                        link.hello(site["start"], site["restarts"])
+                        hello_at = time.monotonic()
                 for inp in ready:
                     n = inps.index(inp)
                     name, log = streams[n], logs[n]
@@ -122,6 +126,9 @@ def run(in_specs: list[ChannelSpec], streams: list[str], journals: list[str | No
             else:
                 server.close()
         if link is not None:
+            if link.dropped:
+                print(f"ringspec: output: messages the site link dropped: {dict(link.dropped)}", file=sys.stderr,
+                      flush=True)
             link.close()
         for log in logs:
             if log:

@@ -2,8 +2,9 @@
 groups), and each node's output actor at the other end.
 
 Owns the two zmq links and their framing. Each node group's output actor connects to both; the site binds them:
-    events  group PUSH -> site PULL      "hello" once per start (the group's start id, restarts), then "event": every
-                                         event of its streams (pipeline/messages.py), with the output actor's record
+    events  group PUSH -> site PULL      "hello" (the group's start id, its restarts: at start and every few seconds,
+                                         so a site started again learns them), "event": every event of its streams
+                                         (pipeline/messages.py), with the output actor's record
     asks    site ROUTER -> group DEALER  "ask": a Question or Cancel for one of the group's streams (the group puts it
                                          on that stream's owner channel); "record": an answer's finished record, for
                                          the stream's journal

@@ -290,6 +290,38 @@ def test_streams_on_two_ray_nodes_served_by_one_front_one_node_dies_its_stream_r
         shutil.rmtree(ray_dir, ignore_errors=True)
 
 
+def test_a_sites_front_that_dies_starts_again_and_answers_while_the_streams_go_on(default_gguf, tmp_path):
+    """Two node groups side by side on this machine (the local launcher), served by one site actor: the site is
+    SIGKILLed; the launcher starts it again on the same links, the groups reconnect, a question is answered again
+    through it, and neither group was restarted (the site holds no sequence state)."""
+    profile = tmp_path / "site.toml"
+    profile.write_text(f'[serve]\napi_key = "{SITE_KEY}"\nretrieve = 0\n[replay]\nevery_lines = 1000\n' + "".join(
+        f'[[streams]]\nname = "{name}"\nlog = "{STREAM_LOGS[name]}"\nnode = "{node}"\nmax_lines = 8\n'
+        for name, node in (("tep", "a"), ("bgl", "b"))))
+    port = free_port()
+    proc = launch("--config", str(profile), "--quiet-lines", "--journal", str(tmp_path / "journal.jsonl"), "--http",
+                  f"127.0.0.1:{port}", "--zmq", "", "--pub", "", "--archive", str(tmp_path / "archive.sqlite"),
+                  verb="serve")
+    wait_for(lambda: site_lines(port, ("tep", "bgl")) == [8, 8], "both streams' lines in their rings", proc)
+    first = ask_site(port, "tep")
+    site = [p for p in children(proc.pid) if Path(f"/proc/{p}/comm").read_text().strip() == "rs:site"]
+    assert len(site) == 1
+    os.kill(site[0], signal.SIGKILL)
+    wait_for(lambda: not alive(site[0]), "the site gone", proc)
+    wait_for(lambda: site_lines(port, ("tep", "bgl")) == [8, 8], "the site started again, the groups' status "
+             "reaching it", proc)
+    again = ask_site(port, "bgl"), ask_site(port, "tep")
+    assert again[1][1] == first[1] and again[0][1].strip()        # the same question of the same ring: the same text
+    proc.send_signal(signal.SIGINT)
+    out, err = procs.finish(proc, "the server draining")
+    assert proc.returncode == 0, err
+    assert f"actor site (pid {site[0]}) died: signal 9 (SIGKILL); the site's front starts again (restart 1)" in err
+    for name in ("tep", "bgl"):
+        records = journal_of(tmp_path / f"journal.{name}.jsonl")
+        assert not any(r["kind"] == "restart" for r in records) and records[-1]["kind"] == "eof", name
+    assert not leftovers(proc)
+
+
 SITE_KEY = "site-test-key-0123"
 SITE_QUESTION, SITE_TOKENS = "What happened last, in one sentence?", 12
 
