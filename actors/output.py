@@ -70,11 +70,7 @@ def run(in_specs: list[ChannelSpec], streams: list[str], journals: list[str | No
     figures_on_request(figures)
     tok = Tokenizer.from_gguf(resolve_gguf(gguf))
     stops = set(tok.stop_ids)
-    sock = None
-    if pub:
-        sock = zmq.Context.instance().socket(zmq.PUB)
-        sock.setsockopt(zmq.LINGER, 0)
-        sock.bind(pub)
+    sock = publisher(pub) if pub else None
     logs = [Journal(j) if j else None for j in journals]
     front = servers = link = None
     try:
@@ -194,7 +190,20 @@ def _record(record: dict, log, sock) -> None:
     if log and (record["kind"] != "line" or record.get("nll_n") is not None):
         log.append(record)
     if sock is not None:
-        sock.send_multipart([record["kind"].encode(), json.dumps(record).encode()])
+        publish(sock, record)
+
+
+def publisher(endpoint: str) -> zmq.Socket:
+    """The PUB socket every record goes out on (this actor's, or the site actor's)."""
+    sock = zmq.Context.instance().socket(zmq.PUB)
+    sock.setsockopt(zmq.LINGER, 0)
+    sock.bind(endpoint)
+    return sock
+
+
+def publish(sock: zmq.Socket, record: dict) -> None:
+    """One record on PUB: its kind, then the record as JSON."""
+    sock.send_multipart([record["kind"].encode(), json.dumps(record).encode()])
 
 
 def start_front(cfg, tok, serve: dict, streams: list[str], stop):

@@ -16,9 +16,7 @@ import json
 import os
 import sys
 
-import zmq
-
-from actors.output import interfaces
+from actors.output import interfaces, publish, publisher
 from models.registry import resolve_gguf
 from models.tokenizer import Tokenizer
 from pipeline.messages import Answer, MessageError, copied, decode
@@ -47,10 +45,7 @@ def run(cfg, streams: list[dict], bind: dict, token: bytes, endpoints_file: str,
     starts: dict[str, str] = {}
     try:
         servers = interfaces(cfg, front) if cfg.serve.enabled else []       # replay --pub: PUB alone
-        if pub:
-            sock = zmq.Context.instance().socket(zmq.PUB)
-            sock.setsockopt(zmq.LINGER, 0)
-            sock.bind(pub)
+        sock = publisher(pub) if pub else None
         logged: set[str] = set()
         while not stop.is_set():
             got = hub.recv(0.2)
@@ -77,7 +72,7 @@ def run(cfg, streams: list[dict], bind: dict, token: bytes, endpoints_file: str,
                 hub.send_record(got.group, got.stream, answered)     # the stream's journal is its group's
                 record = {"stream": got.stream, **answered}
             if sock is not None and record is not None:
-                sock.send_multipart([record["kind"].encode(), json.dumps(record).encode()])
+                publish(sock, record)
     finally:
         if hub.dropped:
             print(f"ringspec: site: messages dropped: {dict(hub.dropped)}", file=sys.stderr, flush=True)

@@ -109,6 +109,11 @@ class Group:
         return actor_name(role, node=self.node) if self.one_of_several else role
 
     @property
+    def id(self) -> str:
+        """Its name on a site's links: its directory's (`group0`, ...)."""
+        return os.path.basename(self.dir)
+
+    @property
     def one_of_several(self) -> bool:
         return self.dir != self.run_dir
 
@@ -359,14 +364,14 @@ class Site:
         self.bind = {"events": f"tcp://{host}:0", "asks": f"tcp://{host}:0"}
         self.stop = StopFlag(f"{run_dir}/site_stop", f"{run_dir}/stop")
         self.kwargs = dict(cfg=cfg, token=self.token, endpoints_file=self.file, pub=pub, stop=self.stop,
-                           streams=[{"name": st.name, "group": os.path.basename(g.dir), "node": g.node,
+                           streams=[{"name": st.name, "group": g.id, "node": g.node,
                                      "archive": st.archive} for g in run for st in g.streams],
                            pids_files=[pids_file(run_dir)] + [pids_file(g.dir) for g in run])
         self.supervisor, self.error, self.proc = Supervisor(cfg.supervise), None, None
 
     def links(self, group: Group) -> dict:
         """What the group's output actor connects with."""
-        return {**self.bind, "token": self.token, "group": os.path.basename(group.dir)}
+        return {**self.bind, "token": self.token, "group": group.id}
 
     def __enter__(self) -> Site:
         self._start()
@@ -384,15 +389,8 @@ class Site:
     def _start(self) -> None:
         with contextlib.suppress(FileNotFoundError):
             os.remove(self.file)
-        self.proc = mp.get_context("spawn").Process(target=enter, name="ringspec-site",
-                                                    args=("actors.site", {**self.kwargs, "bind": self.bind},
-                                                          os.getpid()))
-        signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGUSR1})       # as `_local` starts actors
-        try:
-            self.proc.start()
-        finally:
-            signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGUSR1})
-        proc = self.proc
+        proc = self.proc = _processes([ActorPlan("site", "actors.site", {**self.kwargs, "bind": self.bind})])["site"]
+        _start_all([proc])
         self.signals.pids[self.run_dir] = lambda: [proc.pid] if proc.is_alive() else []
         with open(pids_file(self.run_dir), "w") as f:
             json.dump({"site": proc.pid}, f)
@@ -633,21 +631,30 @@ def _cause(name: str, pid: int, code: int) -> str:
     return f"actor {name} (pid {pid}) died: {how}; the pipeline was stopped"
 
 
-def _local(plans: list[ActorPlan], group: Group, cfg, signals: _Signals) -> None:
+def _processes(plans: list[ActorPlan]) -> dict[str, mp.Process]:
+    """Each plan's actor as a local process (spawn, dying with this one), not started yet: `_start_all`."""
     ctx = mp.get_context("spawn")
-    procs = {p.name: ctx.Process(target=enter, args=(p.module, p.kwargs, os.getpid()), name=f"ringspec-{p.name}")
-             for p in plans}
+    return {p.name: ctx.Process(target=enter, args=(p.module, p.kwargs, os.getpid()), name=f"ringspec-{p.name}")
+            for p in plans}
+
+
+def _start_all(procs) -> None:
+    # children inherit a blocked SIGUSR1 through fork+exec, so an early operator request cannot kill an actor that
+    # has not installed its handler yet; `enter` unblocks it
+    signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGUSR1})
+    try:
+        for proc in procs:
+            proc.start()
+    finally:
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGUSR1})
+
+
+def _local(plans: list[ActorPlan], group: Group, cfg, signals: _Signals) -> None:
+    procs = _processes(plans)
     signals.pids[group.dir] = lambda: [p.pid for p in procs.values() if p.pid]
     stop = group.stop
     try:
-        # children inherit a blocked SIGUSR1 through fork+exec, so an early operator request cannot kill an actor
-        # that has not installed its handler yet; `enter` unblocks it
-        signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGUSR1})
-        try:
-            for proc in procs.values():
-                proc.start()
-        finally:
-            signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGUSR1})
+        _start_all(procs.values())
         _write_pids(group.dir, {name: p.pid for name, p in procs.items()})
         while any(p.is_alive() for p in procs.values()) and not stop.is_set():
             for name, proc in procs.items():
