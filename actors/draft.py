@@ -1,14 +1,19 @@
-"""Draft actor: owns the draft (the stream proposer, or a draft model with its own KV pool) and runs ahead.
+"""Draft actor: owns the drafts of a node's streams (each stream's proposer, or a draft model with a KV pool per
+stream and one session, or one set of NPU graphs, for all of them) and runs ahead for each.
 
-Receives from the cache owner (pipeline/messages.py): committed text (`Observe`), scratch rollbacks (`Rollback`), and
-during a generation `Restart` (the pending token at committed position n, after committing a verdict's tokens),
-`Commit` (the tokens a verdict committed) and `Halt`; `Close` ends it with its figures (`Closed`). Emits `Proposal`s
-tagged (epoch, block, n, pending), shaped as the step shapes them (pipeline/decode/blocklen.py `shape`: line-end
-cuts, the rows of one pass) and as long as the step last chose (`length` in `Restart` and `Commit`: the adaptive
-policy's choice). Block b+1 is drafted from the draft's own guess of the token after block b while the target
-verifies block b, assuming b's trunk (a chain: all of it; a token tree: its base chain) is accepted whole; at most
-`AHEAD` blocks are out at once. While idle it brings a draft model's pool up to the committed text, so an analysis
-does not wait for it.
+Receives from the cache owner (pipeline/messages.py): committed text (`Observe`), scratch rollbacks (`Rollback`),
+and during a generation `Restart` (the pending token at committed position n, after committing a verdict's tokens),
+`Commit` (the tokens a verdict committed) and `Halt`; `Close` ends the stream with its figures (`Closed`). Emits
+`Proposal`s tagged (epoch, block, n, pending), shaped as the step shapes them (pipeline/decode/blocklen.py `shape`:
+line-end cuts, the rows of one pass) and as long as the step last chose (`length` in `Restart` and `Commit`: the
+adaptive policy's choice). Block b+1 is drafted from the draft's own guess of the token after block b while the
+target verifies block b, assuming b's trunk (a chain: all of it; a token tree: its base chain) is accepted whole; at
+most `AHEAD` blocks are out at once. While idle it brings a draft model's pool up to the committed text, so an
+analysis does not wait for it.
+
+One actor serves every stream of a node group (pipeline/launch.py): stream n's messages come on its own inbox and
+its proposals go on its own outbox, so the messages carry no stream field; a draft model on the NPU is opened once,
+by this one process (models/npu.py: one process may hold the NPU).
 
 Never moves the committed position on its own: its ring commits exactly what the owner says was committed (checked
 at every `Restart`), and a `Restart` drops every speculative row. Stale proposals are the owner's to discard, by
@@ -17,11 +22,12 @@ epoch.
 from __future__ import annotations
 
 import time
+from contextlib import ExitStack
 from dataclasses import dataclass, field
 
 import numpy as np
 
-from pipeline.channel import Channel, ChannelSpec
+from pipeline.channel import Channel, ChannelSpec, Selector
 from pipeline.decode.assemble import make_draft, policy
 from pipeline.decode.blocks import ALIGNED_BLOCK, room_of, trunk
 from pipeline.messages import Close, Closed, Commit, Halt, Observe, Proposal, Restart, Rollback, decode, send
@@ -119,33 +125,47 @@ class Drafter:
         self.drafted_s += t1 - t0
 
 
-def run(inbox: ChannelSpec, outbox: str, cfg, spec, vocab: int, stop) -> None:
+def run(inboxes: list[ChannelSpec], outboxes: list[str], cfg, spec, vocab: int, stop) -> None:
+    """Stream n's messages arrive on inboxes[n] (created here) and its proposals go to outboxes[n] (its owner's).
+    Messages first (a `Restart` or `Halt` makes a drafted block stale), then the streams that want a block, in turn,
+    then an idle draft model's catch-up; the actor ends when every stream has closed."""
     pin(cfg.actors.draft_cpus)
     figures = Figures("draft")
     figures_on_request(figures)
-    draft = make_draft(cfg, spec, vocab)
-    catch_up = getattr(draft, "catch_up", lambda: False)
-    with Channel.create(inbox) as inp, attach_when_ready(outbox, stop) as out:
-        drafter = Drafter(draft, policy(cfg, vocab), out, figures, spec.sink, spec.window)
-        while not stop.is_set():
-            if inp.ready() or not drafter.busy:
-                if not inp.ready():
-                    with figures.busy():
-                        if catch_up():                    # idle: bring the pool up to the committed text
-                            continue
-                try:
-                    received = inp.recv(timeout=0.2)
-                except TimeoutError:
-                    continue
-                with figures.busy(), received:
-                    msg = decode(received)
-                    if isinstance(msg, Close):
-                        figures.extra.update(proposals=drafter.proposals, drafted_s=drafter.drafted_s,
-                                             inbox_max_depth=inp.max_depth,
-                                             forward_s=getattr(getattr(draft, "runner", None), "forward_s", 0.0))
-                        send(out, Closed(figures=figures.snapshot()), timeout=60.0)
-                        return
-                    drafter.handle(msg)
-                continue
+    shared: list = []                                     # one draft model's session (or NPU graphs) for every stream
+    drafts = [make_draft(cfg, spec, vocab, shared) for _ in inboxes]
+    rule = policy(cfg, vocab)
+    with ExitStack() as held:
+        inps = [held.enter_context(Channel.create(spec_n)) for spec_n in inboxes]
+        outs = [held.enter_context(attach_when_ready(name, stop)) for name in outboxes]
+        drafters = [Drafter(d, rule, out, figures, spec.sink, spec.window) for d, out in zip(drafts, outs)]
+        selector, open_, turn = Selector(inps), set(range(len(inps))), 0
+        while open_ and not stop.is_set():
+            ready = [n for n in sorted(open_) if inps[n].ready()]
             with figures.busy():
-                drafter.draft_block()
+                for n in ready:
+                    with inps[n].recv(timeout=1.0) as received:
+                        msg = decode(received)
+                        if isinstance(msg, Close):
+                            _close(drafters[n], inps[n], figures)
+                            open_.discard(n)
+                        else:
+                            drafters[n].handle(msg)
+                if ready:
+                    continue
+                busy = [n for n in sorted(open_) if drafters[n].busy]
+                if busy:                                  # the next stream after the last one served
+                    n = next((m for m in busy if m >= turn), busy[0])
+                    drafters[n].draft_block()
+                    turn = n + 1
+                    continue
+                if any(getattr(drafters[n].draft, "catch_up", lambda: False)() for n in sorted(open_)):
+                    continue                              # idle: a draft model's pool brought up to its text
+            selector.wait(0.2)
+
+
+def _close(drafter: Drafter, inp: Channel, figures: Figures) -> None:
+    """A stream's `Close`: its figures (the actor's, with this stream's proposals) to its owner."""
+    figures.extra.update(proposals=drafter.proposals, drafted_s=drafter.drafted_s, inbox_max_depth=inp.max_depth,
+                         forward_s=getattr(getattr(drafter.draft, "runner", None), "forward_s", 0.0))
+    send(drafter.out, Closed(figures=figures.snapshot()), timeout=60.0)

@@ -64,8 +64,8 @@ class ModelActors:
         self.procs = [
             start("actors.target", dict(inboxes=[to_target], outboxes=[self.from_target.spec.name], cfg=cfg,
                                         spec=self.spec, stop=self.stop)),
-            start("actors.draft", dict(inbox=to_draft, outbox=self.from_draft.spec.name, cfg=cfg, spec=self.spec,
-                                       vocab=vocab, stop=self.stop))]
+            start("actors.draft", dict(inboxes=[to_draft], outboxes=[self.from_draft.spec.name], cfg=cfg,
+                                       spec=self.spec, vocab=vocab, stop=self.stop))]
         for p in self.procs:
             p.start()
         self.to_target = attach_when_ready(to_target.name, self.stop)

@@ -55,16 +55,21 @@ def ensure_portable(model_dir: Path, card: dict, T: int, sink: int, ring: int) -
 
 
 class StaticRunner(Runner):
-    def __init__(self, model_dir, spec: RingSpec, opts: RunnerOptions = RunnerOptions(), backend: str = "ort"):
+    def __init__(self, model_dir, spec: RingSpec, opts: RunnerOptions = RunnerOptions(), backend: str = "ort",
+                 shares: StaticRunner | None = None):
+        """shares: a runner of the same graphs whose buckets this one runs on (several streams' drafts in one
+        process: the NPU opened once, by the first, which holds the lock), with pools of its own."""
         if backend not in ("ort", "rknn"):
             raise ValueError(f"backend {backend!r}: expected ort or rknn")
+        if shares is not None and shares.backend != backend:
+            raise ValueError(f"a {backend} runner cannot share a {shares.backend} runner's graphs")
         self.backend = backend
         self.neg = NEG if backend == "ort" else FP16_NEG
-        self.npu_lock = NpuLock() if backend == "rknn" else None
+        self.npu_lock = NpuLock() if backend == "rknn" and shares is None else None
         if self.npu_lock:
             self.npu_lock.acquire(f"draft model {Path(model_dir).name}")
         try:
-            super().__init__(model_dir, spec, opts)
+            super().__init__(model_dir, spec, opts, shares=shares)
         except BaseException:
             self.close()
             raise
@@ -96,6 +101,10 @@ class StaticRunner(Runner):
             f.update(pos=np.zeros(T, np.int64), sink_pos=np.zeros(T, np.int64))    # host only, not graph inputs
             self._feeds[T] = f
         return sessions
+
+    def _share(self, other: StaticRunner):
+        self._names, self._feeds = other._names, other._feeds     # the feeds are scratch, filled at every pass
+        return other.session
 
     def _mirror_slots(self) -> int:             # the pools go whole: a view's columns are placed in the wide mask
         return 0

@@ -81,9 +81,11 @@ def kv_bytes_per_slot(cfg: dict, kv_dtype: str = RunnerOptions.kv_dtype) -> int:
 
 class Runner:
     def __init__(self, model_dir: str | os.PathLike, spec: RingSpec, opts: RunnerOptions = RunnerOptions(),
-                 session: bool = True):
+                 session: bool = True, shares: Runner | None = None):
         """session=False: pools and staging buffers only, for a stream whose passes another session runs
-        (models/streams.py); `forward` then cannot be called."""
+        (models/streams.py); `forward` then cannot be called. shares: a runner of the same model, pools and options
+        whose session this one runs its passes on (several streams' drafts in one process: the weights loaded once),
+        with pools, buffers and a binding of its own."""
         self.model_dir, self.spec, self.opts = Path(model_dir), spec, opts
         self.card = load_card(model_dir)
         cfg = self.cfg = self.card["config"]
@@ -92,7 +94,9 @@ class Runner:
         if T > SOFTMAX_ROWS:
             raise ValueError(f"max_rows = {T}: a pass carries at most {SOFTMAX_ROWS} rows (models/graph.py)")
         self.vocab = cfg["vocab_size"]
-        self.session = self._open() if session else None
+        if shares is not None and (shares.model_dir, shares.spec, shares.opts) != (self.model_dir, spec, opts):
+            raise ValueError("a runner shares the session of a runner of the same model, pools and options only")
+        self.session = self._share(shares) if shares is not None else self._open() if session else None
 
         kv = np.dtype(opts.kv_dtype)
         self.sink_k = np.zeros((L, S, KVH, D), kv)       # [layer, slot, kv head, D]: a slot prefix is
@@ -132,6 +136,9 @@ class Runner:
 
     def _open(self) -> ort.InferenceSession:
         return open_session(self.model_dir, self.card, self.spec, self.opts)
+
+    def _share(self, other: Runner):
+        return other.session
 
     def _binding(self):
         return self.session.io_binding()

@@ -154,25 +154,27 @@ def plan(cfg: Config, ram: int | None = None, node: str | None = None) -> Plan:
                           npu=False, pools=len(streams),           # one pool per stream in the one target
                           lone_graph=len(streams) > 1 and cfg.model.lone_graph)
     vocab = target["config"]["vocab_size"]
+    if cfg.draft.uses_model:                  # one draft actor for the node's streams: the model once, a pool each
+        draft_dir = converted_dir(resolve_gguf(cfg.draft.model))
+        terms += _model_terms(home_of("draft"), "draft", load_card(draft_dir), draft_dir, spec, cfg.model.max_rows,
+                              "draft.model", npu=cfg.draft.backend == "rknn", pools=len(streams),
+                              buffers=len(streams))
+    shared = ("target", "draft", "output")    # a node group's actors (pipeline/launch.py Group)
     for name, scfg in streams:
         def home(actor: str) -> str:           # a stream's own actors, named as the launcher names them
             return "launcher" if serial else actor_name(actor, name)
 
-        if cfg.draft.uses_model:
-            draft_dir = converted_dir(resolve_gguf(cfg.draft.model))
-            terms += _model_terms(home("draft"), "draft", load_card(draft_dir), draft_dir, spec, cfg.model.max_rows,
-                                  "draft.model", npu=cfg.draft.backend == "rknn")
         if not serial:
             for ch_name, ch in channels(scfg, spec, vocab, "plan").items():
                 creator = CREATORS[ch_name]
-                terms.append(Term(creator if creator in ("target", "output") else home(creator),
-                                  f"channel {ch_name}{' ' + name if name and creator in ('target', 'output') else ''}",
+                terms.append(Term(creator if creator in shared else home(creator),
+                                  f"channel {ch_name}{' ' + name if name and creator in shared else ''}",
                                   ch.segment_bytes, _channel_knob(ch_name)))
             if cfg.serve.enabled:
                 terms.append(Term("output", f"archive cache{' ' + name if name else ''}",
                                   ARCHIVE_CONNECTIONS * SQLITE_CACHE_BYTES))
-    processes = ["launcher"] if serial else ["launcher", "target", "output"] + [
-        actor_name(role, name) for name, _ in streams for role in ("ingest", "cache_owner", "draft")]
+    processes = ["launcher"] if serial else ["launcher", *shared] + [
+        actor_name(role, name) for name, _ in streams for role in ("ingest", "cache_owner")]
     for process in processes:
         terms.append(Term(process, "process", PROCESS_MIB[process.split(".")[0]] * MiB))
     board_ram = ram if ram is not None else (cfg.board.ram_mb * MiB or _mem_total())
@@ -214,30 +216,32 @@ def parse_size(text: str) -> int:
 
 
 def _model_terms(process: str, role: str, card: dict, model_dir: Path, spec, max_rows: int, knob: str,
-                 npu: bool, pools: int = 1, lone_graph: bool = False) -> list[Term]:
-    """A model's terms in `process`; `pools`: K/V pools it holds (a target serving several streams: one each);
-    `lone_graph`: it also keeps the single-stream graph's session (`model.lone_graph`)."""
+                 npu: bool, pools: int = 1, lone_graph: bool = False, buffers: int = 1) -> list[Term]:
+    """A model's terms in `process`; `pools`: K/V pools it holds (a target or draft serving several streams: one
+    each); `lone_graph`: it also keeps the single-stream graph's session (`model.lone_graph`); `buffers`: runners
+    with pass buffers of their own (a draft's streams: one each, on one session)."""
     c = card["config"]
     weights = os.path.getsize(model_dir / "weights.bin")
     pool = kv_bytes_per_slot(c) * (spec.pool_slots if npu else spec.stored_slots)   # a CPU runner mirrors views
     f32 = np.dtype(np.float32).itemsize
-    buffers = (2 * c["n_layers"] * c["n_kv_heads"] * max_rows * c["head_dim"] * f32     # new rows' K and V
+    pass_bytes = (2 * c["n_layers"] * c["n_kv_heads"] * max_rows * c["head_dim"] * f32     # new rows' K and V
                + max_rows * c["vocab_size"] * f32                                       # logits
                + max_rows * (spec.pool_slots + 64 + max_rows) * f32)                    # mask
     of = "" if process == role else f"{role} "             # serial: both models in the launcher's process
+    many = f" x {pools} streams" if pools > 1 else ""
+    each = f" x {buffers} streams" if buffers > 1 else ""
     if npu:       # one float16 model per row bucket, each with the pools as inputs; the pools' host copy in float32
         sizes = [rknn_path(model_dir, T, spec.sink, spec.ring) for T in buckets(max_rows)]
         models = sum(f.stat().st_size for f in sizes) if all(f.exists() for f in sizes) else \
             len(sizes) * 2 * _float_parameters(card)
         return [Term(process, f"{of}weights (.rknn)", models, knob, npu),
                 Term(process, f"{of}kv pool inputs", len(sizes) * pool // 2, "cache.window", npu),
-                Term(process, f"{of}kv pool (host)", pool, "cache.window"),
-                Term(process, f"{of}pass buffers", buffers, "model.max_rows")]
+                Term(process, f"{of}kv pool (host){many}", pool * pools, "cache.window"),
+                Term(process, f"{of}pass buffers{each}", pass_bytes * buffers, "model.max_rows")]
     session = int(SESSION_MIB_PER_WEIGHT_MIB * weights)
-    many = f" x {pools} streams" if pools > 1 else ""
     terms = [Term(process, f"{of}weights", weights, knob, npu),
              Term(process, f"{of}kv pool{many}", pool * pools, "cache.window", npu),
-             Term(process, f"{of}pass buffers", buffers, "model.max_rows", npu),
+             Term(process, f"{of}pass buffers{each}", pass_bytes * buffers, "model.max_rows", npu),
              Term(process, f"{of}session", session, knob, npu)]
     if lone_graph:
         terms.append(Term(process, f"{of}single-stream graph", int(LONE_GRAPH_MIB_PER_WEIGHT_MIB * weights),

@@ -92,8 +92,8 @@ class StreamRun:
 
 @dataclass(frozen=True)
 class Group:
-    """The streams of one node (`[[streams]] node`): one target and one output for them, a pipeline of its own that
-    is placed, stopped and restarted alone. Its directory (under the run's) holds its stop flag and pids."""
+    """The streams of one node (`[[streams]] node`): one target, one draft and one output for them, a pipeline of its
+    own that is placed, stopped and restarted alone. Its directory (under the run's) holds its stop flag and pids."""
     node: str
     streams: tuple[StreamRun, ...]
     dir: str
@@ -105,7 +105,7 @@ class Group:
         return StopFlag(f"{self.dir}/stop", f"{self.run_dir}/stop")
 
     def actor(self, role: str) -> str:
-        """The group's shared actors: `target`, `output`; `target@NODE` when the run has several groups."""
+        """The group's shared actors: `target`, `draft`, `output`; `target@NODE` when the run has several groups."""
         return actor_name(role, node=self.node) if self.one_of_several else role
 
     @property
@@ -157,7 +157,7 @@ def stream_runs(cfg, fmt: str | None, speed: float, follow: bool, journal: str |
 def plan(cfg, group: Group, pub: str | None, quiet_lines: bool, tag: str, resume: list | None = None,
          restart: dict | None = None, site: dict | None = None) -> list[ActorPlan]:
     """The actors and their channels, sized once here from the config and the model's card: one output and one
-    target for the group, an ingest, a cache owner and a draft per stream. resume: per stream, the last durable
+    target and one draft for the group, an ingest and a cache owner per stream. resume: per stream, the last durable
     checkpoint to start from (ingest re-reads a file from its window; the owner restores its counts); restart: why
     this start is a restart (journaled by each owner with its first committed line); site: the site's links, when
     the front is the site actor's (`Site.links`): the output actor relays to it."""
@@ -191,15 +191,16 @@ def plan(cfg, group: Group, pub: str | None, quiet_lines: bool, tag: str, resume
                                                   stop=stop, **output_serve)),
         ActorPlan(group.actor("target"), "actors.target", dict(inboxes=[ln["to_target"] for ln in links],
                                                   outboxes=[ln["from_target"].name for ln in links],
-                                                  cfg=cfg, spec=spec, stop=stop))]
+                                                  cfg=cfg, spec=spec, stop=stop)),
+        ActorPlan(group.actor("draft"), "actors.draft", dict(inboxes=[ln["to_draft"] for ln in links],
+                                                outboxes=[ln["from_draft"].name for ln in links],
+                                                cfg=cfg, spec=spec, vocab=vocab, stop=stop))]
     for st, ln, point in zip(streams, links, resume):
         source, owner_serve = st.source, {}
         if cfg.serve.enabled:
             source = {**source, "archive": {"path": st.archive, "max_lines": cfg.serve.archive_max_lines}}
             owner_serve = dict(questions=ln["asks"], drain=StopFlag(drain))
         plans += [
-            ActorPlan(st.actor("draft"), "actors.draft", dict(inbox=ln["to_draft"], outbox=ln["from_draft"].name,
-                                                              cfg=st.cfg, spec=spec, vocab=vocab, stop=stop)),
             ActorPlan(st.actor("cache_owner"), "actors.cache_owner",
                       dict(inbox=ln["lines"], outbox=ln["events"].name, cfg=st.cfg, spec=spec, stop=stop,
                            source_id=source_id(source), resume=point, restart=restart,
@@ -295,11 +296,10 @@ def run_pipeline(cfg, streams: list[StreamRun], run_dir: str, pub: str | None = 
     Streams on several nodes run as one group per node, each supervised alone: a group's death stops and restarts
     that group only; the others go on."""
     run = groups(streams, run_dir)
-    for group in run:                                      # one NPU per node: its streams' drafts cannot share it
-        if cfg.draft.backend == "rknn":
-            one_owner([st.actor("draft") for st in group.streams], "one draft actor serving every stream of a node "
-                      "is not built: give each stream with an NPU draft a node of its own, or run the drafts on the "
-                      "CPU (draft.backend = \"onnx\")")
+    if cfg.draft.backend == "rknn" and cfg.actors.launcher != "ray":    # one NPU here: each group's draft opens it
+        one_owner([group.actor("draft") for group in run], "the local launcher runs every node's group on this "
+                  "machine: run the groups on a Ray cluster (--launcher ray), put their streams on one node, or run "
+                  "the drafts on the CPU (draft.backend = \"onnx\")")
     for group in run:                                      # each node's plan fits its board, its cores are right
         budget.check(cfg, group.node if len(run) > 1 else None)
     signals = _Signals(run_dir)

@@ -31,12 +31,14 @@ def policy(cfg: Config, vocab: int, tokenizer: Tokenizer | None = None) -> Polic
     return Policy(length, rows, LengthControl(length) if d.adaptive else None, ends, cfg.model.prefill_rows)
 
 
-def make_draft(cfg: Config, spec: RingSpec, target_vocab: int | None = None):
+def make_draft(cfg: Config, spec: RingSpec, target_vocab: int | None = None, shared: list | None = None):
     """The proposer [draft] names, its model's pool sized by `spec`; with siblings > 0 (suffix or hybrid) its chains
-    become token trees."""
+    become token trees. shared: one list for the drafts of one process's streams (actors/draft.py): the first draft
+    model's runner is kept in it, and the others run on its session (the weights, or the NPU's graphs, opened once),
+    each with pools of its own."""
     d = cfg.draft
     draft = _chain_draft(d.kind, spec, cfg.sampling.params(), d.model, cfg.model.max_rows, d.threads, target_vocab,
-                         d.min_confidence, d.backend)
+                         d.min_confidence, d.backend, [] if shared is None else shared)
     if not d.siblings:
         return draft
     if d.kind not in ("suffix", "hybrid"):
@@ -46,7 +48,7 @@ def make_draft(cfg: Config, spec: RingSpec, target_vocab: int | None = None):
 
 
 def _chain_draft(kind: str, spec: RingSpec, params: SamplingParams, draft_gguf: str, max_rows: int, threads: int,
-                 target_vocab: int | None, min_confidence: float, backend: str = "onnx"):
+                 target_vocab: int | None, min_confidence: float, backend: str, shared: list):
     if kind == "none":
         return NoDraft()
     if kind == "suffix":
@@ -58,11 +60,15 @@ def _chain_draft(kind: str, spec: RingSpec, params: SamplingParams, draft_gguf: 
         # are mostly one row, where the padding row would cost it a second row each time
         opts = RunnerOptions(threads=threads, max_rows=max_rows, batch_invariant=False)
         model_dir = converted_dir(resolve_gguf(draft_gguf))
+        shares = shared[0] if shared else None
         if backend == "rknn":                      # the NPU (the draft only proposes: output stays exact)
-            runner = StaticRunner(model_dir, spec, opts, backend="rknn")
+            runner = StaticRunner(model_dir, spec, opts, backend="rknn", shares=shares)
         else:
-            runner = Runner(model_dir, spec, opts)
-            runner.reserve()                       # its arena at the high-water mark before the first proposal
+            runner = Runner(model_dir, spec, opts, shares=shares)
+            if shares is None:
+                runner.reserve()                   # its arena at the high-water mark before the first proposal
+        if shares is None:
+            shared.append(runner)
         if target_vocab is not None and speaks(runner.card) != target_vocab:
             raise ValueError(f"draft vocabulary {speaks(runner.card)} != target vocabulary {target_vocab}: a draft "
                              f"must share the target's tokenizer")

@@ -75,7 +75,7 @@ def render(front) -> str:
     def shared(role):                             # a node group's (pipeline/launch.py Group.actor)
         return list(dict.fromkeys(actor_name(role, node=v.node or "") for v in views))
 
-    actors = named("ingest", "cache_owner") + shared("target") + named("draft") + shared("output")
+    actors = named("ingest", "cache_owner") + shared("target") + shared("draft") + shared("output")
     metric("actor_restarts_total", "counter", "Restarts of the pipeline after an actor's death, by the actor that died "
            "(pipeline/launch.py supervision).", [({"actor": a}, front.restarts.get(a, 0)) for a in actors])
     metric("analysis_running", "gauge", "1 while an analysis is being written (a question preempts it).",

@@ -1,6 +1,6 @@
 """The draft on the NPU, through rknn-toolkit2's simulator (its venv: bench/build-rknn-env.sh, built on first use):
-the actor pipeline with the draft there gives the target-only assessments, and `export-rknn` builds every bucket
-and reports its agreement and acceptance."""
+the actor pipeline with one draft there for two streams gives each the target-only assessments, and `export-rknn`
+builds every bucket and reports its agreement and acceptance."""
 from __future__ import annotations
 
 import json
@@ -8,33 +8,42 @@ import os
 import sys
 
 from tests import procs
-from tests.paths import ROOT
+from tests.paths import ROOT, SHARED
 
 NPU_DRAFT = '[draft]\nkind = "hybrid"\nmodel = "default-draft"\nbackend = "rknn"\n[board]\nnpu = "rknpu2"\n'
+
+
+STREAMS = "".join(f'[[streams]]\nname = "{name}"\nlog = "{SHARED / "data" / "loghub" / log}"\nmax_lines = 20\n'
+                  for name, log in (("bgl", "BGL_2k.log"), ("zookeeper", "Zookeeper_2k.log")))
 
 
 def _assessments(journal) -> list[str]:
     return [r["text"] for r in map(json.loads, journal.read_text().splitlines()) if r.get("kind") == "assessment"]
 
 
-def test_the_draft_on_the_npu_simulator_through_the_actor_pipeline_gives_the_target_only_assessments(
+def test_one_draft_on_the_npu_simulator_serves_two_streams_through_the_actor_pipeline_as_the_target_alone(
         default_gguf, rknn_python, tmp_path):
-    (tmp_path / "npu.toml").write_text(NPU_DRAFT)
-    (tmp_path / "alone.toml").write_text('[draft]\nkind = "none"\n')
+    """Two streams on one node: one draft actor opens the NPU (the simulator) once and drafts for both; each
+    stream's assessments are the target-only ones, and both streams' drafts were accepted."""
+    (tmp_path / "npu.toml").write_text(NPU_DRAFT + STREAMS)
+    (tmp_path / "alone.toml").write_text('[draft]\nkind = "none"\n' + STREAMS)
     env = {**os.environ, "PYTHONPATH": str(ROOT), "RINGSPEC_NPU_LOCK": str(tmp_path / "npu.lock")}
     runs = {}
     for name, python in (("npu", str(rknn_python)), ("alone", sys.executable)):
         proc = procs.run([python, str(ROOT / "run.py"), "replay", "--config", str(tmp_path / f"{name}.toml"),
-                          "--max-lines", "20", "--quiet-lines", "--journal", str(tmp_path / f"{name}.jsonl")],
-                         env=env, cpu_budget_s=1200)
+                          "--quiet-lines", "--journal", str(tmp_path / f"{name}.jsonl")], env=env,
+                         cpu_budget_s=1800)
         assert proc.returncode == 0, proc.stderr[-3000:]
         runs[name] = proc.stderr
-    npu, alone = _assessments(tmp_path / "npu.jsonl"), _assessments(tmp_path / "alone.jsonl")
-    assert len(npu) == 2 and npu == alone
-    decode = next(line for line in runs["npu"].splitlines() if line.startswith("decode "))
-    # the NPU's draft was accepted (1.43 tokens per verify in the structured form's short fields, 2026-12-03; the
-    # free text's longer runs gave over 1.5)
-    assert float(decode.split(" tokens/verify")[0].rsplit(" ", 1)[1]) > 1.0, decode
+    for stream in ("bgl", "zookeeper"):
+        npu, alone = (_assessments(tmp_path / f"{name}.{stream}.jsonl") for name in ("npu", "alone"))
+        assert len(npu) == 2 and npu == alone, stream
+    # each stream's NPU draft was accepted (1.43 tokens per verify in the structured form's short fields alone,
+    # 2026-12-03; the free text's longer runs gave over 1.5)
+    decodes = [line for line in runs["npu"].splitlines() if "decode " in line and " tokens/verify" in line]
+    assert len(decodes) == 2, runs["npu"][-3000:]
+    for decode in decodes:
+        assert float(decode.split(" tokens/verify")[0].rsplit(" ", 1)[1]) > 1.0, decode
 
 
 def test_export_rknn_builds_every_bucket_and_reports_agreement_and_acceptance(default_gguf, rknn_python):

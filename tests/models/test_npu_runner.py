@@ -48,6 +48,35 @@ def test_the_fixed_shape_runner_guesses_what_the_runtime_runner_guesses_across_r
     assert buckets(16) == (1, 4, 16) and set(static.session) == {1, 4, 16}
 
 
+def test_streams_drafting_on_one_set_of_graphs_guess_as_on_graphs_of_their_own_and_the_npu_is_opened_once(
+        tiny, tmp_path, monkeypatch):
+    """A node's draft actor serves every stream on one set of graphs (one NPU context): three streams' runners share
+    the first's graphs, each with its own pools, and guess what each guesses alone on graphs of its own, their
+    passes interleaved. On the NPU only the first takes the host's lock (ONNX Runtime stands in for its runtime
+    here); a runner opening graphs of its own beside them is refused."""
+    import models.npu_runner as npu_runner
+    opts = RunnerOptions(threads=1, max_rows=16, accuracy_level=0, batch_invariant=False)
+    texts = [np.random.default_rng(seed).integers(3, 200, 120) for seed in (1, 2, 3)]
+    alone = [_drive(StaticRunner(tiny, SPEC, opts, backend="ort"), text) for text in texts]
+    monkeypatch.setenv("RINGSPEC_NPU_LOCK", str(tmp_path / "npu.lock"))
+    monkeypatch.setattr(npu_runner, "_rknn_bucket", lambda runner: npu_runner._ort_bucket)
+    first = StaticRunner(tiny, SPEC, opts, backend="rknn")
+    runners = [first] + [StaticRunner(tiny, SPEC, opts, backend="rknn", shares=first) for _ in texts[1:]]
+    assert all(r.session is first.session and r.ring_k is not first.ring_k for r in runners[1:])
+    with pytest.raises(NpuBusy):
+        StaticRunner(tiny, SPEC, opts, backend="rknn")
+    drafts = [ModelDraft(r, SamplingParams()) for r in runners]
+    for draft, text in zip(drafts, texts):
+        draft.observe(text[:40])
+    got = [[] for _ in texts]
+    for i in range(40, 120):                              # one guess of each stream in turn
+        for draft, text, out in zip(drafts, texts, got):
+            out.append(draft.guess([int(text[i])]))
+            draft.observe([int(text[i])])
+    for n, (want, guesses) in enumerate(zip(alone, got)):
+        assert list(want[0]) == guesses, f"stream {n}"
+
+
 def test_one_process_holds_the_npu_and_a_dead_holder_lets_go(tmp_path, monkeypatch):
     lock = tmp_path / "npu.lock"
     monkeypatch.setenv("RINGSPEC_NPU_LOCK", str(lock))

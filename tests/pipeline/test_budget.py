@@ -58,7 +58,8 @@ def test_streams_sharing_a_target_add_a_pool_each_and_each_node_is_planned_alone
                       for i, node in enumerate("aba"))
     on_one = budget.plan(config.load(_profile(tmp_path, streams.replace('node = "b"', 'node = "a"')))).as_dict()
     assert [t["bytes"] for t in on_one["terms"] if t["what"] == "kv pool x 3 streams"] == [3 * pool]
-    assert {f"{role}.s{i}" for role in ("ingest", "cache_owner", "draft") for i in range(3)} <= set(on_one["processes"])
+    assert {f"{role}.s{i}" for role in ("ingest", "cache_owner") for i in range(3)} <= set(on_one["processes"])
+    assert [p for p in on_one["processes"] if p.startswith("draft")] == ["draft"]     # one draft for the node
     lone = [t for t in on_one["terms"] if t["what"] == "single-stream graph"]       # model.lone_graph (default)
     assert [t["process"] for t in lone] == ["target"] and lone[0]["bytes"] > 50 << 20
     assert "single-stream graph" not in {t["what"] for t in one["terms"]}        # one stream: the one graph
@@ -92,6 +93,21 @@ def test_a_draft_over_the_npus_domain_is_refused_naming_the_draft(default_gguf):
     assert plan.npu_total > 1 << 20 and all(t.process == "draft" for t in plan.terms if t.npu)
     assert "IOMMU domain" in plan.refusal and "change draft.model first" in plan.refusal
     assert not budget.plan(config.load(ROOT / "configs" / "rk3588.toml", here=False)).refusal
+
+
+def test_one_npu_draft_serves_a_nodes_streams_its_graphs_once_and_a_pool_each(default_gguf, tmp_path):
+    """The board's profile (a draft model on the NPU) with three streams: one draft process, its .rknn graphs once,
+    a host pool and pass buffers per stream."""
+    board = (ROOT / "configs" / "rk3588.toml").read_text()
+    one = budget.plan(config.load(ROOT / "configs" / "rk3588.toml", here=False))
+    three = budget.plan(config.load(_profile(tmp_path, board + "".join(
+        f'[[streams]]\nname = "s{i}"\nlog = "x{i}.log"\n' for i in range(3))), here=False))
+    draft = lambda plan: {t.what: t.bytes for t in plan.terms if t.process == "draft"}   # noqa: E731
+    alone, shared = draft(one), draft(three)
+    assert shared["weights (.rknn)"] == alone["weights (.rknn)"] and shared["process"] == alone["process"]
+    assert shared["kv pool (host) x 3 streams"] == 3 * alone["kv pool (host)"]
+    assert shared["pass buffers x 3 streams"] == 3 * alone["pass buffers"]
+    assert [p for p in three.as_dict()["processes"] if p.startswith("draft")] == ["draft"]
 
 
 def test_the_boards_big_cores_are_checked_against_what_the_kernel_says_they_are():

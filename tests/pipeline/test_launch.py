@@ -238,7 +238,7 @@ def test_streams_on_two_ray_nodes_served_by_one_front_one_node_dies_its_stream_r
         # each node runs its group's target and output and its streams' owners and drafts (an ingest that has read
         # its file to the end has exited); the front is neither's: the site actor is the launcher's child
         roles = ("target", "output", "cache_owner", "draft")
-        assert [on["a"].count(f"rs:{role}") for role in roles] == [1, 1, 2, 2], on
+        assert [on["a"].count(f"rs:{role}") for role in roles] == [1, 1, 2, 1], on      # one draft for a node
         assert [on["b"].count(f"rs:{role}") for role in roles] == [1, 1, 1, 1], on
         assert [Path(f"/proc/{p}/comm").read_text().strip() for p in children(proc.pid)].count("rs:site") == 1
         asked = {"bgl on b": ask_site(port, "bgl")}
@@ -397,19 +397,26 @@ def test_streams_are_grouped_by_node_in_profile_order(tmp_path):
     assert [(g.node, g.dir, g.actor("target")) for g in one] == [("b", str(tmp_path), "target")]
 
 
-def test_npu_drafts_of_two_streams_on_one_node_are_refused_before_anything_starts(tmp_path):
-    """One NPU per node, and one process may hold it: two streams' draft actors on one node would both open it (one
-    draft actor serving every stream is not built). Refused before a model loads; one stream per node is not."""
+def test_a_nodes_streams_share_one_draft_actor_and_npu_groups_on_one_host_are_refused_before_anything_starts(
+        default_gguf, tmp_path):
+    """One NPU per node, and one process may hold it: a node's streams share one draft actor (each stream's inbox
+    and outbox), so NPU drafts of several streams on a node are planned as one opener. Two nodes' groups run by the
+    local launcher on this one host would open it twice: refused before a model loads."""
     from models.npu import NpuBusy
     from pipeline import config as cfgs
-    from pipeline.launch import run_replay
-    npu = '[board]\nnpu = "rknpu2"\n[draft]\nkind = "model"\nbackend = "rknn"\n'
+    from pipeline.launch import groups, plan, run_replay, stream_runs
+    npu = '[board]\nnpu = "rknpu2"\n[draft]\nkind = "model"\nmodel = "default-draft"\nbackend = "rknn"\n'
     profile = tmp_path / "npu.toml"
-    profile.write_text(npu + "".join(f'[[streams]]\nname = "{name}"\nlog = "{STREAM_LOGS[name]}"\nnode = "a"\n'
-                                     for name in ("bgl", "tep")))
-    with pytest.raises(NpuBusy, match="2 processes would open the NPU at once \\(draft.bgl, draft.tep\\).*one draft "
-                                      "actor serving every stream of a node is not built"):
-        run_replay(cfgs.load(profile))
+    for nodes in ("aa", "ab"):
+        profile.write_text(npu + "".join(f'[[streams]]\nname = "{name}"\nlog = "{STREAM_LOGS[name]}"\n'
+                                         f'node = "{node}"\n' for name, node in zip(("bgl", "tep"), nodes)))
+        cfg = cfgs.load(profile)
+        run = groups(stream_runs(cfg, None, 0.0, False, None, str(tmp_path)), str(tmp_path))
+        drafts = [p for group in run for p in plan(cfg, group, None, True, "t") if p.module == "actors.draft"]
+        assert [(p.name, len(p.kwargs["inboxes"]), len(p.kwargs["outboxes"])) for p in drafts] == (
+            [("draft", 2, 2)] if nodes == "aa" else [("draft@a", 1, 1), ("draft@b", 1, 1)])
+    with pytest.raises(NpuBusy, match="2 processes would open the NPU at once \\(draft@a, draft@b\\).*--launcher ray"):
+        run_replay(cfg)
 
 
 def children(pid: int) -> list[int]:
