@@ -40,10 +40,11 @@ from pipeline.report import Report
 from pipeline.stream import records as records_mod
 from pipeline.stream.journal import checkpoint_of, records
 from pipeline.stream.triggers import Triggers
+from pipeline.topology import ROLES
 from pipeline.watch import dies_with_parent
 
 ROOT = Path(__file__).resolve().parent.parent
-ACTORS = ("ingest", "cache_owner", "target", "draft", "output")
+ACTORS = ROLES
 POINTS = {          # the named points each actor passes (grep "chaos(" in actors/ and pipeline/decode/deferred.py)
     "ingest": ("ingest.read", "ingest.recovery"),        # a line read (and archived), not yet sent on; re-reading
     "cache_owner": ("owner.verdict", "owner.recovery"),  # a verdict received, not yet committed; refilling the ring

@@ -272,6 +272,13 @@ class StreamsReport(Report):
                          f"{i['prefill_tokens_per_s']:11.0f} {str(t['identical']):>11s} "
                          f"{t['memory_per_added_stream_bytes'] / 2**20:15.1f} "
                          f"{t['kv_pool_bytes_per_stream'] / 2**20 if n > 1 else 0:11.1f}")
+        lines.append("peak PSS by process, one pipeline for N streams (MB; memory per added stream from the count "
+                     "before, in brackets):")
+        for n, row in self.data.items():
+            a = row["actors"]
+            by = ", ".join(f"{k.removeprefix('rs:')} {v / 2**20:.0f}" for k, v in a["shared"]["pss_by_process_bytes"]
+                           .items())
+            lines.append(f"{n:7d} {by} [{a['memory_per_added_stream_marginal_bytes'] / 2**20:.0f}]")
         extra = [row["target_only"]["single_stream_graph_bytes"] / 2**20 for n, row in self.data.items() if n > 1]
         if extra:
             lines.append(f"and once per target, not per stream: the single-stream graph kept beside the N-stream "

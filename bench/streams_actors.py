@@ -7,7 +7,9 @@ lines and assessed every so many lines with the profile's decoding (the default:
 From each stream's journal: its decode tokens/s (its assessments' tokens over their decode time), prefill tokens/s
 (their prompts), TTFT; the aggregate decode tokens/s is every stream's assessment tokens over the wall time during
 which any of them was decoding. Memory: the peak of the summed PSS of every process of the run (launcher and
-actors), sampled every SAMPLE_S; per added stream, (peak(N) - peak(1)) / (N - 1). Whether each stream wrote the same
+actors), sampled every SAMPLE_S, and each process's PSS (by its name, `rs:ROLE`) at that peak; per added stream,
+(peak(N) - peak(1)) / (N - 1), and from the count before (`marginal`: the one-off costs of a several-stream target,
+its N-stream graph among them, left out). Whether each stream wrote the same
 assessments both ways is checked (a stream's output must not depend on the streams it shares a target with).
 Owns only the measurement; never imported at run time.
 """
@@ -52,9 +54,12 @@ def run_actors(config: str | None, counts: list[int], logs: list[str], lines: in
             row["identical"] = all(t == texts[0] for t in texts)
             out[n] = row
     one = out[min(counts)]["shared"]["pss_peak_bytes"] if 1 in counts else None
+    before = None
     for n, row in out.items():
-        row["memory_per_added_stream_bytes"] = (row["shared"]["pss_peak_bytes"] - one) / (n - 1) \
-            if one is not None and n > 1 else 0.0
+        peak = row["shared"]["pss_peak_bytes"]
+        row["memory_per_added_stream_bytes"] = (peak - one) / (n - 1) if one is not None and n > 1 else 0.0
+        row["memory_per_added_stream_marginal_bytes"] = (peak - before[1]) / (n - before[0]) if before else 0.0
+        before = (n, peak)
     return out
 
 
@@ -69,7 +74,7 @@ def one_run(config: str | None, logs: list[str], way: str, where: Path, lines: i
     t0 = time.perf_counter()
     procs = [subprocess.Popen(c, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, cwd=ROOT)
              for c in commands]
-    peak = _sample_pss([p.pid for p in procs], lambda: all(p.poll() is not None for p in procs))
+    peak, by_process = _sample_pss([p.pid for p in procs], lambda: all(p.poll() is not None for p in procs))
     for p in procs:
         err = p.stderr.read()
         if p.wait() != 0:
@@ -81,7 +86,7 @@ def one_run(config: str | None, logs: list[str], way: str, where: Path, lines: i
     else:
         journals = [str(where / f"journal-{i}.jsonl") for i in range(len(logs))]
     streams = [_assessments(_records(j)) for j in journals]
-    return _figures(streams) | {"pss_peak_bytes": peak, "wall_s": wall}
+    return _figures(streams) | {"pss_peak_bytes": peak, "pss_by_process_bytes": by_process, "wall_s": wall}
 
 
 def _records(path: str) -> list[dict]:
@@ -121,13 +126,27 @@ def _union(spans: list[tuple[float, float]]) -> float:
     return total
 
 
-def _sample_pss(roots: list[int], done) -> int:
-    """The peak, until `done()`, of the summed PSS of `roots` and all their descendants."""
-    peak = 0
+def _sample_pss(roots: list[int], done) -> tuple[int, dict[str, int]]:
+    """The peak, until `done()`, of the summed PSS of `roots` and all their descendants, and each process's PSS at
+    that peak summed by process name (`rs:target`, ...; the launchers are `python`)."""
+    peak, by_process = 0, {}
     while not done():
-        peak = max(peak, sum(_pss(pid) for pid in _tree(roots)))
+        now: dict[str, int] = {}
+        for pid in _tree(roots):
+            name = _name(pid)
+            now[name] = now.get(name, 0) + _pss(pid)
+        if sum(now.values()) > peak:
+            peak, by_process = sum(now.values()), now
         time.sleep(SAMPLE_S)
-    return peak
+    return peak, dict(sorted(by_process.items()))
+
+
+def _name(pid: int) -> str:
+    try:
+        with open(f"/proc/{pid}/comm") as f:
+            return f.read().strip()
+    except OSError:
+        return "?"
 
 
 def _tree(roots: list[int]) -> set[int]:
@@ -164,4 +183,5 @@ def _median(runs: list[dict]) -> dict:
     row["per_stream"] = [{k: float(np.median([r["per_stream"][i][k] for r in runs]))
                           for k in runs[0]["per_stream"][i]} for i in range(n)]
     row["texts"] = runs[0]["texts"]
+    row["pss_by_process_bytes"] = min(runs, key=lambda r: r["pss_peak_bytes"])["pss_by_process_bytes"]
     return row

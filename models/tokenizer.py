@@ -11,6 +11,7 @@ import mmap
 import os
 import re
 import struct
+import threading
 
 import numpy as np
 from jinja2.sandbox import ImmutableSandboxedEnvironment
@@ -86,6 +87,10 @@ def read_tokenizer_metadata(path: str | os.PathLike) -> dict:
     return meta
 
 
+_BUILT: dict[tuple, Tokenizer] = {}     # (path, mtime, size) -> its tokenizer, built once per process
+_BUILT_LOCK = threading.Lock()
+
+
 class Tokenizer:
     """Byte-level BPE tokenizer of one model, built from its GGUF `tokenizer.*` metadata (see `from_gguf`)."""
 
@@ -121,11 +126,19 @@ class Tokenizer:
 
     @classmethod
     def from_gguf(cls, source) -> "Tokenizer":
-        """From a GGUF path (header read directly, fast), a gguf.GGUFReader, or anything holding one as `.reader`."""
+        """From a GGUF path (header read directly, fast), a gguf.GGUFReader, or anything holding one as `.reader`.
+        A path's tokenizer is built once per process and shared (about 27 MB of tables; never changed once built, so
+        the streams' actors run as threads of one process share it)."""
         reader = getattr(source, "reader", source)
         if hasattr(reader, "fields"):
             return cls({k: f.contents() for k, f in reader.fields.items() if k.startswith("tokenizer.")})
-        return cls(read_tokenizer_metadata(source))
+        path = os.path.realpath(source)
+        st = os.stat(path)
+        key = (path, st.st_mtime_ns, st.st_size)
+        with _BUILT_LOCK:
+            if key not in _BUILT:
+                _BUILT[key] = cls(read_tokenizer_metadata(path))
+            return _BUILT[key]
 
     @staticmethod
     def _byte_level(token: str, to_byte: dict[int, int]) -> bytes:

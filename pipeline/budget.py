@@ -29,7 +29,7 @@ from models.runner import kv_bytes_per_slot
 from pipeline.config import Config, ConfigError, cpu_set, node_profile, streams_of
 from pipeline.report import Report
 from pipeline.stream.replay import replay_frame
-from pipeline.topology import CREATORS, actor_name, channels
+from pipeline.topology import CREATORS, ROLES, channels
 
 MiB = 1 << 20
 
@@ -159,24 +159,16 @@ def plan(cfg: Config, ram: int | None = None, node: str | None = None) -> Plan:
         terms += _model_terms(home_of("draft"), "draft", load_card(draft_dir), draft_dir, spec, cfg.model.max_rows,
                               "draft.model", npu=cfg.draft.backend == "rknn", pools=len(streams),
                               buffers=len(streams))
-    shared = ("target", "draft", "output")    # a node group's actors (pipeline/launch.py Group)
-    for name, scfg in streams:
-        def home(actor: str) -> str:           # a stream's own actors, named as the launcher names them
-            return "launcher" if serial else actor_name(actor, name)
-
+    for name, scfg in streams:                # a group's actors serve every stream: its channels are theirs
         if not serial:
             for ch_name, ch in channels(scfg, spec, vocab, "plan").items():
-                creator = CREATORS[ch_name]
-                terms.append(Term(creator if creator in shared else home(creator),
-                                  f"channel {ch_name}{' ' + name if name and creator in shared else ''}",
+                terms.append(Term(CREATORS[ch_name], f"channel {ch_name}{' ' + name if name else ''}",
                                   ch.segment_bytes, _channel_knob(ch_name)))
             if cfg.serve.enabled:
                 terms.append(Term("output", f"archive cache{' ' + name if name else ''}",
                                   ARCHIVE_CONNECTIONS * SQLITE_CACHE_BYTES))
-    processes = ["launcher"] if serial else ["launcher", *shared] + [
-        actor_name(role, name) for name, _ in streams for role in ("ingest", "cache_owner")]
-    for process in processes:
-        terms.append(Term(process, "process", PROCESS_MIB[process.split(".")[0]] * MiB))
+    for process in ["launcher"] if serial else ["launcher", *ROLES]:
+        terms.append(Term(process, "process", PROCESS_MIB[process] * MiB))
     board_ram = ram if ram is not None else (cfg.board.ram_mb * MiB or _mem_total())
     return Plan(board=cfg.board.name or "this machine", ram=board_ram, reserve=cfg.board.reserve_mb * MiB,
                 npu_domain=cfg.board.npu_domain_mb * MiB if cfg.board.npu else 0, terms=terms)

@@ -49,7 +49,7 @@ from pipeline import budget
 from pipeline.channel import cleanup_stale
 from pipeline.config import replay_log, streams_of, with_logs
 from pipeline.decode.drafts import speaks
-from pipeline.process import CHAOS_DIR, StopFlag, Stopped
+from pipeline.process import CHAOS_DIR, StopFlag, Stopped, run_each
 from pipeline.report import Report
 from pipeline.serve.auth import load_keys
 from pipeline.stream.replay import ReplayReport, printer, replay, replay_frame
@@ -73,21 +73,18 @@ class ActorDied(RuntimeError):
 class ActorPlan:
     name: str
     module: str           # actors.<name>: its run(**kwargs) is the actor
-    kwargs: dict
+    kwargs: dict          # {"each": [kwargs, ...]}: one run per stream, threads of one process (process.py run_each)
 
 
 @dataclass(frozen=True)
 class StreamRun:
-    """One stream of a run: its actors' names end in ".{name}" when the run has several (one stream: name "")."""
+    """One stream of a run (one stream: name "")."""
     name: str
     cfg: object           # the profile with this stream's [replay] (pipeline/config.py streams_of)
     source: dict          # what its ingest reads (pipeline/stream/sources.py source_of)
     journal: str          # its journal: checkpoints, assessments, restarts (one file per stream)
     archive: str          # its archive of every line, when serving (one file per stream)
     node: str = ""        # the Ray node label it runs on ([[streams]] node): its group
-
-    def actor(self, role: str) -> str:
-        return actor_name(role, self.name)
 
 
 @dataclass(frozen=True)
@@ -105,7 +102,8 @@ class Group:
         return StopFlag(f"{self.dir}/stop", f"{self.run_dir}/stop")
 
     def actor(self, role: str) -> str:
-        """The group's shared actors: `target`, `draft`, `output`; `target@NODE` when the run has several groups."""
+        """The group's actors (one of each role for all its streams): `target@NODE` when the run has several
+        groups, else `target`."""
         return actor_name(role, node=self.node) if self.one_of_several else role
 
     @property
@@ -156,11 +154,12 @@ def stream_runs(cfg, fmt: str | None, speed: float, follow: bool, journal: str |
 
 def plan(cfg, group: Group, pub: str | None, quiet_lines: bool, tag: str, resume: list | None = None,
          restart: dict | None = None, site: dict | None = None) -> list[ActorPlan]:
-    """The actors and their channels, sized once here from the config and the model's card: one output and one
-    target and one draft for the group, an ingest and a cache owner per stream. resume: per stream, the last durable
-    checkpoint to start from (ingest re-reads a file from its window; the owner restores its counts); restart: why
-    this start is a restart (journaled by each owner with its first committed line); site: the site's links, when
-    the front is the site actor's (`Site.links`): the output actor relays to it."""
+    """The actors and their channels, sized once here from the config and the model's card: one output, one target and
+    one draft for the group, an ingest and a cache owner per stream (several streams: each role's are threads of one
+    process, `run_each`). resume: per stream, the last durable checkpoint to start from (ingest re-reads a file from
+    its window; the owner restores its counts); restart: why this start is a restart (journaled by each owner with
+    its first committed line); site: the site's links, when the front is the site actor's (`Site.links`): the output
+    actor relays to it."""
 
     card = load_card(converted_dir(resolve_gguf(cfg.model.gguf)))      # converts on first use, with progress
     vocab = card["config"]["vocab_size"]
@@ -195,22 +194,22 @@ def plan(cfg, group: Group, pub: str | None, quiet_lines: bool, tag: str, resume
         ActorPlan(group.actor("draft"), "actors.draft", dict(inboxes=[ln["to_draft"] for ln in links],
                                                 outboxes=[ln["from_draft"].name for ln in links],
                                                 cfg=cfg, spec=spec, vocab=vocab, stop=stop))]
+    owners, ingests = [], []
     for st, ln, point in zip(streams, links, resume):
         source, owner_serve = st.source, {}
         if cfg.serve.enabled:
             source = {**source, "archive": {"path": st.archive, "max_lines": cfg.serve.archive_max_lines}}
             owner_serve = dict(questions=ln["asks"], drain=StopFlag(drain))
-        plans += [
-            ActorPlan(st.actor("cache_owner"), "actors.cache_owner",
-                      dict(inbox=ln["lines"], outbox=ln["events"].name, cfg=st.cfg, spec=spec, stop=stop,
+        owners.append(dict(inbox=ln["lines"], outbox=ln["events"].name, cfg=st.cfg, spec=spec, stop=stop,
                            source_id=source_id(source), resume=point, restart=restart,
                            model_links={"from_target": ln["from_target"], "from_draft": ln["from_draft"],
                                         "to_target": ln["to_target"].name, "to_draft": ln["to_draft"].name},
-                           **owner_serve)),
-            ActorPlan(st.actor("ingest"), "actors.ingest",
-                      dict(out_name=ln["lines"].name, source={**source, "resume": point}, gguf=cfg.model.gguf,
-                           cpus=cfg.actors.ingest_cpus, stop=stop, drain=StopFlag(drain)))]
-    return plans
+                           **owner_serve))
+        ingests.append(dict(out_name=ln["lines"].name, source={**source, "resume": point}, gguf=cfg.model.gguf,
+                            cpus=cfg.actors.ingest_cpus, stop=stop, drain=StopFlag(drain)))
+    one = len(streams) == 1                  # several: a thread per stream in one process per role
+    return plans + [ActorPlan(group.actor(role), f"actors.{role}", each[0] if one else dict(each=each))
+                    for role, each in (("cache_owner", owners), ("ingest", ingests))]
 
 
 def source_id(source: dict) -> str:
@@ -245,7 +244,8 @@ def enter(module: str, kwargs: dict, parent: int | None = None) -> None:
     signal.signal(signal.SIGUSR1, signal.SIG_IGN)       # until the actor installs its figures handler
     signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGUSR1})
     try:
-        importlib.import_module(module).run(**kwargs)
+        actor = importlib.import_module(module).run
+        run_each(actor, kwargs["each"]) if "each" in kwargs else actor(**kwargs)
     except Stopped:
         pass                                           # stopped before its peers were up: a clean exit
     except Exception as exc:                           # noqa: BLE001 -- reported, then the launcher stops the rest

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import queue
 import signal
 import sys
 import threading
@@ -84,12 +85,46 @@ class StopFlag:
         return any(os.path.exists(p) for p in self.paths)
 
 
+_SHOWN: list[Figures] = []          # every actor's figures in this process (several, when run_each hosts them)
+
+
 def figures_on_request(figures: Figures) -> None:
-    """SIGUSR1 prints this actor's figures as one JSON line on stderr (the launcher forwards the operator's signal)."""
-    def show(signum, frame):      # one write(2) per line: actors share the launcher's stderr
-        os.write(sys.stderr.fileno(), f"figures {json.dumps(figures.snapshot())}\n".encode())
+    """SIGUSR1 prints this actor's figures as one JSON line on stderr (the launcher forwards the operator's signal);
+    a process hosting several actors (`run_each`) prints each one's."""
+    _SHOWN.append(figures)
     if threading.current_thread() is threading.main_thread():    # an actor run as a thread (a test) has no signals
-        signal.signal(signal.SIGUSR1, show)
+        signal.signal(signal.SIGUSR1, _show)
+
+
+def _show(signum, frame) -> None:
+    for figures in _SHOWN:         # one write(2) per line: actors share the launcher's stderr
+        os.write(sys.stderr.fileno(), f"figures {json.dumps(figures.snapshot())}\n".encode())
+
+
+def run_each(run, each: list[dict]) -> None:
+    """One role's actors of several streams (`run(**kwargs)` for each of `each`) in this one process, a thread each:
+    the interpreter, its libraries and the model's tokenizer once, not once per stream (docs/streams.md, "Cost").
+    The first actor to fail fails the process with its exception (the launcher restarts the group, as for any
+    actor's death); one stopped before its peers were up ends quietly, as it would alone."""
+    ended: queue.SimpleQueue = queue.SimpleQueue()
+
+    def one(kwargs: dict) -> None:
+        try:
+            run(**kwargs)
+            ended.put(None)
+        except Stopped:
+            ended.put(None)
+        except BaseException as exc:              # noqa: BLE001 -- handed to the main thread, which raises it
+            ended.put(exc)
+
+    if threading.current_thread() is threading.main_thread():      # the threads cannot install it
+        signal.signal(signal.SIGUSR1, _show)
+    for kwargs in each:
+        threading.Thread(target=one, args=(kwargs,), daemon=True).start()
+    for _ in each:
+        failed = ended.get()
+        if failed is not None:
+            raise failed
 
 
 class Stopped(Exception):

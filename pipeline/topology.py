@@ -10,15 +10,15 @@ from __future__ import annotations
 
 from pipeline.channel import ChannelSpec
 
+ROLES = ("ingest", "cache_owner", "target", "draft", "output")     # the actors of a pipeline (a node group's)
 CREATORS = {"lines": "cache_owner", "events": "output", "asks": "cache_owner", "to_target": "target",
             "from_target": "cache_owner", "to_draft": "draft", "from_draft": "cache_owner"}
 
 
-def actor_name(role: str, stream: str = "", node: str = "") -> str:
-    """The name of an actor of a stream's own (ingest, cache_owner, draft): `role.stream` when the pipeline has
-    several streams, `role` with one (stream ""); of a node's group (target, output): `role@node` when the streams
-    are on several nodes. The launcher, the memory plan and /metrics all name it so."""
-    return f"{role}{'.' + stream if stream else ''}{'@' + node if node else ''}"
+def actor_name(role: str, node: str = "") -> str:
+    """The name of a node group's actor (one of each role serves all its streams): `role@node` when the streams are
+    on several nodes, else `role`. The launcher, the memory plan and /metrics all name it so."""
+    return f"{role}{'@' + node if node else ''}"
 
 
 def per_stream_file(path: str, stream: str) -> str:

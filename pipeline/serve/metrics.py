@@ -7,7 +7,7 @@ from __future__ import annotations
 import numpy as np
 
 from pipeline.serve.front import SURPRISE_BUCKETS
-from pipeline.topology import actor_name
+from pipeline.topology import ROLES, actor_name
 
 QUANTILES = (0.5, 0.95, 0.99)
 
@@ -69,13 +69,7 @@ def render(front) -> str:
     metric("answers_total", "counter", "Operator requests by outcome at the cache owner.",
            [q for k in ("answers", "expired", "cancelled") for q in per(lambda v, k=k: v.status.get(k, 0), outcome=k)])
 
-    def named(*roles):
-        return [actor_name(a, v.name) for a in roles for v in views]
-
-    def shared(role):                             # a node group's (pipeline/launch.py Group.actor)
-        return list(dict.fromkeys(actor_name(role, node=v.node or "") for v in views))
-
-    actors = named("ingest", "cache_owner") + shared("target") + shared("draft") + shared("output")
+    actors = list(dict.fromkeys(actor_name(role, v.node or "") for role in ROLES for v in views))   # a group's each
     metric("actor_restarts_total", "counter", "Restarts of the pipeline after an actor's death, by the actor that died "
            "(pipeline/launch.py supervision).", [({"actor": a}, front.restarts.get(a, 0)) for a in actors])
     metric("analysis_running", "gauge", "1 while an analysis is being written (a question preempts it).",

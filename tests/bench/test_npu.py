@@ -13,7 +13,7 @@ from tests.paths import ROOT, SHARED
 NPU_DRAFT = '[draft]\nkind = "hybrid"\nmodel = "default-draft"\nbackend = "rknn"\n[board]\nnpu = "rknpu2"\n'
 
 
-STREAMS = "".join(f'[[streams]]\nname = "{name}"\nlog = "{SHARED / "data" / "loghub" / log}"\nmax_lines = 20\n'
+STREAMS = "".join(f'[[streams]]\nname = "{name}"\nlog = "{SHARED / "data" / "loghub" / log}"\nmax_lines = 10\n'
                   for name, log in (("bgl", "BGL_2k.log"), ("zookeeper", "Zookeeper_2k.log")))
 
 
@@ -37,7 +37,7 @@ def test_one_draft_on_the_npu_simulator_serves_two_streams_through_the_actor_pip
         runs[name] = proc.stderr
     for stream in ("bgl", "zookeeper"):
         npu, alone = (_assessments(tmp_path / f"{name}.{stream}.jsonl") for name in ("npu", "alone"))
-        assert len(npu) == 2 and npu == alone, stream
+        assert len(npu) == 1 and npu == alone, stream
     # each stream's NPU draft was accepted (1.43 tokens per verify in the structured form's short fields alone,
     # 2026-12-03; the free text's longer runs gave over 1.5)
     decodes = [line for line in runs["npu"].splitlines() if "decode " in line and " tokens/verify" in line]

@@ -64,3 +64,16 @@ def test_through_the_actors_the_aggregate_counts_time_when_several_streams_decod
     assert [p["decode_tokens_per_s"] for p in together["per_stream"]] == [100.0, 100.0]
     apart = _figures([[assessment(11.0, 1.0, 100)], [assessment(11.5, 1.0, 100), assessment(13.0, 1.0, 100)]])
     assert apart["decoding_wall_s"] == 2.5 and apart["aggregate_tokens_per_s"] == 300 / 2.5
+
+
+def test_the_peak_pss_is_split_by_process_name_at_the_peak_sample():
+    import subprocess
+    import sys
+
+    from bench.streams_actors import _sample_pss
+    child = subprocess.Popen([sys.executable, "-c", "import subprocess, sys, time; subprocess.Popen([sys.executable, "
+                              "'-c', 'import time; time.sleep(2)']); time.sleep(2)"])
+    peak, by_process = _sample_pss([child.pid], lambda: child.poll() is not None)
+    child.wait()
+    assert peak > 1 << 20 and sum(by_process.values()) == peak
+    assert by_process and all(v > 0 for v in by_process.values()), by_process

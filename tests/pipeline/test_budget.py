@@ -50,16 +50,18 @@ def test_every_process_of_the_pipeline_is_in_the_plan_with_the_channels_it_creat
 
 
 def test_streams_sharing_a_target_add_a_pool_each_and_each_node_is_planned_alone(default_gguf, tmp_path):
-    """Three streams on one target: three pools in it and three sets of per-stream actors. On two nodes, each node
-    is a board with its own target: planned one node at a time (`--node`), with only its streams."""
+    """Three streams on one target: three pools in it, three sets of channels, one process of each role. On two
+    nodes, each node is a board with its own target: planned one node at a time (`--node`), with only its
+    streams."""
     one = budget.plan(config.load()).as_dict()
     pool = next(t["bytes"] for t in one["terms"] if t["process"] == "target" and t["what"] == "kv pool")
     streams = "".join(f'[[streams]]\nname = "s{i}"\nlog = "x{i}.log"\nnode = "{node}"\n'
                       for i, node in enumerate("aba"))
     on_one = budget.plan(config.load(_profile(tmp_path, streams.replace('node = "b"', 'node = "a"')))).as_dict()
     assert [t["bytes"] for t in on_one["terms"] if t["what"] == "kv pool x 3 streams"] == [3 * pool]
-    assert {f"{role}.s{i}" for role in ("ingest", "cache_owner") for i in range(3)} <= set(on_one["processes"])
-    assert [p for p in on_one["processes"] if p.startswith("draft")] == ["draft"]     # one draft for the node
+    assert set(on_one["processes"]) == set(one["processes"])          # one process of each role serves them all
+    assert {t["what"] for t in on_one["terms"] if t["process"] == "cache_owner" and "channel" in t["what"]} == {
+        f"channel {ch} s{i}" for ch in ("lines", "from_target", "from_draft") for i in range(3)}
     lone = [t for t in on_one["terms"] if t["what"] == "single-stream graph"]       # model.lone_graph (default)
     assert [t["process"] for t in lone] == ["target"] and lone[0]["bytes"] > 50 << 20
     assert "single-stream graph" not in {t["what"] for t in one["terms"]}        # one stream: the one graph
@@ -68,7 +70,7 @@ def test_streams_sharing_a_target_add_a_pool_each_and_each_node_is_planned_alone
         budget.plan(two)
     a = budget.plan(two, node="a").as_dict()
     assert [t["bytes"] for t in a["terms"] if t["what"].startswith("kv pool")] == [2 * pool]
-    assert {p.split(".")[-1] for p in a["processes"] if "." in p} == {"s0", "s2"}
+    assert {t["what"].split()[-1] for t in a["terms"] if t["what"].startswith("channel")} == {"s0", "s2"}
 
 
 def test_plan_refuses_a_board_it_does_not_fit_naming_the_key_and_the_engine_refuses_it_before_starting(

@@ -105,6 +105,39 @@ def test_an_assessment_a_crash_interrupted_is_written_once_after_the_window_is_r
     assert written == [(10, "every", written[0][2]), (20, "every", crashed["offset"])], written
 
 
+def test_a_streams_thread_that_fails_restarts_its_group_and_every_streams_lines_are_committed_once(
+        default_gguf, tmp_path):
+    """Two streams: each role's actors of a group are threads of one process (pipeline/process.py run_each). At the
+    first verdict of either stream (after both have started: the target's Ready comes before any line is fed) that
+    stream's cache owner raises in its thread: the process fails with it, the group restarts from each stream's
+    checkpoint, and over the run every line of both logs is committed exactly once, no assessment written twice or
+    lost."""
+    from tests.paths import SHARED
+    chaos, profile, journal = tmp_path / "chaos", tmp_path / "fast.toml", tmp_path / "j.jsonl"
+    chaos.mkdir()
+    (chaos / "owner.verdict").write_text("raise")
+    profile.write_text(FAST)
+    logs = {}
+    for name, log in (("bgl", "BGL_2k.log"), ("zookeeper", "Zookeeper_2k.log")):
+        logs[name] = tmp_path / f"{name}.log"
+        logs[name].write_bytes(b"".join((SHARED / "data" / "loghub" / log).read_bytes().splitlines(True)[:20]))
+    proc = launch(*map(str, logs.values()), "--quiet-lines", "--config", str(profile), "--journal", str(journal),
+                  env={"RINGSPEC_CHAOS": str(chaos)})
+    out, err = procs.finish(proc, "the run ending")
+    assert proc.returncode == 0, err
+    assert "actor cache_owner" in err and err.count("restarting the pipeline") == 1 and "Traceback" not in err, err
+    assert not (chaos / "owner.verdict").exists()                   # claimed: the fault was hit once
+    cfg = config.load(profile)
+    for name, log in logs.items():
+        path = tmp_path / f"j.{name}.jsonl"
+        got = account(log, path, cfg, serve=False)
+        assert got["lines_committed"] == len(offered(log)) == 20, (name, got)
+        assert got["lines_lost"] == got["lines_duplicated"] == got["lines_foreign"] == 0, (name, got)
+        assert got["assessments_duplicated"] == got["assessments_lost"] == 0 and got["assessments_written"], got
+        assert [r["actor"] for r in journal_of(path) if r["kind"] == "restart"] == ["cache_owner"], name
+    assert not leftovers(proc)
+
+
 def test_a_crash_loop_stops_with_exit_code_2_and_says_why(default_gguf, tmp_path):
     """An actor that dies at every start (here the draft raises at its first proposal, re-armed each time) is
     restarted `max_restarts` times, then the pipeline stops: exit 2, the cause, nothing left behind."""
