@@ -26,10 +26,10 @@ from pipeline.serve.site import SiteHub
 
 
 def run(cfg, streams: list[dict], bind: dict, token: bytes, endpoints_file: str, pub: str | None,
-        pids_files: list[str], stop) -> None:
+        pids_files: list[str], stop, restarts: int = 0) -> None:
     """streams: {"name", "group", "node", "archive"} per stream, in the profile's order; bind: where the links go
     ({"events", "asks"}: tcp://HOST:PORT, port 0 the first time); the ports bound are written to endpoints_file (the
-    launcher reads them there and hands them to the groups)."""
+    launcher reads them there and hands them to the groups); restarts: this actor's own so far (for /metrics)."""
     figures_on_request(Figures("site"))
     tok = Tokenizer.from_gguf(resolve_gguf(cfg.model.gguf))
     hub = SiteHub(bind["events"], bind["asks"], token)
@@ -40,7 +40,7 @@ def run(cfg, streams: list[dict], bind: dict, token: bytes, endpoints_file: str,
     for st in streams:
         groups.setdefault(st["group"], []).append(st["name"])
     front = Front(cfg, tok, [(st["name"], hub.asks(st["group"], st["name"]), st["archive"], st["node"])
-                             for st in streams], pids_files)
+                             for st in streams], pids_files, restarts={"site": restarts})
     sock = servers = None
     starts: dict[str, str] = {}
     try:

@@ -245,7 +245,10 @@ def enter(module: str, kwargs: dict, parent: int | None = None) -> None:
     signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGUSR1})
     try:
         actor = importlib.import_module(module).run
-        run_each(actor, kwargs["each"]) if "each" in kwargs else actor(**kwargs)
+        if "each" in kwargs:                           # several streams' actors of one role: a thread each
+            run_each(actor, kwargs["each"])
+        else:
+            actor(**kwargs)
     except Stopped:
         pass                                           # stopped before its peers were up: a clean exit
     except Exception as exc:                           # noqa: BLE001 -- reported, then the launcher stops the rest
@@ -389,7 +392,8 @@ class Site:
     def _start(self) -> None:
         with contextlib.suppress(FileNotFoundError):
             os.remove(self.file)
-        proc = self.proc = _processes([ActorPlan("site", "actors.site", {**self.kwargs, "bind": self.bind})])["site"]
+        proc = self.proc = _processes([ActorPlan("site", "actors.site", {
+            **self.kwargs, "bind": self.bind, "restarts": self.supervisor.restarts.get("site", 0)})])["site"]
         _start_all([proc])
         self.signals.pids[self.run_dir] = lambda: [proc.pid] if proc.is_alive() else []
         with open(pids_file(self.run_dir), "w") as f:

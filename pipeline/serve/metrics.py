@@ -69,7 +69,8 @@ def render(front) -> str:
     metric("answers_total", "counter", "Operator requests by outcome at the cache owner.",
            [q for k in ("answers", "expired", "cancelled") for q in per(lambda v, k=k: v.status.get(k, 0), outcome=k)])
 
-    actors = list(dict.fromkeys(actor_name(role, v.node or "") for role in ROLES for v in views))   # a group's each
+    actors = list(dict.fromkeys([*(actor_name(role, v.node or "") for role in ROLES for v in views),
+                                 *front.restarts]))      # a group's each, and a site's front ("site")
     metric("actor_restarts_total", "counter", "Restarts of the pipeline after an actor's death, by the actor that died "
            "(pipeline/launch.py supervision).", [({"actor": a}, front.restarts.get(a, 0)) for a in actors])
     metric("analysis_running", "gauge", "1 while an analysis is being written (a question preempts it).",
@@ -83,6 +84,11 @@ def render(front) -> str:
            "serve.request_timeout_s) before the answer ended.", [({}, front.counts["client_disconnects"])])
     metric("connections_refused_total", "counter", "HTTP connections refused with 503 past serve.max_connections.",
            [({}, front.counts["connections_refused"])])
+    metric("answers_lost_total", "counter", "Requests ended with an error because their stream's node group was "
+           "started again (a site: pipeline/serve/site.py); the asker is told to ask again.",
+           [({}, front.counts["answers_lost"])])
+    metric("cancels_undelivered_total", "counter", "Cancels of an answer that could not reach its stream's owner "
+           "(its node gone from the site).", [({}, front.counts["cancels_undelivered"])])
     metric("line_surprise", "histogram", "Scored stream lines by surprise: the z of a line's mean -log p against its "
            "template's baseline (pipeline/stream/surprise.py; replay.score_stream).", [])
     for v in views:

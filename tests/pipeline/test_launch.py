@@ -312,6 +312,9 @@ def test_a_sites_front_that_dies_starts_again_and_answers_while_the_streams_go_o
              "reaching it", proc)
     again = ask_site(port, "bgl"), ask_site(port, "tep")
     assert again[1][1] == first[1] and again[0][1].strip()        # the same question of the same ring: the same text
+    restarts = dict(re.findall(r'^ringspec_actor_restarts_total\{actor="([a-z_@]+)"\} (\d+)$', site_metrics(port),
+                               re.M))
+    assert restarts["site"] == "1" and restarts["target@a"] == restarts["cache_owner@b"] == "0", restarts
     proc.send_signal(signal.SIGINT)
     out, err = procs.finish(proc, "the server draining")
     assert proc.returncode == 0, err

@@ -113,6 +113,7 @@ def test_the_front_refuses_a_stream_whose_node_is_away_and_ends_requests_of_a_re
     from models.tokenizer import Tokenizer
     from pipeline.config import Config
     from pipeline.serve.front import Front, RequestError
+    from pipeline.serve.metrics import render
     hub, links, _ = site
     front = Front(Config(), Tokenizer.from_gguf(default_gguf),
                   [("tep", hub.asks("group0", "tep"), None, "a"), ("bgl", hub.asks("group9", "bgl"), None, "b")])
@@ -125,6 +126,7 @@ def test_the_front_refuses_a_stream_whose_node_is_away_and_ends_requests_of_a_re
     kind, info = answer.items.get(timeout=1.0)
     assert kind == "done" and info["error"] == "streams tep were started again" and answer.finished
     assert front.views["tep"].labels() == {"stream": "tep", "node": "a"}
+    assert "\nringspec_answers_lost_total 1\n" in render(front)
 
 
 def _ask(front):
