@@ -7,6 +7,8 @@ fails a correct test when the host is busy; these do not.
 """
 from __future__ import annotations
 
+import contextlib
+import multiprocessing as mp
 import subprocess
 import threading
 
@@ -53,3 +55,18 @@ def finish(proc: subprocess.Popen, what: str, data: str | None = None) -> tuple[
         proc.kill()
         pytest.fail(str(e))
     return got[0], got[1]
+
+
+@contextlib.contextmanager
+def actor(run, stop, **kwargs):
+    """An actor's `run(**kwargs, stop=stop)` in a spawned process of its own, as the launcher starts it; on leaving,
+    the stop flag is set and the process reaped (killed if it does not end)."""
+    proc = mp.get_context("spawn").Process(target=run, daemon=True, kwargs={**kwargs, "stop": stop})
+    proc.start()
+    try:
+        yield proc
+    finally:
+        stop.set()
+        proc.join(timeout=30)
+        if proc.is_alive():
+            proc.kill()

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import multiprocessing as mp
 import os
 import threading
 from pathlib import Path
@@ -25,6 +24,7 @@ from pipeline.decode.drafts import SuffixDraft
 from pipeline.decode.engine import Engine
 from pipeline.decode.local import LocalVerifier
 from pipeline.messages import Constrain, Prefill, Verify
+from tests import procs
 from tests.tiny_gguf import converted_tiny
 
 SPEC = RingSpec(sink=4, window=32, ring=48)
@@ -276,50 +276,42 @@ def test_the_target_actor_answers_three_streams_passes_as_each_got_alone(default
     stop = StopFlag(str(tmp_path / "stop"))
     with contextlib.ExitStack() as held:
         backs = [held.enter_context(Channel.create(r)) for r in replies]
-        actor = mp.get_context("spawn").Process(target=target_actor.run, daemon=True,
-                                                kwargs=dict(inboxes=inboxes, outboxes=[r.name for r in replies],
-                                                            cfg=cfg, spec=ring_spec(cfg), stop=stop))
-        actor.start()
-        try:
-            for back in backs:
-                assert isinstance(decode(back.recv(timeout=300)), Ready)
-            tos = [Channel.attach(i.name, timeout=60) for i in inboxes]
-            order = [(n, i) for i in range(max(map(len, recorded))) for n in range(3) if i < len(recorded[n])]
-            sender = threading.Thread(target=lambda: [send(tos[n], _as_message(n, i, recorded[n][i]), timeout=60)
-                                                      for n, i in order], daemon=True)
-            sender.start()
-            expected = [[reply for call in calls for reply in _replies(call)] for calls in recorded]
-            selector = Selector(backs)
-            done = [0, 0, 0]
-            while sum(done) < sum(map(len, expected)):
-                ready = selector.wait(120)
-                assert ready, f"no answer within 120 s; {done} of {list(map(len, expected))}"
-                n = backs.index(ready[0])
-                with ready[0].recv(timeout=1) as received:
-                    msg = decode(received)
-                    want, where = expected[n][done[n]], f"stream {n}, reply {done[n]}"
-                    assert type(msg).__name__ == want[0], where
-                    if isinstance(msg, Verdict):
-                        assert (msg.rows, msg.next) == want[1:], where
-                    elif isinstance(msg, Scored):
-                        assert np.array_equal(msg.nll, want[1], equal_nan=True), where
-                    else:
-                        assert msg.next == want[1], where
-                    done[n] += 1
-            sender.join(timeout=60)
-            for n in (1, 0, 2):                   # the actor ends once every stream has closed
-                assert actor.is_alive()
-                send(tos[n], Close(), timeout=60)
-                closed = decode(backs[n].recv(timeout=60))
-                assert isinstance(closed, Closed) and closed.figures["forward_calls"] >= sum(map(len, recorded))
-            assert closed.figures["kv_pool_mb"] > 0 and closed.figures["passes"] <= closed.figures["forward_calls"]
-            actor.join(timeout=30)
-            assert actor.exitcode == 0
-        finally:
-            stop.set()
-            actor.join(timeout=30)
-            if actor.is_alive():
-                actor.kill()
+        actor = held.enter_context(procs.actor(target_actor.run, stop, inboxes=inboxes, cfg=cfg, spec=ring_spec(cfg),
+                                               outboxes=[r.name for r in replies]))
+        for back in backs:
+            assert isinstance(decode(back.recv(timeout=300)), Ready)
+        tos = [Channel.attach(i.name, timeout=60) for i in inboxes]
+        order = [(n, i) for i in range(max(map(len, recorded))) for n in range(3) if i < len(recorded[n])]
+        sender = threading.Thread(target=lambda: [send(tos[n], _as_message(n, i, recorded[n][i]), timeout=60)
+                                                  for n, i in order], daemon=True)
+        sender.start()
+        expected = [[reply for call in calls for reply in _replies(call)] for calls in recorded]
+        selector = Selector(backs)
+        done = [0, 0, 0]
+        while sum(done) < sum(map(len, expected)):
+            ready = selector.wait(120)
+            assert ready, f"no answer within 120 s; {done} of {list(map(len, expected))}"
+            n = backs.index(ready[0])
+            with ready[0].recv(timeout=1) as received:
+                msg = decode(received)
+                want, where = expected[n][done[n]], f"stream {n}, reply {done[n]}"
+                assert type(msg).__name__ == want[0], where
+                if isinstance(msg, Verdict):
+                    assert (msg.rows, msg.next) == want[1:], where
+                elif isinstance(msg, Scored):
+                    assert np.array_equal(msg.nll, want[1], equal_nan=True), where
+                else:
+                    assert msg.next == want[1], where
+                done[n] += 1
+        sender.join(timeout=60)
+        for n in (1, 0, 2):                   # the actor ends once every stream has closed
+            assert actor.is_alive()
+            send(tos[n], Close(), timeout=60)
+            closed = decode(backs[n].recv(timeout=60))
+            assert isinstance(closed, Closed) and closed.figures["forward_calls"] >= sum(map(len, recorded))
+        assert closed.figures["kv_pool_mb"] > 0 and closed.figures["passes"] <= closed.figures["forward_calls"]
+        actor.join(timeout=30)
+        assert actor.exitcode == 0
 
 
 def _waiting(*items):

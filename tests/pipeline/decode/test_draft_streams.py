@@ -4,7 +4,6 @@ the same actor sends it when it serves that stream alone."""
 from __future__ import annotations
 
 import contextlib
-import multiprocessing as mp
 import os
 
 import numpy as np
@@ -19,6 +18,7 @@ from pipeline.config import ring_spec
 from pipeline.decode.drafts import speaks
 from pipeline.messages import Close, Closed, Commit, Observe, Proposal, Restart, decode, send
 from pipeline.process import StopFlag
+from tests import procs
 from tests.tiny_gguf import write_tiny_gguf
 
 TEXTS = [np.random.default_rng(seed).integers(3, 200, 40) for seed in (1, 2, 3)]   # wraps the 16-slot ring
@@ -46,45 +46,37 @@ def _serve(cfg, streams: list[int], tmp_path) -> dict[int, list[tuple]]:
     got: dict[int, list[tuple]] = {n: [] for n in streams}
     with contextlib.ExitStack() as held:
         backs = [held.enter_context(Channel.create(r)) for r in replies]
-        actor = mp.get_context("spawn").Process(target=draft_actor.run, daemon=True, kwargs=dict(
-            inboxes=inboxes, outboxes=[r.name for r in replies], cfg=cfg, spec=ring_spec(cfg), vocab=vocab,
-            stop=stop))
-        actor.start()
-        try:
-            tos = [held.enter_context(Channel.attach(i.name, timeout=120)) for i in inboxes]
+        actor = held.enter_context(procs.actor(draft_actor.run, stop, inboxes=inboxes, cfg=cfg, spec=ring_spec(cfg),
+                                               outboxes=[r.name for r in replies], vocab=vocab))
+        tos = [held.enter_context(Channel.attach(i.name, timeout=120)) for i in inboxes]
 
-            def proposal(i: int) -> Proposal:
-                with backs[i].recv(timeout=60) as received:
-                    msg = decode(received)
-                assert isinstance(msg, Proposal), msg
-                got[streams[i]].append((msg.epoch, msg.block, msg.n, msg.pending, msg.tokens.tolist(),
-                                        msg.parent.tolist()))
-                return msg
+        def proposal(i: int) -> Proposal:
+            with backs[i].recv(timeout=60) as received:
+                msg = decode(received)
+            assert isinstance(msg, Proposal), msg
+            got[streams[i]].append((msg.epoch, msg.block, msg.n, msg.pending, msg.tokens.tolist(),
+                                    msg.parent.tolist()))
+            return msg
 
-            for i, n in enumerate(streams):
-                send(tos[i], Observe(ids=TEXTS[n][:-1]), timeout=10)
-            for i, n in enumerate(streams):
-                send(tos[i], Restart(epoch=1, n=len(TEXTS[n]) - 1, pending=int(TEXTS[n][-1]), budget=24, length=-1,
-                                     ids=np.zeros(0, np.int64)), timeout=10)
-            firsts = [[proposal(i), proposal(i)][0] for i in range(len(streams))]     # AHEAD blocks each
-            for i, first in enumerate(firsts):
-                send(tos[i], Commit(epoch=1, length=-1, ids=np.array([first.pending, *first.tokens], np.int64)),
-                     timeout=10)
-            for i in range(len(streams)):
-                proposal(i)
-            for i in range(len(streams)):
-                assert actor.is_alive()                   # it ends once every stream has closed
-                send(tos[i], Close(), timeout=10)
-                with backs[i].recv(timeout=60) as received:
-                    closed = decode(received)
-                assert isinstance(closed, Closed) and closed.figures["proposals"] == 3
-            actor.join(timeout=30)
-            assert actor.exitcode == 0
-        finally:
-            stop.set()
-            actor.join(timeout=30)
-            if actor.is_alive():
-                actor.kill()
+        for i, n in enumerate(streams):
+            send(tos[i], Observe(ids=TEXTS[n][:-1]), timeout=10)
+        for i, n in enumerate(streams):
+            send(tos[i], Restart(epoch=1, n=len(TEXTS[n]) - 1, pending=int(TEXTS[n][-1]), budget=24, length=-1,
+                                 ids=np.zeros(0, np.int64)), timeout=10)
+        firsts = [[proposal(i), proposal(i)][0] for i in range(len(streams))]     # AHEAD blocks each
+        for i, first in enumerate(firsts):
+            send(tos[i], Commit(epoch=1, length=-1, ids=np.array([first.pending, *first.tokens], np.int64)),
+                 timeout=10)
+        for i in range(len(streams)):
+            proposal(i)
+        for i in range(len(streams)):
+            assert actor.is_alive()                       # it ends once every stream has closed
+            send(tos[i], Close(), timeout=10)
+            with backs[i].recv(timeout=60) as received:
+                closed = decode(received)
+            assert isinstance(closed, Closed) and closed.figures["proposals"] == 3
+        actor.join(timeout=30)
+        assert actor.exitcode == 0
     return got
 
 
