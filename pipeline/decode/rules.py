@@ -22,6 +22,8 @@ from __future__ import annotations
 
 import bisect
 import re
+import threading
+import weakref
 
 import numpy as np
 
@@ -61,7 +63,16 @@ class TokenTable:
 
     @classmethod
     def of(cls, tok) -> "TokenTable":
-        return cls([tok.token_bytes(i) for i in range(tok.vocab_size)])
+        """The table of a tokenizer's vocabulary, built once per tokenizer (read-only: a process's streams share
+        it, as they share the tokenizer)."""
+        with _TABLES_LOCK:
+            if tok not in _TABLES:
+                _TABLES[tok] = cls([tok.token_bytes(i) for i in range(tok.vocab_size)])
+            return _TABLES[tok]
+
+
+_TABLES: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()      # tokenizer -> its TokenTable
+_TABLES_LOCK = threading.Lock()
 
 
 class IdentifierRule:
