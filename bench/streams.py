@@ -27,7 +27,8 @@ import numpy as np
 from bench.streams_actors import run_actors
 from models.graph import SOFTMAX_ROWS
 from models.registry import converted_dir, resolve_gguf
-from models.runner import Runner
+from models.convert import load_card
+from models.runner import Runner, kv_bytes_per_slot
 from models.streams import Rows, Streams, pack
 from models.tokenizer import Tokenizer
 from pipeline.config import ring_spec
@@ -35,6 +36,7 @@ from pipeline.decode.drafts import SuffixDraft
 from pipeline.decode.engine import Engine
 from pipeline.report import Failure, Report
 from pipeline.stream.records import read_log, render
+from pipeline.stream.replay import replay_frame
 
 SHARED = Path(__file__).resolve().parents[2] / "shared" / "data"
 
@@ -260,7 +262,7 @@ class StreamsReport(Report):
                          f"{np.mean([p['decode_tokens_per_s'] for p in s['per_stream']]):10.1f} "
                          f"{np.mean([p['ttft_ms'] for p in s['per_stream']]):8.0f} {str(a['identical']):>9s} "
                          f"{a['memory_per_added_stream_bytes'] / 2**20:15.1f} "
-                         f"{row['target_only']['kv_pool_bytes_per_stream'] / 2**20 if n > 1 else 0:11.1f}")
+                         f"{a['kv_pool_bytes_per_stream'] / 2**20 if n > 1 else 0:11.1f}")
         lines += ["target only (one several-stream target against N runners taking turns):",
                   f"{'streams':>7s} {'decode tok/s':>12s} {'x one':>6s} {'independent':>11s} {'prefill tok/s':>13s} "
                   f"{'independent':>11s} {'same tokens':>11s} {'MB/added stream':>15s} {'of it pools':>11s}"]
@@ -309,6 +311,10 @@ def run_streams_bench(cfg, counts: str, prompt_tokens: int, new_tokens: int, rep
                         progress=say)
     target = run_streams(cfg, wanted, prompt_tokens, new_tokens, repeats, progress=say)
     one = actors[1]["shared"]["aggregate_tokens_per_s"]
+    spec = replay_frame(cfg).spec                 # the actors' pools: replay's ring (its scratch span included)
+    card = load_card(converted_dir(resolve_gguf(cfg.model.gguf)))["config"]
+    for row in actors.values():
+        row["kv_pool_bytes_per_stream"] = kv_bytes_per_slot(card) * spec.stored_slots
     return StreamsReport({n: {"aggregate_tokens_per_s": actors[n]["shared"]["aggregate_tokens_per_s"],
                               "vs_one_stream": actors[n]["shared"]["aggregate_tokens_per_s"] / one if one else None,
                               "actors": actors[n], "target_only": target[n]} for n in wanted})

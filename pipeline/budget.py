@@ -47,6 +47,12 @@ SESSION_MIB_PER_WEIGHT_MIB = 128 / 106.4
 # holds its own packed weights and arena. Measured for SmolLM2-135M (136 MiB PSS: `python run.py bench --task
 # streams`, target only, "the single-stream graph kept beside"); another model's is scaled by its weights.
 LONE_GRAPH_MIB_PER_WEIGHT_MIB = 136 / 106.4
+# An added stream's state in the actors that serve every stream of a node, beyond its pools, buffers and channels
+# (each stream's verifier, sampler and staging in the target; its proposer in the draft; the first stream's is in
+# PROCESS_MIB), MiB: `python run.py bench --task streams --streams 1,2,4,8 --repeats 1` at f969b9b, each process's
+# PSS at the peak from 4 to 8 streams per added stream (target 120.3 less its 105.6 pool and 1.6 channel; draft 4.3
+# less its 1.3 channel; the cache owner and output grew by none).
+STREAM_MIB = {"target": 13, "draft": 3}
 SQLITE_CACHE_BYTES = 2000 * 1024     # SQLite's default cache_size (-2000: 2,000 KiB) per connection
 ARCHIVE_CONNECTIONS = 2              # the owner's writer, the front's reader
 
@@ -169,6 +175,9 @@ def plan(cfg: Config, ram: int | None = None, node: str | None = None) -> Plan:
                                   ARCHIVE_CONNECTIONS * SQLITE_CACHE_BYTES))
     for process in ["launcher"] if serial else ["launcher", *ROLES]:
         terms.append(Term(process, "process", PROCESS_MIB[process] * MiB))
+    if not serial and len(streams) > 1:
+        for process, mib in STREAM_MIB.items():
+            terms.append(Term(process, f"stream state x {len(streams) - 1} added", (len(streams) - 1) * mib * MiB))
     board_ram = ram if ram is not None else (cfg.board.ram_mb * MiB or _mem_total())
     return Plan(board=cfg.board.name or "this machine", ram=board_ram, reserve=cfg.board.reserve_mb * MiB,
                 npu_domain=cfg.board.npu_domain_mb * MiB if cfg.board.npu else 0, terms=terms)

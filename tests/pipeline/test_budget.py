@@ -60,6 +60,8 @@ def test_streams_sharing_a_target_add_a_pool_each_and_each_node_is_planned_alone
     on_one = budget.plan(config.load(_profile(tmp_path, streams.replace('node = "b"', 'node = "a"')))).as_dict()
     assert [t["bytes"] for t in on_one["terms"] if t["what"] == "kv pool x 3 streams"] == [3 * pool]
     assert set(on_one["processes"]) == set(one["processes"])          # one process of each role serves them all
+    assert {(t["process"], t["bytes"]) for t in on_one["terms"] if t["what"] == "stream state x 2 added"} == {
+        (process, 2 * mib << 20) for process, mib in budget.STREAM_MIB.items()}
     assert {t["what"] for t in on_one["terms"] if t["process"] == "cache_owner" and "channel" in t["what"]} == {
         f"channel {ch} s{i}" for ch in ("lines", "from_target", "from_draft") for i in range(3)}
     lone = [t for t in on_one["terms"] if t["what"] == "single-stream graph"]       # model.lone_graph (default)
