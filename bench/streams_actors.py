@@ -133,10 +133,12 @@ def _sample_pss(roots: list[int], done) -> tuple[int, dict[str, int]]:
     while not done():
         now: dict[str, int] = {}
         for pid in _tree(roots):
-            name = _name(pid)
-            now[name] = now.get(name, 0) + _pss(pid)
-        if sum(now.values()) > peak:
-            peak, by_process = sum(now.values()), now
+            if pss := _pss(pid):                      # 0: gone since the listing (its name is gone too)
+                name = _name(pid)
+                now[name] = now.get(name, 0) + pss
+        total = sum(now.values())
+        if total > peak:
+            peak, by_process = total, now
         time.sleep(SAMPLE_S)
     return peak, dict(sorted(by_process.items()))
 
