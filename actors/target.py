@@ -8,11 +8,11 @@ judges them with the serial engine's verifier (pipeline/decode/local.py), one pe
 owner said to keep, and for a block answers on the stream's outbox with a `Verdict` (rows accepted, next token);
 `Close` gets that stream the figures (`Closed`); the actor ends when every stream has closed.
 
-Several streams: the passes waiting in the inboxes run together, at most one per stream and SOFTMAX_ROWS rows in all,
-in one pass of the smallest several-stream graph that holds them (models/streams.py: the single-stream graph or the
-one with a slot per stream), each stream's rows seeing only its own ring; a stream's answers are the bits it gets
-alone (tests/models/test_streams.py). Messages of one stream are handled in the order
-they came; a `Constrain` or `Close` waits for the passes before it.
+Several streams: the passes waiting in the inboxes run together, at most one per stream, `model.pass_streams` streams
+and SOFTMAX_ROWS rows in all, in one pass of the smallest several-stream graph that holds them (models/streams.py: the
+single-stream graph or the one with `pass_streams` slots; more streams take turns), each stream's rows seeing only
+its own ring; a stream's answers are the bits it gets alone (tests/models/test_streams.py). Messages of one stream
+are handled in the order they came; a `Constrain` or `Close` waits for the passes before it.
 
 Never decides positions, slots or what is committed: the owner does, from its ring index; this actor's only state is
 the pools' contents and the samplers.
@@ -54,7 +54,8 @@ def run(inboxes: list[ChannelSpec], outboxes: list[str], cfg, spec, stop) -> Non
     exactness = check(runner)                     # the single-stream graph: a stream's attention nodes in any pass
     if streams > 1:
         del runner                                # its session and pools: each stream has its own pools below
-        batch = Streams(model_dir, spec, streams, opts, None if cfg.model.lone_graph else (streams,))
+        widest = min(streams, cfg.model.pass_streams)
+        batch = Streams(model_dir, spec, streams, opts, (1, widest) if cfg.model.lone_graph else (widest,))
         runners = batch.runners
     else:
         runner.reserve()                          # the arena at its high-water mark before the first line
@@ -130,7 +131,7 @@ def run(inboxes: list[ChannelSpec], outboxes: list[str], cfg, spec, stop) -> Non
                     raise ValueError(f"target: unexpected message {msg.kind!r}")
                 front = waiting[0]
                 passed_over = held[1] if held[0] is front else 0
-                chosen = _one_pass(waiting, streams, passed_over)
+                chosen = _one_pass(waiting, 1 if batch is None else batch.widest, passed_over)
                 held = (None, 0) if any(item is front for item in chosen) else (front, passed_over + 1)
                 if batch is None:
                     results = [verifiers[0].drive(coroutine(0, chosen[0][2]))]
@@ -165,10 +166,11 @@ class _Inboxes:
         return bool(waiting)
 
 
-def _one_pass(waiting: deque, streams: int, passed_over: int = 0) -> list:
+def _one_pass(waiting: deque, slots: int, passed_over: int = 0) -> list:
     """The passes that run together: each stream's first waiting pass (a stream's later pass waits for its earlier
     one), up to the first message that is not a pass (it must see the passes before it done), in arrival order while
-    the rows fit (models/streams.py `pack`: SOFTMAX_ROWS in all, an idle slot as 2 rows, a 1-row pass as 2).
+    a slot of the widest graph is free and the rows fit (models/streams.py `pack`: SOFTMAX_ROWS in all, an idle slot
+    as 2 rows, a 1-row pass as 2).
 
     Answers first: while some stream's pass answers (a verify block, or a chunk whose next token is picked), other
     streams' feed chunks wait, so an answer's step costs a few rows (often in the single-stream graph), not a 32-row
@@ -185,7 +187,7 @@ def _one_pass(waiting: deque, streams: int, passed_over: int = 0) -> list:
     answers = [item for item in firsts if _answers(item[2])]
     if answers and passed_over < ANSWER_FIRST:
         firsts = answers
-    return [firsts[i] for i in pack([len(item[2].ids) for item in firsts], streams)]
+    return [firsts[i] for i in pack([len(item[2].ids) for item in firsts], slots)]
 
 
 def _answers(msg) -> bool:

@@ -47,11 +47,12 @@ LOGS = ("loghub/BGL_2k.log", "tep_alarms/filter/text_alarms_filter_2.csv", "logh
 
 class Lockstep:
     """Passes of several threads, one per stream, run together: once every stream still running has a pass waiting,
-    one pass runs with each waiting stream's rows that fit (SOFTMAX_ROWS in all, an idle stream as 2 rows; the
-    first asked turns round); the others wait for the next. `run(parts)` -> each part's logits."""
+    one pass runs with each waiting stream's rows that fit (at most `slots` streams, SOFTMAX_ROWS rows in all, an
+    idle slot as 2 rows; the first asked turns round); the others wait for the next. `run(parts)` -> each part's
+    logits."""
 
-    def __init__(self, run, n: int):
-        self.run, self.n, self.live = run, n, n
+    def __init__(self, run, n: int, slots: int):
+        self.run, self.n, self.live, self.slots = run, n, n, slots
         self.cv = threading.Condition()
         self.waiting: list = [None] * n
         self.out: list = [None] * n
@@ -77,7 +78,7 @@ class Lockstep:
             return
         order = [i for i in ((self.turn + k) % self.n for k in range(self.n)) if self.waiting[i] is not None]
         parts = [None] * self.n
-        for j in pack([len(self.waiting[i].tokens) for i in order], self.n):     # the target actor's packing
+        for j in pack([len(self.waiting[i].tokens) for i in order], self.slots):    # the target actor's packing
             parts[order[j]] = self.waiting[order[j]]
         self.turn += 1
         got = self.run(parts)
@@ -108,24 +109,26 @@ class System:
     name: str
     runners: list                 # each stream's runner (pools); batched: pools-only
     run: object                   # parts -> logits per part
+    slots: int                    # the most streams one pass carries
 
 
-def batched(model_dir, spec, opts, n: int, sizes: tuple[int, ...] | None = None) -> System:
-    """N streams on one target (one stream: a plain runner); `sizes`: its graphs (default: the target actor's)."""
+def batched(model_dir, spec, opts, n: int, sizes: tuple[int, ...]) -> System:
+    """N streams on one target (one stream: a plain runner); `sizes`: its graphs (the target actor's: 1 and
+    min(N, model.pass_streams))."""
     if n == 1:
         one = Runner(model_dir, spec, opts)
-        return System("batched", [one], lambda parts: [one.forward(**vars(parts[0]))])
+        return System("batched", [one], lambda parts: [one.forward(**vars(parts[0]))], 1)
     batch = Streams(model_dir, spec, n, opts, sizes)
-    return System("batched", batch.runners, batch.forward)
+    return System("batched", batch.runners, batch.forward, batch.widest)
 
 
-def systems(model_dir, spec, opts, n: int) -> list[System]:
-    """The ways N streams run: batched, and (N > 1) independent."""
+def systems(model_dir, spec, opts, n: int, widest: int) -> list[System]:
+    """The ways N streams run: batched (a pass carrying at most `widest` streams), and (N > 1) independent."""
     if n == 1:
-        return [batched(model_dir, spec, opts, 1)]
+        return [batched(model_dir, spec, opts, 1, (1,))]
     alone = [Runner(model_dir, spec, opts) for _ in range(n)]
     independent = (lambda parts: [None if p is None else r.forward(**vars(p)) for r, p in zip(alone, parts)])
-    return [batched(model_dir, spec, opts, n), System("independent", alone, independent)]
+    return [batched(model_dir, spec, opts, n, (1, widest)), System("independent", alone, independent, n)]
 
 
 def one_run(system: System, texts: list[np.ndarray], new_tokens: int) -> dict:
@@ -137,7 +140,8 @@ def one_run(system: System, texts: list[np.ndarray], new_tokens: int) -> dict:
     out: list = [None] * n
 
     def phase(work) -> tuple[float, int]:
-        lock = Lockstep(lambda parts: [None if g is None else g.copy() for g in system.run(parts)], n)
+        run = (lambda parts: [None if g is None else g.copy() for g in system.run(parts)])
+        lock = Lockstep(run, n, system.slots)
         for seat in seats:
             seat.lockstep = lock
 
@@ -180,7 +184,7 @@ def _pss_kb() -> int:
         return next(int(line.split()[1]) for line in f if line.startswith("Pss:"))
 
 
-def memory(model_dir, spec, opts, n: int, sizes: tuple[int, ...] | None = None) -> int:
+def memory(model_dir, spec, opts, n: int, sizes: tuple[int, ...]) -> int:
     """Bytes a fresh process holds after building n streams' target (its graphs: `sizes`), writing its pools and
     running one pass (PSS growth; each graph's session holds its own packed weights)."""
     ctx = mp.get_context("spawn")
@@ -210,12 +214,13 @@ def run_streams(cfg, counts: list[int], prompt_tokens: int = 512, new_tokens: in
         text = render(read_log(path)) if path.suffix == ".csv" else path.read_text(errors="replace")
         texts.append(np.asarray(tok.encode(text)[:prompt_tokens + 1], np.int64))
     out: dict = {}
-    # per stream: the N-stream graph alone; the single-stream graph the target keeps beside it is a fixed cost
-    mem = {n: memory(model_dir, spec, opts, n, (n,) if n > 1 else None) for n in sorted(set(counts) | {1})}
-    small = {n: memory(model_dir, spec, opts, n) - mem[n] for n in counts if n > 1}
+    wide = (lambda n: min(n, cfg.model.pass_streams))      # the target actor's widest graph
+    # per stream: the several-stream graph alone; the single-stream graph the target keeps beside it is a fixed cost
+    mem = {n: memory(model_dir, spec, opts, n, (wide(n),)) for n in sorted(set(counts) | {1})}
+    small = {n: memory(model_dir, spec, opts, n, (1, wide(n))) - mem[n] for n in counts if n > 1}
     for n in counts:
         figs: dict = {}
-        built = systems(model_dir, spec, opts, n)
+        built = systems(model_dir, spec, opts, n, wide(n))
         for r in range(repeats):
             for system in built if r % 2 == 0 else built[::-1]:
                 got = one_run(system, texts[:n], new_tokens)

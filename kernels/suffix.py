@@ -22,7 +22,7 @@ class SuffixIndex:
         self.tables = {g: np.full(1 << table_bits, -1, np.int64) for g in self.grams}
         # The domain prior: each token's frequent followers over the whole stream (Misra-Gries with FOLLOWERS
         # counters per hashed token: a follower seen more than 1/(FOLLOWERS+1) of the time keeps its counter).
-        self.follower = np.full((1 << table_bits, FOLLOWERS), -1, np.int64)
+        self.follower = np.full((1 << table_bits, FOLLOWERS), -1, np.int32)      # token ids
         self.follower_count = np.zeros((1 << table_bits, FOLLOWERS), np.int64)
 
     def _hash(self, end: int, g: int) -> int:

@@ -111,14 +111,14 @@ class Runner:
         self._tables = np.zeros((4, T, D // 2), np.float32)           # cos, sin, cos_sink, sin_sink
         self._mask = np.zeros(T * (S + R + opts.max_recent + T), np.float32)
         self._pad_mask = np.zeros(2 * (S + R + opts.max_recent + 2), np.float32)   # a 1-row pass and its padding
-        self._recent = np.zeros((2, L * KVH * opts.max_recent * D), kv)
-        self._gathered = np.zeros((L, opts.max_recent, KVH, D), kv)
+        self._recent = self.recent_buffer(self.cfg, opts) if session else None   # pools only: its pass's owner's
         self._rows = np.zeros(max(T, 2), np.int64)
         self._logits = np.zeros((1, max(T, 2) if session else 0, self.vocab), np.float32)
         self._targets = np.zeros(max(T, 2), np.int64)               # each logit row's next token (graph `nll`)
         self._nll = np.zeros(max(T, 2), np.float32)
         self.nll = self._nll[:0]                                  # the last forward's `nll` [M]
-        self._new_kv = np.zeros((2, L * KVH * max(T, 2) * D), kv)   # flat: each call views a contiguous [L,KVH,T,D]
+        # flat: each call views a contiguous [L, KVH, T, D] (none without a session: its pass's owner has them)
+        self._new_kv = np.zeros((2, L * KVH * max(T, 2) * D if session else 0), kv)
         self.new_k = self.new_v = self._new_kv[:, :0]
         self._path = np.zeros(max(T, 2) ** 2, np.int64)
         self._chain_paths = np.tile(np.arange(max(T, 2), dtype=np.int64), (max(T, 2), 1))   # chain row r: 0..r, pad
@@ -199,9 +199,11 @@ class Runner:
 
     def stage(self, tokens: np.ndarray, positions: np.ndarray, mask: np.ndarray,
               logit_rows: np.ndarray | None = None, recent_slots: np.ndarray | None = None,
-              path: np.ndarray | None = None, ring_from: int = 0, targets: np.ndarray | None = None) -> Staged:
+              path: np.ndarray | None = None, ring_from: int = 0, targets: np.ndarray | None = None,
+              recent_into: np.ndarray | None = None) -> Staged:
         """This stream's share of a pass (`forward`'s arguments), written into this runner's buffers: checked, a
-        1-row pass given its padding row, rotation tables made, the recent positions' K/V gathered. Nothing bound."""
+        1-row pass given its padding row, rotation tables made, the recent positions' K/V gathered (into
+        `recent_into`, a `recent_buffer` of the pass's owner, or this runner's own). Nothing bound."""
         T = len(tokens)
         if T > self.opts.max_rows:
             raise ValueError(f"{T} rows exceed max_rows={self.opts.max_rows}")
@@ -237,7 +239,7 @@ class Runner:
         rows, nexts = self._rows[:M], self._targets[:M]
         rows[:] = np.arange(M) if logit_rows is None else logit_rows
         nexts[:] = 0 if targets is None else targets
-        recent_k, recent_v = self._recent_kv(recent_slots)
+        recent_k, recent_v = self._recent_kv(recent_slots, self._recent if recent_into is None else recent_into)
         self._check_pool(pool_columns, ring_from)
         return Staged(T, M, pad, ids, (cos, sin, cos_s, sin_s), mask, rows, nexts, recent_k, recent_v, bound,
                       ring_from, pool_columns - self.spec.sink)
@@ -302,27 +304,35 @@ class Runner:
             raise ValueError(f"the mask gives {columns} pool columns from ring slot {first}; this pool has "
                              f"{self.spec.sink} sink slots and {self.spec.ring} ring slots ({self.mirror} mirrored)")
 
-    def _recent_kv(self, slots) -> tuple[np.ndarray, np.ndarray]:
-        """The recent section's K and V [L * KVH, m, D], gathered from the pool slots `slots`."""
+    @staticmethod
+    def recent_buffer(cfg: dict, opts: RunnerOptions) -> np.ndarray:
+        """Room for a pass's recent section: K and V of max_recent positions in every layer (a stream's pass has
+        one; models/streams.py holds one per slot of its widest graph, its streams' runners none)."""
+        return np.zeros((2, cfg["n_layers"] * cfg["n_kv_heads"] * opts.max_recent * cfg["head_dim"]),
+                        np.dtype(opts.kv_dtype))
+
+    def _recent_kv(self, slots, into: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """The recent section's K and V [L * KVH, m, D], gathered from the pool slots `slots` into `into`."""
         L, KVH, D = self.cfg["n_layers"], self.cfg["n_kv_heads"], self.cfg["head_dim"]
         m = 0 if slots is None else len(slots)
         if m > self.opts.max_recent:
             raise ValueError(f"{m} recent positions exceed max_recent={self.opts.max_recent}")
-        k, v = (buf[: L * KVH * m * D].reshape(L, KVH, m, D) for buf in self._recent)
+        k, v = (buf[: L * KVH * m * D].reshape(L, KVH, m, D) for buf in into)
         if m:
             self._gather_recent(np.asarray(slots), k, v)
         return k.reshape(L * KVH, m, D), v.reshape(L * KVH, m, D)
 
     def _gather_recent(self, slots: np.ndarray, k: np.ndarray, v: np.ndarray) -> None:
-        """The K/V of pool `slots` (positions in order: the sink slots, if any, first) into k and v [L, KVH, m, D]."""
+        """The K/V of pool `slots` (positions in order: the sink slots, if any, first) into k and v [L, KVH, m, D],
+        a run of consecutive slots at a time (recent positions are consecutive: a run, or a few where the sinks end
+        and the ring wraps), straight from the pool's [L, slot, KVH, D] layout; no temporary."""
         S, m = self.spec.sink, len(slots)
-        gathered = self._gathered[:, :m]
-        cut = int(np.searchsorted(slots, S))
-        for out, sink_pool, ring_pool in ((k, self.sink_k, self.ring_k), (v, self.sink_v, self.ring_v)):
-            if cut:                                  # the first block after the sinks; no pool-sized temporary
-                np.take(sink_pool, slots[:cut], axis=1, out=gathered[:, :cut])
-            np.take(ring_pool, slots[cut:] - S, axis=1, out=gathered[:, cut:])
-            np.copyto(out, gathered.transpose(0, 2, 1, 3))
+        cuts = (np.flatnonzero((np.diff(slots) != 1) | (slots[1:] == S)) + 1).tolist()
+        for a, b in zip([0, *cuts], [*cuts, m]):
+            first = int(slots[a])
+            for out, sink_pool, ring_pool in ((k, self.sink_k, self.ring_k), (v, self.sink_v, self.ring_v)):
+                run = sink_pool[:, first:first + b - a] if first < S else ring_pool[:, first - S:first - S + b - a]
+                np.copyto(out[:, :, a:b], run.transpose(0, 2, 1, 3))
 
     def store(self, rows: np.ndarray, slots: np.ndarray) -> None:
         """Copy the K/V of new rows `rows` (from the last forward) into pool `slots` (sink slots first, then ring)."""

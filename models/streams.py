@@ -1,8 +1,8 @@
 """One pass over the rows of several streams: sessions of the several-stream graph at a few sizes, each stream's
 pools in a pools-only `Runner` of its own.
 
-Owns the pass: which graph runs it (the smallest size that holds the streams with rows: by default the single-stream
-graph and the N-stream one), which slot each stream takes in it (the streams with rows first, in stream order; the
+Owns the pass: which graph runs it (the smallest size that holds the streams with rows: the target's are the
+single-stream graph and one with `model.pass_streams` slots), which slot each stream takes in it (the streams with rows first, in stream order; the
 slots left over carry idle streams), the streams' rows concatenated in slot order (ids, rotation tables, logit rows,
 targets), each stream's mask, recent section, path and pools bound under its slot's names (models/graph.py,
 `streams`), and the outputs handed back (each stream's rows' K/V and `nll` to its runner, its logits returned). A
@@ -17,6 +17,12 @@ Why several sizes: a slot costs its attention's nodes (~1,200 for SmolLM2) wheth
 pass of one stream's rows costs about twice as much in the 4-stream graph as in the single-stream one (docs/
 streams.md, "What a several-stream pass is"); each added size costs a session (its own packed weights and arena:
 134-136 MB PSS for SmolLM2, `python run.py bench --task streams`).
+
+Why few slots: a slot also holds ONNX Runtime's state for its nodes (~8 MB for SmolLM2), and a pass rarely finds
+more than two streams' rows that fit beside each other (a feed chunk is 32 rows), so the widest graph has fewer slots
+than there are streams when asked (`sizes`; the target: `model.pass_streams`, 2 by default). The streams then take
+turns in its slots, a slot rebinding the pools of the stream now in it (`_Graph.bind`); an added stream costs its
+pools and its runner's small buffers, not a slot (docs/streams.md, "Figures").
 """
 from __future__ import annotations
 
@@ -32,14 +38,14 @@ from models.graph import SOFTMAX_ROWS
 from models.runner import Runner, RunnerOptions, open_session
 
 
-def pack(rows: list[int], streams: int) -> list[int]:
-    """Which candidate shares (their row counts, in the order they are owed a pass) one pass over `streams` streams'
-    slots carries: each in turn while the rows fit (SOFTMAX_ROWS in all, every slot counted as 2 idle rows until a
-    share fills it, a 1-row share as 2); the first always. One stream: the first only."""
-    chosen, budget = [], SOFTMAX_ROWS - 2 * streams
+def pack(rows: list[int], slots: int) -> list[int]:
+    """Which candidate shares (their row counts, in the order they are owed a pass) one pass of a graph with `slots`
+    streams' slots carries: each in turn while a slot is free and the rows fit (SOFTMAX_ROWS in all, every slot
+    counted as 2 idle rows until a share fills it, a 1-row share as 2); the first always. One slot: the first only."""
+    chosen, budget = [], SOFTMAX_ROWS - 2 * slots
     for i, n in enumerate(rows):
         extra = max(n, 2) - 2
-        if chosen and (streams == 1 or extra > budget):
+        if chosen and (len(chosen) == slots or extra > budget):
             continue
         chosen.append(i)
         budget -= extra
@@ -62,15 +68,17 @@ class Rows:
 class Streams:
     def __init__(self, model_dir: str | os.PathLike, spec: RingSpec, streams: int,
                  opts: RunnerOptions = RunnerOptions(), sizes: tuple[int, ...] | None = None):
-        """sizes: the graphs opened, by how many streams' slots each has (default: 1 and `streams`)."""
+        """sizes: the graphs opened, by how many streams' slots each has (default: 1 and `streams`); a pass carries
+        at most the largest's (`widest`) streams."""
         if streams < 2:
             raise ValueError(f"streams = {streams}: one stream is a plain Runner")
-        if 2 * streams > SOFTMAX_ROWS:
-            raise ValueError(f"{streams} streams: a pass carries at most {SOFTMAX_ROWS} rows, 2 per idle stream")
         sizes = tuple(sorted(set(sizes or (1, streams))))
-        if sizes[-1] != streams or sizes[0] < 1:
-            raise ValueError(f"graph sizes {sizes}: from 1 up to the {streams} streams, the largest one of them")
-        self.spec, self.opts, self.n = spec, opts, streams
+        if sizes[-1] > streams or sizes[0] < 1:
+            raise ValueError(f"graph sizes {sizes}: from 1 up to the {streams} streams")
+        if 2 * sizes[-1] > SOFTMAX_ROWS:
+            raise ValueError(f"a graph of {sizes[-1]} streams' slots: a pass carries at most {SOFTMAX_ROWS} rows, 2 "
+                             f"per slot")
+        self.spec, self.opts, self.n, self.widest = spec, opts, streams, sizes[-1]
         self.runners = [Runner(model_dir, spec, opts, session=False) for _ in range(streams)]
         first = self.runners[0]
         cfg = first.cfg
@@ -84,6 +92,7 @@ class Streams:
         self._logits = np.zeros((1, T, V), np.float32)
         self._nll = np.zeros(T, np.float32)
         self._new_kv = np.zeros((2, L * KVH * T * D), np.dtype(opts.kv_dtype))
+        self._recent = [Runner.recent_buffer(cfg, opts) for _ in range(self.widest)]   # slot j's stream's section
         S = spec.sink                                      # an idle slot: 2 rows, each seeing only its own column
         self._idle_mask = np.full((2, S + 1 + 2), NEG, np.float32)
         self._idle_mask[0, S + 1] = self._idle_mask[1, S + 2] = 0.0
@@ -104,9 +113,12 @@ class Streams:
         busy = [n for n, p in enumerate(parts) if p is not None]
         if not busy:
             return [None] * self.n
+        if len(busy) > self.widest:
+            raise ValueError(f"{len(busy)} streams' rows in one pass: its widest graph has {self.widest} slots")
         graph = next(g for g in self.graphs if g.size >= len(busy))
         slots = busy + [n for n, p in enumerate(parts) if p is None][:graph.size - len(busy)]   # slot j: stream
-        staged = [self.runners[n].stage(**vars(parts[n] if parts[n] is not None else self._idle)) for n in slots]
+        staged = [self.runners[n].stage(**vars(parts[n] if parts[n] is not None else self._idle),
+                                        recent_into=self._recent[j]) for j, n in enumerate(slots)]
         T, M = sum(st.T for st in staged), sum(st.M for st in staged)
         if T > SOFTMAX_ROWS:
             raise ValueError(f"{T} rows in one pass (idle streams count 2): at most {SOFTMAX_ROWS}")

@@ -48,11 +48,16 @@ SESSION_MIB_PER_WEIGHT_MIB = 128 / 106.4
 # streams`, target only, "the single-stream graph kept beside"); another model's is scaled by its weights.
 LONE_GRAPH_MIB_PER_WEIGHT_MIB = 136 / 106.4
 # An added stream's state in the actors that serve every stream of a node, beyond its pools, buffers and channels
-# (each stream's verifier, sampler and staging in the target; its proposer in the draft; the first stream's is in
-# PROCESS_MIB), MiB: `python run.py bench --task streams --streams 1,2,4,8 --repeats 1` at f969b9b, each process's
-# PSS at the peak from 4 to 8 streams per added stream (target 120.3 less its 105.6 pool and 1.6 channel; draft 4.3
-# less its 1.3 channel; the cache owner and output grew by none).
-STREAM_MIB = {"target": 13, "draft": 3}
+# (each stream's verifier, sampler and staging in the target; its proposer in the draft; its ring index and masks in
+# the cache owner; the first stream's is in PROCESS_MIB), MiB: `python run.py bench --task streams --streams 1,2,4,8
+# --repeats 1` (docs/streams.md, "Figures"), each process's PSS at the peak from 4 to 8 streams per added stream
+# (target 106.8 less its 105.6 pool and its share of a channel; draft 3.3, of it the suffix index's 2.6; the cache
+# owner 2.5 less its channels' share; output none).
+STREAM_MIB = {"target": 1, "draft": 3, "cache_owner": 2}
+# A slot of the several-stream graph (the most streams one pass carries, `model.pass_streams`): its attention's nodes
+# in the session, ONNX Runtime's state for them. Measured for SmolLM2-135M (30 layers): the target's PSS at 8 streams
+# with pass_streams 8 against 2, per slot (`python run.py bench --task streams`, "graph slots"); scaled by layers.
+SLOT_MIB_PER_LAYER = 8 / 30
 SQLITE_CACHE_BYTES = 2000 * 1024     # SQLite's default cache_size (-2000: 2,000 KiB) per connection
 ARCHIVE_CONNECTIONS = 2              # the owner's writer, the front's reader
 
@@ -159,6 +164,11 @@ def plan(cfg: Config, ram: int | None = None, node: str | None = None) -> Plan:
     terms += _model_terms(home_of("target"), "target", target, target_dir, spec, cfg.model.max_rows, "model.gguf",
                           npu=False, pools=len(streams),           # one pool per stream in the one target
                           lone_graph=len(streams) > 1 and cfg.model.lone_graph)
+    slots = min(len(streams), cfg.model.pass_streams)
+    if slots > 1:                             # the several-stream graph's slots beyond the one its session counts
+        terms.append(Term(home_of("target"), f"graph slots x {slots - 1} added",
+                          int((slots - 1) * SLOT_MIB_PER_LAYER * target["config"]["n_layers"] * MiB),
+                          "model.pass_streams"))
     vocab = target["config"]["vocab_size"]
     if cfg.draft.uses_model:                  # one draft actor for the node's streams: the model once, a pool each
         draft_dir = converted_dir(resolve_gguf(cfg.draft.model))

@@ -39,7 +39,9 @@ class ModelSection:
     spin: bool = RunnerOptions.spin             # ONNX Runtime's threads spin-wait between ops
     batch_invariant: bool = RunnerOptions.batch_invariant   # no operator sees one row: exact on every CPU
     lone_graph: bool = True                     # several streams: the target keeps the single-stream graph beside
-    # the N-stream one for passes of one stream's rows (about half their time; one more session: models/streams.py)
+    # the several-stream one for passes of one stream's rows (about half their time; one more session)
+    pass_streams: int = 2                       # several streams: the most one target pass carries, its widest
+    # graph's slots (each costs its attention's nodes every pass and ~8 MB; more streams take turns: models/streams.py)
 
     def runner_options(self, **extra) -> RunnerOptions:
         """The target runner's options from this section (`extra`: graph choices such as trees or rope_angles)."""
@@ -289,6 +291,7 @@ _CHOICES = {("draft", "kind"): ("none", "suffix", "model", "hybrid"), ("draft", 
             ("replay", "form"): ("free", "constrained", "structured"),
             ("actors", "launcher"): ("local", "ray", "serial")}
 _MIN = {("model", "threads"): 1, ("model", "max_rows"): 2, ("model", "prefill_rows"): 2, ("cache", "sink"): 0,
+        ("model", "pass_streams"): 1,
         ("cache", "window"): 1, ("cache", "slack"): 0, ("draft", "length"): 0, ("draft", "threads"): 1,
         ("draft", "siblings"): 0, ("sampling", "temperature"): 0.0,
         ("sampling", "top_k"): 0, ("replay", "every_lines"): 1, ("replay", "max_new_tokens"): 1,
@@ -303,8 +306,10 @@ _MIN = {("model", "threads"): 1, ("model", "max_rows"): 2, ("model", "prefill_ro
         ("board", "reserve_mb"): 0, ("board", "npu_domain_mb"): 1}
 
 
-# a pass's rows: the graph's softmax width (models/graph.py SOFTMAX_ROWS) and doctor's probes (1..64 rows)
+# a pass's rows: the graph's softmax width (models/graph.py SOFTMAX_ROWS) and doctor's probes (1..64 rows); a slot
+# of a pass carries 2 rows at least
 _MAX = {("model", "max_rows"): SOFTMAX_ROWS, ("model", "prefill_rows"): SOFTMAX_ROWS,
+        ("model", "pass_streams"): SOFTMAX_ROWS // 2,
         ("serve", "stream_share"): 1.0}
 
 

@@ -47,7 +47,7 @@ def model_links(cfg, spec, vocab: int, tag: str) -> dict[str, ChannelSpec]:
     q_bytes = cfg.draft.length * vocab * 8 if cfg.draft.uses_model and cfg.sampling.temperature > 0 else 0
     return {"to_target": channel(tag, "to_target", 8, mask_bytes + q_bytes + (16 << 10)),
             "from_target": channel(tag, "from_target", 16, 1 << 10),
-            "to_draft": channel(tag, "to_draft", 256, 1 << 10),
+            "to_draft": channel(tag, "to_draft", 256, 1 << 10, header_bytes=1 << 10),   # small headers, many
             "from_draft": channel(tag, "from_draft", 8, q_bytes + (4 << 10))}
 
 

@@ -24,7 +24,7 @@ def test_a_pass_waits_for_every_running_stream_packs_within_the_rows_and_answers
         passes.append([None if p is None else len(p.tokens) for p in parts])
         return [None if p is None else np.full(1, 100 * i + len(p.tokens)) for i, p in enumerate(parts)]
 
-    lock, got = Lockstep(run, 3), {i: [] for i in sizes}
+    lock, got = Lockstep(run, 3, slots=3), {i: [] for i in sizes}
 
     def stream(i):
         for n in sizes[i]:
@@ -42,6 +42,24 @@ def test_a_pass_waits_for_every_running_stream_packs_within_the_rows_and_answers
     assert passes[0] == [32, None, 20]          # 32 + 32 + 20 rows > 64: stream 1 waits ...
     assert passes[1][1] == 32                   # ... and goes first in the next pass (the first asked turns round)
     assert max(sum(x is not None for x in p) for p in passes) == 3          # all three shared a pass when they fit
+
+
+def test_a_pass_of_a_two_slot_target_carries_two_streams_and_the_third_goes_next():
+    passes = []
+
+    def run(parts):
+        passes.append([None if p is None else len(p.tokens) for p in parts])
+        return [None if p is None else np.zeros(1) for p in parts]
+
+    lock = Lockstep(run, 3, slots=2)
+    threads = [threading.Thread(target=lambda i=i: (lock.forward(i, rows(4)), lock.forward(i, rows(4)),
+                                                    lock.leave())) for i in range(3)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=60)
+    assert passes[0] == [4, 4, None] and max(sum(x is not None for x in p) for p in passes) == 2
+    assert sum(x or 0 for p in passes for x in p) == 3 * 2 * 4              # every pass of every stream ran
 
 
 def test_stream_counts_outside_what_a_pass_can_carry_are_refused_with_a_message():

@@ -71,16 +71,16 @@ def decode_alone(model_dir: Path, opts: RunnerOptions, text: np.ndarray, questio
 def replay_together(streams: Streams, recorded: list[list[dict]], delays: list[int]) -> int:
     """Replays every stream's passes in shared passes: stream n joins at shared pass delays[n], and each shared pass
     takes the next pass of every waiting stream while the rows fit (SOFTMAX_ROWS, an idle stream counting 2; the
-    first stream asked turns round). Asserts every stream's outputs are its recorded ones, bit for bit. Returns the
-    number of shared passes that carried two or more streams."""
+    first stream asked turns round; at most the widest graph's slots of streams). Asserts every stream's outputs are
+    its recorded ones, bit for bit. Returns the number of shared passes that carried two or more streams."""
     n_streams, done, shared, i = len(recorded), [0] * len(recorded), 0, 0
     rows = (lambda p: max(len(p["rows"].tokens), 2))
     while any(d < len(r) for d, r in zip(done, recorded)):
-        now, budget = [None] * n_streams, SOFTMAX_ROWS - 2 * n_streams
+        now, budget, free = [None] * n_streams, SOFTMAX_ROWS - 2 * streams.widest, streams.widest
         for n in ((i + k) % n_streams for k in range(n_streams)):
-            if i >= delays[n] and done[n] < len(recorded[n]) and rows(recorded[n][done[n]]) - 2 <= budget:
+            if i >= delays[n] and done[n] < len(recorded[n]) and rows(recorded[n][done[n]]) - 2 <= budget and free:
                 now[n] = recorded[n][done[n]]
-                budget -= rows(now[n]) - 2
+                budget, free = budget - (rows(now[n]) - 2), free - 1
         got = streams.forward([None if p is None else p["rows"] for p in now])
         shared += sum(p is not None for p in now) >= 2
         for n, (p, logits, runner) in enumerate(zip(now, got, streams.runners)):
@@ -118,6 +118,18 @@ def test_each_of_three_streams_gets_its_alone_bits_in_shared_passes(tiny, trees)
     assert all(passes > 0 for passes in streams.passes_by_size.values()), streams.passes_by_size
 
 
+def test_four_streams_taking_turns_in_a_two_slot_graph_get_their_alone_bits(tiny):
+    """More streams than the widest graph has slots (`model.pass_streams`): a slot carries one stream's rows, then
+    another's (its pools bound in their place), and each stream still gets its alone bits."""
+    opts = RunnerOptions(threads=2, max_rows=16)
+    recorded = [decode_alone(tiny, opts, text, np.array([5, 6, 7]), 16, score=False) for text in texts(4, 70)]
+    streams = Streams(tiny, SPEC, 4, opts, sizes=(1, 2))
+    assert streams.widest == 2
+    shared = replay_together(streams, recorded, delays=[0, 0, 1, 2])
+    assert shared >= 8
+    assert set(streams.passes_by_size) == {"1", "2"}
+
+
 def test_a_pass_never_carries_more_rows_than_the_batch_invariant_range(tiny):
     streams = Streams(tiny, SPEC, 3, RunnerOptions(threads=1, max_rows=32))
     full = np.zeros((32, SPEC.sink + 1 + 32), np.float32)
@@ -126,6 +138,10 @@ def test_a_pass_never_carries_more_rows_than_the_batch_invariant_range(tiny):
         streams.forward([rows, rows, None])              # 32 + 32 + 2 idle rows
     with pytest.raises(ValueError, match="3 streams"):
         streams.forward([rows, None])
+    two = Rows(np.arange(2), np.arange(2), full[:2, :SPEC.sink + 1 + 2])
+    narrow = Streams(tiny, SPEC, 3, RunnerOptions(threads=1, max_rows=32), sizes=(2,))
+    with pytest.raises(ValueError, match="widest graph has 2 slots"):
+        narrow.forward([two, two, two])                  # more streams than slots
 
 
 LOGS = ("tep_alarms/filter/text_alarms_filter_2.csv", "loghub/BGL_2k.log", "loghub/Zookeeper_2k.log")
@@ -339,6 +355,8 @@ def test_a_pass_takes_each_streams_first_waiting_pass_in_order_within_the_rows()
     assert pick(_waiting(("p", 0, 32), ("p", 2, 32), ("p", 1, 20), ("p", 3, 2)), 4) == [(0, 32), (1, 20), (3, 2)]
     # one stream: one pass at a time
     assert pick(_waiting(("p", 0, 7), ("p", 0, 7)), 1) == [(0, 7)]
+    # a graph of two streams' slots (`model.pass_streams`): two streams' passes, the third's next time
+    assert pick(_waiting(("p", 0, 2), ("p", 1, 2), ("p", 2, 2)), 2) == [(0, 2), (1, 2)]
 
 
 def test_answers_go_first_and_the_longest_waiting_feed_chunk_is_passed_over_at_most_answer_first_times():

@@ -64,6 +64,11 @@ def test_streams_sharing_a_target_add_a_pool_each_and_each_node_is_planned_alone
         (process, 2 * mib << 20) for process, mib in budget.STREAM_MIB.items()}
     assert {t["what"] for t in on_one["terms"] if t["process"] == "cache_owner" and "channel" in t["what"]} == {
         f"channel {ch} s{i}" for ch in ("lines", "from_target", "from_draft") for i in range(3)}
+    slots = [t for t in on_one["terms"] if t["what"].startswith("graph slots")]     # model.pass_streams: 2
+    assert [(t["process"], t["what"]) for t in slots] == [("target", "graph slots x 1 added")]
+    wide = budget.plan(config.override(config.load(_profile(tmp_path, streams.replace('node = "b"', 'node = "a"'))),
+                                       {"model.pass_streams": 3})).as_dict()
+    assert [t["bytes"] for t in wide["terms"] if t["what"] == "graph slots x 2 added"] == [2 * slots[0]["bytes"]]
     lone = [t for t in on_one["terms"] if t["what"] == "single-stream graph"]       # model.lone_graph (default)
     assert [t["process"] for t in lone] == ["target"] and lone[0]["bytes"] > 50 << 20
     assert "single-stream graph" not in {t["what"] for t in one["terms"]}        # one stream: the one graph

@@ -27,6 +27,8 @@ def test_default_profile_loads_and_sizes_the_ring_for_the_largest_block():
     ("[replay]\ntrigger_pattern = \"(HH\"\n", ["replay.trigger_pattern", "not a valid regular expression"]),
     ("[actors]\nlauncher = \"k8s\"\n", ["actors.launcher", "'k8s'", "ray"]),
     ("[replay]\nidle_s = -1\n", ["replay.idle_s", ">= 0"]),
+    ("[model]\npass_streams = 0\n", ["model.pass_streams", ">= 1"]),
+    ("[model]\npass_streams = 33\n", ["model.pass_streams", "<= 32"]),
     ("[draft]\nbackend = \"cuda\"\n", ["draft.backend", "'cuda'", "rknn"]),
     ("[draft]\nkind = \"suffix\"\nbackend = \"rknn\"\n", ["draft.backend", "needs kind"]),
     ("[draft]\nkind = \"model\"\nbackend = \"rknn\"\n", ["needs a board with an NPU", "[board] npu"]),
