@@ -35,6 +35,7 @@ from pipeline.messages import (
     Eof,
     MessageError,
     Question,
+    Start,
     Status,
     as_dict,
     copied,
@@ -73,6 +74,7 @@ def run(in_specs: list[ChannelSpec], streams: list[str], journals: list[str | No
     sock = publisher(pub) if pub else None
     logs = [Journal(j) if j else None for j in journals]
     front = servers = link = None
+    started: dict[str, dict] = {}                # each stream's Start record (a site's hello)
     try:
         with ExitStack() as held:
             inps = [held.enter_context(Channel.create(spec)) for spec in in_specs]
@@ -81,14 +83,14 @@ def run(in_specs: list[ChannelSpec], streams: list[str], journals: list[str | No
             if site:
                 link = NodeLink(site)
                 asks = [attach_when_ready(name, stop) for name in site["asks_channels"]]
-                link.hello(site["start"], site["restarts"])
+                link.hello(site["start"], site["restarts"], started, site.get("node"))
             selector, ended, hello_at = Selector(inps, [link.socket] if link else ()), set(), time.monotonic()
             while len(ended) < len(inps) and not stop.is_set():
                 ready = selector.wait(0.2)
                 if link is not None:
                     _from_site(link, streams, asks, logs, quiet_lines)
                     if time.monotonic() - hello_at > HELLO_S:     # a site started again learns who this is
-                        link.hello(site["start"], site["restarts"])
+                        link.hello(site["start"], site["restarts"], started, site.get("node"))
                         hello_at = time.monotonic()
                 for inp in ready:
                     n = inps.index(inp)
@@ -99,6 +101,8 @@ def run(in_specs: list[ChannelSpec], streams: list[str], journals: list[str | No
                         record = None                # the front's own events have none but an answer's (below)
                         if not isinstance(event, (AnswerDelta, Answer, Status)):
                             record = _named(_record_of(event, tok, stops), name)
+                        if isinstance(event, Start):
+                            started[name] = record          # for a site started again (the hello carries it)
                         if isinstance(event, Eof):
                             figures.extra["inbox_max_depth"] = max(i.max_depth for i in inps)
                             record["figures"] = event.figures + [figures.snapshot()]

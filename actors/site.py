@@ -84,10 +84,19 @@ def run(cfg, streams: list[dict], bind: dict, token: bytes, endpoints_file: str,
 
 
 def _hello(front: Front, group: str, names: list[str], hello: dict, starts: dict) -> None:
-    """A group's link (re)connected: its start id, and its supervisor's restarts (for /metrics)."""
+    """A group's link (re)connected: its start id, its supervisor's restarts (for /metrics), its streams' Start
+    records (a site started again has missed them: /healthz and /metrics read the exactness verdict there), and the
+    node it runs on (the streams' `node` label)."""
     start, before = hello.get("start"), starts.get(group)
     starts[group] = start
     front.restarts.update(hello.get("restarts") or {})
+    for name, record in (hello.get("starts") or {}).items():
+        if name in names and isinstance(record, dict) and not front.views[name].start:
+            front.views[name].start = record
+    node = hello.get("node")
+    if isinstance(node, str) and node:            # where the group runs now (its node died: another one)
+        for name in names:
+            front.views[name].node = node
     if before is not None and start != before:
         lost = front.lost(set(names), f"streams {', '.join(names)} were started again (an actor of their node "
                                       f"died); ask again")

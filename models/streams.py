@@ -2,12 +2,12 @@
 pools in a pools-only `Runner` of its own.
 
 Owns the pass: which graph runs it (the smallest size that holds the streams with rows: the target's are the
-single-stream graph and one with `model.pass_streams` slots), which slot each stream takes in it (the streams with rows first, in stream order; the
-slots left over carry idle streams), the streams' rows concatenated in slot order (ids, rotation tables, logit rows,
-targets), each stream's mask, recent section, path and pools bound under its slot's names (models/graph.py,
-`streams`), and the outputs handed back (each stream's rows' K/V and `nll` to its runner, its logits returned). A
-slot without rows carries two idle rows that see only themselves (their outputs dropped). Never decides what a
-stream sees (its mask, from its own `RingIndex`) or keeps (its runner's `store`).
+single-stream graph and one with `model.pass_streams` slots), which slot each stream takes in it (the streams with
+rows first, in stream order; the slots left over carry idle streams), the streams' rows concatenated in slot order
+(ids, rotation tables, logit rows, targets), each stream's mask, recent section, path and pools bound under its
+slot's names (models/graph.py, `streams`), and the outputs handed back (each stream's rows' K/V and `nll` to its
+runner, its logits returned). A slot without rows carries two idle rows that see only themselves (their outputs
+dropped). Never decides what a stream sees (its mask, from its own `RingIndex`) or keeps (its runner's `store`).
 
 Why a stream's rows get the bits they get alone: its attention runs the single-stream graph's nodes on its own
 inputs, and every other operator is batch invariant for 2..64 rows (models/runner.py, `python run.py doctor`). So a

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+import dataclasses
 import functools
 import importlib
 import itertools
@@ -748,6 +749,16 @@ def _place(ray, placement_group, remove_placement_group, group: Group, bundles: 
               f"node that has room", file=sys.stderr, flush=True)
 
 
+def _landed(ray, pg, plans: list[ActorPlan]) -> list[ActorPlan]:
+    """The plans, the output actor's site links told the node the group landed on (its `ringspec-node` label; the
+    configured node's until it died, then whichever had room): the site labels the group's streams with it."""
+    from ray.util import placement_group_table
+    node_id = next(iter(placement_group_table(pg)["bundles_to_node_id"].values()), None)
+    label = next(((n.get("Labels") or {}).get(NODE_LABEL, "") for n in ray.nodes() if n.get("NodeID") == node_id), "")
+    return [dataclasses.replace(p, kwargs={**p.kwargs, "site": {**p.kwargs["site"], "node": label}})
+            if "site" in p.kwargs else p for p in plans]
+
+
 def _ray_token() -> bool:
     """A Ray auth token this process would present (Ray's own lookup order: variable, file variable, default)."""
     return bool(os.environ.get("RAY_AUTH_TOKEN") or os.environ.get("RAY_AUTH_TOKEN_PATH")
@@ -791,6 +802,7 @@ def _ray(ray, placement_group, remove_placement_group, PlacementGroupSchedulingS
     start = next(_starts)
     share = 1.0 / len(plans)                          # one node, fractional CPUs: the five fit on one core's worth
     pg = _place(ray, placement_group, remove_placement_group, group, len(plans), share)
+    plans = _landed(ray, pg, plans)
     handles, refs, pids, died = {}, {}, {}, False
     signals.pids[group.dir] = lambda: list(pids.values())
     stop = group.stop

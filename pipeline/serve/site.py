@@ -181,8 +181,12 @@ class NodeLink:
         self._push.close()
         self._dealer.close()
 
-    def hello(self, start: str, restarts: dict) -> None:
-        self._write(pack("hello", self.group, "", {}, {}, {"start": start, "restarts": restarts}))
+    def hello(self, start: str, restarts: dict, starts: dict | None = None, node: str | None = None) -> None:
+        """Who this group is: its start id, its supervisor's restarts, each stream's Start record so far (a site
+        started again learns them here, not from the events, which it missed), and the node it runs on (a Ray
+        launcher's: its label; None: as configured)."""
+        self._write(pack("hello", self.group, "", {}, {}, {"start": start, "restarts": restarts,
+                                                           "starts": starts or {}, "node": node}))
 
     def relay(self, stream: str, event, record: dict | None = None) -> None:
         """One event of `stream` (pipeline/messages.py), with the record the output actor made of it (if any)."""

@@ -199,9 +199,10 @@ def test_streams_on_two_ray_nodes_served_by_one_front_one_node_dies_its_stream_r
     passes), bgl on node b, and one HTTP front for all three (the site actor, on the launcher's host): a question
     names its stream and is answered by that stream's owner (its answer journaled in that stream's journal alone),
     and /metrics labels every stream's series with its node. Node b's processes are killed once bgl has committed 8
-    lines: bgl is reported down, resumes on node a from its checkpoint (every line committed once) and is asked
-    again through the same front; tep's and zookeeper's answers are, token for token, what the serial engine answers
-    over each log alone. (No analyses: when a served stream's analyses fire depends on how its lines arrive.)"""
+    lines: bgl is reported down, resumes on node a from its checkpoint (every line committed once), is labelled with
+    node a and is asked again through the same front; tep's and zookeeper's answers are, token for token, what the
+    serial engine answers over each log alone. (No analyses: when a served stream's analyses fire depends on how its
+    lines arrive.)"""
     from bench.chaos import account
     from pipeline import config as cfgs
     from pipeline.launch import _ray_token
@@ -251,6 +252,8 @@ def test_streams_on_two_ray_nodes_served_by_one_front_one_node_dies_its_stream_r
             os.kill(pid, signal.SIGKILL)
         wait_for(lambda: "stream_end" in after_restart(journal_of(bgl)), "bgl resumed and read to its end", proc)
         asked["bgl on a"] = ask_site(port, "bgl")                      # the same front, its owner now on node a
+        wait_for(lambda: re.search(r'^ringspec_stream_lines_total\{stream="bgl",node="a"\} \d+$', site_metrics(port),
+                                   re.M), "bgl's series labelled with node a, where it runs now", proc)
         wait_for(lambda: site_lines(port, ("tep", "zookeeper")) == [16, 16], "tep's and zookeeper's lines in their "
                  "rings", proc)
         for name in ("tep", "zookeeper"):
@@ -293,7 +296,8 @@ def test_streams_on_two_ray_nodes_served_by_one_front_one_node_dies_its_stream_r
 def test_a_sites_front_that_dies_starts_again_and_answers_while_the_streams_go_on(default_gguf, tmp_path):
     """Two node groups side by side on this machine (the local launcher), served by one site actor: the site is
     SIGKILLed; the launcher starts it again on the same links, the groups reconnect, a question is answered again
-    through it, and neither group was restarted (the site holds no sequence state)."""
+    through it, /metrics shows the target's exactness verdict again, and neither group was restarted (the site holds
+    no sequence state)."""
     profile = tmp_path / "site.toml"
     profile.write_text(f'[serve]\napi_key = "{SITE_KEY}"\nretrieve = 0\n[replay]\nevery_lines = 1000\n' + "".join(
         f'[[streams]]\nname = "{name}"\nlog = "{STREAM_LOGS[name]}"\nnode = "{node}"\nmax_lines = 8\n'
@@ -315,6 +319,9 @@ def test_a_sites_front_that_dies_starts_again_and_answers_while_the_streams_go_o
     restarts = dict(re.findall(r'^ringspec_actor_restarts_total\{actor="([a-z_@]+)"\} (\d+)$', site_metrics(port),
                                re.M))
     assert restarts["site"] == "1" and restarts["target@a"] == restarts["cache_owner@b"] == "0", restarts
+    # the Start events went by before it started again: the groups' hello carries them (the verdict, not NaN)
+    wait_for(lambda: re.search(r"^ringspec_batch_invariant [01]$", site_metrics(port), re.M), "the streams' Start "
+             "records from the groups' hello", proc)
     proc.send_signal(signal.SIGINT)
     out, err = procs.finish(proc, "the server draining")
     assert proc.returncode == 0, err

@@ -135,3 +135,31 @@ def _ask(front):
         return front.ask("op", [{"role": "user", "content": "what now?"}], stream="tep")
     except RequestError:
         return None
+
+
+def test_a_groups_hello_tells_the_site_its_streams_start_records_and_the_node_it_runs_on(site, default_gguf):
+    """The site actor died and started again after the groups' Start events: the group's hello carries them, so
+    /healthz and /metrics show the target's exactness verdict again (they read it from the stream's Start). A group
+    started again on another node (its own died) says so, and its streams' series are labelled with that node."""
+    from actors.site import _hello
+    from models.tokenizer import Tokenizer
+    from pipeline.config import Config
+    from pipeline.serve.front import Front
+    from pipeline.serve.metrics import render
+    hub, links, _ = site
+    front = Front(Config(), Tokenizer.from_gguf(default_gguf),
+                  [("tep", hub.asks("group0", "tep"), None, "a"), ("bgl", hub.asks("group0", "bgl"), None, "a")])
+    assert front.health()["batch_invariant"] is None                     # started after the Start events went by
+    record = {"kind": "start", "stream": "tep", "exactness": {"invariant": True}, "platform": {}}
+    links["group0"].hello("s1", {"target": 0}, {"tep": record, "zookeeper": {"kind": "start"}})
+    got = until(lambda: hub.recv(0.05), "the hello")
+    starts: dict = {}
+    _hello(front, got.group, ["tep", "bgl"], got.record, starts)
+    assert front.views["tep"].start == record and not front.views["bgl"].start     # a stream of the group's only
+    assert front.health()["batch_invariant"] is True
+    assert '\nringspec_batch_invariant 1\n' in render(front)
+    assert front.views["tep"].labels() == {"stream": "tep", "node": "a"}                 # as configured ...
+    links["group0"].hello("s2", {"target": 1}, {}, "b")                                 # ... until it runs elsewhere
+    _hello(front, "group0", ["tep", "bgl"], until(lambda: hub.recv(0.05), "the hello").record, starts)
+    assert front.views["tep"].labels() == front.views["bgl"].labels() | {"stream": "tep"} == {"stream": "tep",
+                                                                                              "node": "b"}
