@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import os
 import re
+import dataclasses
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -201,6 +202,27 @@ def check(cfg: Config, node: str | None = None) -> None:
         where = f" --node {node}" if node is not None else ""
         raise ConfigError(f"{cfg.source}: {refusal} (`python run.py plan --config {cfg.source}{where}` prints every "
                           f"term)")
+    check_cores(cfg)
+
+
+def host_plan(cfg: Config, nodes: list[str]) -> Plan:
+    """Every node's plan on one host (the local launcher runs every node's group here): their terms together, each
+    group's processes named by node, the launcher's own process once."""
+    plans = [plan(cfg, node=n) for n in nodes]
+    terms = []
+    for i, (n, p) in enumerate(zip(nodes, plans)):
+        terms += [t if t.process == "launcher" else dataclasses.replace(t, process=f"{t.process}@{n}")
+                  for t in p.terms if not (i and t.process == "launcher" and t.what == "process")]
+    return dataclasses.replace(plans[0], terms=terms)
+
+
+def check_host(cfg: Config, nodes: list[str]) -> None:
+    """`check` for every node's streams on this one machine (the local launcher)."""
+    refusal = host_plan(cfg, nodes).refusal
+    if refusal:
+        raise ConfigError(f"{cfg.source}: every node's streams run on this machine (the local launcher): {refusal} "
+                          f"(`python run.py plan --config {cfg.source} --node NAME` prints a node's terms; "
+                          f"--launcher ray runs each node's on its own)")
     check_cores(cfg)
 
 

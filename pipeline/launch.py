@@ -304,6 +304,8 @@ def run_pipeline(cfg, streams: list[StreamRun], run_dir: str, pub: str | None = 
         one_owner([group.actor("draft") for group in run], "the local launcher runs every node's group on this "
                   "machine: run the groups on a Ray cluster (--launcher ray), put their streams on one node, or run "
                   "the drafts on the CPU (draft.backend = \"onnx\")")
+    if len(run) > 1 and cfg.actors.launcher != "ray":     # every node's group on this machine: their plans together
+        budget.check_host(cfg, [group.node for group in run])
     for group in run:                                      # each node's plan fits its board, its cores are right
         budget.check(cfg, group.node if len(run) > 1 else None)
     signals = _Signals(run_dir)

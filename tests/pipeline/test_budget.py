@@ -78,6 +78,24 @@ def test_streams_sharing_a_target_add_a_pool_each_and_each_node_is_planned_alone
     a = budget.plan(two, node="a").as_dict()
     assert [t["bytes"] for t in a["terms"] if t["what"].startswith("kv pool")] == [2 * pool]
     assert {t["what"].split()[-1] for t in a["terms"] if t["what"].startswith("channel")} == {"s0", "s2"}
+    # the local launcher runs both nodes' groups here: their plans together, the launcher once
+    b = budget.plan(two, node="b")
+    here = budget.host_plan(two, ["a", "b"])
+    launcher = next(t.bytes for t in b.terms if t.process == "launcher" and t.what == "process")
+    assert here.total == a["total_bytes"] + b.total - launcher
+    assert {"target@a", "target@b", "launcher"} <= {t.process for t in here.terms}
+    room = (max(a["total_bytes"], b.total) >> 20) + 50                  # each node fits alone, not both on one host
+    small = config.override(two, {"board.ram_mb": room, "board.reserve_mb": 0})
+    for node in "ab":
+        budget.check(small, node)
+    with pytest.raises(ConfigError, match="every node's streams run on this machine .* --launcher ray"):
+        budget.check_host(small, ["a", "b"])
+    for i in range(3):
+        (tmp_path / f"x{i}.log").write_text("a line\n")
+    tight = _profile(tmp_path, streams.replace('log = "x', f'log = "{tmp_path}/x') +
+                     f"[board]\nram_mb = {room}\nreserve_mb = 0\n")
+    started = procs.run([sys.executable, str(ROOT / "run.py"), "replay", "--config", str(tight), "--max-lines", "3"])
+    assert started.returncode == 2 and "every node's streams run on this machine" in started.stderr, started.stderr
 
 
 def test_plan_refuses_a_board_it_does_not_fit_naming_the_key_and_the_engine_refuses_it_before_starting(
