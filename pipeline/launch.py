@@ -754,8 +754,7 @@ def _place(ray, placement_group, remove_placement_group, group: Group, bundles: 
 def _landed(ray, pg, plans: list[ActorPlan]) -> list[ActorPlan]:
     """The plans, the output actor's site links told the node the group landed on (its `ringspec-node` label; the
     configured node's until it died, then whichever had room): the site labels the group's streams with it."""
-    from ray.util import placement_group_table
-    node_id = next(iter(placement_group_table(pg)["bundles_to_node_id"].values()), None)
+    node_id = next(iter(ray.util.placement_group_table(pg)["bundles_to_node_id"].values()), None)
     label = next(((n.get("Labels") or {}).get(NODE_LABEL, "") for n in ray.nodes() if n.get("NodeID") == node_id), "")
     return [dataclasses.replace(p, kwargs={**p.kwargs, "site": {**p.kwargs["site"], "node": label}})
             if "site" in p.kwargs else p for p in plans]
