@@ -54,8 +54,7 @@ def run(inboxes: list[ChannelSpec], outboxes: list[str], cfg, spec, stop) -> Non
     exactness = check(runner)                     # the single-stream graph: a stream's attention nodes in any pass
     if streams > 1:
         del runner                                # its session and pools: each stream has its own pools below
-        widest = min(streams, cfg.model.pass_streams)
-        batch = Streams(model_dir, spec, streams, opts, (1, widest) if cfg.model.lone_graph else (widest,))
+        batch = Streams(model_dir, spec, streams, opts, cfg.model.graph_sizes(streams))
         runners = batch.runners
     else:
         runner.reserve()                          # the arena at its high-water mark before the first line

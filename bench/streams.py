@@ -113,8 +113,8 @@ class System:
 
 
 def batched(model_dir, spec, opts, n: int, sizes: tuple[int, ...]) -> System:
-    """N streams on one target (one stream: a plain runner); `sizes`: its graphs (the target actor's: 1 and
-    min(N, model.pass_streams))."""
+    """N streams on one target (one stream: a plain runner); `sizes`: its graphs (the target actor's:
+    `ModelSection.graph_sizes`)."""
     if n == 1:
         one = Runner(model_dir, spec, opts)
         return System("batched", [one], lambda parts: [one.forward(**vars(parts[0]))], 1)
@@ -122,13 +122,13 @@ def batched(model_dir, spec, opts, n: int, sizes: tuple[int, ...]) -> System:
     return System("batched", batch.runners, batch.forward, batch.widest)
 
 
-def systems(model_dir, spec, opts, n: int, widest: int) -> list[System]:
-    """The ways N streams run: batched (a pass carrying at most `widest` streams), and (N > 1) independent."""
+def systems(model_dir, spec, opts, n: int, sizes: tuple[int, ...]) -> list[System]:
+    """The ways N streams run: batched (on graphs of `sizes` streams' slots), and (N > 1) independent."""
     if n == 1:
         return [batched(model_dir, spec, opts, 1, (1,))]
     alone = [Runner(model_dir, spec, opts) for _ in range(n)]
     independent = (lambda parts: [None if p is None else r.forward(**vars(p)) for r, p in zip(alone, parts)])
-    return [batched(model_dir, spec, opts, n, (1, widest)), System("independent", alone, independent, n)]
+    return [batched(model_dir, spec, opts, n, sizes), System("independent", alone, independent, n)]
 
 
 def one_run(system: System, texts: list[np.ndarray], new_tokens: int) -> dict:
@@ -214,13 +214,13 @@ def run_streams(cfg, counts: list[int], prompt_tokens: int = 512, new_tokens: in
         text = render(read_log(path)) if path.suffix == ".csv" else path.read_text(errors="replace")
         texts.append(np.asarray(tok.encode(text)[:prompt_tokens + 1], np.int64))
     out: dict = {}
-    wide = (lambda n: min(n, cfg.model.pass_streams))      # the target actor's widest graph
-    # per stream: the several-stream graph alone; the single-stream graph the target keeps beside it is a fixed cost
-    mem = {n: memory(model_dir, spec, opts, n, (wide(n),)) for n in sorted(set(counts) | {1})}
-    small = {n: memory(model_dir, spec, opts, n, (1, wide(n))) - mem[n] for n in counts if n > 1}
+    sizes = (lambda n: cfg.model.graph_sizes(n) if n > 1 else (1,))      # the target actor's graphs
+    # per stream: the widest graph alone; the single-stream graph the target keeps beside it is a fixed cost
+    mem = {n: memory(model_dir, spec, opts, n, sizes(n)[-1:]) for n in sorted(set(counts) | {1})}
+    small = {n: memory(model_dir, spec, opts, n, sizes(n)) - mem[n] for n in counts if n > 1}
     for n in counts:
         figs: dict = {}
-        built = systems(model_dir, spec, opts, n, wide(n))
+        built = systems(model_dir, spec, opts, n, sizes(n))
         for r in range(repeats):
             for system in built if r % 2 == 0 else built[::-1]:
                 got = one_run(system, texts[:n], new_tokens)

@@ -165,7 +165,7 @@ def plan(cfg: Config, ram: int | None = None, node: str | None = None) -> Plan:
     terms += _model_terms(home_of("target"), "target", target, target_dir, spec, cfg.model.max_rows, "model.gguf",
                           npu=False, pools=len(streams),           # one pool per stream in the one target
                           lone_graph=len(streams) > 1 and cfg.model.lone_graph)
-    slots = min(len(streams), cfg.model.pass_streams)
+    slots = cfg.model.graph_sizes(len(streams))[-1]
     if slots > 1:                             # the several-stream graph's slots beyond the one its session counts
         terms.append(Term(home_of("target"), f"graph slots x {slots - 1} added",
                           int((slots - 1) * SLOT_MIB_PER_LAYER * target["config"]["n_layers"] * MiB),

@@ -43,6 +43,12 @@ class ModelSection:
     pass_streams: int = 2                       # several streams: the most one target pass carries, its widest
     # graph's slots (each costs its attention's nodes every pass and ~8 MB; more streams take turns: models/streams.py)
 
+    def graph_sizes(self, streams: int) -> tuple[int, ...]:
+        """The graphs a target of `streams` streams (two or more) opens, by their streams' slots (models/streams.py):
+        the widest, with `pass_streams` slots (at most one per stream), and the single-stream one (`lone_graph`)."""
+        widest = min(streams, self.pass_streams)
+        return tuple(sorted({1, widest})) if self.lone_graph else (widest,)
+
     def runner_options(self, **extra) -> RunnerOptions:
         """The target runner's options from this section (`extra`: graph choices such as trees or rope_angles)."""
         return RunnerOptions(threads=self.threads, max_rows=max(self.max_rows, self.prefill_rows),
