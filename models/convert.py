@@ -25,8 +25,9 @@ from .tokenizer import Tokenizer
 
 CARD = "card.json"
 WEIGHTS = "weights.bin"
-FORMAT = 1
+FORMAT = 2                # 2: every common GGUF type packed (models/quant.py FORMS), quantized embedding tables
 ALIGN = 64
+ROWS_PER_CHUNK = 8192     # rows of a weight packed at once: conversion memory is bounded by a chunk, not a tensor
 
 
 class WeightWriter:
@@ -45,29 +46,85 @@ class WeightWriter:
         self.file.write(array.tobytes())
         return name
 
+    def begin(self, name: str, dtype: str, shape: list[int]) -> str:
+        """An array written in row chunks (`append`, then `end`): a large weight never whole in memory."""
+        pad = (-self.file.tell()) % ALIGN
+        self.file.write(b"\0" * pad)
+        self.index[name] = {"dtype": dtype, "shape": shape, "offset": self.file.tell(),
+                            "nbytes": int(np.prod(shape)) * np.dtype(dtype).itemsize}
+        return name
+
+    def append(self, name: str, chunk: np.ndarray) -> None:
+        self.file.write(np.ascontiguousarray(chunk, dtype=self.index[name]["dtype"]).tobytes())
+
+    def end(self, name: str) -> None:
+        meta = self.index[name]
+        if self.file.tell() != meta["offset"] + meta["nbytes"]:
+            raise AssertionError(f"{name}: {self.file.tell() - meta['offset']} bytes written, {meta['nbytes']} due")
+
     def close(self) -> None:
         self.file.close()
 
 
 def _linear(model: GGUFModel, w: WeightWriter, out: str, sources: list[str], bias: list[str] | None) -> dict:
-    """One matmul over the concatenated outputs of `sources` (fused QKV, fused gate/up)."""
-    types = {model.tensor_type(s) for s in sources}
+    """One matmul over the concatenated outputs of `sources` (fused QKV, fused gate/up). Sources of one packed form
+    share one MatMulNBits; a fusion of several forms (the Q4_K_M rule gives some layers a Q6_K `attn_v`) is one node
+    per run of sources of one form, their outputs concatenated ("kind": "concat")."""
     shapes = [model.tensor_shape(s) for s in sources]
-    k_in, n_out = shapes[0][1], sum(s[0] for s in shapes)
-    spec: dict = {"K": k_in, "N": n_out, "splits": [s[0] for s in shapes]}
-    if len(types) == 1 and (qtype := types.pop()) in quant.NBITS_TYPES:
-        packed = quant.concat([quant.pack(model.tensor(s), qtype, *model.tensor_shape(s)) for s in sources])
-        spec.update(kind="nbits", bits=packed.bits, B=w.add(f"{out}.B", packed.packed),
-                    scales=w.add(f"{out}.scales", packed.scales),
-                    offsets=None if packed.offsets is None else w.add(f"{out}.offsets", packed.offsets))
-    else:
-        dense = np.concatenate([quant.dequantize(model.tensor(s), model.tensor_type(s), model.tensor_shape(s))
-                                for s in sources])
-        spec.update(kind="dense", W=w.add(f"{out}.W", dense.T))
+    runs: list[list[str]] = []
+    for s in sources:
+        if runs and _form_of(model, runs[-1][0]) == _form_of(model, s):
+            runs[-1].append(s)
+        else:
+            runs.append([s])
+    parts = [_leaf(model, w, out if len(runs) == 1 else f"{out}.{i}", run) for i, run in enumerate(runs)]
+    spec = parts[0] if len(parts) == 1 else {"kind": "concat", "K": shapes[0][1], "N": sum(s[0] for s in shapes),
+                                             "parts": parts}
+    spec["splits"] = [s[0] for s in shapes]
     if bias:
         spec["bias"] = w.add(f"{out}.bias", np.concatenate(
             [np.asarray(model.tensor(b), np.float32).reshape(-1) for b in bias]))
     return spec
+
+
+def _form_of(model: GGUFModel, tensor: str) -> quant.Form | None:
+    return quant.FORMS.get(model.tensor_type(tensor))
+
+
+def _leaf(model: GGUFModel, w: WeightWriter, out: str, sources: list[str]) -> dict:
+    """Sources of one form as one MatMulNBits operand set, packed ROWS_PER_CHUNK rows at a time (the codes stream
+    to the file; scales, zero points and offsets, an eighth of them or less, are gathered and written after); or, for
+    types with no packed form, one float32 W^T."""
+    k_in, n_out = model.tensor_shape(sources[0])[1], sum(model.tensor_shape(s)[0] for s in sources)
+    spec: dict = {"K": k_in, "N": n_out}
+    form = _form_of(model, sources[0])
+    if form is None:
+        dense = np.concatenate([quant.dequantize(model.tensor(s), model.tensor_type(s), model.tensor_shape(s))
+                                for s in sources])
+        return {**spec, "kind": "dense", "W": w.add(f"{out}.W", dense.T)}
+    nb = k_in // form.block
+    codes = w.begin(f"{out}.B", "uint8", [n_out, nb, form.block * form.bits // 8])
+    scales, zps, offsets = [], [], []
+    for s in sources:
+        rows = model.tensor_shape(s)[0]
+        raw = np.asarray(model.tensor(s)).reshape(rows, -1)
+        for r0 in range(0, rows, ROWS_PER_CHUNK):
+            r1 = min(rows, r0 + ROWS_PER_CHUNK)
+            p = quant.pack(raw[r0:r1], model.tensor_type(s), r1 - r0, k_in, name=s)
+            w.append(codes, p.packed)
+            scales.append(p.scales)
+            zps.append(p.zero_points)
+            offsets.append(p.offsets)
+    w.end(codes)
+    return {**spec, "kind": "nbits", "bits": form.bits, "block": form.block, "zero_point": form.zero_point, "B": codes,
+            "scales": w.add(f"{out}.scales", np.concatenate(scales)),
+            "zero_points": None if form.default_zero_point else w.add(f"{out}.zero_points", np.concatenate(zps)),
+            "offsets": w.add(f"{out}.offsets", np.concatenate(offsets, axis=1)) if form.offsets else None}
+
+
+def leaves(spec: dict) -> list[dict]:
+    """A linear's matmul operands: itself, or the parts of a fusion of several forms."""
+    return spec["parts"] if spec["kind"] == "concat" else [spec]
 
 
 def convert(gguf_path: str | os.PathLike, out_dir: str | os.PathLike, progress: bool = True) -> Path:
@@ -88,13 +145,15 @@ def convert(gguf_path: str | os.PathLike, out_dir: str | os.PathLike, progress: 
 
     emb_type = model.tensor_type("token_embd.weight")
     card_linears: dict[str, dict] = {}
-    if emb_type == "Q8_0":
-        # The embedding table is the head's Q8_0 blocks when tied: gather rows of the same uint8 codes.
-        card_linears["embed_head"] = _linear(model, w, "embed_head", ["token_embd.weight"], None)
-        embed = {"kind": "q8", "linear": "embed_head"}
+    if emb_type in quant.FORMS:
+        # The table stays packed: the graph gathers a token's codes and scales and dequantizes them. Tied, it is
+        # the head's operand set too.
+        table = _linear(model, w, "embed", ["token_embd.weight"], None)
+        embed = {"kind": "nbits", "table": table}
     else:
-        rows, _ = quant.embedding_rows(model.tensor("token_embd.weight"), emb_type, cfg.vocab_size, cfg.d_model)
-        embed = {"kind": "dense", "W": w.add("embed.W", rows)}
+        table = None
+        embed = {"kind": "dense", "W": w.add("embed.W", quant.dequantize(
+            model.tensor("token_embd.weight"), emb_type, (cfg.vocab_size, cfg.d_model)))}
     bar.update(1)
 
     layers = []
@@ -111,12 +170,12 @@ def convert(gguf_path: str | os.PathLike, out_dir: str | os.PathLike, progress: 
         })
         bar.update(1)
 
-    head_src = "token_embd.weight" if cfg.tied_embeddings else "output.weight"
-    if cfg.tied_embeddings and emb_type == "Q8_0":
-        head = "embed_head"
+    if cfg.tied_embeddings and table is not None:
+        card_linears["head"] = table
     else:
-        card_linears["head"] = _linear(model, w, "head", [head_src], None)
-        head = "head"
+        card_linears["head"] = _linear(model, w, "head", ["token_embd.weight" if cfg.tied_embeddings else
+                                                          "output.weight"], None)
+    head = "head"
     output_norm = w.add("output_norm", np.asarray(model.tensor("output_norm.weight"), np.float32))
     w.close()
     bar.update(1)

@@ -28,7 +28,7 @@ from kernels.ring import NEG
 from .filelock import build_once
 
 MS = "com.microsoft"
-GRAPH_VERSION = 5          # part of every graph file name: a changed builder never reuses an old file
+GRAPH_VERSION = 6          # part of every graph file name: a changed builder never reuses an old file
 PLANT_ENV = "RINGSPEC_PLANT_ROW_FAULT"   # tests only: EPS builds graphs whose rows depend on the pass's size
 STALE_DAYS = 7            # graphs of other builder versions untouched this long are deleted when a graph is built
 STATIC_RECENT = 32         # recent-section columns of a static graph (an NPU host pads it, masked)
@@ -83,18 +83,10 @@ class _Builder:
                            np.dtype(meta["dtype"]).itemsize, offset=meta["offset"]).reshape(meta["shape"])
 
     def dense(self, spec: dict, name: str) -> str:
-        """A MatMulNBits weight as float32 W^T [K, N] for a plain MatMul: w = scale x (code - zero point), plus
-        Q4_1's per-block offset (models/quant.py's packing, undone)."""
+        """A MatMulNBits weight as float32 W^T [K, N] for a plain MatMul: w = scale x (code - zero point), plus the
+        per-block offset (models/quant.py's packing, undone)."""
         if name not in self.inits:
-            codes = self.array(spec["B"])                                   # uint8 [N, K/32, 32 or 16]
-            if spec["bits"] == 4:
-                codes = np.stack([codes & 0x0F, codes >> 4], axis=-1).reshape(*codes.shape[:2], 32)
-            q = codes.astype(np.float32) - (128.0 if spec["bits"] == 8 else 8.0)
-            w = q * self.array(spec["scales"]).reshape(spec["N"], -1, 1)
-            if spec.get("offsets"):
-                w = w + self.array(spec["offsets"]).T[:, :, None]          # [nb, N] -> [N, nb, 1]
-            self.inits[name] = onnx.numpy_helper.from_array(
-                np.ascontiguousarray(w.reshape(spec["N"], spec["K"]).T), name)
+            self.inits[name] = onnx.numpy_helper.from_array(np.ascontiguousarray(unpacked(self.array, spec).T), name)
         return name
 
     def matmul(self, a: str, bmat: str, alpha: float = 1.0, trans_b: bool = False, slot_major: bool = False) -> str:
@@ -114,14 +106,21 @@ class _Builder:
         return name
 
     def linear(self, x: str, spec: dict, accuracy_level: int) -> str:
-        if spec["kind"] == "nbits" and self.portable:
+        if spec["kind"] == "concat":            # parts of several packed forms, one node each (models/convert.py)
+            y = self.op("Concat", [self.linear(x, {k: v for k, v in part.items() if k != "bias"}, accuracy_level)
+                                   for part in spec["parts"]], axis=-1)
+        elif spec["kind"] == "nbits" and self.portable:
             y = self.op("MatMul", [x, self.dense(spec, spec["B"] + ".dense")])
         elif spec["kind"] == "nbits":
-            y = self.op("MatMulNBits", [x, self.weight(spec["B"]), self.weight(spec["scales"])], domain=MS,
-                        K=spec["K"], N=spec["N"], bits=spec["bits"], block_size=32, accuracy_level=accuracy_level)
+            block = spec.get("block", 32)
+            operands = [x, self.weight(spec["B"]), self.weight(spec["scales"])]
+            if spec.get("zero_points"):
+                operands.append(self.weight(spec["zero_points"]))
+            y = self.op("MatMulNBits", operands, domain=MS, K=spec["K"], N=spec["N"], bits=spec["bits"],
+                        block_size=block, accuracy_level=accuracy_level)
             if spec.get("offsets"):
-                # Q4_1's per-block offset: x's 32-wide block sums times (8d + m) (models/quant.py).
-                blocks = self.op("Reshape", [x, self.const([1, -1, spec["K"] // 32, 32])])
+                # the per-block additive term: x's block sums times the offsets (models/quant.py)
+                blocks = self.op("Reshape", [x, self.const([1, -1, spec["K"] // block, block])])
                 sums = self.op("ReduceSum", [blocks, self.const([-1])], keepdims=0)
                 y = self.op("Add", [y, self.op("MatMul", [sums, self.weight(spec["offsets"])])])
         else:
@@ -433,19 +432,44 @@ def _embed(b: _Builder, card: dict, d: int) -> str:
     emb = card["embed"]
     if emb["kind"] == "dense":
         return b.op("Unsqueeze", [b.op("Gather", [b.weight(emb["W"]), "input_ids"], axis=0), b.const([0])])
-    spec = card["linears"][emb["linear"]]   # Q8_0 codes shared with the head: w = scale * (code - 128)
-    if b.portable:                          # the float table (the head's W^T, transposed)
+    spec = emb["table"]                     # the token table's packed blocks (the head's too when tied)
+    if b.portable:                          # the float table
         name = spec["B"] + ".table"
         if name not in b.inits:
-            head = onnx.numpy_helper.to_array(b.inits[b.dense(spec, spec["B"] + ".dense")])
-            b.inits[name] = onnx.numpy_helper.from_array(np.ascontiguousarray(head.T), name)
+            b.inits[name] = onnx.numpy_helper.from_array(unpacked(b.array, spec), name)
         return b.op("Unsqueeze", [b.op("Gather", [name, "input_ids"], axis=0), b.const([0])])
-    nb = spec["K"] // 32
+    # a token's row: w = scale * (code - zero point) + offset, per block, in float32 (one rounding, at the offset)
+    block = spec.get("block", 32)
+    nb = spec["K"] // block
     codes = b.op("Cast", [b.op("Gather", [b.weight(spec["B"]), "input_ids"], axis=0)], to=TensorProto.FLOAT)
+    if spec["bits"] == 4:                   # byte i holds weights 2i (low nibble) and 2i+1 (high); exact in float
+        high = b.op("Floor", [b.op("Div", [codes, b.const(16.0, np.float32)])])
+        low = b.op("Sub", [codes, b.op("Mul", [high, b.const(16.0, np.float32)])])
+        codes = b.op("Reshape", [b.op("Concat", [b.op("Unsqueeze", [low, b.const([-1])]),
+                                                  b.op("Unsqueeze", [high, b.const([-1])])], axis=-1),
+                                 b.const([-1, nb, block])])
+    zero = spec.get("zero_point", 1 << (spec["bits"] - 1))
     scales = b.op("Reshape", [b.weight(spec["scales"]), b.const([-1, nb, 1])])
-    rows = b.op("Mul", [b.op("Sub", [codes, b.const(128.0, np.float32)]),
+    rows = b.op("Mul", [b.op("Sub", [codes, b.const(float(zero), np.float32)]),
                         b.op("Gather", [scales, "input_ids"], axis=0)])
+    if spec.get("offsets"):                 # offsets are [nb, N]: a token's are a column
+        column = b.op("Transpose", [b.op("Gather", [b.weight(spec["offsets"]), "input_ids"], axis=1)], perm=[1, 0])
+        rows = b.op("Add", [rows, b.op("Unsqueeze", [column, b.const([-1])])])
     return b.op("Reshape", [rows, b.const([1, -1, d])])
+
+
+def unpacked(read, spec: dict) -> np.ndarray:
+    """A packed linear's float32 weights [N, K] (`read(name)` gives a stored array): w = scale x (code - zero point)
+    + offset, computed as the embedding gather computes it."""
+    block = spec.get("block", 32)
+    codes = read(spec["B"])                                                 # uint8 [N, K/block, block*bits/8]
+    if spec["bits"] == 4:
+        codes = np.stack([codes & 0x0F, codes >> 4], axis=-1).reshape(*codes.shape[:2], block)
+    zero = float(spec.get("zero_point", 1 << (spec["bits"] - 1)))
+    w = (codes.astype(np.float32) - np.float32(zero)) * read(spec["scales"]).reshape(spec["N"], -1, 1)
+    if spec.get("offsets"):
+        w = w + read(spec["offsets"]).T[:, :, None]                        # [nb, N] -> [N, nb, 1]
+    return np.ascontiguousarray(w.reshape(spec["N"], spec["K"]))
 
 
 def planted_fault() -> float:

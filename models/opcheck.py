@@ -20,6 +20,8 @@ import numpy as np
 import onnxruntime as ort
 from onnx import TensorProto, helper, numpy_helper
 
+from .convert import leaves
+
 MS = "com.microsoft"
 ROWS = (1, 2, 3, 4, 5, 7, 8, 9, 15, 16, 17, 31, 32, 33, 48, 63, 64)
 TOP = 64
@@ -79,23 +81,27 @@ def families(card: dict, threads: int, accuracy_level: int, seed: int = 0, pool:
     def family(name, shapes, checks, varied="rows", compare=_compare, needed=True):
         out.append(_family(name, shapes, checks, varied, compare, needed))
 
-    linears = list(card["linears"].values()) + [lin for layer in card["layers"]
-                                                for lin in (layer["qkv"], layer["o"], layer["gate_up"], layer["down"])]
-    nbits = sorted({(x["K"], x["N"], x["bits"]) for x in linears if x["kind"] == "nbits"})
+    linears = [leaf for lin in list(card["linears"].values()) + [lin for layer in card["layers"] for lin in
+                                                                  (layer["qkv"], layer["o"], layer["gate_up"],
+                                                                   layer["down"])] for leaf in leaves(lin)]
+    nbits = sorted({(x["K"], x["N"], x["bits"], x.get("block", 32), bool(x.get("zero_points")))
+                    for x in linears if x["kind"] == "nbits"})
     checks = []
-    for K, N, bits in nbits:
-        B = rng.integers(0, 256, (N, K // 32, 32 * bits // 8), dtype=np.uint8)
-        scales = (rng.random(N * K // 32) * 0.01).astype(np.float32)
-        s = _session([helper.make_node("MatMulNBits", ["x", "B", "s"], ["y"], domain=MS, K=K, N=N, bits=bits,
-                                       block_size=32, accuracy_level=accuracy_level)],
-                     [_value("x", [1, "T", K])], [_value("y", [1, "T", N])],
-                     [numpy_helper.from_array(B, "B"), numpy_helper.from_array(scales, "s")], threads)
+    for K, N, bits, block, zp in nbits:
+        B = rng.integers(0, 256, (N, K // block, block * bits // 8), dtype=np.uint8)
+        scales = (rng.random(N * K // block) * 0.01).astype(np.float32)
+        inits = [numpy_helper.from_array(B, "B"), numpy_helper.from_array(scales, "s")]
+        if zp:
+            inits.append(numpy_helper.from_array(np.zeros(N * ((K // block * bits + 7) // 8), np.uint8), "z"))
+        s = _session([helper.make_node("MatMulNBits", ["x", "B", "s"] + (["z"] if zp else []), ["y"], domain=MS,
+                                       K=K, N=N, bits=bits, block_size=block, accuracy_level=accuracy_level)],
+                     [_value("x", [1, "T", K])], [_value("y", [1, "T", N])], inits, threads)
         checks.append((lambda x, s=s: s.run(None, {"x": x[None]})[0][0], _normal(rng, TOP, K)))
     if checks:
         family(f"MatMulNBits (quantized weights, accuracy level {accuracy_level})",
-               ", ".join(f"K{K} N{N} {b}-bit" for K, N, b in nbits), checks)
+               ", ".join(f"K{K} N{N} {b}-bit/{blk}{' zp' if zp else ''}" for K, N, b, blk, zp in nbits), checks)
 
-    dense = sorted({(x["K"] // 32, x["N"]) for x in linears if x.get("offsets")} |
+    dense = sorted({(x["K"] // x.get("block", 32), x["N"]) for x in linears if x.get("offsets")} |
                    {(x["K"], x["N"]) for x in linears if x["kind"] == "dense"})
     checks = []
     for K, N in dense:
@@ -104,13 +110,15 @@ def families(card: dict, threads: int, accuracy_level: int, seed: int = 0, pool:
                      [_value("y", [1, "T", N])], [numpy_helper.from_array(W, "W")], threads)
         checks.append((lambda x, s=s: s.run(None, {"x": x[None]})[0][0], _normal(rng, TOP, K)))
     if checks:
-        family("MatMul (Q4_1 block offsets, float weights)", ", ".join(f"K{K} N{N}" for K, N in dense), checks)
+        family("MatMul (block offsets, float weights)", ", ".join(f"K{K} N{N}" for K, N in dense), checks)
 
-    s = _session([helper.make_node("ReduceSum", ["x", "axis"], ["y"], keepdims=0)],
-                 [_value("x", [1, "T", d // 32, 32])], [_value("y", [1, "T", d // 32])],
-                 [numpy_helper.from_array(np.array([-1], np.int64), "axis")], threads)
-    family("ReduceSum (Q4_1 block sums)", f"{d // 32} blocks of 32",
-           [(lambda x: s.run(None, {"x": x[None]})[0][0], _normal(rng, TOP, d // 32, 32))])
+    blocks = sorted({x.get("block", 32) for x in linears if x.get("offsets")}) or [32]
+    for block in blocks:
+        s = _session([helper.make_node("ReduceSum", ["x", "axis"], ["y"], keepdims=0)],
+                     [_value("x", [1, "T", d // block, block])], [_value("y", [1, "T", d // block])],
+                     [numpy_helper.from_array(np.array([-1], np.int64), "axis")], threads)
+        family("ReduceSum (block sums for the offsets)", f"{d // block} blocks of {block}",
+               [(lambda x, s=s: s.run(None, {"x": x[None]})[0][0], _normal(rng, TOP, d // block, block))])
 
     gamma = numpy_helper.from_array(_normal(rng, d), "g")
     norm = _session([helper.make_node("SimplifiedLayerNormalization", ["x", "g"], ["y"], axis=-1, epsilon=1e-5,

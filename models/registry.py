@@ -14,7 +14,7 @@ import tempfile
 import zipfile
 from pathlib import Path
 
-from .convert import CARD, WEIGHTS, convert
+from .convert import CARD, FORMAT, WEIGHTS, convert
 from .filelock import locked
 from .gguf import sha256_file
 
@@ -91,11 +91,14 @@ def converted_dir(gguf_path: str | os.PathLike, progress: bool = True) -> Path:
 
 
 def _intact(model_dir: Path) -> bool:
-    """A finished conversion: a readable card and a weights file as long as the card says (cheap: no hashing). The
-    card is written last, by rename, so a conversion killed at any point is not intact."""
+    """A finished conversion of this converter's format: a readable card and a weights file as long as the card says
+    (cheap: no hashing). The card is written last, by rename, so a conversion killed at any point is not intact; a
+    card of an older format is converted again."""
 
     try:
         card = json.loads((model_dir / CARD).read_text())
+        if card.get("format") != FORMAT:
+            return False
         need = max(t["offset"] + t["nbytes"] for t in card["tensors"].values())
         return (model_dir / WEIGHTS).stat().st_size >= need
     except (OSError, ValueError, KeyError):

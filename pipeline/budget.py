@@ -284,13 +284,12 @@ def _model_terms(process: str, role: str, card: dict, model_dir: Path, spec, max
 
 def _float_parameters(card: dict) -> int:
     """Weights of the portable graph (models/graph.py): every linear as N x K floats, and a quantized embedding
-    shared with the head once more as its table."""
+    table once more as floats (shared with the head or not)."""
     linears = list(card["linears"].values()) + [card["layers"][i][k] for i in range(len(card["layers"]))
                                                 for k in ("qkv", "o", "gate_up", "down")]
     n = sum(x["N"] * x["K"] for x in linears)
     if card["embed"]["kind"] != "dense":
-        head = card["linears"][card["embed"]["linear"]]
-        n += head["N"] * head["K"]
+        n += card["embed"]["table"]["N"] * card["embed"]["table"]["K"]
     return n
 
 
