@@ -12,6 +12,7 @@ from gguf import GGMLQuantizationType, GGUFWriter
 from gguf.quants import dequantize, quantize
 
 from models.convert import convert
+from models.quant import BLOCK_BYTES, BLOCK_WEIGHTS
 from models.draftnet import permute_qk  # transformers' Q/K rows -> llama.cpp's, as convert_hf_to_gguf does
 
 CONTROL_TOKENS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]   # ids 0, 1, 2 as in SmolLM2
@@ -23,10 +24,17 @@ CHAT_TEMPLATE = (
     "{{ '<|im_start|>system\nYou are a helpful AI assistant named SmolLM, trained by Hugging Face<|im_end|>\n' }}"
     "{% endif %}{{'<|im_start|>' + message['role'] + '\n' + message['content'] + '<|im_end|>' + '\n'}}"
     "{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\n' }}{% endif %}")
-WEIGHT_TYPES = {"F32": GGMLQuantizationType.F32, "Q8_0": GGMLQuantizationType.Q8_0,
-                "Q4_0": GGMLQuantizationType.Q4_0, "Q4_1": GGMLQuantizationType.Q4_1}
-# general.file_type (llama_ftype) of a file whose 2-D weights are all of that type
-FILE_TYPES = {"F32": 0, "Q4_0": 2, "Q4_1": 3, "Q8_0": 7}
+QUANT_TYPES = ("Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q8_0", "Q4_K", "Q5_K", "Q6_K")
+# Mixes of types as llama.cpp's Q4_K_M writes them (llama-quant.cpp): the 1.5B's (Q6_K for attn_v and ffn_down of some
+# layers and the output, Q4_K elsewhere, the embedding included) and the 0.5B's (Q5_0 where a row of 896 is not a
+# multiple of 256, Q8_0 output); tensor name suffix -> type, first match wins, "*" the rest.
+MIXES = {"Q4_K_M": {"attn_v.weight": "Q6_K", "ffn_down.weight": "Q6_K", "output.weight": "Q6_K", "*": "Q4_K"},
+         "Q4_K_M-small": {"token_embd.weight": "Q5_0", "output.weight": "Q8_0", "attn_v.weight": "Q4_K",
+                          "ffn_down.weight": "Q6_K", "attn_q.weight": "Q5_0", "*": "Q5_0"}}
+WEIGHT_TYPES = ("F32",) + QUANT_TYPES + tuple(MIXES)
+# general.file_type (llama_ftype) of a file whose 2-D weights are all of that type (Q4_K_M: 15)
+FILE_TYPES = {"F32": 0, "Q4_0": 2, "Q4_1": 3, "Q8_0": 7, "Q5_0": 8, "Q5_1": 9, "Q4_K": 12, "Q5_K": 16, "Q6_K": 18,
+              "Q4_K_M": 15, "Q4_K_M-small": 15}
 
 
 def bytes_to_unicode() -> dict[int, str]:
@@ -75,7 +83,8 @@ def write_tiny_gguf(path, arch: str = "llama", *, n_layers: int = 2, d_model: in
     (True) or llama's (False) convention."""
     if arch not in ("llama", "qwen2"):
         raise ValueError(f"arch must be llama or qwen2, not {arch!r}")
-    qtype = WEIGHT_TYPES[weight_type]
+    if weight_type not in WEIGHT_TYPES:
+        raise ValueError(f"weight_type must be one of {WEIGHT_TYPES}")
     qkv_bias = (arch == "qwen2") if qkv_bias is None else qkv_bias
     head_dim = d_model // n_heads
     tokens, token_types, merges = tiny_vocab()
@@ -146,10 +155,13 @@ def write_tiny_gguf(path, arch: str = "llama", *, n_layers: int = 2, d_model: in
         w = hf[hf_name]
         if permute_heads is not None:
             w = permute_qk(w, permute_heads)
-        if w.ndim == 2 and w.shape[1] % 32 == 0 and qtype != GGMLQuantizationType.F32:
-            raw = quantize(w, qtype)
-            writer.add_tensor(gguf_name, raw, raw_dtype=qtype)
-            w = dequantize(raw, qtype).reshape(w.shape)
+        qtype = type_of(gguf_name, weight_type)
+        if w.ndim == 2 and qtype != "F32" and w.shape[1] % BLOCK_WEIGHTS[qtype] == 0:
+            gtype = GGMLQuantizationType[qtype]
+            # gguf-py quantizes the legacy types; the K-quants get random blocks at the float weights' scale
+            raw = random_blocks(rng, qtype, w.shape, float(w.std())) if qtype.endswith("_K") else quantize(w, gtype)
+            writer.add_tensor(gguf_name, raw, raw_dtype=gtype)
+            w = dequantize(raw, gtype).reshape(w.shape)
         else:
             writer.add_tensor(gguf_name, np.ascontiguousarray(w, dtype=np.float32))
         if permute_heads is not None:
@@ -197,6 +209,33 @@ def write_tiny_gguf(path, arch: str = "llama", *, n_layers: int = 2, d_model: in
     return Described(tokens=tokens, merges=merges,
                      twin=lambda: _hf_twin(state, arch, vocab, d_model, d_ff, n_layers, n_heads, n_kv_heads, head_dim,
                                            context_length, rms_eps, rope_base, tied, qkv_bias))
+
+
+def type_of(gguf_name: str, weight_type: str) -> str:
+    """The type `weight_type` gives a tensor: itself, or its mix's rule for the name."""
+    mix = MIXES.get(weight_type)
+    if mix is None:
+        return weight_type
+    return next((t for suffix, t in mix.items() if gguf_name.endswith(suffix)), mix["*"])
+
+
+def random_blocks(rng: np.random.Generator, qtype: str, shape: tuple[int, int], std: float) -> np.ndarray:
+    """Random `qtype` blocks for a weight of `shape` whose values have mean ~0 and standard deviation ~std: random
+    codes and sub-block scales, the float16 d (and dmin, set to centre the values) scaled to match."""
+    rows, cols = shape
+    raw = rng.integers(0, 256, (rows, cols // BLOCK_WEIGHTS[qtype], BLOCK_BYTES[qtype]), dtype=np.uint8)
+    d_at, dmin_at = (208, None) if qtype == "Q6_K" else (0, 2)
+
+    def values(d: float, dmin: float) -> np.ndarray:
+        raw[..., d_at:d_at + 2] = np.frombuffer(np.float16(d).tobytes(), np.uint8)
+        if dmin_at is not None:
+            raw[..., dmin_at:dmin_at + 2] = np.frombuffer(np.float16(dmin).tobytes(), np.uint8)
+        return dequantize(raw.reshape(rows, -1), GGMLQuantizationType[qtype])
+
+    ratio = 0.0 if dmin_at is None else -values(1.0, 0.0).mean() / values(0.0, 1.0).mean()
+    d = std / values(1.0, ratio).std()
+    values(d, ratio * d)
+    return raw.reshape(rows, -1)
 
 
 class Described(dict):

@@ -21,7 +21,7 @@ import pytest
 from gguf import GGUFReader, GGUFWriter
 
 from kernels.ring import NEG, RingIndex, RingSpec
-from models.convert import CARD, WEIGHTS, convert, load_card
+from models.convert import CARD, WEIGHTS, convert, leaves, load_card
 from models.gguf import GGUFError, GGUFModel
 from models.graph import STALE_DAYS, STATIC_RECENT, build_graph, ensure_graph, graph_path
 from models.runner import Runner, RunnerOptions
@@ -47,9 +47,20 @@ CASES = [
     ("qwen2-bias-untied-Q4_1", "qwen2", True, False, "Q4_1"),
     ("llama-tied-Q4_1", "llama", False, True, "Q4_1"),
     ("llama-untied-Q8_0", "llama", False, False, "Q8_0"),
-    ("qwen2-bias-tied-Q8_0", "qwen2", True, True, "Q8_0"),   # Q8_0 embedding shared with the head (embed_head)
+    ("qwen2-bias-tied-Q8_0", "qwen2", True, True, "Q8_0"),   # a packed embedding table shared with the head
+    ("qwen2-bias-tied-Q5_1", "qwen2", True, True, "Q5_1"),
+    ("llama-tied-Q5_K", "llama", False, True, "Q5_K"),
+    ("llama-untied-Q6_K", "llama", False, False, "Q6_K"),
+    # Q4_K_M as llama.cpp writes the 1.5B (Q4_K with Q6_K attn_v: a fused QKV of two forms) and the 0.5B (Q5_0)
+    ("qwen2-bias-untied-Q4_K_M", "qwen2", True, False, "Q4_K_M"),
+    ("qwen2-bias-untied-Q4_K_M-small", "qwen2", True, False, "Q4_K_M-small"),
 ]
+WIDE = 256                        # the K-quants' super-block: their models need rows of 256
 CASE_IDS = [c[0] for c in CASES]
+# The float16 pool's and the int8 activations' bounds were measured over the first nine cases (LEVEL4_REL above); the
+# types added later are held exact at level 0 (against transformers) and to llama.cpp on the real models (the pair
+# tier), not to a bound measured on other models.
+MEASURED_CASE_IDS = CASE_IDS[:9]
 
 
 def full_cache(max_rows: int) -> RingSpec:
@@ -103,7 +114,8 @@ def converted(tmp_path_factory):
     out = {}
     for seed, (name, arch, bias, tied, wtype) in enumerate(CASES):
         gguf_path = root / f"{name}.gguf"
-        tiny = write_tiny_gguf(gguf_path, arch, n_layers=2, d_model=64, n_heads=4, n_kv_heads=2, d_ff=128,
+        d = WIDE if "_K" in wtype else 64
+        tiny = write_tiny_gguf(gguf_path, arch, n_layers=2, d_model=d, n_heads=4, n_kv_heads=2, d_ff=2 * d,
                                qkv_bias=bias, tied=tied, weight_type=wtype, seed=seed)
         convert(gguf_path, root / name, progress=False)
         ids = np.random.default_rng(100 + seed).integers(0, len(tiny["tokens"]), N_PROMPT).astype(np.int64)
@@ -130,7 +142,7 @@ def test_float_activation_logits_match_transformers(converted, case):
     assert np.abs(logits - ref).max() < EXACT
 
 
-@pytest.mark.parametrize("case", CASE_IDS)
+@pytest.mark.parametrize("case", MEASURED_CASE_IDS)
 def test_float16_pool_costs_only_its_rounding(converted, case):
     """K/V held as float16 (the half-size pool): logits move by the rounding of K and V (2^-11 relative), far less
     than int8 activations, and the second chunk (which reads the first from the pool) moves no more than the first."""
@@ -144,7 +156,7 @@ def test_float16_pool_costs_only_its_rounding(converted, case):
     assert err[12:].max() < 4 * err[:12].max()
 
 
-@pytest.mark.parametrize("case", CASE_IDS)
+@pytest.mark.parametrize("case", MEASURED_CASE_IDS)
 def test_int8_activation_logits_stay_within_stated_bound(converted, case):
     model_dir, ids, ref = converted[case]
     if ref is None:
@@ -501,3 +513,18 @@ def test_a_portable_graph_holds_only_standard_operators_and_computes_what_the_ru
     for name, got, want in zip(("logits", "new_k", "new_v"), got_session.run(None, portable_feeds),
                                want_session.run(["logits", "new_k", "new_v"], feeds)):
         np.testing.assert_allclose(got, want, rtol=0, atol=EXACT * max(1.0, np.abs(want).max()), err_msg=name)
+
+
+@pytest.mark.parametrize("case", [c for c in CASE_IDS if not c.endswith("F32")])
+def test_no_quantized_weight_is_dequantized_to_float(converted, case):
+    """Every linear, the head and the embedding table stay in their packed form; a fusion of two forms (Q4_K_M's
+    Q6_K attn_v beside Q4_K q and k) is one MatMulNBits per form."""
+    card = load_card(converted[case][0])
+    linears = list(card["linears"].values()) + [layer[k] for layer in card["layers"]
+                                                for k in ("qkv", "o", "gate_up", "down")]
+    assert card["embed"]["kind"] == "nbits"
+    assert all(leaf["kind"] == "nbits" for lin in linears for leaf in leaves(lin))
+    if case.endswith("Q4_K_M"):
+        qkv = card["layers"][0]["qkv"]
+        assert qkv["kind"] == "concat" and [p["bits"] for p in qkv["parts"]] == [4, 8]
+        assert [p["N"] for p in qkv["parts"]] == [sum(qkv["splits"][:2]), qkv["splits"][2]]
