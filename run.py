@@ -44,6 +44,7 @@ MEASURING = {          # the measurement verbs: bench/ sits above this CLI, so t
     "export-rknn": "the draft as .rknn for the RK3588's NPU; its simulator's agreement and acceptance (toolkit venv)",
     "project": "a speed model from micro-measurements, checked against bench figures, then RK3588 projections",
     "agree": "token ids, logits, greedy tokens and the chat template against llama.cpp on one model",
+    "profile": "where a decoded token's time goes, per operator (ONNX Runtime's profiler)",
 }
 
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from bench import (agreement, chaos, distill, draftscan, fuzz, ingest, npu, operators, perplexity, pipeline_vs_serial, projection,
+from bench import (agreement, chaos, opprofile, distill, draftscan, fuzz, ingest, npu, operators, perplexity, pipeline_vs_serial, projection,
                    quality, recall, soak, speed, streams)
 from run import MEASURING, ROOT, add_key, add_model_flags, add_verb, main, profile_of
 
@@ -137,6 +137,12 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--threads", type=int, default=2, help="threads of both runtimes (default %(default)s)")
     p.add_argument("--json", action="store_true", help="print the comparison as one JSON object")
     p.set_defaults(run=lambda a: agreement.run_agree(a.model, a.fixture, a.fixture_out, a.threads))
+
+    p = add_verb(sub, "profile", opprofile.run_profile, MEASURING["profile"])
+    add_model_flags(p)
+    p.add_argument("--tokens", type=int, default=48, help="tokens decoded and profiled (default %(default)s)")
+    p.add_argument("--json", action="store_true", help="print the figures as one JSON object")
+    p.set_defaults(run=lambda a: opprofile.run_profile(profile_of(a), a.tokens))
 
     p = add_verb(sub, "draft-scan", draftscan.run_scan, MEASURING["draft-scan"])
     p.add_argument("candidates", nargs="*", help="block lists (default: six early-exit, strided and range cuts)")

@@ -20,11 +20,10 @@ from importlib import import_module
 
 import numpy as np
 
-from bench.systems import settings
+from bench.systems import load, settings
 from kernels.sampling import SamplingParams
 from models.convert import load_card
 from models.registry import converted_dir, resolve_gguf
-from pipeline import config
 from pipeline.channel import Channel, cleanup_stale
 from pipeline.config import ring_spec
 from pipeline.decode.assemble import policy
@@ -94,7 +93,7 @@ class PipelinedWorker:
     def __init__(self, system, threads: int, window: int, cpus: list[int], profile: str | None = None):
         cpu_list = ",".join(map(str, cpus))
         self.system = system
-        self.actors = ModelActors(config.load(profile, {**settings(system, threads, window),
+        self.actors = ModelActors(load(profile, {**settings(system, threads, window),
                                                         "actors.target_cpus": cpu_list,
                                                         "actors.draft_cpus": cpu_list}))
         self.engine = self.actors.engine

@@ -26,7 +26,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from bench.pipelined import PipelinedWorker
-from bench.systems import System, select, settings, systems
+from bench.systems import System, load, select, settings, systems
 from kernels.sampling import SamplingParams
 from models.npu import NpuBusy, one_owner
 from models.platform import facts
@@ -135,7 +135,7 @@ def _prefix_agreement(a, b) -> int:
 
 # -- workers -------------------------------------------------------------------------------------------------------
 def _ringspec_runner(system: System, threads: int, window: int, profile: str | None = None):
-    engine = make_engine(config.load(profile, settings(system, threads, window)))
+    engine = make_engine(load(profile, settings(system, threads, window)))
 
     def run(prompt: Prompt) -> dict:
         engine.reset()                          # a fresh context and draft: nothing carried between prompts
@@ -153,7 +153,7 @@ def _llama_cpp_runner(system: System, threads: int, window: int, profile: str | 
     draft = None
     if system.draft == "lookup":
         draft = lib.llama_speculative.LlamaPromptLookupDecoding(num_pred_tokens=system.draft_len)
-    llm = lib.Llama(model_path=str(resolve_gguf(config.load(profile).model.gguf)), n_ctx=window + 4,
+    llm = lib.Llama(model_path=str(resolve_gguf(load(profile).model.gguf)), n_ctx=window + 4,
                     n_threads=threads, n_threads_batch=threads, n_batch=512, flash_attn=True, draft_model=draft,
                     logits_all=draft is not None, verbose=False)      # a draft's rows are verified from all logits
 
@@ -232,7 +232,7 @@ def bench(log: str, tasks=TASKS, n_offsets: int = 5, repeats: int = 3, threads: 
     use_llama_cpp = llama_cpp_available() if use_llama_cpp is None else use_llama_cpp
     chosen = select(systems(draft_gguf, use_llama_cpp, unpadded), only)
     cpus = sorted(os.sched_getaffinity(0))[:2]
-    base = config.load(profile)
+    base = load(profile)
     one_owner(npu_openers(chosen, base), "run one of them at a time (--systems NAME) or the draft on the CPU (a "
               "profile with draft.backend = \"onnx\")")
     task_prompts = {task: prompts(log, task, n_offsets, base.model.gguf, new_tokens=new_tokens) for task in tasks}
@@ -405,7 +405,7 @@ def run_bench(cfg, profile: str | None, log: str | None = None, task: str = "all
         only = [name.strip() for name in systems_named.split(",") if name.strip()]
         out = bench(log or config.replay_log(cfg), TASKS if task == "all" else (task,), n_offsets, repeats,
                     cfg.model.threads, cfg.cache.window, draft, None if llama_cpp else False, _progress, only, unpadded,
-                    profile, new_tokens)
+                    (profile, {"model.gguf": cfg.model.gguf}), new_tokens)
     except Disagreement as exc:
         return Failure(line=f"ringspec: bench: {exc}", code=3)
     except NpuBusy as exc:

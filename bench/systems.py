@@ -8,6 +8,8 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass
 
+from pipeline import config
+
 
 @dataclass(frozen=True)
 class System:
@@ -67,6 +69,13 @@ def _systems(draft_gguf: str, llama_cpp: bool) -> list[System]:
     if llama_cpp:
         out += [System("llama_cpp_plain", "llama_cpp"), System("llama_cpp_lookup", "llama_cpp", "lookup")]
     return out
+
+
+def load(profile, keys: dict | None = None):
+    """A worker's profile: `profile` is the path (None: the defaults) or (path, the keys the bench's command line set
+    over it, such as --model), with `keys` over both."""
+    path, given = profile if isinstance(profile, tuple) else (profile, {})
+    return config.load(path, {**given, **(keys or {})})
 
 
 def settings(system: System, threads: int, window: int) -> dict:

@@ -106,7 +106,6 @@ def _k_scales(scales: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 
 def decode(raw: np.ndarray, qtype: str, n_out: int, k_in: int) -> Codes:
     """raw: GGUF block bytes of a weight [n_out, k_in] -> its codes, scales and offsets in `FORMS[qtype]`."""
-    form = FORMS[qtype]
     per_row = k_in // BLOCK_WEIGHTS[qtype]
     b = np.ascontiguousarray(raw).reshape(n_out, per_row, BLOCK_BYTES[qtype])
     if qtype == "Q4_0":

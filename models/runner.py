@@ -58,6 +58,7 @@ class RunnerOptions:
     spin: bool = True           # ORT's intra-op threads spin between ops (fast alone; steals cores from neighbours)
     trees: bool = False         # the token-tree graph (models.graph): every pass lays rows out along their root path
     batch_invariant: bool = True  # no operator sees one row (see the module docstring); off only to measure its cost
+    profile: str = ""           # a file prefix: ONNX Runtime's profiler records every node (bench/opprofile.py)
 
 
 def open_session(model_dir: Path, card: dict, spec: RingSpec, opts: RunnerOptions,
@@ -71,6 +72,9 @@ def open_session(model_dir: Path, card: dict, spec: RingSpec, opts: RunnerOption
     so.inter_op_num_threads = 1
     so.add_session_config_entry("session.intra_op.allow_spinning", "1" if opts.spin else "0")
     so.enable_mem_pattern = False      # ORT keeps a memory pattern per input-shape set it meets, without bound
+    if opts.profile:
+        so.enable_profiling = True
+        so.profile_file_prefix = opts.profile
     return ort.InferenceSession(str(graph), so, providers=["CPUExecutionProvider"])
 
 

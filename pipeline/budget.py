@@ -44,6 +44,14 @@ PROCESS_MIB = {"launcher": 76, "ingest": 77, "cache_owner": 80, "target": 55, "d
 # max_rows 32: 128 MiB. Another model's is scaled by its weights (an assumption, not a measurement: re-measure on
 # the board with the soak).
 SESSION_MIB_PER_WEIGHT_MIB = 128 / 106.4
+# The same term measured for the registry's larger models (it does not scale with the weights: ONNX Runtime's
+# prepacked MatMulNBits operands carry per-block sums, 4 bytes a block, and the 8-bit/16 and 4-bit/32 forms differ),
+# keyed by the GGUF's sha256: PSS beyond the weights file and the pool after a 32-row prefill and 16 decode passes,
+# `python -m bench.session_memory --model NAME` (x86-64, ONNX Runtime 1.32.0, window 1024, max_rows 32).
+SESSION_MIB_MEASURED = {
+    "cc324af070c2ecbfd324a30884d2f951a7ff756aba85cb811a6ec436933bb046": 446,      # qwen2.5-coder-1.5b
+    "1d9614638d18024d0fbb36575a15f1302a3adf044df10345688ec4f6e1c4ff32": 92,       # qwen2.5-coder-0.5b
+}
 # A target of several streams keeps the single-stream graph beside the N-stream one (`model.lone_graph`): its session
 # holds its own packed weights and arena. Measured for SmolLM2-135M (136 MiB PSS: `python run.py bench --task
 # streams`, target only, "the single-stream graph kept beside"); another model's is scaled by its weights.
@@ -271,7 +279,8 @@ def _model_terms(process: str, role: str, card: dict, model_dir: Path, spec, max
                 Term(process, f"{of}kv pool inputs", len(sizes) * pool // 2, "cache.window", npu),
                 Term(process, f"{of}kv pool (host){many}", pool * pools, "cache.window"),
                 Term(process, f"{of}pass buffers{each}", pass_bytes * buffers, "model.max_rows")]
-    session = int(SESSION_MIB_PER_WEIGHT_MIB * weights)
+    measured = SESSION_MIB_MEASURED.get(card.get("source", {}).get("sha256", ""))
+    session = measured * MiB if measured is not None else int(SESSION_MIB_PER_WEIGHT_MIB * weights)
     terms = [Term(process, f"{of}weights", weights, knob, npu),
              Term(process, f"{of}kv pool{many}", pool * pools, "cache.window", npu),
              Term(process, f"{of}pass buffers{each}", pass_bytes * buffers, "model.max_rows", npu),

@@ -78,16 +78,17 @@ def _chain_draft(kind: str, spec: RingSpec, params: SamplingParams, draft_gguf: 
 
 
 def make_engine(cfg: Config, spec: RingSpec | None = None, *, check_rows: bool = True,
-                rope_angles: str = "float64") -> Engine:
+                rope_angles: str = "float64", profile: str = "") -> Engine:
     """The single-process engine of a validated config: target, pool (`spec`, default `ring_spec(cfg)`), draft,
     block-length policy. The GGUF is converted on first use. check_rows: probe the target's batch invariance first
     (`engine.exactness`; a line on stderr when rows are not invariant); teacher-forced scoring, which claims no
-    identity, may skip it."""
+    identity, may skip it. profile: a file prefix for ONNX Runtime's profiler (bench/opprofile.py)."""
     m, d = cfg.model, cfg.draft
     spec = spec or ring_spec(cfg)
     params = cfg.sampling.params()
     path = resolve_gguf(m.gguf)
-    runner = Runner(converted_dir(path), spec, m.runner_options(rope_angles=rope_angles, trees=d.siblings > 0))
+    runner = Runner(converted_dir(path), spec, m.runner_options(rope_angles=rope_angles, trees=d.siblings > 0,
+                                                                profile=profile))
     exactness = check(runner) if check_rows else None
     if exactness is not None and not exactness.invariant:
         print(f"ringspec: warning: {exactness.line()}", file=sys.stderr, flush=True)
