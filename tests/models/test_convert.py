@@ -528,3 +528,33 @@ def test_no_quantized_weight_is_dequantized_to_float(converted, case):
         qkv = card["layers"][0]["qkv"]
         assert qkv["kind"] == "concat" and [p["bits"] for p in qkv["parts"]] == [4, 8]
         assert [p["N"] for p in qkv["parts"]] == [sum(qkv["splits"][:2]), qkv["splits"][2]]
+
+
+@pytest.mark.parametrize("case", [c for c in CASE_IDS if not c.endswith("F32")])
+def test_the_graphs_embedding_rows_are_the_formats_weights_rounded_once(converted, case):
+    """The token table stays packed; the graph's gather, unpacking and dequantizing give every token's row as the
+    format's real weights (tests/quant_reference.py) rounded once to float32, as llama.cpp's dequantize_row_* does
+    (Q4_1: its offset 8d + m is itself rounded, within one ulp)."""
+    from models.graph import _Builder, _embed
+    from tests.quant_reference import weight_terms
+    model_dir = converted[case][0]
+    card = load_card(model_dir)
+    b = _Builder(card, WEIGHTS)
+    out = _embed(b, card, card["config"]["d_model"])
+    graph = onnx.helper.make_graph(b.nodes, "embed", [onnx.helper.make_tensor_value_info(
+        "input_ids", onnx.TensorProto.INT64, ["T"])], [onnx.helper.make_tensor_value_info(
+            out, onnx.TensorProto.FLOAT, [1, "T", card["config"]["d_model"]])], list(b.inits.values()))
+    model = onnx.helper.make_model(graph, opset_imports=[onnx.helper.make_opsetid("", 17)])
+    V = card["config"]["vocab_size"]
+    onnx.save(model, model_dir / "embedding_only.onnx")          # beside weights.bin, which it points into
+    rows = ort.InferenceSession(str(model_dir / "embedding_only.onnx"), providers=["CPUExecutionProvider"]).run(
+        None, {"input_ids": np.arange(V, dtype=np.int64)})[0][0]
+    reader = GGUFReader(model_dir.parent / f"{case}.gguf")
+    t = next(t for t in reader.tensors if t.name == "token_embd.weight")
+    main, offset = (np.array(x) for x in weight_terms(np.asarray(t.data).tobytes(), t.tensor_type.name, V,
+                                                      card["config"]["d_model"]))
+    want = (main + offset).astype(np.float32)
+    if t.tensor_type.name == "Q4_1":
+        assert np.all(np.abs(rows - want) <= np.spacing(np.abs(want)))
+    else:
+        np.testing.assert_array_equal(rows, want)
