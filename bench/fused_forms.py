@@ -2,9 +2,10 @@
 form with their outputs concatenated (what models/convert.py builds), against one common exact form for every part
 (8-bit, blocks of 16: Q4_K's codes q + 128, its scale d*sc and its offset per 16, Q6_K as it is).
 
-`python -m bench.fused_forms [--k 1536] [--n 1536,256,256] [--rows 2] [--threads 2] [--repeats 200]`: both graphs on
-random operands of those shapes (the 1.5B's layer QKV by default), alternated, medians in microseconds, and the
-bytes each reads. Owns only this measurement.
+`python -m bench.fused_forms [--k 1536] [--n 1536,256,256] [--rows 2] [--threads 2] [--repeats 200] [--copies 14]`:
+both graphs on random operands of those shapes (the 1.5B's layer QKV by default), `copies` of each with their own
+weights run in turn (as a pass's layers are: more bytes than the cache holds, so weights come from memory), the two
+ways alternated, medians per node set in microseconds, and the bytes each reads. Owns only this measurement.
 """
 from __future__ import annotations
 
@@ -65,19 +66,22 @@ def main() -> None:
     p.add_argument("--rows", type=int, default=2)
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("--repeats", type=int, default=200)
+    p.add_argument("--copies", type=int, default=14, help="sessions of each way with their own weights, in turn")
     a = p.parse_args()
     ns = [int(x) for x in a.n.split(",")]
-    ways = {"one node per form": session(a.k, [(sum(ns[:-1]), 4, 32, True, True), (ns[-1], 8, 16, False, False)],
-                                         a.threads),
-            "common 8-bit/16 form": session(a.k, [(sum(ns), 8, 16, False, True)], a.threads)}
+    ways = {"one node per form": [session(a.k, [(sum(ns[:-1]), 4, 32, True, True), (ns[-1], 8, 16, False, False)],
+                                          a.threads, seed) for seed in range(a.copies)],
+            "common 8-bit/16 form": [session(a.k, [(sum(ns), 8, 16, False, True)], a.threads, seed)
+                                     for seed in range(a.copies)]}
     x = np.random.default_rng(1).standard_normal((1, a.rows, a.k)).astype(np.float32)
     times: dict[str, list[float]] = {w: [] for w in ways}
     for _ in range(a.repeats):
-        for w, (s, _) in ways.items():
+        for w, copies in ways.items():
             t0 = time.perf_counter()
-            s.run(None, {"x": x})
-            times[w].append(time.perf_counter() - t0)
-    print(json.dumps({w: {"median_us": round(1e6 * float(np.median(t)), 1), "bytes": ways[w][1]}
+            for s, _ in copies:
+                s.run(None, {"x": x})
+            times[w].append((time.perf_counter() - t0) / len(copies))
+    print(json.dumps({w: {"median_us": round(1e6 * float(np.median(t)), 1), "bytes": ways[w][0][1]}
                       for w, t in times.items()}))
 
 

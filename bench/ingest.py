@@ -34,6 +34,7 @@ from bench.operators import ROOT, _Server
 from bench.speed import llama_cpp
 from models.registry import resolve_gguf
 from models.tokenizer import Tokenizer
+from pipeline import config
 from pipeline.config import replay_log
 from pipeline.report import Report
 from pipeline.stream.records import read_log, render
@@ -55,10 +56,15 @@ def logs_of(cfg) -> list[str]:
     return [replay_log(cfg)] + [str(SHARED / "data" / name) for name in LOGHUB]
 
 
-def _profile(base: str | None, workdir: str) -> str:
+def _profile(base: str | None, workdir: str, model: str) -> str:
+    """The base profile with assessments off, and the bench's target (`--model`) where the base names none."""
     text = Path(base).read_text() if base else ""
     if "[replay]" in text:
         raise ValueError(f"{base}: leave out [replay]: the ingest bench turns assessments off")
+    if "[model]" not in text:
+        text += f"\n[model]\ngguf = {json.dumps(model)}\n"
+    elif config.load(base).model.gguf != model:
+        raise ValueError(f"{base} has a [model] section: set the model there, not with --model")
     path = Path(workdir) / "ingest.toml"
     path.write_text(text + "\n" + QUIET)
     return str(path)
@@ -179,7 +185,7 @@ def run_ingest_bench(cfg, profile: str | None, logs: list[str] | None = None, se
     gguf = str(resolve_gguf(cfg.model.gguf))
     out: dict = {}
     with tempfile.TemporaryDirectory(prefix="ringspec_ingest_") as tmp:
-        quiet = _profile(profile, tmp)
+        quiet = _profile(profile, tmp, cfg.model.gguf)
         runs = {
             "ringspec_replay": lambda log: replay_rate(log, quiet, seconds, tmp),
             "ringspec_serve": lambda log: serve_rate(log, quiet, seconds, tmp),

@@ -107,8 +107,7 @@ class _Builder:
 
     def linear(self, x: str, spec: dict, accuracy_level: int) -> str:
         if spec["kind"] == "concat":            # parts of several packed forms, one node each (models/convert.py)
-            y = self.op("Concat", [self.linear(x, {k: v for k, v in part.items() if k != "bias"}, accuracy_level)
-                                   for part in spec["parts"]], axis=-1)
+            y = self.op("Concat", [self.linear(x, part, accuracy_level) for part in spec["parts"]], axis=-1)
         elif spec["kind"] == "nbits" and self.portable:
             y = self.op("MatMul", [x, self.dense(spec, spec["B"] + ".dense")])
         elif spec["kind"] == "nbits":

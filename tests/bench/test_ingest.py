@@ -42,4 +42,14 @@ def test_a_profile_with_its_own_replay_section_is_refused(tmp_path):
     profile = tmp_path / "p.toml"
     profile.write_text("[replay]\nevery_lines = 5\n")
     with pytest.raises(ValueError, match=r"leave out \[replay\]"):
-        ingest._profile(str(profile), str(tmp_path))
+        ingest._profile(str(profile), str(tmp_path), "default")
+
+
+def test_the_benchs_model_reaches_the_profile_its_actors_run(tmp_path):
+    path = ingest._profile(None, str(tmp_path), "qwen2.5-coder-0.5b")
+    assert config.load(path).model.gguf == "qwen2.5-coder-0.5b"
+    named = tmp_path / "named.toml"
+    named.write_text('[model]\ngguf = "default"\n')
+    assert config.load(ingest._profile(str(named), str(tmp_path), "default")).model.gguf == "default"
+    with pytest.raises(ValueError, match=r"set the model there"):
+        ingest._profile(str(named), str(tmp_path), "qwen2.5-coder-0.5b")
