@@ -58,7 +58,8 @@ class Profile:
 
 
 def _shapes(card: dict) -> dict[tuple[int, int], dict]:
-    """(K, N) of every packed operand -> its form and the bytes one pass reads of it."""
+    """(K, N) of the packed operands -> their forms and the bytes one pass reads of all of that shape (layers of one
+    shape may have different forms: Q4_K_M gives some ffn_down Q6_K)."""
     out: dict[tuple[int, int], dict] = {}
     linears = [card["linears"]["head"]] + [layer[k] for layer in card["layers"] for k in ("qkv", "o", "gate_up", "down")]
     for lin in linears:
@@ -66,9 +67,10 @@ def _shapes(card: dict) -> dict[tuple[int, int], dict]:
             if leaf["kind"] != "nbits":
                 continue
             names = [leaf[k] for k in ("B", "scales", "zero_points", "offsets") if leaf.get(k)]
-            size = sum(card["tensors"][n]["nbytes"] for n in names)
-            out[(leaf["K"], leaf["N"])] = {"form": f"{leaf['bits']}-bit/{leaf.get('block', 32)}", "bytes": size}
-    return out
+            entry = out.setdefault((leaf["K"], leaf["N"]), {"forms": set(), "bytes": 0})
+            entry["forms"].add(f"{leaf['bits']}-bit/{leaf.get('block', 32)}")
+            entry["bytes"] += sum(card["tensors"][n]["nbytes"] for n in names)
+    return {shape: {"form": " + ".join(sorted(e["forms"])), "bytes": e["bytes"]} for shape, e in out.items()}
 
 
 def run_profile(cfg: Config, tokens: int = 48) -> Profile:
@@ -112,7 +114,7 @@ def run_profile(cfg: Config, tokens: int = 48) -> Profile:
     matmuls = []
     for (k, n), (ms, count) in sorted(mm.items(), key=lambda kv: -kv[1][0]):
         per_pass = count // decoded
-        mb = forms.get((k, n), {"bytes": 0})["bytes"] * per_pass / 1e6
+        mb = forms.get((k, n), {"bytes": 0})["bytes"] / 1e6
         matmuls.append({"shape": f"{k} x {n}, {forms.get((k, n), {'form': '?'})['form']}", "count": per_pass,
                         "ms": ms, "mb": mb, "gbps": mb / ms if ms else 0.0})
     ort_ms = sum(e["dur"] for e in runs) / 1000 / decoded
