@@ -129,7 +129,8 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--loop", action="store_true", help="replay the file over and over (a demo gateway)")
     add_key(p, "--http", "serve.http", "HOST:PORT of the HTTP API and console (\"\" = off)")
     add_key(p, "--zmq", "serve.zmq", "zmq request endpoint (\"\" = off)")
-    add_key(p, "--pub", "serve.pub", "zmq PUB endpoint of analyses and events (\"\" = off)")
+    add_key(p, "--pub", "serve.pub", "zmq PUB endpoint of the stream's events, never operators' answers (\"\" = off; "
+            "ipc://DIR/NAME: DIR is made 0700)")
     add_key(p, "--api-key", "serve.api_key", "the key clients send (needed for a non-loopback --http); other users "
             "see a flag in /proc/*/cmdline: prefer RINGSPEC_API_KEY or --api-keys-file")
     add_key(p, "--api-keys-file", "serve.api_keys_file", "one `NAME KEY` line per operator (chmod 600); NAME is "

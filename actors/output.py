@@ -17,6 +17,8 @@ answers' records the site sends back (pipeline/serve/site.py); PUB is the site's
 from __future__ import annotations
 
 import json
+import os
+import stat
 import sys
 import time
 from contextlib import ExitStack
@@ -63,7 +65,7 @@ def run(in_specs: list[ChannelSpec], streams: list[str], journals: list[str | No
     operators, {"asks": each owner's question channel, "archive": each stream's archive, "pids_file": path}; the
     HTTP and zmq interfaces then run in this process (pipeline/serve/front.py). site: when the run's streams are on
     several nodes and served, the front is the site actor's (actors/site.py) and this actor relays: {"events",
-    "asks", "token", "group": the site's links (pipeline/serve/site.py), "asks_channels": each owner's question
+    "asks", "key", "group": the site's links (pipeline/serve/site.py), "asks_channels": each owner's question
     channel, "start": this start's id, "restarts": {actor: restarts}}."""
 
     pin(cpus)
@@ -190,23 +192,49 @@ def _named(record: dict, name: str) -> dict:
 
 def _record(record: dict, log, sock) -> None:
     """The journal takes every event but stream lines (scored lines too: `replay.score_stream`), durably; PUB takes
-    them all."""
+    the stream's own (`publish`)."""
     if log and (record["kind"] != "line" or record.get("nll_n") is not None):
         log.append(record)
     if sock is not None:
         publish(sock, record)
 
 
+# what PUB carries: the stream's own events. Any local user who reaches the socket reads it (zmq has no key here), so
+# an operator's question and answer ("answer") never go out on it, and a kind added later stays off until listed.
+PUBLISHED = frozenset({"start", "line", "assessment", "checkpoint", "recovery", "restart", "capacity", "eof"})
+
+
 def publisher(endpoint: str) -> zmq.Socket:
-    """The PUB socket every record goes out on (this actor's, or the site actor's)."""
+    """The PUB socket the stream's events go out on (this actor's, or the site actor's). An ipc endpoint binds in a
+    directory of this user's that no one else can enter (`private_dir`)."""
+    if endpoint.startswith("ipc://"):
+        private_dir(os.path.dirname(os.path.abspath(endpoint[len("ipc://"):])))
     sock = zmq.Context.instance().socket(zmq.PUB)
     sock.setsockopt(zmq.LINGER, 0)
     sock.bind(endpoint)
     return sock
 
 
+def private_dir(path: str) -> None:
+    """Make `path` a 0700 directory of this user's, or keep one that is; PermissionError for one that exists wider,
+    is another user's, or is not a directory (a symlink included): its socket would be open to others."""
+    try:
+        os.mkdir(path, 0o700)
+        os.chmod(path, 0o700)                         # mkdir's mode passes through the umask
+    except FileExistsError:
+        pass
+    st = os.lstat(path)
+    if not stat.S_ISDIR(st.st_mode) or st.st_uid != os.geteuid() or st.st_mode & 0o077:
+        raise PermissionError(f"PUB directory {path} is {oct(stat.S_IMODE(st.st_mode))}, uid {st.st_uid}"
+                              f"{'' if stat.S_ISDIR(st.st_mode) else ', not a directory'}: it must be a directory "
+                              f"of this user ({os.geteuid()}) with mode 0700, or one the PUB can create")
+
+
 def publish(sock: zmq.Socket, record: dict) -> None:
-    """One record on PUB: its kind, then the record as JSON."""
+    """One stream event on PUB: its kind, then the record as JSON; any other record (an operator's answer) is
+    dropped here, whichever actor publishes (`PUBLISHED`)."""
+    if record["kind"] not in PUBLISHED:
+        return
     sock.send_multipart([record["kind"].encode(), json.dumps(record).encode()])
 
 

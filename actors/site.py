@@ -25,14 +25,15 @@ from pipeline.serve.front import Front
 from pipeline.serve.site import SiteHub
 
 
-def run(cfg, streams: list[dict], bind: dict, token: bytes, endpoints_file: str, pub: str | None,
+def run(cfg, streams: list[dict], bind: dict, key: bytes, endpoints_file: str, pub: str | None,
         pids_files: list[str], stop, restarts: int = 0) -> None:
     """streams: {"name", "group", "node", "archive"} per stream, in the profile's order; bind: where the links go
     ({"events", "asks"}: tcp://HOST:PORT, port 0 the first time); the ports bound are written to endpoints_file (the
-    launcher reads them there and hands them to the groups); restarts: this actor's own so far (for /metrics)."""
+    launcher reads them there and hands them to the groups); key: the run's, which authenticates every message on the
+    links (made by the launcher, never sent on them); restarts: this actor's own so far (for /metrics)."""
     figures_on_request(Figures("site"))
     tok = Tokenizer.from_gguf(resolve_gguf(cfg.model.gguf))
-    hub = SiteHub(bind["events"], bind["asks"], token)
+    hub = SiteHub(bind["events"], bind["asks"], key)
     with open(endpoints_file + ".tmp", "w") as f:
         json.dump(hub.endpoints, f)
     os.replace(endpoints_file + ".tmp", endpoints_file)

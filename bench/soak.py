@@ -110,7 +110,7 @@ class _Listener(threading.Thread):
         self.tokens, self.lines, self.next_sample = 0, 0, 0
         self.samples: list[dict] = []
         self.loops: dict[int, list[float]] = {}          # loop -> [nll sum, count]
-        self.assessments = self.answers = 0
+        self.assessments = 0
         self.eof: dict | None = None
         self.done = threading.Event()
         self.t0 = time.monotonic()
@@ -132,8 +132,6 @@ class _Listener(threading.Thread):
                     self.next_sample += self.every
             elif kind == b"assessment":
                 self.assessments += 1
-            elif kind == b"answer":
-                self.answers += 1
             elif kind == b"eof":                    # not sampled: the model actors are already shutting down
                 self.eof = event
                 self.done.set()
@@ -391,7 +389,7 @@ def soak_serve(cfg, config_path: str | None, log: str, tokens: int, every_tokens
     out.update(assessments=listener.assessments, wall_s=wall, log=str(log), sink=spec.sink, ring=spec.ring,
                window=spec.window, series=listener.samples, mode="serve", exit_code=proc.returncode,
                tokens_asked=tokens, interrupted=interrupted,
-               questions_answered=asker.answered, questions_failed=asker.failed, answers_published=listener.answers,
+               questions_answered=asker.answered, questions_failed=asker.failed,
                clients_left=leaver.left, client_errors=leaver.errors,
                server_client_disconnects=figures.get("ringspec_client_disconnects_total"),
                server_http_requests={k.split("{", 1)[1].rstrip("}"): v for k, v in figures.items()

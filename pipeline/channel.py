@@ -21,6 +21,10 @@ SIGTERM (turned into SystemExit when the handler is still the default). Neither 
 tracker about the segment: an attacher's tracker would unlink the owner's segment at exit (the Python 3.11 pitfall),
 and an owner's tracker that died and was relaunched answers the owner's own unlink with a KeyError traceback (seen
 once in CI under Ray). `cleanup_stale` removes segments whose owner died without unlinking (SIGKILL, OOM kill).
+It touches only what this user made: /dev/shm and the temp directory are shared with every local user, so a
+segment or ipc file of another owner, a symlink, or an ipc path from a header outside the temp directory is skipped,
+never read further, followed or unlinked, and an error on one candidate is logged, never fatal; `attach` refuses a
+segment of another owner.
 """
 from __future__ import annotations
 
@@ -30,7 +34,9 @@ import mmap
 import os
 import re
 import signal
+import stat
 import struct
+import sys
 import tempfile
 import threading
 import time
@@ -138,7 +144,8 @@ class Channel:
             _create_untracked(spec.segment_name, spec.segment_bytes)
         except FileExistsError:
             if not _remove_if_stale(spec.segment_name):
-                raise FileExistsError(f"shared memory {spec.segment_name} exists and its owner is alive") from None
+                raise FileExistsError(f"shared memory {spec.segment_name} exists and is not a dead owner's of this "
+                                      f"user (its owner is alive, or it is another user's)") from None
             _create_untracked(spec.segment_name, spec.segment_bytes)
         endpoint = f"ipc://{tempfile.gettempdir()}/{spec.segment_name}.ipc"
         sock = None
@@ -439,22 +446,38 @@ def cleanup_stale(prefix: str = PREFIX) -> list[str]:
 
     Also removes <tmp>/<prefix>*.ipc files whose segment is gone: a killed owner's resource tracker unlinks the
     segment but not the socket file. (An owner binds its socket only after creating its segment, and unbinds before
-    unlinking it, so a socket file without a segment is always a leftover.)"""
-    names = [name for name in sorted(os.listdir(SHM_DIR)) if name.startswith(prefix) and _remove_if_stale(name)]
+    unlinking it, so a socket file without a segment is always a leftover.) Only this user's files named with PREFIX
+    are candidates (see Hygiene); one that cannot be read or removed is logged and skipped, so a restart goes on."""
+    names = []
+    for name in sorted(os.listdir(SHM_DIR)):
+        if name.startswith(PREFIX) and name.startswith(prefix) and _skip_errors(_remove_if_stale, name):
+            names.append(name)
     tmp = tempfile.gettempdir()
     for entry in sorted(os.listdir(tmp)):
-        if entry.startswith(prefix) and entry.endswith(".ipc") and not os.path.exists(f"{SHM_DIR}/{entry[:-4]}"):
-            _unlink_ipc(f"ipc://{tmp}/{entry}")
+        if (entry.startswith(PREFIX) and entry.startswith(prefix) and entry.endswith(".ipc")
+                and not os.path.lexists(f"{SHM_DIR}/{entry[:-4]}")
+                and _skip_errors(_unlink_own_ipc, f"ipc://{tmp}/{entry}")):
             names.append(entry)
     return names
 
 
-def _remove_if_stale(segment_name: str) -> bool:
+def _skip_errors(clean, name: str) -> bool:
     try:
-        fd = os.open(os.path.join(SHM_DIR, segment_name), os.O_RDONLY)
+        return clean(name)
+    except (OSError, ValueError) as exc:                # a planted or vanishing file must not stop a restart
+        print(f"ringspec: warning: stale-channel cleanup skipped {name}: {exc}", file=sys.stderr, flush=True)
+        return False
+
+
+def _remove_if_stale(segment_name: str) -> bool:
+    try:       # O_NOFOLLOW: a symlink is never followed; O_NONBLOCK: a planted fifo cannot hang the open
+        fd = os.open(os.path.join(SHM_DIR, segment_name), os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
     except FileNotFoundError:
         return False
     try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode) or st.st_uid != os.geteuid():
+            return False                              # not ours: neither read further nor unlinked (see Hygiene)
         control = os.pread(fd, _CONTROL_BYTES, 0)
     finally:
         os.close(fd)
@@ -467,14 +490,45 @@ def _remove_if_stale(segment_name: str) -> bool:
         _posixshmem.shm_unlink("/" + segment_name)
     except FileNotFoundError:
         return False
-    if words[_W_MAGIC] == _MAGIC:
-        _unlink_ipc(control[_ENDPOINT_AT:_ENDPOINT_AT + words[_W_ENDPOINT_LEN]].decode())
+    if words[_W_MAGIC] == _MAGIC and words[_W_ENDPOINT_LEN] <= _ENDPOINT_MAX:
+        endpoint = control[_ENDPOINT_AT:_ENDPOINT_AT + words[_W_ENDPOINT_LEN]].decode(errors="replace")
     else:                                             # its creator died before writing the endpoint: the one it binds
-        _unlink_ipc(f"ipc://{tempfile.gettempdir()}/{segment_name}.ipc")
+        endpoint = f"ipc://{tempfile.gettempdir()}/{segment_name}.ipc"
+    _unlink_own_ipc(endpoint)
+    return True
+
+
+def _own_ipc_path(endpoint: str) -> str | None:
+    """The socket file `endpoint` names when it is one a channel of this user binds: a socket (not a symlink) owned
+    by us, named with PREFIX, directly in the temp directory. None for anything else: a header's endpoint is data
+    that whoever could write the segment wrote."""
+    if not endpoint.startswith("ipc://") or "\0" in endpoint:
+        return None
+    ipc_dir = os.path.realpath(tempfile.gettempdir())
+    parent, name = os.path.split(os.path.abspath(endpoint[len("ipc://"):]))
+    if os.path.realpath(parent) != ipc_dir or not name.startswith(PREFIX) or not name.endswith(".ipc"):
+        return None
+    path = os.path.join(ipc_dir, name)
+    try:
+        st = os.lstat(path)                           # lstat: the link itself, never where it points
+    except FileNotFoundError:
+        return None
+    return path if stat.S_ISSOCK(st.st_mode) and st.st_uid == os.geteuid() else None
+
+
+def _unlink_own_ipc(endpoint: str) -> bool:
+    path = _own_ipc_path(endpoint)
+    if path is None:
+        return False
+    try:
+        os.unlink(path)
+    except FileNotFoundError:
+        return False
     return True
 
 
 def _unlink_ipc(endpoint: str) -> None:
+    """An owner's own socket file (its endpoint, which it made)."""
     if endpoint.startswith("ipc://"):
         try:
             os.unlink(endpoint[len("ipc://"):])
@@ -531,7 +585,11 @@ def _map_untracked(segment_name: str) -> mmap.mmap | None:
     except FileNotFoundError:
         return None
     try:
-        size = os.fstat(fd).st_size
+        st = os.fstat(fd)
+        if st.st_uid != os.geteuid():                  # another user's segment: its header and wake-up are not ours
+            raise PermissionError(f"shared memory {segment_name} belongs to uid {st.st_uid}, not this user "
+                                  f"({os.geteuid()}): refusing to attach")
+        size = st.st_size
         return mmap.mmap(fd, size) if size >= _CONTROL_BYTES else None   # owner may not have sized it yet
     finally:
         os.close(fd)

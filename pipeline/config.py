@@ -131,17 +131,21 @@ class ServeSection:
     enabled: bool = False            # set by `serve`: the ring's slack grows to hold a question span and its answer
     http: str = "127.0.0.1:8080"     # HOST:PORT of the HTTP API and console ("" = off)
     zmq: str = "tcp://127.0.0.1:7701"    # zmq request socket, msgpack messages ("" = off)
-    pub: str = "tcp://127.0.0.1:7702"    # zmq PUB of analyses and stream events ("" = off)
+    pub: str = ""                    # zmq PUB of stream events, never operators' answers ("" = off: any local user
+                                     # can subscribe to tcp; ipc://DIR/NAME binds in DIR, made or kept 0700)
     api_key: str = ""                # one operator's key (Authorization: Bearer KEY); also RINGSPEC_API_KEY
     api_keys_file: str = ""          # one `NAME KEY` line per operator; NAME is the fair queue's identity
     allowed_hosts: str = ""          # Host/Origin names answered, comma-separated ("" = the bind address, localhost
                                      # and loopback; a wildcard bind answers any; "*" = any)
     max_connections: int = 64        # HTTP connections handled at once; more get 503 and are closed
-    request_timeout_s: float = 30.0  # an HTTP client silent this long (mid-request, or idle between requests) is cut
+    max_connections_per_peer: int = 16   # of those, from one remote address: one host cannot take every slot
+    request_timeout_s: float = 30.0  # a request's line, headers and body must all arrive within this (else cut)
     max_prompt_tokens: int = 384     # a question's span: the conversation plus the retrieved lines
     max_answer_tokens: int = 256
     max_body_bytes: int = 65536
     max_waiting: int = 16            # requests waiting or being answered at once; more are refused with 503
+    max_waiting_per_operator: int = 0    # of those, one operator's (its key's name) at most; more get 429 (0 = half
+                                     # of max_waiting, rounded up, with a key file; all of it without one)
     deadline_s: float = 60.0         # a request not answered by then ends (queued: an error; answering: cut short)
     backlog_lines: int = 4096        # stream lines held while the model answers (then the channel, then drops)
     stream_share: float = 0.5        # while lines wait, the least share of the target's time (last ~30 s) the stream
@@ -305,11 +309,13 @@ _MIN = {("model", "threads"): 1, ("model", "max_rows"): 2, ("model", "prefill_ro
         ("model", "accuracy_level"): 0,
         ("serve", "max_prompt_tokens"): 16, ("serve", "max_answer_tokens"): 1, ("serve", "max_body_bytes"): 1024,
         ("serve", "max_waiting"): 1, ("serve", "deadline_s"): 0.1, ("serve", "max_connections"): 1,
+        ("serve", "max_connections_per_peer"): 1,
         ("serve", "request_timeout_s"): 0.1, ("serve", "backlog_lines"): 0,
         ("serve", "archive_max_lines"): 1, ("serve", "retrieve"): 0, ("supervise", "max_restarts"): 0,
         ("supervise", "period_s"): 0.0, ("supervise", "checkpoint_s"): 0.01,
         ("replay", "line_rate"): 0.0, ("serve", "stream_share"): 0.0, ("board", "ram_mb"): 0,
-        ("board", "reserve_mb"): 0, ("board", "npu_domain_mb"): 1}
+        ("board", "reserve_mb"): 0, ("board", "npu_domain_mb"): 1,
+        ("serve", "max_waiting_per_operator"): 0}
 
 
 # a pass's rows: the graph's softmax width (models/graph.py SOFTMAX_ROWS) and doctor's probes (1..64 rows); a slot
@@ -386,6 +392,9 @@ def parse(raw: dict, source: str = "<dict>", here: bool = True) -> Config:
             raise ConfigError(f"{source}: serve.{key} = {value!r} is not a loopback address, and zmq carries no "
                               f"key here: bind tcp://127.0.0.1 or ipc:// and reach it through ssh -L, or use the "
                               f"HTTP API with a key")
+    if cfg.serve.max_waiting_per_operator > cfg.serve.max_waiting:
+        raise ConfigError(f"{source}: serve.max_waiting_per_operator = {cfg.serve.max_waiting_per_operator} exceeds "
+                          f"serve.max_waiting = {cfg.serve.max_waiting}: it would never bind")
     if cfg.serve.site and not re.fullmatch(r"[A-Za-z0-9.-]+", cfg.serve.site):
         raise ConfigError(f"{source}: serve.site = {cfg.serve.site!r}; expected a host name or IPv4 address (the site "
                           f"picks its ports)")

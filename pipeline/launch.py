@@ -365,11 +365,12 @@ class Site:
     run (ActorDied on leaving). Its pid is listed in the run directory's pids file."""
 
     def __init__(self, cfg, run: list[Group], run_dir: str, pub: str | None, host: str, signals: _Signals):
-        self.token = secrets.token_bytes(16)              # leads every message on the links (pipeline/serve/site.py)
+        # MACs every message on the links (pipeline/serve/site.py); it reaches both ends as an actor argument only
+        self.key = secrets.token_bytes(32)
         self.file, self.run_dir, self.signals = f"{run_dir}/site.json", run_dir, signals
         self.bind = {"events": f"tcp://{host}:0", "asks": f"tcp://{host}:0"}
         self.stop = StopFlag(f"{run_dir}/site_stop", f"{run_dir}/stop")
-        self.kwargs = dict(cfg=cfg, token=self.token, endpoints_file=self.file, pub=pub, stop=self.stop,
+        self.kwargs = dict(cfg=cfg, key=self.key, endpoints_file=self.file, pub=pub, stop=self.stop,
                            streams=[{"name": st.name, "group": g.id, "node": g.node,
                                      "archive": st.archive} for g in run for st in g.streams],
                            pids_files=[pids_file(run_dir)] + [pids_file(g.dir) for g in run])
@@ -377,7 +378,7 @@ class Site:
 
     def links(self, group: Group) -> dict:
         """What the group's output actor connects with."""
-        return {**self.bind, "token": self.token, "group": group.id}
+        return {**self.bind, "key": self.key, "group": group.id}
 
     def __enter__(self) -> Site:
         self._start()

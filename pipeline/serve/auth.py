@@ -12,7 +12,6 @@ import hmac
 import os
 import re
 import stat
-import sys
 from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import urlsplit
@@ -62,15 +61,16 @@ def load_keys(api_key: str, keys_file: str) -> Keys:
 
 def _read_file(path: Path, taken: set[str]) -> dict[str, str]:
     try:
-        text = path.read_text()
         mode = path.stat().st_mode
+        # refused, not warned about: a key another user could read is already theirs, and a warning scrolls by
+        if mode & (stat.S_IRWXG | stat.S_IRWXO):
+            raise KeysError(f"serve.api_keys_file {path}: group or other users may access it (mode "
+                            f"{stat.S_IMODE(mode):o}); run `chmod 600 {path}`")
+        text = path.read_text()
     except OSError as exc:
         raise KeysError(f"serve.api_keys_file {path}: {exc.strerror or exc}") from None
     except UnicodeDecodeError:
         raise KeysError(f"serve.api_keys_file {path}: not UTF-8 text") from None
-    if mode & (stat.S_IRWXG | stat.S_IRWXO):
-        print(f"ringspec: warning: {path} can be read by other users (mode {stat.S_IMODE(mode):o}); "
-              f"chmod 600 {path}", file=sys.stderr, flush=True)
     table: dict[str, str] = {}
     for number, raw in enumerate(text.splitlines(), 1):
         line = raw.strip()
@@ -115,9 +115,19 @@ def host_of(header: str) -> str:
     return header.rpartition(":")[0] if header.count(":") == 1 else header
 
 
+def port_of(header: str) -> int:
+    """The port in a Host header, 80 when it names none (a browser leaves http's default out); -1 when malformed."""
+    header = header.strip()
+    rest = header[header.find("]") + 1:] if header.startswith("[") else header if header.count(":") == 1 else ""
+    port = rest.rpartition(":")[2] if ":" in rest else "80"
+    return int(port) if port.isdigit() and port.isascii() else -1
+
+
 def refused_origin(hosts: frozenset[str] | None, host: str | None, origin: str | None) -> str | None:
     """Why a request's Host or Origin is not served here, or None. A browser names the page's site in Origin on
-    every cross-site POST; curl, OpenAI's client and `ask` send none."""
+    every cross-site POST; curl, OpenAI's client and `ask` send none. An Origin must be the request's own origin,
+    scheme, name and port (this server speaks plain http, at the Host the browser reached it by): a name alone
+    would let any other page on that host (http://localhost:3000, https://127.0.0.1:9) post here."""
     if hosts is None:
         return None
     if not host:
@@ -126,6 +136,12 @@ def refused_origin(hosts: frozenset[str] | None, host: str | None, origin: str |
         return f"Host {host!r} is not served here (serve.allowed_hosts)"
     if origin == "null":
         return "Origin 'null' (a sandboxed or file page) is not served here"
-    if origin and (urlsplit(origin).hostname or "") not in hosts:
-        return f"Origin {origin!r} is not served here (serve.allowed_hosts)"
+    if origin:
+        try:
+            url = urlsplit(origin.strip())
+            theirs = (url.scheme.lower(), url.hostname or "", url.port or (80 if url.scheme.lower() == "http" else -1))
+        except ValueError:                            # a port out of range or not a number
+            theirs = None
+        if theirs != ("http", host_of(host), port_of(host)):
+            return f"Origin {origin[:80]!r} is not this server's own origin (http://{host[:80]})"
     return None

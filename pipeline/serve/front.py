@@ -1,10 +1,11 @@
 """The operators' front, inside the output actor: requests in flight, their framing, retrieval and their answers.
 
 Owns what the interfaces (HTTP in `pipeline/serve/http_api.py`, zmq in `pipeline/serve/zmq_api.py`) share: a question
-becomes a request to the cache owner (older lines retrieved from the archive, the span framed and bounded, a deadline),
-and the owner's answer events become text deltas for whoever asked. Also keeps what the console and /metrics show: the
-stream's tail, the analyses, the owner's latest status, request counts and latencies. Never runs a model and never
-touches the cache: the owner decides when a question is answered.
+becomes a request to the cache owner (admitted within serve.max_waiting and its operator's share of it, bounded before
+the archive is searched, older lines retrieved, the span framed and bounded, a deadline), and the owner's answer
+events become text deltas for whoever asked. Also keeps what the console and /metrics show: the stream's tail, the
+analyses, the owner's latest status, request counts and latencies. Never runs a model and never touches the cache:
+the owner decides when a question is answered.
 
 Several streams (one pipeline, one target: pipeline/launch.py): each has its own owner, question channel and archive,
 and its own view here (`StreamView`); a request names its stream (the model `ringspec/NAME` over HTTP, `stream`
@@ -158,11 +159,16 @@ class Front:
         if not isinstance(deadline_s, (int, float)) or isinstance(deadline_s, bool) or not 0 < deadline_s <= \
                 s.deadline_s:
             raise RequestError(400, f"deadline_s must be a number in (0, {s.deadline_s:g}], got {deadline_s!r}")
+        with self._lock:                              # a refusal costs no framing and no search (again below)
+            self._admit(client)
         t0 = time.perf_counter()
         if messages is not None:
             question = _check_messages(messages)
-            retrieved = self.retrieve(question, view)
-            span = self._span(self.tok, self.cfg.replay.system_prompt, messages, [h.text for h in retrieved])
+            # the conversation alone must fit before the archive is searched: a question too long costs no search
+            span = self._span(self.tok, self.cfg.replay.system_prompt, messages, [])
+            retrieved = self.retrieve(question, view) if len(span) <= s.max_prompt_tokens else []
+            if retrieved:
+                span = self._span(self.tok, self.cfg.replay.system_prompt, messages, [h.text for h in retrieved])
             while len(span) > s.max_prompt_tokens and retrieved:      # the conversation first, then old lines
                 retrieved = retrieved[:-1]
                 span = self._span(self.tok, self.cfg.replay.system_prompt, messages, [h.text for h in retrieved])
@@ -174,9 +180,7 @@ class Front:
             raise RequestError(400, f"the prompt takes {len(span)} tokens; this server takes at most "
                                     f"{s.max_prompt_tokens} (serve.max_prompt_tokens)", "context_length_exceeded")
         with self._lock:
-            if sum(not a.finished for a in self.answers.values()) >= s.max_waiting:
-                raise RequestError(503, f"{s.max_waiting} requests are already waiting or being answered; retry "
-                                        f"shortly", "server_busy")
+            self._admit(client)
             answer = Answer(f"q{os.getpid()}-{next(self._ids)}", client, question, len(span),
                             [h.__dict__ for h in retrieved], time.monotonic(), tuple(stop),
                             frame_ms=(time.perf_counter() - t0) * 1e3, decoder=StreamDecoder(self.tok),
@@ -190,6 +194,26 @@ class Front:
                 raise RequestError(503, why, "server_busy") from None
             self.answers[answer.id] = answer
         return answer
+
+    @property
+    def per_operator(self) -> int:
+        """Requests one operator may have waiting or being answered at once (serve.max_waiting_per_operator; 0: half
+        of max_waiting where a key file names the operators, else all of it: one key, or none, serves one operator)."""
+        s = self.serve
+        return s.max_waiting_per_operator or (-(-s.max_waiting // 2) if s.api_keys_file else s.max_waiting)
+
+    def _admit(self, client: str) -> None:
+        """RequestError unless the server and `client` (the operator, the fair queue's identity) each have a slot
+        free for one more request (under the lock)."""
+        s = self.serve
+        held = [a.client for a in self.answers.values() if not a.finished]
+        if len(held) >= s.max_waiting:
+            raise RequestError(503, f"{s.max_waiting} requests are already waiting or being answered; retry "
+                                    f"shortly", "server_busy")
+        if held.count(client) >= self.per_operator:
+            raise RequestError(429, f"this operator already has {self.per_operator} requests waiting or being "
+                                    f"answered (serve.max_waiting_per_operator); retry when one ends",
+                               "rate_limit_exceeded")
 
     def retrieve(self, question: str, view: StreamView) -> list:
         """Older lines about the question, from the stream's archive (none of those still inside its window)."""

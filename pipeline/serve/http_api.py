@@ -6,9 +6,11 @@ ask is `auth`'s. Never touches a model or a channel.
 
 Bounds, each a precise 4xx/503 or a counted drop, never a traceback: Host and Origin outside serve.allowed_hosts
 (403), a missing or wrong key (401; a query key only on /v1/events), a body without one decimal Content-Length
-(400/411), over serve.max_body_bytes (413, and never read), more than serve.max_connections connections (503, closed),
-a client silent for serve.request_timeout_s (cut), a client that resets (counted). Every path outside the routes is
-counted under one label.
+(400/411), over serve.max_body_bytes (413, and never read), more than serve.max_connections connections or
+serve.max_connections_per_peer from one address (503, closed), a request whose line, headers and body have not all
+arrived within serve.request_timeout_s (cut, however steadily it trickles), a body not read (the connection closed after
+the answer, so it is never parsed as a next request), a body of JSON too deep, numbers too long or lone surrogates
+(400), a client that resets (counted). Every path outside the routes is counted under one label.
 
     GET  /                       the console (pipeline/serve/console.html; the key goes in its fragment, /#key=KEY)
     GET  /healthz                {"status": "ok", ...}; never needs the key
@@ -22,13 +24,16 @@ counted under one label.
 """
 from __future__ import annotations
 
+import io
 import json
 import queue
+import re
 import select
 import socket
 import sys
 import threading
 import time
+from collections import Counter
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from urllib.parse import parse_qs, urlparse
@@ -42,10 +47,18 @@ MODEL_NAME = "ringspec"
 KEEPALIVE_S = 15.0
 HANGUP_CHECK_S = 0.5                             # how often a waiting request looks for its client
 OPEN = ("/healthz", "/")                         # need no key: health, and the console's page (it holds no data)
-_BUSY_BODY = json.dumps({"error": {"message": "too many connections at once (serve.max_connections); retry "
-                                               "shortly", "type": "server_busy", "code": 503}}).encode()
-BUSY = (b"HTTP/1.1 503 Service Unavailable\r\nContent-Type: application/json\r\nRetry-After: 1\r\n"
-        b"Connection: close\r\nContent-Length: %d\r\n\r\n%s" % (len(_BUSY_BODY), _BUSY_BODY))
+_SURROGATE = re.compile(r"[\ud800-\udfff]")      # what json.loads leaves of a "\\udXXX" escape outside a pair
+
+
+def _busy(why: str) -> bytes:
+    body = json.dumps({"error": {"message": f"too many connections at once ({why}); retry shortly",
+                                 "type": "server_busy", "code": 503}}).encode()
+    return (b"HTTP/1.1 503 Service Unavailable\r\nContent-Type: application/json\r\nRetry-After: 1\r\n"
+            b"Connection: close\r\nContent-Length: %d\r\n\r\n%s" % (len(body), body))
+
+
+BUSY = _busy("serve.max_connections")
+BUSY_PEER = _busy("serve.max_connections_per_peer from one address")
 
 
 def serve_http(front: Front, host: str, port: int, keys: Keys = Keys()) -> ThreadingHTTPServer:
@@ -54,6 +67,7 @@ def serve_http(front: Front, host: str, port: int, keys: Keys = Keys()) -> Threa
     server.front, server.keys = front, keys
     server.hosts = allowed_hosts(front.serve.allowed_hosts, host)
     server.slots = threading.BoundedSemaphore(front.serve.max_connections)
+    server.per_peer, server.peers, server.peers_lock = front.serve.max_connections_per_peer, Counter(), threading.Lock()
     threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.2}, daemon=True,
                      name="http").start()
     return server
@@ -66,19 +80,25 @@ class _Server(ThreadingHTTPServer):
     keys: Keys
     hosts: frozenset[str] | None
     slots: threading.BoundedSemaphore
+    per_peer: int
+    peers: Counter                                # connections held per remote address
+    peers_lock: threading.Lock
 
     def process_request(self, request, client_address):
-        """One thread per connection, at most serve.max_connections of them: past that, 503 and the socket closed
-        (a client that opens connections and sends nothing costs one slot each until serve.request_timeout_s)."""
+        """One thread per connection, at most serve.max_connections of them and serve.max_connections_per_peer from
+        one address: past either, 503 and the socket closed. A slot is taken before any key is seen, so a client
+        that opens connections and trickles bytes holds one each until serve.request_timeout_s; the per-address cap
+        keeps one host from holding them all (and /healthz answerable to the others)."""
+        peer = client_address[0]
+        with self.peers_lock:
+            crowded = self.peers[peer] >= self.per_peer
+            if not crowded:
+                self.peers[peer] += 1
+        if crowded:
+            return self._refuse(request, BUSY_PEER)
         if not self.slots.acquire(blocking=False):
-            self.front.counts["connections_refused"] += 1
-            try:
-                request.settimeout(1.0)
-                request.sendall(BUSY)
-            except OSError:
-                pass
-            self.shutdown_request(request)
-            return
+            self._leave(peer)
+            return self._refuse(request, BUSY)
         super().process_request(request, client_address)
 
     def process_request_thread(self, request, client_address):
@@ -86,6 +106,22 @@ class _Server(ThreadingHTTPServer):
             super().process_request_thread(request, client_address)
         finally:
             self.slots.release()
+            self._leave(client_address[0])
+
+    def _leave(self, peer: str) -> None:
+        with self.peers_lock:
+            self.peers[peer] -= 1
+            if not self.peers[peer]:
+                del self.peers[peer]               # a table of every address ever seen would only grow
+
+    def _refuse(self, request, reply: bytes) -> None:
+        self.front.counts["connections_refused"] += 1
+        try:
+            request.settimeout(1.0)
+            request.sendall(reply)
+        except OSError:
+            pass
+        self.shutdown_request(request)
 
     def handle_error(self, request, client_address):
         """A failure outside a route (a client that resets its connection while the next request line is read, a
@@ -99,16 +135,64 @@ class _Server(ThreadingHTTPServer):
               flush=True)
 
 
+class _Cut(TimeoutError):
+    """A request that did not arrive whole within serve.request_timeout_s."""
+
+
+class _Deadline(io.RawIOBase):
+    """The connection's reads, each allowed only what is left of the request's serve.request_timeout_s: a timeout per
+    read let a client that sends a byte just inside it hold its slot for ever. Writes keep the socket's own timeout."""
+
+    def __init__(self, handler: _Handler):
+        self.handler = handler
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buf) -> int:
+        handler, sock = self.handler, self.handler.connection
+        left = handler.deadline - time.monotonic()
+        try:
+            if left <= 0:
+                raise _Cut()
+            sock.settimeout(left)
+            n = sock.recv_into(buf)
+        except TimeoutError:
+            if handler.got:                          # a request under way, not a connection idle between requests
+                handler.server.front.counts["client_disconnects"] += 1
+            raise _Cut(f"the request did not arrive within {handler.timeout} s (serve.request_timeout_s)") from None
+        finally:
+            sock.settimeout(handler.timeout)
+        handler.got += n
+        return n
+
+
 class _Handler(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
     default_request_version = "HTTP/1.1"         # a request line without a version is answered with headers too
     server_version = "ringspec"
     operator = ""                                 # who asks: the key's name, or the peer when no key is asked
     _look_at = 0.0                                # when `_next` next looks at the socket for a hang-up
+    deadline = 0.0                                # when the request being read must have arrived whole
+    got = 0                                       # bytes of it read so far
+    unread = False                                # its body is still on the wire: the connection closes after it
 
     def setup(self):
-        self.timeout = self.server.front.serve.request_timeout_s     # the socket's, for reads and writes alike
+        self.timeout = self.server.front.serve.request_timeout_s     # a write's; a read gets what is left of it
         super().setup()
+        self.rfile.close()                            # the socket stays open: only the stdlib's reader is dropped
+        self.rfile = io.BufferedReader(_Deadline(self))
+
+    def handle_one_request(self):
+        self.deadline, self.got = time.monotonic() + self.timeout, 0
+        super().handle_one_request()
+
+    def _end_headers(self):
+        """Every answer on a connection about to close says so, and a body left unread closes it: read as the next
+        request, a 401's or a GET's body could carry a second, smuggled one."""
+        if self.close_connection or self.unread:
+            self.send_header("Connection", "close")         # the stdlib then closes after this answer
+        self.end_headers()
 
     def log_message(self, fmt, *args):          # the operator reads the pipeline's lines, not an access log
         pass
@@ -122,8 +206,7 @@ class _Handler(BaseHTTPRequestHandler):
         self.send_response(code, message)
         self.send_header("Content-Type", "application/json")
         self.send_header("Content-Length", str(len(body)))
-        self.send_header("Connection", "close")
-        self.end_headers()
+        self._end_headers()
         if getattr(self, "command", None) != "HEAD" and code >= 200 and code not in (204, 304):
             self.wfile.write(body)
 
@@ -141,6 +224,8 @@ class _Handler(BaseHTTPRequestHandler):
     def _route(self):
         front, server = self.server.front, self.server
         path = urlparse(self.path).path
+        self.unread = bool(self.headers.get("Transfer-Encoding")) or any(
+            n.strip() != "0" for n in self.headers.get_all("Content-Length") or ())
         refused = refused_origin(server.hosts, self.headers.get("Host"), self.headers.get("Origin"))
         if refused:
             self.close_connection = True
@@ -159,6 +244,8 @@ class _Handler(BaseHTTPRequestHandler):
             getattr(self, routes[path])()
         except RequestError as exc:
             self._error(exc)
+        except _Cut:                                  # counted where it was cut
+            self.close_connection = True
         except (ConnectionError, TimeoutError):       # the client went away or went silent mid-request
             front.counts["client_disconnects"] += 1
             self.close_connection = True
@@ -341,12 +428,20 @@ class _Handler(BaseHTTPRequestHandler):
         if len(raw) < length:
             self.close_connection = True
             raise RequestError(400, f"the body ended after {len(raw)} of its {length} bytes")
+        self.unread = False
         try:
             body = json.loads(raw)
+        except RecursionError:
+            raise RequestError(400, "the body's JSON is nested too deeply") from None
         except (UnicodeDecodeError, json.JSONDecodeError) as exc:
             raise RequestError(400, f"the body is not JSON: {exc}") from None
+        except ValueError as exc:                     # int()'s digit limit: a number of thousands of digits
+            raise RequestError(400, f"the body holds a number too long: {str(exc)[:120]}") from None
         if not isinstance(body, dict):
             raise RequestError(400, "the body must be a JSON object")
+        if _lone_surrogate(body):                     # valid JSON, but no text: the tokenizer cannot encode it
+            raise RequestError(400, "the body holds a lone UTF-16 surrogate (a \\ud800-\\udfff escape outside a "
+                                    "pair): not text")
         return body
 
     def _count(self, status: int) -> None:
@@ -371,7 +466,7 @@ class _Handler(BaseHTTPRequestHandler):
         self.send_header("Content-Length", str(len(body)))
         for k, v in (headers or {}).items():
             self.send_header(k, v)
-        self.end_headers()
+        self._end_headers()
         self.wfile.write(body)
 
     def _start_stream(self):
@@ -380,7 +475,7 @@ class _Handler(BaseHTTPRequestHandler):
         self.send_header("Content-Type", "text/event-stream")
         self.send_header("Cache-Control", "no-cache")
         self.send_header("Transfer-Encoding", "chunked")
-        self.end_headers()
+        self._end_headers()
 
     def _sse(self, data: str, event: str | None = None):
         self._chunk((f"event: {event}\n" if event else "").encode() + f"data: {data}\n\n".encode())
@@ -391,6 +486,23 @@ class _Handler(BaseHTTPRequestHandler):
 
 
 _PATHS = frozenset(path for routes in _Handler.ROUTES.values() for path in routes)
+
+
+def _lone_surrogate(value) -> bool:
+    """Does any string in a parsed body, key or value, hold a surrogate? (A loop, not recursion: json.loads took
+    the body as deep as the interpreter allows.)"""
+    todo = [value]
+    while todo:
+        value = todo.pop()
+        if isinstance(value, str):
+            if not value.isascii() and _SURROGATE.search(value):
+                return True
+        elif isinstance(value, dict):
+            todo.extend(value)
+            todo.extend(value.values())
+        elif isinstance(value, list):
+            todo.extend(value)
+    return False
 
 
 def _short(path: str) -> str:

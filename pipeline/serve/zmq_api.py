@@ -7,7 +7,9 @@ and receives, in order, maps {"id", "delta": str} as the answer's tokens are com
 {"id", "done": true, "text", "finish_reason", "usage", "ringspec": {...}} or {"error": str, "code": int}.
 Several clients and several questions per client may be in flight. Who asks is the key's operator, or the client's
 socket when the server has no keys (a request's own fields never name it). Messages over serve.max_body_bytes are
-not read: zmq drops the connection that sent one. Never touches a model or a channel.
+not read: zmq drops the connection that sent one. Every other message gets a reply: 400 when it is not a readable
+request, the front's 4xx/429/503 when refused, 500 naming the error's type when handling it failed (counted as
+internal_errors); a reply msgpack cannot write is dropped and counted. Never touches a model or a channel.
 
 `run_ask` is the `ask` verb: the client, the answer streamed to stdout as it comes, and `AskReport`.
 
@@ -65,19 +67,33 @@ class ZmqFront:
             while not self._stop.is_set():
                 if sock.poll(POLL_MS, zmq.POLLIN):
                     frames = sock.recv_multipart()
-                    self._take(frames[0], frames[-1])
+                    try:
+                        self._take(frames[0], frames[-1])
+                    except Exception as exc:          # noqa: BLE001 -- one request fails, this thread goes on
+                        self._failed(frames[0], None, exc)
                 while True:
                     try:
                         who, reply = self._out.get_nowait()
                     except queue.Empty:
                         break
-                    sock.send_multipart([who, msgpack.packb(reply)])
+                    try:
+                        sock.send_multipart([who, msgpack.packb(reply)])
+                    except (TypeError, ValueError, OverflowError, zmq.ZMQError) as exc:   # one reply lost, counted
+                        self.front.counts["zmq_replies_dropped"] += 1
+                        print(f"ringspec: zmq: reply to {who.hex()} dropped: {type(exc).__name__}: {exc}",
+                              file=sys.stderr, flush=True)
         finally:
             sock.close()
 
     def _take(self, who: bytes, payload: bytes) -> None:
+        """One message: a precise error reply (400 unreadable, 4xx/503 refused) or a relay thread for its answer;
+        anything unexpected raised here is the caller's 500 (`_failed`)."""
         try:
             req = msgpack.unpackb(payload, raw=False)
+        except (ValueError, msgpack.UnpackException) as exc:    # bytes, UTF-8, depth, non-string map keys
+            self._out.put((who, {"error": f"not a msgpack request: {type(exc).__name__}: {exc}", "code": 400}))
+            return
+        try:
             if not isinstance(req, dict) or not isinstance(req.get("question"), str) or not req["question"].strip():
                 raise RequestError(400, "expected a msgpack map with a non-empty string \"question\"")
             client = self._operator(req, who)
@@ -87,10 +103,21 @@ class ZmqFront:
         except RequestError as exc:
             self._out.put((who, {"error": str(exc), "code": exc.status}))
             return
-        except (ValueError, msgpack.ExtraData, msgpack.FormatError, msgpack.StackError) as exc:
-            self._out.put((who, {"error": f"not a msgpack request: {exc}", "code": 400}))
-            return
-        threading.Thread(target=self._relay, args=(who, answer), daemon=True).start()
+        threading.Thread(target=self._relay_or_fail, args=(who, answer), daemon=True).start()
+
+    def _failed(self, who: bytes, answer_id: str | None, exc: BaseException) -> None:
+        """A request that failed unexpectedly (a bug, the archive locked): its asker gets a 500 naming the error's
+        type, the failure is counted and logged, and every other request goes on."""
+        self.front.counts["internal_errors"] += 1
+        print(f"ringspec: zmq: request from {who.hex()}: {type(exc).__name__}: {exc}", file=sys.stderr, flush=True)
+        self._out.put((who, {**({"id": answer_id} if answer_id else {}),
+                             "error": f"internal error: {type(exc).__name__}: {exc}", "code": 500}))
+
+    def _relay_or_fail(self, who: bytes, answer) -> None:
+        try:
+            self._relay(who, answer)
+        except Exception as exc:                      # noqa: BLE001 -- the asker hears why rather than nothing
+            self._failed(who, answer.id, exc)
 
     def _operator(self, req: dict, who: bytes) -> str:
         if not self.keys.required:

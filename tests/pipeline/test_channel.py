@@ -370,3 +370,121 @@ def test_depth_counts_waiting_messages_and_in_flight_counts_until_release():
         for _ in range(2):
             owner.recv(timeout=5).release()
         assert owner.depth() == 0 and producer.in_flight() == 0
+
+
+# ---- what other local users leave in /dev/shm and the temp directory ---------------------------------------------
+
+NOBODY = 65534
+
+
+def _dead_pid() -> int:
+    proc = subprocess.Popen(["true"])
+    proc.wait()
+    return proc.pid
+
+
+def _plant(name: str, endpoint: str = "", uid: int | None = None, where: str = SHM_DIR) -> str:
+    """A stale segment as a dead owner leaves it (dead pid, magic, `endpoint`), owned by `uid` (default: us)."""
+    from pipeline import channel
+    control = np.zeros(channel._CONTROL_BYTES // 8, "<u8")
+    control[channel._W_PID], control[channel._W_MAGIC] = _dead_pid(), channel._MAGIC
+    raw = endpoint.encode()
+    control[channel._W_ENDPOINT_LEN] = len(raw)
+    data = bytearray(control.tobytes())
+    data[channel._ENDPOINT_AT:channel._ENDPOINT_AT + len(raw)] = raw
+    path = os.path.join(where, name)
+    with open(path, "wb") as f:
+        f.write(bytes(data) + bytes(4096))
+    os.chmod(path, 0o600)
+    if uid is not None:
+        os.chown(path, uid, uid)
+    return path
+
+
+def _socket_file(path: str) -> None:
+    import socket
+    with socket.socket(socket.AF_UNIX) as s:
+        s.bind(path)
+
+
+needs_root = pytest.mark.skipif(os.geteuid() != 0, reason="planting another user's file needs root")
+
+
+@needs_root
+def test_cleanup_stale_skips_another_users_stale_segment_and_never_unlinks_it():
+    name = _spec("foreign").segment_name
+    path = _plant(name, uid=NOBODY)
+    try:
+        assert name not in cleanup_stale(PREFIX + "test_")
+        assert os.path.exists(path)
+    finally:
+        os.unlink(path)
+
+
+@needs_root
+def test_a_segment_another_user_cannot_read_is_skipped_and_the_restart_goes_on(capsys):
+    """Run as another user, cleanup_stale meets our 0600 segment: open raises PermissionError, which used to end the
+    launcher instead of restarting it."""
+    name = _spec("unreadable").segment_name
+    path = _plant(name)
+    os.setegid(NOBODY)
+    os.seteuid(NOBODY)                                # this process, as another user, for one call
+    try:
+        removed = cleanup_stale(PREFIX + "test_")
+    finally:
+        os.seteuid(0)
+        os.setegid(0)
+    try:
+        assert name not in removed and name in capsys.readouterr().err      # logged, skipped
+        assert os.path.exists(path)
+    finally:
+        os.unlink(path)
+
+
+def test_a_planted_header_endpoint_outside_the_ipc_directory_is_never_unlinked(tmp_path):
+    victim = tmp_path / "victim"
+    victim.write_text("keep me")
+    name = _spec("planted").segment_name
+    _plant(name, endpoint=f"ipc://{victim}")
+    assert name in cleanup_stale(PREFIX + "test_")                     # the stale segment of ours goes
+    assert victim.read_text() == "keep me"
+
+
+def test_a_header_endpoint_through_a_symlinked_directory_is_not_followed(tmp_path):
+    """A socket file with our prefix, reached through a link in the temp directory to a directory elsewhere: the
+    name and prefix are right, the resolved directory is not ours."""
+    import tempfile
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    name = _spec("linkdir").segment_name
+    target = elsewhere / f"{name}.ipc"
+    _socket_file(str(target))
+    link = os.path.join(tempfile.gettempdir(), f"ringspec_link_{uuid.uuid4().hex[:8]}")
+    os.symlink(elsewhere, link)
+    try:
+        _plant(name, endpoint=f"ipc://{link}/{name}.ipc")
+        assert name in cleanup_stale(PREFIX + "test_")
+        assert target.exists()
+    finally:
+        os.unlink(link)
+
+
+def test_a_symlink_in_dev_shm_is_neither_followed_nor_unlinked(tmp_path):
+    name = _spec("shmlink").segment_name
+    stale = _plant("stale_segment", where=str(tmp_path))          # a stale header cleanup would act on
+    link = os.path.join(SHM_DIR, name)
+    os.symlink(stale, link)
+    try:
+        assert name not in cleanup_stale(PREFIX + "test_")
+        assert os.path.islink(link) and os.path.exists(stale)
+    finally:
+        os.unlink(link)
+
+
+@needs_root
+def test_attach_refuses_a_segment_another_user_owns():
+    spec = _spec("foreign_attach")
+    with Channel.create(spec):
+        os.chown(os.path.join(SHM_DIR, spec.segment_name), NOBODY, NOBODY)
+        with pytest.raises(PermissionError, match="refusing to attach"):
+            Channel.attach(spec.name, timeout=1)

@@ -93,3 +93,74 @@ def test_a_boards_profile_names_the_way_to_run_it_on_another_machine_and_that_wa
     monkeypatch.setenv("RINGSPEC_UNPIN", "1")
     unpinned = config.load(profile)
     assert all(getattr(unpinned.actors, key) == "" for key in config.ACTOR_CPUS)
+
+
+# ---- serve.pub: any local user can subscribe to a PUB socket, so it is off unless asked, private when on, and never
+# carries an operator's question or answer
+
+def test_serve_publishes_nothing_unless_asked():
+    assert config.ServeSection().pub == "" and config.load().serve.pub == ""
+
+
+def test_an_ipc_pub_binds_in_a_directory_made_0700(tmp_path):
+    import stat
+
+    from actors.output import publisher
+    sock = publisher(f"ipc://{tmp_path}/pub/events")
+    try:
+        assert stat.S_IMODE((tmp_path / "pub").stat().st_mode) == 0o700
+    finally:
+        sock.close(linger=0)
+
+
+@pytest.mark.parametrize("mode, uid", [(0o777, None), (0o750, None), (0o700, 65534)],
+                         ids=["world_writable", "group_readable", "another_users"])
+def test_an_ipc_pub_refuses_a_directory_others_can_enter_or_own(tmp_path, mode, uid):
+    import os
+
+    from actors.output import publisher
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    os.chmod(shared, mode)
+    if uid is not None:
+        if os.geteuid() != 0:
+            pytest.skip("giving a directory to another user needs root")
+        os.chown(shared, uid, uid)
+    with pytest.raises(PermissionError, match="0700"):
+        publisher(f"ipc://{shared}/events")
+    assert not (shared / "events").exists()
+
+
+def test_an_ipc_pub_refuses_a_symlink_to_a_private_directory(tmp_path):
+    from actors.output import publisher
+    private = tmp_path / "private"
+    private.mkdir(mode=0o700)
+    (tmp_path / "link").symlink_to(private)
+    with pytest.raises(PermissionError, match="not a directory"):
+        publisher(f"ipc://{tmp_path}/link/events")
+
+
+class _Recorded:
+    """A PUB socket that keeps what it is given."""
+
+    def __init__(self):
+        self.sent = []
+
+    def send_multipart(self, frames):
+        self.sent.append(frames[0].decode())
+
+
+def test_an_operators_answer_is_never_published_and_the_streams_events_are():
+    from actors.output import _record, publish
+    from pipeline.messages import Answer, Assessment, Eof, Line
+    sock = _Recorded()
+    answer = {"kind": Answer.kind, "id": "q1", "client": "alice", "question": "what is the root password?",
+              "text": "hunter2", "error": None}
+    _record(answer, None, sock)                       # the output actor's path
+    publish(sock, {"stream": "plant", **answer})      # the site actor's path
+    for kind in ("answer_delta", "question", "status", "something_new"):
+        publish(sock, {"kind": kind})
+    assert sock.sent == []
+    for kind in (Line.kind, Assessment.kind, Eof.kind):
+        publish(sock, {"kind": kind})
+    assert sock.sent == ["line", "assessment", "eof"]

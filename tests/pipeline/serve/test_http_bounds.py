@@ -1,6 +1,6 @@
 """The HTTP and zmq faces against clients that are wrong, hostile or gone, fast tier: the real servers on real
-sockets, in front of a recording stand-in for `Front` (no model). Each test names a finding of issue 19 and fails
-with the fix taken out."""
+sockets, in front of a recording stand-in for `Front` (no model). Each test names a finding of issue 19 or 48 and
+fails with the fix taken out."""
 from __future__ import annotations
 
 import collections
@@ -9,6 +9,7 @@ import hmac
 import http.client
 import json
 import queue
+import select
 import socket
 import time
 
@@ -19,7 +20,7 @@ import zmq
 from pipeline import config
 from pipeline.serve import auth
 from pipeline.serve.auth import Keys, load_keys
-from pipeline.serve.http_api import serve_http
+from pipeline.serve.http_api import _Handler, serve_http
 from pipeline.serve.zmq_api import ZmqFront, ask
 
 KEYS_FILE = "# operators of the north plant\nalice  alice-key-0001\nbob bob-key-0002\n"
@@ -45,6 +46,15 @@ class StubFront:
 
     def health(self):
         return {"status": "ok"}
+
+    def gauges(self):
+        return {"lines": 0}
+
+    def subscribe(self):
+        return queue.Queue()
+
+    def unsubscribe(self, sub):
+        pass
 
     def ask(self, client, **question):
         self.asked.append((client, question))
@@ -105,6 +115,19 @@ def status(reply: bytes) -> int:
     return int(reply.split(b" ", 2)[1])
 
 
+def until_closed(s: socket.socket) -> bytes:
+    """Everything the server sends until it closes (a reset is a close: it had a body left unread)."""
+    got = b""
+    while True:
+        try:
+            chunk = s.recv(65536)
+        except ConnectionResetError:
+            return got
+        if not chunk:
+            return got
+        got += chunk
+
+
 def post(port: int, path: str, body: dict, key: str | None = None, headers: dict | None = None):
     conn = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
     hdrs = {"Content-Type": "application/json", **({"Authorization": f"Bearer {key}"} if key else {}),
@@ -139,13 +162,52 @@ def test_a_negative_or_malformed_length_is_refused_and_the_body_never_reaches_th
     assert front.asked == []
 
 
-def test_two_lengths_or_a_chunked_body_are_refused(http_server):
+SMUGGLED = b"GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n"        # answered 200 to anyone, were it parsed
+
+
+@pytest.mark.parametrize("line, codes", [
+    (b"POST /v1/completions", (400, 411)), (b"POST /v1/nope", (404, 404)), (b"POST /healthz", (405, 405)),
+    (b"GET /healthz", (200, 200))])
+def test_two_lengths_or_a_chunked_body_are_refused_on_every_path_and_nothing_after_them_is_parsed(http_server, line,
+                                                                                                    codes):
+    """Routed or not, a body framed two ways is never read as the next request (issue 48, finding 3)."""
+    front, port = http_server(request_timeout_s=2.0)            # the fault: the smuggled request answered in 2 s
+    frames = (b"Content-Length: 2\r\nContent-Length: %d\r\n\r\n{}" % (len(SMUGGLED) + 2),
+              b"Transfer-Encoding: chunked\r\n\r\n2\r\n{}\r\n0\r\n\r\n")
+    for frame, code in zip(frames, codes):
+        with socket.create_connection(("127.0.0.1", port), timeout=30) as s:
+            s.sendall(line + b" HTTP/1.1\r\nHost: 127.0.0.1\r\n" + frame + SMUGGLED)
+            got = until_closed(s)
+        assert status(got) == code and got.count(b"HTTP/1.1 ") == 1 and b"Connection: close" in got
+    assert front.asked == []
+
+
+@pytest.mark.parametrize("line, headers, code", [
+    (b"POST /v1/chat/completions", b"", 401), (b"POST /v1/nope", b"", 404), (b"POST /healthz", b"", 405),
+    (b"GET /healthz", b"", 200), (b"POST /v1/completions", b"Origin: http://evil.example\r\n", 403)])
+def test_a_body_not_read_is_never_parsed_as_the_next_request(http_server, line, headers, code):
+    """Issue 48, finding 3: a keyless POST whose body was a second request got [401, 200]; the connection of a body
+    left unread now closes after its one answer."""
+    front, port = http_server(Keys((("operator", b"op-key-0001"),)), request_timeout_s=2.0)
+    with socket.create_connection(("127.0.0.1", port), timeout=30) as s:
+        s.sendall(line + b" HTTP/1.1\r\nHost: 127.0.0.1\r\n" + headers +
+                  b"Content-Length: %d\r\n\r\n" % len(SMUGGLED) + SMUGGLED)
+        got = until_closed(s)
+    assert status(got) == code and got.count(b"HTTP/1.1 ") == 1 and front.asked == []
+
+
+@pytest.mark.parametrize("body, words", [
+    (b"[" * 5000, b"nested too deeply"),
+    (b'{"messages": [{"role": "user", "content": "hi"}], "max_tokens": ' + b"9" * 5000 + b"}", b"number too long"),
+    (b'{"messages": [{"role": "user", "content": "hi \\ud800 there"}]}', b"lone UTF-16 surrogate")],
+    ids=["5000 nested [", "5000-digit max_tokens", "lone surrogate"])
+def test_json_too_deep_too_long_or_not_text_is_a_precise_400(http_server, body, words):
+    """Issue 48, finding 7: each was a 500 (RecursionError, int()'s digit limit, the tokenizer's TypeError)."""
     front, port = http_server()
-    two = raw(port, b"POST /v1/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: 2\r\n"
-                    b"Content-Length: 40\r\n\r\n{}")
-    chunked = raw(port, b"POST /v1/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nTransfer-Encoding: chunked\r\n\r\n"
-                        b"2\r\n{}\r\n0\r\n\r\n")
-    assert (status(two), status(chunked)) == (400, 411) and front.asked == []
+    reply = raw(port, b"POST /v1/chat/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: %d\r\n\r\n"
+                % len(body) + body)
+    assert status(reply) == 400 and words in reply
+    assert front.asked == [] and not front.counts["internal_errors"]
 
 
 def test_a_body_cut_short_is_a_400_not_a_wait(http_server):
@@ -212,18 +274,40 @@ def test_without_keys_the_peer_is_the_identity_whatever_the_body_says(http_serve
 def test_a_bad_key_file_is_refused_with_file_and_line(tmp_path, text, words):
     path = tmp_path / "keys"
     path.write_text(text)
+    path.chmod(0o600)
     with pytest.raises(auth.KeysError, match=words):
         load_keys("", str(path))
     with pytest.raises(auth.KeysError, match="No such file"):
         load_keys("", str(tmp_path / "missing"))
 
 
+@pytest.mark.parametrize("mode", [0o640, 0o604, 0o620], ids=["group-read", "other-read", "group-write"])
+def test_a_key_file_other_users_may_access_is_refused(tmp_path, mode):
+    """Issue 48, finding 11: it was loaded with a warning, which scrolls by while the keys stay readable."""
+    path = tmp_path / "keys"
+    path.write_text(KEYS_FILE)
+    path.chmod(mode)
+    with pytest.raises(auth.KeysError, match=f"mode {mode:o}.*chmod 600"):
+        load_keys("", str(path))
+
+
 def test_a_query_key_opens_the_event_stream_only(http_server):
-    front, port = http_server(Keys((("operator", b"op-key-0001"),)))
-    assert get(port, "/v1/models?key=op-key-0001")[0] == 401
-    assert get(port, "/metrics?key=op-key-0001")[0] == 401
+    _, port = http_server(Keys((("operator", b"op-key-0001"),)))
+    for method, routes in _Handler.ROUTES.items():
+        for path in routes:
+            if path not in ("/v1/events", "/healthz", "/"):
+                conn = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
+                conn.request(method, f"{path}?key=op-key-0001", json.dumps(CHAT) if method == "POST" else None)
+                assert conn.getresponse().status == 401, path
     assert get(port, "/v1/models", key="op-key-0001")[0] == 200
     assert get(port, "/")[0] == 200                  # the console's page holds no data; its fetches carry the key
+    assert get(port, "/v1/events?key=op-key-0002")[0] == 401
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
+    conn.request("GET", "/v1/events?key=op-key-0001")
+    resp = conn.getresponse()                        # an endless stream: its head and first event, then hang up
+    assert resp.status == 200 and resp.getheader("Content-Type") == "text/event-stream"
+    assert resp.fp.readline().strip() and b"event: status" in resp.fp.readline()
+    conn.close()
 
 
 def test_the_key_comes_from_the_environment_under_the_flag_and_over_the_profile(monkeypatch):
@@ -241,9 +325,15 @@ def test_the_key_comes_from_the_environment_under_the_flag_and_over_the_profile(
 @pytest.mark.parametrize("headers, code", [
     ({"Host": "evil.example:8080"}, 403), ({"Host": "localhost:8080"}, 200),
     ({"Origin": "http://evil.example"}, 403), ({"Origin": "null"}, 403),
-    ({"Origin": "http://127.0.0.1:8080"}, 200)])
-def test_a_loopback_server_answers_its_own_names_only(http_server, headers, code):
+    ({"Origin": "http://127.0.0.1:{port}"}, 200),
+    ({"Host": "localhost:{port}", "Origin": "http://localhost:{port}"}, 200),
+    # issue 48, finding 11: another page on one of our names is another site (scheme, name and port must match)
+    ({"Origin": "http://localhost:3000"}, 403), ({"Origin": "https://127.0.0.1:9"}, 403),
+    ({"Origin": "https://127.0.0.1:{port}"}, 403), ({"Origin": "http://localhost:{port}"}, 403),
+    ({"Origin": "http://127.0.0.1"}, 403), ({"Origin": "http://127.0.0.1:99999"}, 403)])
+def test_a_loopback_server_answers_its_own_origin_only(http_server, headers, code):
     front, port = http_server()
+    headers = {k: v.format(port=port) for k, v in headers.items()}
     assert post(port, "/v1/chat/completions", CHAT, headers=headers)[0] == code
     assert len(front.asked) == (code == 200)
 
@@ -258,12 +348,47 @@ def test_allowed_hosts_defaults_and_settings():
 
 # ---- slow and many clients -----------------------------------------------------------------------------------------
 
-def test_a_silent_client_is_cut_after_the_request_timeout(http_server):
-    front, port = http_server(request_timeout_s=0.3)
+HEAD = b"POST /v1/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: 400\r\n\r\n"
+
+
+@pytest.mark.parametrize("sent, trickled", [(HEAD + b"{", b""), (b"", HEAD + b" " * 400), (HEAD, b" " * 400)],
+                         ids=["silent", "trickled head", "trickled body"])
+def test_a_silent_or_trickling_client_is_cut_when_its_request_has_not_arrived_whole_in_time(http_server, sent,
+                                                                                            trickled):
+    """Issue 48, finding 2: a byte every 0.2 s never leaves one read waiting serve.request_timeout_s (1 s), so a
+    timeout per read let such a client hold its slot for ever. The test waits for the server's verdict (a close)
+    and fails only if none comes in 30 timeouts."""
+    front, port = http_server(request_timeout_s=1.0)
     with socket.create_connection(("127.0.0.1", port), timeout=60) as s:
-        s.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: 50\r\n\r\n{")
-        assert s.recv(65536) == b""                   # cut: the server closed without waiting for the rest
+        s.sendall(sent)
+        given_up = time.monotonic() + 30
+        for byte in trickled or iter(int, 1):         # a silent client: wait for the verdict alone
+            if select.select([s], [], [], 0.2)[0]:    # the server spoke or closed: its verdict is in
+                break
+            assert time.monotonic() < given_up, "the trickling client was never cut"
+            if trickled:
+                s.sendall(bytes([byte]))
+        assert until_closed(s) == b""                 # cut: closed, no answer, nothing waited for
     assert front.asked == [] and front.counts["client_disconnects"] == 1
+
+
+def test_one_address_cannot_take_every_connection_and_health_stays_answered(http_server):
+    """Issue 48, finding 2: four keyless sockets trickling headers held all of max_connections = 4, and /healthz
+    got 503 throughout. Past serve.max_connections_per_peer one address is refused; another is served."""
+    front, port = http_server(max_connections=4, max_connections_per_peer=2, request_timeout_s=60.0)
+    slow = [socket.create_connection(("127.0.0.1", port), timeout=30) for _ in range(2)]
+    try:
+        for s in slow:
+            s.sendall(b"GET /heal")                   # a request begun, never finished
+        reply = raw(port, b"GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
+        assert status(reply) == 503 and b"serve.max_connections_per_peer" in reply
+        with socket.create_connection(("127.0.0.1", port), timeout=30, source_address=("127.0.0.2", 0)) as s:
+            s.sendall(b"GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
+            assert status(reply_of(s)) == 200
+    finally:
+        for s in slow:
+            s.close()
+    assert front.counts["connections_refused"] == 1
 
 
 def test_past_max_connections_a_client_gets_503_and_the_server_carries_on(http_server):
@@ -299,6 +424,11 @@ def test_zmq_off_loopback_is_refused_at_start_up(key, value):
     with pytest.raises(config.ConfigError, match="not a loopback address, and zmq carries no key"):
         config.parse({"serve": {key: value}})
     config.parse({"serve": {key: "ipc:///tmp/ringspec-test.sock"}})
+
+
+def test_a_per_peer_connection_cap_below_one_is_refused():
+    with pytest.raises(config.ConfigError, match="serve.max_connections_per_peer = 0; must be >= 1"):
+        config.parse({"serve": {"max_connections_per_peer": 0}})
 
 
 def test_a_non_loopback_http_needs_a_key_from_any_source():

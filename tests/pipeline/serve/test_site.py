@@ -1,6 +1,7 @@
 """The site's wire (pipeline/serve/site.py) on real zmq sockets: events cross it as they left, a question reaches its
-own stream's group and no other, a group that is not connected fails a question at once (503 at the front), junk
-and strangers are counted drops, and requests to a group started again end with an error instead of waiting.
+own stream's group and no other, a group that is not connected fails a question at once (503 at the front), junk,
+hostile frames and strangers (on both links) are counted drops, a stranger claiming a group's id gets nothing, a
+forged or replayed hello ends nothing, and requests to a group started again end with an error instead of waiting.
 End to end (a served run on two Ray nodes, one front) is tests/pipeline/test_launch.py's."""
 from __future__ import annotations
 
@@ -13,7 +14,15 @@ import zmq
 
 from pipeline import messages
 from pipeline.messages import AnswerDelta, Cancel, Line, Question, decode
-from pipeline.serve.site import NodeLink, SiteHub
+from pipeline.serve.site import (
+    DOWN,
+    MAX_MESSAGE_BYTES,
+    UP,
+    NodeLink,
+    SiteHub,
+    pack,
+    seal,
+)
 
 PATIENCE_S = 120.0     # a loaded host may take long to connect; nothing here waits unless something is due
 
@@ -30,13 +39,36 @@ def until(get, what: str):
 
 @pytest.fixture
 def site():
-    token = secrets.token_bytes(16)
-    hub = SiteHub("tcp://127.0.0.1:0", "tcp://127.0.0.1:0", token)
-    links = {g: NodeLink({**hub.endpoints, "token": token, "group": g}) for g in ("group0", "group1")}
-    yield hub, links, token
+    key = secrets.token_bytes(32)
+    hub = SiteHub("tcp://127.0.0.1:0", "tcp://127.0.0.1:0", key)
+    links = {g: NodeLink({**hub.endpoints, "key": key, "group": g, "start": f"{g}-s1"}) for g in ("group0", "group1")}
+    for link in links.values():                   # the site routes to a group only once a verified message named it
+        link.hello(link.start, {})
+    heard: set = set()
+    until(lambda: heard.add(getattr(hub.recv(0.1), "group", None)) or heard >= set(links), "both groups' hellos")
+    yield hub, links, key
     for link in links.values():
         link.close()
     hub.close()
+
+
+def raw(kind: int, endpoint: str, routing_id: bytes | None = None) -> zmq.Socket:
+    """A plain socket, as a stranger on the machine would open one."""
+    sock = zmq.Context.instance().socket(kind)
+    sock.setsockopt(zmq.LINGER, 0)
+    if routing_id is not None:
+        sock.setsockopt(zmq.ROUTING_ID, routing_id)
+    sock.connect(endpoint)
+    return sock
+
+
+def received(sock: zmq.Socket, wait_s: float = 0.3) -> list:
+    """Every message `sock` got within `wait_s` (the real peer already got what was sent: this only waits for
+    stragglers)."""
+    out = []
+    while sock.poll(int(wait_s * 1000), zmq.POLLIN):
+        out.append(sock.recv_multipart())
+    return out
 
 
 def asked(hub: SiteHub, group: str, stream: str, msg) -> None:
@@ -85,23 +117,168 @@ def test_a_group_not_connected_fails_a_question_at_once_naming_the_stream(site):
     assert hub.dropped["record_group_gone"] == 1
 
 
-def test_strangers_and_junk_are_counted_drops_and_the_link_goes_on(site):
-    hub, links, token = site
-    raw = zmq.Context.instance().socket(zmq.PUSH)
-    raw.setsockopt(zmq.LINGER, 0)
-    raw.connect(hub.endpoints["events"])
+def test_strangers_and_junk_on_both_links_are_counted_drops_and_the_links_go_on(site):
+    """Strangers (no key) write to the PULL and to the ROUTER; each message is a counted drop, none reaches the
+    front, and both directions still work after."""
+    hub, links, key = site
+    push, dealer = raw(zmq.PUSH, hub.endpoints["events"]), raw(zmq.DEALER, hub.endpoints["asks"], b"group0")
     try:
-        raw.send_multipart([b"not the token", b"event", b"group0", b"tep", b"x"])
-        raw.send_multipart([token, b"event", b"group0", b"tep", b"\xc1"])                  # not msgpack
-        raw.send_multipart([token, b"event", b"group0", b"tep",                           # an array's bytes lie
-                            messages_header([["ids", "<i4", [4]]]), b"\x00" * 3])
-        raw.send_multipart([token, b"hello"])                                              # too few frames
-        until(lambda: sum(hub.dropped.values()) == 4 or hub.recv(0.1), "the junk counted")
-        assert hub.dropped["bad_token"] == 1 and sum(hub.dropped.values()) == 4, hub.dropped
+        good = seal(key, UP, ["group0-s1", "x", 99], pack("event", "group0", "tep", {}, {}, None))
+        push.send_multipart([b"not a mac", *good[1:]])                                     # the old token's place
+        push.send_multipart([secrets.token_bytes(32), b"event", b"group0", b"tep", b"\xc1", b"x"])
+        push.send_multipart([b"hello"])                                                    # too few frames
+        dealer.send_multipart([b"event", b"group0", b"tep", b"x"])                         # groups never write here
+        dealer.send_multipart(good)                                                        # not even a MAC'd one
+        until(lambda: sum(hub.dropped.values()) == 5 or hub.recv(0.1), "the junk counted")
+        assert hub.dropped == {"bad_mac": 2, "frames": 1, "on_the_asks_link": 2}, hub.dropped
         links["group0"].relay("tep", Cancel(id="after"))
         assert decode(until(lambda: hub.recv(0.1), "a good message after junk")).id == "after"
+        asked(hub, "group0", "tep", Cancel(id="down"))
+        assert decode(until(links["group0"].take, "a question after junk")[0]).id == "down"
+        assert received(dealer) == []
     finally:
-        raw.close()
+        push.close()
+        dealer.close()
+
+
+def test_hostile_frames_on_both_links_are_counted_drops_and_the_hub_goes_on(site):
+    """Messages built to break the reader: a MAC'd message whose array has dtype 'zz' (a TypeError in numpy), an
+    unreadable header, arrays whose bytes lie, 100 frames, an envelope of the wrong shape; a frame over the size
+    limit on either link (zmq cuts that peer off). Each is a counted drop; the hub then takes and sends as before."""
+    hub, links, key = site
+    push = raw(zmq.PUSH, hub.endpoints["events"])
+    try:
+        for n, body in enumerate([
+                [b"event", b"group0", b"tep", messages_header([["ids", "zz", [1]]]), b"\x00" * 4],
+                [b"event", b"group0", b"tep", messages_header([["ids", "<i4", [4]]]), b"\x00" * 3],
+                [b"event", b"group0", b"tep", b"\xc1"],
+                [b"event", b"\xff", b"tep", messages_header([])],
+                [b"event", b"group0", b"tep", messages_header([]), *[b"x"] * 100]]):
+            push.send_multipart(seal(key, UP, ["group0-s1", "y", n + 1], body))
+        push.send_multipart(seal(key, UP, ["no", "list", "of", "three"], [b"event", b"group0", b"tep",
+                                                                          messages_header([])]))
+        until(lambda: sum(hub.dropped.values()) == 6 or hub.recv(0.1), "the hostile messages counted")
+        assert hub.dropped == {"malformed: TypeError": 1, "malformed: ValueError": 2, "malformed: envelope": 1,
+                               "malformed: UnicodeDecodeError": 1, "frames": 1}, hub.dropped
+        for endpoint, kind in ((hub.endpoints["events"], zmq.PUSH), (hub.endpoints["asks"], zmq.DEALER)):
+            huge = raw(kind, endpoint)
+            huge.send_multipart([b"\x00" * (MAX_MESSAGE_BYTES + 1)])
+            huge.close()
+        links["group0"].relay("tep", Cancel(id="after"))
+        assert decode(until(lambda: hub.recv(0.1), "a good message after the hostile ones")).id == "after"
+        asked(hub, "group0", "tep", Cancel(id="down"))
+        assert decode(until(links["group0"].take, "a question after them")[0]).id == "down"
+    finally:
+        push.close()
+
+
+def test_a_stranger_claiming_a_groups_id_gets_no_question_and_never_the_key(site):
+    """Strangers on the ROUTER with the ids groups had before (`group0`) and with the real group's id itself
+    (connected after it: no handover) receive nothing; the group gets all 20 questions, and no frame it gets
+    carries the key."""
+    hub, _, key = site
+    tap = raw(zmq.DEALER, hub.endpoints["asks"], b"f" * 32)      # the real group, read frame by frame
+    push = raw(zmq.PUSH, hub.endpoints["events"])
+    push.send_multipart(seal(key, UP, ["group0-s2", "f" * 32, 1], pack("hello", "group0", "", {}, {}, {})))
+    assert until(lambda: hub.recv(0.1), "the group's hello").kind == "hello"
+    strangers = [raw(zmq.DEALER, hub.endpoints["asks"], name) for name in (b"group0", b"group1")]
+    try:
+        asked(hub, "group0", "tep", Cancel(id="first"))
+        strangers.append(raw(zmq.DEALER, hub.endpoints["asks"], b"f" * 32))
+        time.sleep(0.2)                                             # connected: it would now take the id over
+        for n in range(20):
+            messages.send(hub.asks("group0", "tep"), Question(id=f"q{n}", client="op", max_tokens=1, deadline_s=1.0,
+                                                              ids=np.arange(3, dtype=np.int32)))
+        got = []
+        until(lambda: got.extend(received(tap, 0.05)) or len(got) == 21, "every question at the group")
+        assert all(key not in b"".join(frames) for frames in got)
+        assert [received(s) for s in strangers] == [[], [], []]
+    finally:
+        for sock in (tap, push, *strangers):
+            sock.close()
+
+
+def test_a_forged_or_replayed_hello_ends_nothing_in_flight(site, default_gguf):
+    """A question is in flight to group0 (started again once: s1, then s2). A hello with a new start id and a wrong
+    MAC, a real hello captured in another run (another key), group0's hello from its earlier start s1 and its own
+    last hello replayed: each is a counted drop, and the question is still waiting."""
+    from actors.site import _hello
+    from models.tokenizer import Tokenizer
+    from pipeline.config import Config
+    from pipeline.serve.front import Front
+    hub, _, key = site
+    wire = zmq.Context.instance().socket(zmq.PULL)                  # a tap on the wire: what a group sent, raw
+    wire.setsockopt(zmq.LINGER, 0)
+    tapped = wire.bind_to_random_port("tcp://127.0.0.1")
+    push = raw(zmq.PUSH, hub.endpoints["events"])
+    others = []
+    try:
+        def captured(link_key: bytes, start: str) -> tuple[NodeLink, list]:
+            link = NodeLink({"events": f"tcp://127.0.0.1:{tapped}", "asks": hub.endpoints["asks"], "key": link_key,
+                             "group": "group0", "start": start})
+            others.append(link)
+            link.hello(start, {})
+            assert wire.poll(int(PATIENCE_S * 1000))
+            return link, wire.recv_multipart()
+        (_, old), (_, other_run) = captured(key, "group0-s1"), captured(secrets.token_bytes(32), "group0-s9")
+        group0, own = captured(key, "group0-s2")                   # group0 started again: its hello goes through
+        push.send_multipart(own)
+        front = Front(Config(), Tokenizer.from_gguf(default_gguf), [("tep", hub.asks("group0", "tep"), None, "a")])
+        starts = {"group0": "group0-s1"}
+
+        def loop():
+            got = hub.recv(0.05)
+            if got is not None and got.kind == "hello":            # as the site actor does
+                _hello(front, got.group, ["tep"], got.record or {}, starts)
+            return got
+        assert until(loop, "the new start's hello").record["start"] == "group0-s2"
+        answer = until(lambda: _ask(front), "group0 connected")
+        assert isinstance(decode(until(group0.take, "the question")[0]), Question)
+        forged = seal(secrets.token_bytes(32), UP, ["group0-s3", "z", 1],
+                      pack("hello", "group0", "", {}, {}, {"start": "group0-s3"}))
+        for frames in (forged, other_run, old, own):
+            push.send_multipart(frames)
+        until(lambda: loop() or sum(hub.dropped.values()) >= 4, "the forgeries counted")
+        assert hub.dropped == {"bad_mac": 2, "stale_start": 1, "replayed": 1}, hub.dropped
+        assert not answer.finished and list(front.answers) == [answer.id] and starts["group0"] == "group0-s2"
+    finally:
+        for link in others:
+            link.close()
+        wire.close()
+        push.close()
+
+
+def test_a_group_takes_only_its_own_starts_verified_questions(site):
+    """At a group: a question MAC'd under another key, one for another start of the group, one replayed, and one
+    whose array has dtype 'zz' are counted drops; the real question among them is taken."""
+    _, _, key = site
+    fake = zmq.Context.instance().socket(zmq.ROUTER)               # the site's place, as a stranger could bind it
+    fake.setsockopt(zmq.LINGER, 0)
+    fake.setsockopt(zmq.ROUTER_MANDATORY, 1)
+    port = fake.bind_to_random_port("tcp://127.0.0.1")
+    link = NodeLink({"events": "tcp://127.0.0.1:9", "asks": f"tcp://127.0.0.1:{port}", "key": key,
+                     "group": "group0", "start": "group0-s5"})
+    dealer = link.socket.getsockopt(zmq.ROUTING_ID)
+    ask = pack("ask", "group0", "tep", {"kind": "cancel", "id": "c"}, {}, None)
+    zz = [b"ask", b"group0", b"tep", messages_header([["a", "zz", [1]]]), b"x"]
+    try:
+        def sent(frames):
+            try:
+                fake.send_multipart([dealer, *frames])
+                return True
+            except zmq.ZMQError:                                    # not connected yet
+                return False
+        until(lambda: sent(seal(secrets.token_bytes(32), DOWN, ["group0-s5", "site", 1], ask)), "the group's DEALER")
+        for envelope, body in ((["group0-s4", "site", 2], ask), (["group0-s5", "site", 3], ask),
+                               (["group0-s5", "site", 3], ask), (["group0-s5", "site", 4], zz)):
+            assert sent(seal(key, DOWN, envelope, body))
+        got: list = []
+        until(lambda: got.extend(link.take()) or sum(link.dropped.values()) >= 4, "the group's drops")
+        assert [g.header["id"] for g in got] == ["c"]
+        assert link.dropped == {"bad_mac": 1, "stale_start": 1, "replayed": 1, "malformed: TypeError": 1}
+    finally:
+        link.close()
+        fake.close()
 
 
 def messages_header(descr: list) -> bytes:
