@@ -14,18 +14,29 @@ small one and printed. Each target runs the real code on real sockets and files:
               at once -> a JSON error or an answer, or the connection cut and counted; no traceback on stderr; the
               server healthy after every case
     zmq       msgpack and junk messages to the real zmq face -> an error reply with a code, or an answer
+    site      hostile multipart messages to the real site hub (pipeline/serve/site.py), from a stranger's PUSH to its
+              PULL and a stranger's DEALER to its ROUTER: random frames, a wrong MAC (random, another run's key, the
+              other direction, a flipped frame) over valid frames, and under the run's key hostile headers (odd
+              dtypes, lying byte counts, huge shapes, bad envelopes, replays) -> the hub never raises, delivers
+              nothing, counts each as one drop; a real group's event and question still cross after every case
+    http_smuggle  a second request smuggled in a body the server does not read (a GET with a length, a POST
+              refused 401/404/405), two or conflicting Content-Lengths and Transfer-Encodings, and a few clients
+              trickling a request slower than serve.request_timeout_s (0.5 s here) -> never a second answer on the
+              connection, never a 500, a trickler cut in time and counted; a request on a fresh connection answered
 """
 from __future__ import annotations
 
 import contextlib
 import io
 import json
+import secrets
 import shutil
 import socket
 import sys
 import tempfile
 import threading
 import time
+import warnings
 from dataclasses import dataclass, fields, replace
 from pathlib import Path
 from typing import get_type_hints
@@ -37,10 +48,11 @@ import zmq
 from models.gguf import GGUFError, GGUFModel
 from models.registry import resolve_gguf
 from models.tokenizer import Tokenizer
-from pipeline import config
+from pipeline import config, messages
 from pipeline.channel import Channel, ChannelSpec
-from pipeline.messages import Answer, AnswerDelta, Question, decode
+from pipeline.messages import Answer, AnswerDelta, Cancel, Question, decode
 from pipeline.report import Report
+from pipeline.serve import site
 from pipeline.serve.auth import load_keys
 from pipeline.serve.front import Front
 from pipeline.serve.http_api import serve_http
@@ -48,7 +60,7 @@ from pipeline.serve.zmq_api import ZmqFront
 from pipeline.stream.records import render
 from pipeline.stream.sources import Stream, parse
 
-TARGETS = ("records", "config", "gguf", "http", "zmq")
+TARGETS = ("records", "config", "gguf", "http", "zmq", "site", "http_smuggle")
 CONTROL = ("<|im_start|>", "<|im_end|>", "<|endoftext|>", "<s>", "</s>", "\x00", "\x1b[2J", "\u202e")
 CASE_TIMEOUT_S = 30.0                      # a case with no answer by then is a hang
 LENGTHS = ["exact", "short", "none", "twice", "-1", "+5", "1e3", " 12", "0x10", "\u0663", "99999999999"]
@@ -57,9 +69,9 @@ LENGTHS = ["exact", "short", "none", "twice", "-1", "+5", "1e3", " 12", "0x10", 
 @dataclass
 class FuzzReport(Report):
     def text(self) -> str:
-        rows = [f"{'target':8} {'cases':>6} {'failures':>8}  first failure (shrunk)"]
+        rows = [f"{'target':12} {'cases':>6} {'failures':>8}  first failure (shrunk)"]
         for name, row in self.data.items():
-            rows.append(f"{name:8} {row['cases']:6d} {row['failures']:8d}  {row.get('failure', '')[:300]}")
+            rows.append(f"{name:12} {row['cases']:6d} {row['failures']:8d}  {row.get('failure', '')[:300]}")
         return "\n".join(rows)
 
     @property
@@ -76,7 +88,9 @@ def run_fuzz(cfg, cases: int, targets: str = "", seed: int = 0) -> FuzzReport:
       config   TOML profiles, valid and junk -> a Config or a ConfigError naming the file
       gguf     the model's first MB truncated or with bytes flipped -> GGUFError naming the file
       http     request heads and bodies over a real socket to the real HTTP face and front
-      zmq      msgpack and junk messages to the real zmq face"""
+      zmq      msgpack and junk messages to the real zmq face
+      site     hostile frames, wrong MACs and hostile array descriptions to the real site hub's two links
+      http_smuggle  smuggled requests in unread bodies, conflicting lengths, slow tricklers, to the real HTTP face"""
     chosen = [t.strip() for t in targets.split(",") if t.strip()] or list(TARGETS)
     unknown = set(chosen) - set(TARGETS)
     if unknown:
@@ -438,6 +452,304 @@ def _zmq(cfg, st):
         _rmtree(tmp)
 
     return check, payload, closing
+
+
+# ---- site: the real hub's two links, a real group, strangers on both ----------------------------------------------
+
+GROUP, START = "fuzz0", "fuzz0-s1"
+NUMERIC = ["<i4", "<f4", "|u1", "<i8", ">f8", "<c16", "|b1"]
+BAD_DTYPES = ["zz", "O", "V8", "<U4", "M8[s]", "m8[ns]", "S3", "f99", "object", 5, -1, [["a", "<i4"]], {"x": 1}, 1.5,
+              True, None]
+HUGE = [2**31, 2**32, 2**40, 2**62, 2**63 - 1, 2**64 - 1, -1, -2, -2**31, "x", 1.5, None, [2]]
+
+
+def _site(cfg, st):
+    """Strangers write to a real SiteHub's PULL (a PUSH) and ROUTER (a DEALER with a random id) while a real group
+    (NodeLink) is connected. A case is (link, frames). Messages under the run's key are built so that none can be
+    valid (a key holder's bug, not a stranger's): each has an array that is not what it says, a header of the wrong
+    shape, a bad envelope or a replayed counter; only the wrong-MAC messages may carry valid frames."""
+    key = secrets.token_bytes(32)
+    tmp = Path(tempfile.mkdtemp(prefix="ringspec_fuzz_"))
+    hub = site.SiteHub(f"ipc://{tmp}/events", f"ipc://{tmp}/asks", key)
+    link = site.NodeLink({**hub.endpoints, "key": key, "group": GROUP, "start": START})
+    ctx = zmq.Context.instance()
+    push, dealer = ctx.socket(zmq.PUSH), ctx.socket(zmq.DEALER)
+    dealer.setsockopt(zmq.ROUTING_ID, secrets.token_hex(16).encode())
+    for sock, endpoint in ((push, hub.endpoints["events"]), (dealer, hub.endpoints["asks"])):
+        sock.setsockopt(zmq.LINGER, 0)
+        sock.connect(endpoint)
+    link.hello(START, {})
+    got = _site_wait(lambda: hub.recv(0.05), "the group's hello")
+    assert got.kind == "hello" and got.group == GROUP, got
+
+    small = st.binary(max_size=24)
+    name = st.sampled_from([b"event", b"hello", b"ask", b"record", GROUP.encode(), b"tep", b"", b"\xff\xfe"]) | small
+    shape = st.lists(st.integers(0, 5), max_size=3)
+
+    def array(dtype, dims, delta=0):
+        n = int(np.prod(dims, dtype=np.int64)) * np.dtype(dtype).itemsize
+        return [["a", dtype, dims], bytes(n + delta if n + delta >= 0 else n - delta)]
+
+    valid = st.builds(array, st.sampled_from(NUMERIC), shape)
+    lying = st.builds(array, st.sampled_from(NUMERIC), shape, st.integers(1, 9) | st.integers(-9, -1))
+    odd = st.tuples(st.tuples(st.just("a"), st.sampled_from(BAD_DTYPES), shape).map(list), small).map(list)
+    huge = st.tuples(st.tuples(st.just("a"), st.sampled_from(NUMERIC),
+                               st.tuples(st.lists(st.integers(1, 8), max_size=2), st.sampled_from(HUGE))
+                               .map(lambda t: t[0] + [t[1]])).map(list), small).map(list)
+    entry = st.sampled_from([["a", "<i4"], "abc", 5, None, ["a", "<i4", [1], "x"]]).map(lambda e: [e, b""])
+    hostile = st.sampled_from([0, 1, 1, 2, 2, 3]).flatmap(lambda i: (lying, odd, huge, entry)[i])
+    packable = st.integers(-2**63, 2**64 - 1)                 # msgpack's integers
+    header = st.dictionaries(st.text(max_size=5), st.one_of(st.none(), packable, st.text(max_size=5)), max_size=3)
+    record = st.none() | st.dictionaries(st.text(max_size=5), packable, max_size=2)
+    lead = st.tuples(name, st.sampled_from([GROUP.encode(), b"group0", b"\xff"]) | small, name)
+
+    def body(lead, header, arrays, record, extra=0):
+        descr = [a[0] for a in arrays]
+        return [*lead, msgpack.packb([header, descr, record], use_bin_type=True),
+                *(a[1] for a in arrays), *[b"x"] * extra]
+
+    # under the run's key: one hostile array among valid ones, a header of the wrong shape, or frames miscounted
+    arrays_bad = st.tuples(st.lists(valid, max_size=2), hostile, st.lists(valid, max_size=2)).map(
+        lambda t: t[0] + [t[1]] + t[2])
+    wrong_shape = st.sampled_from([b"\xc1", msgpack.packb([1, 2]), msgpack.packb([[], [], None]),
+                                   msgpack.packb([{}, {}, None]), msgpack.packb([{}, [], 5]), msgpack.packb("x"),
+                                   msgpack.packb([{}, [["a", "<i4", [1]]], None])]) | small.map(lambda b: b"\xc1" + b)
+    bad_body = st.one_of(
+        st.builds(body, lead, header, arrays_bad, record),
+        st.builds(body, lead, header, st.lists(valid, min_size=1, max_size=2), record, st.integers(1, 3)),
+        st.tuples(lead, wrong_shape).map(lambda t: [*t[0], t[1]]),
+        st.tuples(st.sampled_from([b"\xff", b"\xc3("]), name, name, st.builds(body, lead, header, st.lists(
+            valid, max_size=2), record)).map(lambda t: [t[0], t[1], t[2], *t[3][3:]]))         # kind not UTF-8
+    envelope = st.tuples(st.text(max_size=10), st.text(max_size=10), st.integers(-2**63, 2**63 - 1)).map(list)
+    bad_envelope = st.sampled_from([["x", "y"], "str", [1, 2, 3], [START, "d", "1"], [START, "d", 1, 2], None])
+    keyed_arrays = st.tuples(envelope, st.builds(body, lead, header, arrays_bad, record)).map(
+        lambda t: site.seal(key, site.UP, *t))                  # the likeliest to break a reader: drawn most
+    keyed = st.one_of(
+        st.tuples(envelope, bad_body),
+        st.tuples(bad_envelope, st.builds(body, lead, header, st.lists(valid, max_size=2), record)),
+        st.tuples(st.tuples(st.just(START), st.text(max_size=10), st.integers(-5, 0)).map(list),     # replayed
+                  st.builds(body, st.just([b"event", GROUP.encode(), b"tep"]), header, st.lists(valid, max_size=2),
+                            record))).map(lambda t: site.seal(key, site.UP, *t))
+    other = secrets.token_bytes(32)
+    good_body = st.builds(body, st.just([b"event", GROUP.encode(), b"tep"]) | lead, header,
+                          st.lists(valid, max_size=2), record) | bad_body
+    forged = st.tuples(st.sampled_from(["random", "other_key", "down", "truncated", "flipped"]), envelope,
+                       good_body, st.integers(0, 63)).map(lambda t: _forge(key, other, *t))
+    junk = st.lists(small, min_size=1, max_size=70)
+    kinds = {"junk": junk, "forged": forged, "keyed": keyed, "keyed_arrays": keyed_arrays}
+    drawn = st.sampled_from(["junk"] * 2 + ["forged"] * 3 + ["keyed"] * 3 + ["keyed_arrays"] * 4).flatmap(kinds.get)
+    case = st.tuples(st.sampled_from(["pull", "pull", "pull", "router"]), drawn)
+    n = [0]
+
+    def check(c):
+        where, frames = c
+        n[0] += 1
+        before = sum(hub.dropped.values())
+        (push if where == "pull" else dealer).send_multipart(frames)
+        deadline = time.monotonic() + CASE_TIMEOUT_S
+        while sum(hub.dropped.values()) == before:
+            assert time.monotonic() < deadline, f"not counted within {CASE_TIMEOUT_S:.0f} s: {frames[:6]!r}"
+            with warnings.catch_warnings():                      # numpy's overflow note on a huge shape: dropped
+                warnings.simplefilter("ignore", RuntimeWarning)
+                got = hub.recv(0.02)
+            assert got is None, f"delivered to the front: {got!r} from {where} {frames[:6]!r}"
+        assert sum(hub.dropped.values()) == before + 1, f"one message, {dict(hub.dropped)} (was {before} drops)"
+        link.relay("tep", Cancel(id=f"up{n[0]}"))               # the real group's event still comes through ...
+        got = _site_wait(lambda: hub.recv(0.02), "the group's event after a hostile message")
+        assert got.group == GROUP and decode(got).id == f"up{n[0]}", got
+        messages.send(hub.asks(GROUP, "tep"), Cancel(id=f"down{n[0]}"))    # ... and its question goes out
+        taken = _site_wait(link.take, "the group's question after a hostile message")
+        assert [decode(t).id for t in taken] == [f"down{n[0]}"] and not link.dropped, (taken, link.dropped)
+        assert not dealer.poll(0), f"the stranger's DEALER got {dealer.recv_multipart()[:3]!r}"
+
+    def closing():
+        for sock in (push, dealer):
+            sock.close()
+        link.close()
+        hub.close()
+        _rmtree(tmp)
+
+    return check, case, closing
+
+
+def _forge(key: bytes, other: bytes, how: str, envelope: list, frames: list, at: int) -> list:
+    """A message whose MAC is not the run's up the link: random, another key's, the run's key the other way, cut
+    short, or right but over frames one of which was then changed."""
+    body = [msgpack.packb(envelope), *frames]
+    right = site.mac(key, site.UP, body)
+    if how == "random":
+        return [secrets.token_bytes(32), *body]
+    if how == "other_key":
+        return [site.mac(other, site.UP, body), *body]
+    if how == "down":
+        return [site.mac(key, site.DOWN, body), *body]
+    if how == "truncated":
+        return [right[:at % 32], *body]
+    i = 1 + at % (len(body) - 1) if len(body) > 1 else 0
+    changed = bytearray(body[i]) + b"\x00" if not body[i] else bytearray(body[i])
+    changed[0] ^= 1
+    body[i] = bytes(changed)
+    return [right, *body]
+
+
+def _site_wait(get, what: str):
+    deadline = time.monotonic() + CASE_TIMEOUT_S
+    while time.monotonic() < deadline:
+        got = get()
+        if got:
+            return got
+    raise AssertionError(f"{what}: nothing within {CASE_TIMEOUT_S:.0f} s")
+
+
+# ---- http_smuggle: requests hidden in bodies, lengths that disagree, clients that trickle -------------------------
+
+SMUGGLED = [b"GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n",
+            b"GET /v1/models HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: Bearer fuzz-key-0001\r\n\r\n",
+            (b'POST /v1/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: Bearer fuzz-key-0001\r\n'
+             b'Content-Length: 15\r\n\r\n{"prompt": "0"}')]
+KEY = "Authorization: Bearer fuzz-key-0001"
+UNREAD = [("GET", "/healthz", []), ("GET", "/v1/models", [KEY]), ("GET", "/v1/status", [KEY]),
+          ("GET", "/nowhere", [KEY]), ("POST", "/nowhere", [KEY]), ("POST", "/v1/chat/completions", []),
+          ("POST", "/v1/completions", ["Authorization: Bearer wrong"]), ("POST", "/healthz", [KEY]),
+          ("GET", "/v1/chat/completions", [KEY]), ("POST", "/v1/models", [])]
+FRAMINGS = ["te", "te_cl", "cl_te", "cl_twice_same", "cl_twice_other", "cl_comma", "cl_plus", "te_obscured",
+            "te_identity", "te_folded"]
+
+
+def _http_smuggle(cfg, st):
+    cfg, owner = _front(cfg)
+    owner.front.serve = replace(owner.front.serve, request_timeout_s=0.5)     # each trickler costs this much
+    server = serve_http(owner.front, "127.0.0.1", 0, load_keys(cfg.serve.api_key, ""))
+    port = server.server_address[1]
+    wait_s = owner.front.serve.request_timeout_s
+    stderr = io.StringIO()
+    smuggled = st.tuples(st.sampled_from(["", "\r\n", "\r\n\r\n"]), st.sampled_from(SMUGGLED)).map(
+        lambda t: t[0].encode() + t[1])
+    unread = st.tuples(st.just("unread"), st.sampled_from(UNREAD), smuggled)
+    framed = st.tuples(st.just("framing"), st.sampled_from(FRAMINGS), smuggled)
+    head = (b"POST /v1/completions HTTP/1.1\r\nHost: 127.0.0.1\r\n" + KEY.encode() +
+            b"\r\nContent-Length: 15\r\n\r\n{\"prompt\": \"0\"}")
+    slow = [head, b"GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n", b"POST /v1/completions HTTP/1.1\r\n"]
+    trickle = st.tuples(st.just("trickle"), st.sampled_from(slow), st.sampled_from([0.15, 0.3]))
+    kinds = st.sampled_from(["unread"] * 15 + ["framing"] * 15 + ["trickle"])
+    case = kinds.flatmap(lambda k: {"unread": unread, "framing": framed, "trickle": trickle}[k])
+
+    def check(c):
+        kind = c[0]
+        errors_before = owner.front.counts["internal_errors"]
+        with contextlib.redirect_stderr(stderr):
+            if kind == "trickle":
+                _trickled(port, c[1], c[2], wait_s, owner.front)
+            else:
+                raw = _smuggling(*c[1:]) if kind == "unread" else _conflicting(*c[1:])
+                replies = _answers(_read_all(port, raw, wait_s + CASE_TIMEOUT_S))
+                statuses = [r[9:12] for r in replies]
+                assert len(replies) == 1, f"{len(replies)} answers {statuses} on one connection to {raw[:300]!r}"
+                assert b"500" not in statuses, replies[0][:300]
+                if kind == "framing":
+                    assert replies[0][9:10] == b"4", f"conflicting framing answered {replies[0][:200]!r}"
+        assert "Traceback" not in stderr.getvalue(), stderr.getvalue()[-2000:]
+        assert owner.front.counts["internal_errors"] == errors_before, stderr.getvalue()[-2000:]
+        fresh = _read_all(port, b'POST /v1/completions HTTP/1.1\r\nHost: 127.0.0.1\r\n' + KEY.encode() +
+                          b'\r\nContent-Length: 15\r\nConnection: close\r\n\r\n{"prompt": "0"}', CASE_TIMEOUT_S)
+        assert fresh.startswith(b"HTTP/1.1 200"), f"a fresh, honest request after it: {fresh[:300]!r}"
+
+    def closing():
+        server.shutdown()
+        server.server_close()
+        owner.close()
+
+    return check, case, closing
+
+
+def _smuggling(first: tuple, hidden: bytes) -> bytes:
+    """A request the server answers without reading its body (a GET's, or one refused before `_body`), the body
+    being a second request: answered, it was smuggled."""
+    verb, path, headers = first
+    return "\r\n".join([f"{verb} {path} HTTP/1.1", "Host: 127.0.0.1", *headers,
+                        f"Content-Length: {len(hidden)}"]).encode() + b"\r\n\r\n" + hidden
+
+
+def _conflicting(framing: str, hidden: bytes) -> bytes:
+    """A keyed POST whose body's end two parsers could disagree on: the request after it is smuggled to one of them."""
+    payload = b'{"prompt": "0"}'
+    chunked = b"%x\r\n%s\r\n0\r\n\r\n" % (len(payload), payload)
+    n, whole = len(payload), len(chunked) + len(hidden)
+    heads = {"te": ["Transfer-Encoding: chunked"],
+             "te_cl": ["Transfer-Encoding: chunked", f"Content-Length: {whole}"],
+             "cl_te": [f"Content-Length: {n}", "Transfer-Encoding: chunked"],
+             "cl_twice_same": [f"Content-Length: {whole}", f"Content-Length: {whole}"],
+             "cl_twice_other": [f"Content-Length: {n}", f"Content-Length: {whole}"],
+             "cl_comma": [f"Content-Length: {n}, {whole}"],
+             "cl_plus": [f"Content-Length: +{n}"],
+             "te_obscured": ["Transfer-Encoding: xchunked", f"Content-Length: {n}"],
+             "te_identity": ["Transfer-Encoding: identity", f"Content-Length: {n}"],
+             "te_folded": ["Transfer-Encoding:\tchunked", f"Content-Length: {n}"]}[framing]
+    body = (payload if framing in ("cl_plus", "cl_twice_other", "cl_comma") else chunked) + hidden
+    return "\r\n".join(["POST /v1/completions HTTP/1.1", "Host: 127.0.0.1", KEY, *heads]).encode() + \
+        b"\r\n\r\n" + body
+
+
+def _trickled(port: int, raw: bytes, every_s: float, wait_s: float, front) -> None:
+    """One byte every `every_s` s, a request that cannot arrive whole within `wait_s`: the server must cut it by
+    then (with slack for a loaded host), count it, and answer nothing but perhaps a 4xx."""
+    before = front.counts["client_disconnects"]
+    with socket.create_connection(("127.0.0.1", port), timeout=CASE_TIMEOUT_S) as s:
+        t0, got, sent = time.monotonic(), b"", 0
+        s.setblocking(False)
+        while time.monotonic() - t0 < wait_s + 5.0:
+            if sent < len(raw):
+                try:
+                    s.send(raw[sent:sent + 1])
+                    sent += 1
+                except (BlockingIOError, BrokenPipeError, ConnectionResetError):
+                    break
+            time.sleep(every_s)
+            try:
+                chunk = s.recv(65536)
+            except BlockingIOError:
+                continue
+            except ConnectionResetError:
+                break
+            if not chunk:
+                break
+            got += chunk
+        took = time.monotonic() - t0
+    assert took < wait_s + 5.0, f"a client trickling a byte every {every_s} s held its connection {took:.1f} s"
+    assert sent < len(raw), f"all {len(raw)} bytes went through at one every {every_s} s: no deadline"
+    assert not got or got[9:10] == b"4", f"a trickled request answered {got[:200]!r}"
+    assert front.counts["client_disconnects"] > before, "a trickling client cut without being counted"
+
+
+def _read_all(port: int, raw: bytes, within_s: float) -> bytes:
+    """Everything the server sends on one connection until it closes it (or stays silent `within_s`)."""
+    got = b""
+    with socket.create_connection(("127.0.0.1", port), timeout=within_s) as s:
+        try:
+            s.sendall(raw)
+        except OSError:
+            pass
+        while True:
+            try:
+                chunk = s.recv(65536)
+            except (ConnectionResetError, TimeoutError):
+                return got
+            if not chunk:
+                return got
+            got += chunk
+
+
+def _answers(data: bytes) -> list[bytes]:
+    """The HTTP responses in one connection's bytes, each cut at its Content-Length."""
+    out = []
+    while data:
+        head, sep, rest = data.partition(b"\r\n\r\n")
+        assert data.startswith(b"HTTP/1.1 ") and sep, f"not an HTTP answer: {data[:200]!r}"
+        lower = head.lower()
+        n = int(lower.split(b"content-length:")[1].split(b"\r\n")[0]) if b"content-length:" in lower else len(rest)
+        out.append(head + sep + rest[:n])
+        data = rest[n:]
+    return out
 
 
 def _rmtree(path: Path) -> None:

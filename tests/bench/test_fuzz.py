@@ -50,3 +50,46 @@ def test_the_http_property_catches_a_body_read_by_a_negative_length(default_gguf
     finally:
         closing()
     assert set(Path("/dev/shm").glob("ringspec_fuzz_*")) <= before, "the fuzz owner left its channel in /dev/shm"
+
+
+def test_the_site_property_catches_a_hub_that_delivers_a_message_with_a_wrong_mac(default_gguf, monkeypatch):
+    """A stranger's message with valid frames under another key is a counted drop on the real hub; with the MAC check
+    planted away it reaches the front, and the property says so. A few drawn cases hold in well under 15 s."""
+    import hmac as real_hmac
+    import secrets
+    from types import SimpleNamespace
+
+    from pipeline.serve import site
+    assert fuzz._run("site", config.load(None), 25, 0) == {"cases": 25, "failures": 0}
+    check, _, closing = fuzz._site(config.load(None), st)
+    try:
+        forged = site.seal(secrets.token_bytes(32), site.UP, ["s9", "d9", 1],
+                           site.pack("event", fuzz.GROUP, "tep", {}, {}, None))
+        check(("pull", forged))                                       # holds on the real hub: a bad_mac drop
+        monkeypatch.setattr(site, "hmac", SimpleNamespace(new=real_hmac.new, compare_digest=lambda a, b: True))
+        with pytest.raises(AssertionError, match="delivered to the front"):
+            check(("pull", forged))
+    finally:
+        closing()
+
+
+def test_the_smuggling_property_catches_a_face_that_keeps_a_connection_open_after_an_unread_body(default_gguf,
+                                                                                                  monkeypatch):
+    """The finding of issue 48: a keyless POST whose body was a second request got [401, 200]. The real face closes
+    the connection after the 401 (one answer); planted to keep it open, the smuggled request is answered too."""
+    from pipeline.serve import http_api
+    assert fuzz._run("http_smuggle", config.load(None), 20, 0) == {"cases": 20, "failures": 0}
+    check, _, closing = fuzz._http_smuggle(config.load(None), st)
+    try:
+        case = ("unread", ("POST", "/v1/chat/completions", []), fuzz.SMUGGLED[0])
+        check(case)                                                   # holds on the real face: one answer, a 401
+
+        def keeps_open(self):
+            if self.close_connection:
+                self.send_header("Connection", "close")
+            self.end_headers()
+        monkeypatch.setattr(http_api._Handler, "_end_headers", keeps_open)
+        with pytest.raises(AssertionError, match=r"2 answers \[b'401', b'200'\] on one connection"):
+            check(case)
+    finally:
+        closing()
