@@ -8,8 +8,8 @@ from __future__ import annotations
 import argparse
 import sys
 
-from bench import (agreement, chaos, opprofile, distill, draftscan, fuzz, ingest, npu, operators, perplexity, pipeline_vs_serial, projection,
-                   quality, recall, soak, speed, streams)
+from bench import (agreement, chaos, distill, draftscan, fuzz, ingest, npu, operators, opprofile, perplexity,
+                   pipeline_vs_serial, projection, quality, recall, soak, speed, streams)
 from run import MEASURING, ROOT, add_key, add_model_flags, add_verb, main, profile_of
 
 SHARED = ROOT.parent / "shared"

@@ -115,7 +115,8 @@ class Agreement:
             f"  greedy along llama.cpp's continuation: {'identical' if self.greedy_teacher_forced else 'differs'}; "
             f"free greedy: {lead} leading tokens equal, {same}/{len(self.greedy_free)} in place",
             f"  chat template (Jinja, default system prompt) equal: {self.chat_equal}; with a system message: "
-            f"{self.chat_system_equal}; llama.cpp's built-in renderer with a system message: {self.chat_builtin_equal}"])
+            f"{self.chat_system_equal}; llama.cpp's built-in renderer with a system message: "
+            f"{self.chat_builtin_equal}"])
 
     def notes(self) -> str:
         return ""

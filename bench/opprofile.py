@@ -18,7 +18,7 @@ from pathlib import Path
 import numpy as np
 
 from kernels.sampling import SamplingParams
-from models.convert import leaves
+from models.convert import leaves, linears
 from pipeline import config
 from pipeline.config import Config
 from pipeline.decode.assemble import make_engine
@@ -61,8 +61,7 @@ def _shapes(card: dict) -> dict[tuple[int, int], dict]:
     """(K, N) of the packed operands -> their forms and the bytes one pass reads of all of that shape (layers of one
     shape may have different forms: Q4_K_M gives some ffn_down Q6_K)."""
     out: dict[tuple[int, int], dict] = {}
-    linears = [card["linears"]["head"]] + [layer[k] for layer in card["layers"] for k in ("qkv", "o", "gate_up", "down")]
-    for lin in linears:
+    for lin in linears(card):
         for leaf in leaves(lin):
             if leaf["kind"] != "nbits":
                 continue

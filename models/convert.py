@@ -122,6 +122,12 @@ def _leaf(model: GGUFModel, w: WeightWriter, out: str, sources: list[str]) -> di
             "offsets": w.add(f"{out}.offsets", np.concatenate(offsets, axis=1)) if form.offsets else None}
 
 
+def linears(card: dict) -> list[dict]:
+    """Every linear of a converted model: the card's own (the head), then each layer's QKV, output, gate/up, down."""
+    return list(card["linears"].values()) + [layer[k] for layer in card["layers"]
+                                             for k in ("qkv", "o", "gate_up", "down")]
+
+
 def leaves(spec: dict) -> list[dict]:
     """A linear's matmul operands: itself, or the parts of a fusion of several forms."""
     return spec["parts"] if spec["kind"] == "concat" else [spec]

@@ -21,6 +21,7 @@ import onnxruntime as ort
 from onnx import TensorProto, helper, numpy_helper
 
 from .convert import leaves
+from .convert import linears as card_linears   # `linears` below: their leaves
 
 MS = "com.microsoft"
 ROWS = (1, 2, 3, 4, 5, 7, 8, 9, 15, 16, 17, 31, 32, 33, 48, 63, 64)
@@ -81,9 +82,7 @@ def families(card: dict, threads: int, accuracy_level: int, seed: int = 0, pool:
     def family(name, shapes, checks, varied="rows", compare=_compare, needed=True):
         out.append(_family(name, shapes, checks, varied, compare, needed))
 
-    linears = [leaf for lin in list(card["linears"].values()) + [lin for layer in card["layers"] for lin in
-                                                                  (layer["qkv"], layer["o"], layer["gate_up"],
-                                                                   layer["down"])] for leaf in leaves(lin)]
+    linears = [leaf for lin in card_linears(card) for leaf in leaves(lin)]
     nbits = sorted({(x["K"], x["N"], x["bits"], x.get("block", 32), bool(x.get("zero_points")))
                     for x in linears if x["kind"] == "nbits"})
     checks = []

@@ -22,7 +22,7 @@ from pathlib import Path
 
 import numpy as np
 
-from models.convert import load_card
+from models.convert import linears, load_card
 from models.npu_runner import buckets, rknn_path
 from models.platform import core_kinds
 from models.registry import converted_dir, resolve_gguf
@@ -294,9 +294,7 @@ def _model_terms(process: str, role: str, card: dict, model_dir: Path, spec, max
 def _float_parameters(card: dict) -> int:
     """Weights of the portable graph (models/graph.py): every linear as N x K floats, and a quantized embedding
     table once more as floats (shared with the head or not)."""
-    linears = list(card["linears"].values()) + [card["layers"][i][k] for i in range(len(card["layers"]))
-                                                for k in ("qkv", "o", "gate_up", "down")]
-    n = sum(x["N"] * x["K"] for x in linears)
+    n = sum(x["N"] * x["K"] for x in linears(card))
     if card["embed"]["kind"] != "dense":
         n += card["embed"]["table"]["N"] * card["embed"]["table"]["K"]
     return n

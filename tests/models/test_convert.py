@@ -21,7 +21,7 @@ import pytest
 from gguf import GGUFReader, GGUFWriter
 
 from kernels.ring import NEG, RingIndex, RingSpec
-from models.convert import CARD, WEIGHTS, convert, leaves, load_card
+from models.convert import CARD, WEIGHTS, convert, leaves, linears, load_card
 from models.gguf import GGUFError, GGUFModel
 from models.graph import STALE_DAYS, STATIC_RECENT, build_graph, ensure_graph, graph_path
 from models.runner import Runner, RunnerOptions
@@ -520,10 +520,8 @@ def test_no_quantized_weight_is_dequantized_to_float(converted, case):
     """Every linear, the head and the embedding table stay in their packed form; a fusion of two forms (Q4_K_M's
     Q6_K attn_v beside Q4_K q and k) is one MatMulNBits per form."""
     card = load_card(converted[case][0])
-    linears = list(card["linears"].values()) + [layer[k] for layer in card["layers"]
-                                                for k in ("qkv", "o", "gate_up", "down")]
     assert card["embed"]["kind"] == "nbits"
-    assert all(leaf["kind"] == "nbits" for lin in linears for leaf in leaves(lin))
+    assert all(leaf["kind"] == "nbits" for lin in linears(card) for leaf in leaves(lin))
     if case.endswith("Q4_K_M"):
         qkv = card["layers"][0]["qkv"]
         assert qkv["kind"] == "concat" and [p["bits"] for p in qkv["parts"]] == [4, 8]

@@ -13,7 +13,7 @@ import pytest
 
 from bench import agreement
 from kernels.sampling import SamplingParams
-from models.convert import WEIGHTS, leaves, load_card
+from models.convert import WEIGHTS, leaves, linears, load_card
 from models.registry import MODELS, converted_dir, resolve_gguf
 from models.tokenizer import Tokenizer
 from pipeline import config
@@ -33,10 +33,8 @@ def test_every_quantized_weight_stays_packed_within_1_45x_the_gguf(model):
     gguf = resolve_gguf(model)
     model_dir = converted_dir(gguf)
     card = load_card(model_dir)
-    linears = list(card["linears"].values()) + [layer[k] for layer in card["layers"]
-                                                for k in ("qkv", "o", "gate_up", "down")]
     assert card["embed"]["kind"] == "nbits"
-    assert all(leaf["kind"] == "nbits" for lin in linears for leaf in leaves(lin))
+    assert all(leaf["kind"] == "nbits" for lin in linears(card) for leaf in leaves(lin))
     ratio = (model_dir / WEIGHTS).stat().st_size / gguf.stat().st_size
     print(f"\n{model}: weights.bin {(model_dir / WEIGHTS).stat().st_size:,} B = {ratio:.3f}x the GGUF")
     assert ratio <= 1.45

@@ -91,13 +91,17 @@ def test_an_unexpected_error_in_one_request_is_its_500_reply_and_the_next_questi
     assert answered(front, dealer(endpoint), "and now?")["done"] is True
 
 
+def asked(served, dealer):
+    """A front served over zmq, a client's socket, and the answer its question became at the (stand-in) owner."""
+    front = front_of()
+    sock = dealer(served(front))
+    sock.send(msgpack.packb({"question": "when did PIR108 go HH?"}))
+    return front, sock, reached_owner(front)
+
+
 def test_an_answer_that_fails_while_relayed_ends_with_a_500_naming_its_request(served, dealer):
     """Finding 8, the relay thread: an answer whose end cannot be read left its asker waiting forever."""
-    front = front_of()
-    endpoint = served(front)
-    sock = dealer(endpoint)
-    sock.send(msgpack.packb({"question": "when did PIR108 go HH?"}))
-    answer = reached_owner(front)
+    front, sock, answer = asked(served, dealer)
     answer.items.put(("done", {"error": None}))       # a broken end: no finish_reason, no usage
     got = reply(sock)
     assert got["id"] == answer.id and got["code"] == 500 and "KeyError" in got["error"]
@@ -153,11 +157,7 @@ def test_an_oversize_question_is_refused_on_both_faces_before_the_archive_is_sea
 
 def test_a_reply_that_cannot_be_packed_is_dropped_and_counted_and_the_thread_goes_on(served, dealer):
     """Finding 7, a counted drop: one reply msgpack cannot write costs that reply only."""
-    front = front_of()
-    endpoint = served(front)
-    sock = dealer(endpoint)
-    sock.send(msgpack.packb({"question": "when did PIR108 go HH?"}))
-    answer = reached_owner(front)
+    front, sock, answer = asked(served, dealer)
     answer.items.put(("delta", object()))             # not msgpack: the reply is dropped
     answer.items.put(("delta", "fine"))
     assert reply(sock) == {"id": answer.id, "delta": "fine"}
