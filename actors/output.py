@@ -6,9 +6,9 @@ step, so a checkpoint it holds makes its lines committed and an assessment it ho
 
 Receives events from the cache owner (pipeline/messages.py); detokenizes assessments and checks the tags they mention
 against the tags of the lines the model could see (a mentioned tag none of them carries is counted as hallucinated);
-hands answer tokens to the front, which streams them to whoever asked; writes each event once to every sink, as a
-JSON record made from the typed event (`as_dict`, then what this actor adds: text, time, tags, figures); prints the
-actors' figures at the end. Never touches a model or the cache.
+hands answer tokens to the front, which streams them to whoever asked; writes each event once to every sink, as its
+record (pipeline/stream/events.py, the serial replay's too; this actor adds the figures); prints what the record
+shows. Never touches a model or the cache.
 
 At a site (streams served on several nodes: pipeline/launch.py) the front is the site actor's (actors/site.py): this
 actor relays every event with its record there, puts the site's questions on its owners' channels, and journals the
@@ -28,7 +28,6 @@ import zmq
 from models.registry import resolve_gguf
 from models.tokenizer import Tokenizer
 from pipeline.channel import Channel, ChannelSpec, Selector
-from pipeline.decode.exactness import Verdict
 from pipeline.messages import (
     Answer,
     AnswerDelta,
@@ -39,21 +38,18 @@ from pipeline.messages import (
     Question,
     Start,
     Status,
-    as_dict,
     copied,
     decode,
     send,
 )
 from pipeline.process import Figures, attach_when_ready, chaos, figures_on_request, pin
-from pipeline.serve.front import Front
 from pipeline.serve.auth import load_keys
+from pipeline.serve.front import Front
 from pipeline.serve.http_api import serve_http
 from pipeline.serve.site import NodeLink
 from pipeline.serve.zmq_api import ZmqFront
-from pipeline.stream.forms import fields_of
-from pipeline.stream.identifiers import invented, mentioned
+from pipeline.stream.events import journaled, named, record_of, show
 from pipeline.stream.journal import Journal
-from pipeline.stream.surprise import unusual_mark
 
 HELLO_S = 5.0       # at a site, this group says hello again this often (pipeline/serve/site.py)
 
@@ -102,7 +98,7 @@ def run(in_specs: list[ChannelSpec], streams: list[str], journals: list[str | No
                             event = copied(decode(received))
                         record = None                # the front's own events have none but an answer's (below)
                         if not isinstance(event, (AnswerDelta, Answer, Status)):
-                            record = _named(_record_of(event, tok, stops), name)
+                            record = named(record_of(event, tok, stops), name)
                         if isinstance(event, Start):
                             started[name] = record          # for a site started again (the hello carries it)
                         if isinstance(event, Eof):
@@ -114,13 +110,13 @@ def run(in_specs: list[ChannelSpec], streams: list[str], journals: list[str | No
                         elif front is not None:
                             answered = front.on_event(event, record, stream=name)
                             if answered is not None:
-                                record = _named(answered, name)
+                                record = named(answered, name)
                         if record is None:
                             continue
                         _record(record, log, sock)
                         if isinstance(event, Assessment):
                             chaos("output.written")      # fault injection, test-only: written, not yet shown
-                        _emit(record, quiet_lines)
+                        show(record, quiet_lines)
     finally:
         for server in servers or ():          # the HTTP server shuts down, the zmq front closes
             if hasattr(server, "shutdown"):
@@ -139,22 +135,6 @@ def run(in_specs: list[ChannelSpec], streams: list[str], journals: list[str | No
             sock.close()
 
 
-def _record_of(event, tok, stops) -> dict:
-    """The journal record of an event: its fields, its decoded text, its time, and for an assessment the tags it
-    mentions and those it invents."""
-    record = as_dict(event)
-    ids = getattr(event, "ids", None)
-    if ids is not None:
-        record["text"] = tok.decode([int(t) for t in ids if int(t) not in stops]).strip()
-    record["t"] = time.time()
-    if isinstance(event, Assessment):
-        if event.fields is not None:
-            record["fields"] = fields_of(tok, event.fields)
-        record["tags_mentioned"] = mentioned(record["text"])
-        record["tags_hallucinated"] = invented(record["text"], event.window_tags)
-    return record
-
-
 def _from_site(link: NodeLink, streams: list[str], asks: list, logs: list, quiet_lines: bool) -> None:
     """What the site sent this group: questions and cancels for its owners, and answers' records to journal. A
     question its owner cannot take now is answered with an error at once; anything else is dropped and counted."""
@@ -164,9 +144,9 @@ def _from_site(link: NodeLink, streams: list[str], asks: list, logs: list, quiet
             continue
         n = streams.index(got.stream)
         if got.kind == "record" and got.record is not None:
-            record = _named(got.record, got.stream)
+            record = named(got.record, got.stream)
             _record(record, logs[n], None)
-            _emit(record, quiet_lines)
+            show(record, quiet_lines)
             continue
         try:
             msg = decode(got) if got.kind == "ask" and n < len(asks) else None     # none when not serving
@@ -185,15 +165,9 @@ def _from_site(link: NodeLink, streams: list[str], asks: list, logs: list, quiet
                 link.dropped["cancel_undelivered"] += 1
 
 
-def _named(record: dict, name: str) -> dict:
-    """A record of one of several streams carries the stream's name (first, for a reader of the journal)."""
-    return {"stream": name, **record} if name else record
-
-
 def _record(record: dict, log, sock) -> None:
-    """The journal takes every event but stream lines (scored lines too: `replay.score_stream`), durably; PUB takes
-    the stream's own (`publish`)."""
-    if log and (record["kind"] != "line" or record.get("nll_n") is not None):
+    """The journal takes what it keeps (`journaled`), durably; PUB takes the stream's own (`publish`)."""
+    if log and journaled(record):
         log.append(record)
     if sock is not None:
         publish(sock, record)
@@ -265,99 +239,3 @@ def interfaces(cfg, front: Front) -> list:
         print(f"ringspec: zmq questions on {cfg.serve.zmq} (python run.py ask --zmq {cfg.serve.zmq} \"...\")",
               file=sys.stderr, flush=True)
     return servers
-
-
-def _emit(record: dict, quiet_lines: bool) -> None:
-    """What the operator sees on stdout and stderr, from an event's record (its stream's name first, when it is one
-    of several)."""
-    who = f"[{record['stream']}] " if record.get("stream") else ""
-    match record["kind"]:
-        case "start":
-            ex, pf = record["exactness"], record["platform"]
-            level = "ringspec:" if ex["invariant"] else "ringspec: warning:"
-            print(f"{level} {who}target on {pf['cpu']} ({pf['simd']}), "
-                  f"onnxruntime {pf['onnxruntime']}: {_exactness_line(ex)}", file=sys.stderr, flush=True)
-        case "line" if not quiet_lines:
-            print(who + (unusual_mark(record) or f"  {record['text']}"), flush=True)
-        case "assessment":
-            st = record["stats"]
-            text = record["text"].replace("\n", "\n   ")
-            print(f"\n>> {who}[after line {record['lines']}, {record['trigger']}; offsets {record['offsets'][0]}-"
-                  f"{record['offsets'][1]}] {text}\n"
-                  f"   ({st['generated']} tokens, {st['tokens_per_s']:.0f} tok/s, {record['latency_ms']:.0f} ms, "
-                  f"{st['accepted_per_verify']:.2f} tokens/verify; tags {len(record['tags_mentioned'])} mentioned, "
-                  f"{len(record['tags_hallucinated'])} not in view)\n", flush=True)
-        case "answer":
-            if record["error"]:
-                print(f"\n?? {who}[{record['client']}] {record['question'][:200]!r}: not answered: {record['error']}\n",
-                      flush=True)
-                return
-            text = record["text"].replace("\n", "\n   ")
-            ttft = "-" if record["ttft_ms"] is None else f"{record['ttft_ms']:.0f}"
-            print(f"\n?? {who}[{record['client']}] {record['question'][:200]}\n=> {text}\n"
-                  f"   ({record['completion_tokens']} tokens, ttft {ttft} ms, total {record['total_ms']:.0f} ms, "
-                  f"queued {record['queued_ms']:.0f} ms, {len(record['retrieved'])} older lines retrieved, "
-                  f"{record['finish_reason']}{', client gone' if record.get('client_gone') else ''})\n", flush=True)
-        case "capacity":
-            print(f"ringspec: warning: {who}the stream goes in at {record['lines_per_s']:.1f} lines/s "
-                  f"({record['tokens_per_s']:.0f} tokens/s) while the target works on it, below the profile's "
-                  f"replay.line_rate of {record['line_rate']:g}; it had {record['stream_share']:.0%} of the target's "
-                  f"recent time (serve.stream_share raises its floor; `bench --task ingest` measures it)",
-                  file=sys.stderr, flush=True)
-        case "restart":
-            took = "" if record["recovery_s"] is None else f", {record['recovery_s']:.1f} s from the death"
-            why = f"after {record['cause']}" if record["actor"] else "from the journal (resume)"
-            where = "from its start" if record["resumed_after"] is None else f"after offset {record['resumed_after']}"
-            print(f"ringspec: {who}resumed {why}: the stream continues {where}{took}",
-                  file=sys.stderr, flush=True)
-        case "eof":
-            _end_of_stream(record)
-
-
-def _end_of_stream(record: dict) -> None:
-    """The run's last words on stderr: the stream's counts, each actor's figures, the pipeline's summary."""
-    name = f" {record['stream']}" if record.get("stream") else ""
-    print(f"end of stream{name}: {record['sent']} records, dropped {record['dropped_full']} (queue full), "
-          f"{record['invalid_utf8']} invalid UTF-8, {record['nul_bytes']} with NUL, {record['oversized']} "
-          f"oversized", file=sys.stderr, flush=True)
-    print(f"{'actor':12s} {'pid':>7s} {'cpus':>6s} {'busy':>6s} {'wall s':>7s} {'RSS MB':>7s} {'thr':>4s} "
-          f"{'queue':>5s}",
-          file=sys.stderr)
-    for f in record.get("figures", []):
-        print(f"{f['actor']:12s} {f['pid']:7d} {','.join(map(str, f['cpus'])):>6s} {f['busy_share']:6.0%} "
-              f"{f['wall_s']:7.1f} {f['vmrss_mb']:7.0f} {f['threads']:4d} {f.get('inbox_max_depth', 0):5d}",
-              file=sys.stderr)
-    print_summary(record.get("figures", []))
-
-
-def print_summary(figures: list[dict]) -> None:
-    """The pipeline's run-time figures, for an operator: decode speed, drafting, overlap and overhead. A target that
-    serves several streams (it counts its passes by graph) has their forward time together, not this stream's."""
-    by = {f["actor"]: f for f in figures}
-    owner, target = by.get("cache_owner"), by.get("target")
-    if not owner or not target or not owner["decode_s"] or not owner["stream_wall_s"]:
-        return
-    shared = bool(target.get("passes_by_graph"))
-    print(f"decode {owner['tokens_per_s']:.0f} tok/s over {owner['generated']} tokens, "
-          f"{owner['accepted_per_verify']:.2f} tokens/verify (acceptance {owner['acceptance_rate']:.0%}); "
-          f"KV pool {target['kv_pool_mb']:.1f} MB", file=sys.stderr)
-    print(f"draft {owner['draft_s']:.2f} s on verified blocks, {owner['overlap_s']:.2f} s of it while the target "
-          f"verified ({owner['overlap_share']:.0%} overlap), {owner['wasted_draft_s']:.2f} s on stale blocks; target "
-          f"idle {owner['target_idle_s']:.2f} s between verifies", file=sys.stderr)
-    print(f"pipeline overhead share (wall time outside the target's forward passes): decoding "
-          f"{owner['decode_overhead_share']:.1%} of {owner['decode_s']:.1f} s (target handling around its passes "
-          f"{owner['verify_s'] - owner['verify_forward_s']:.2f} s, between passes {owner['target_idle_s']:.2f} s); "
-          + (f"whole stream {1 - target['forward_s'] / owner['stream_wall_s']:.1%} of {owner['stream_wall_s']:.1f} s"
-             if not shared else f"the target's passes serve every stream ({target.get('passes', 0)} passes, "
-                                f"{target['forward_calls']} streams' shares; by graph, slots: passes "
-                                f"{_by_graph(target)})"),
-          file=sys.stderr, flush=True)
-
-
-def _exactness_line(ex: dict) -> str:
-    return Verdict(**ex).line()
-
-
-def _by_graph(target: dict) -> str:
-    """The target's passes by the graph that ran them (models/streams.py), e.g. "1: 420, 4: 232"."""
-    return ", ".join(f"{slots}: {n}" for slots, n in target.get("passes_by_graph", {}).items())

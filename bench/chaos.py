@@ -310,7 +310,7 @@ def account(stream: Path, journal: Path, cfg, serve: bool) -> dict:
     duplicated = len(written) - len(set(written))
     lost_assessments = None
     if not serve:
-        trig = Triggers(cfg.replay.every_lines, cfg.replay.trigger_pattern, 0.0)
+        trig = Triggers.of(cfg.replay)
         expected = {(i, why) for i, (_, text) in enumerate(lines, 1) if (why := trig.after_line(text))}
         lost_assessments = len(expected - set(written))
     recovery = [r["recovery_s"] for r in recs if r.get("kind") == "restart" and r.get("recovery_s") is not None]

@@ -30,8 +30,10 @@ from models.tokenizer import Tokenizer
 from pipeline.config import replay_log
 from pipeline.decode.drafts import ModelDraft
 from pipeline.report import Report
+from pipeline.stream.frame import replay_frame
 from pipeline.stream.records import read_log
-from pipeline.stream.replay import replay, replay_frame
+from pipeline.stream.replay import replay
+
 
 @dataclass
 class NpuReport(Report):

@@ -53,7 +53,8 @@ from pipeline.config import ring_spec
 from pipeline.decode.assemble import make_draft, make_engine
 from pipeline.messages import Halt, Proposal, Restart, Verdict, Verify, copied, decode, send
 from pipeline.report import Report
-from pipeline.stream.replay import make_analyst, replay, replay_frame
+from pipeline.stream.frame import replay_frame
+from pipeline.stream.replay import make_session, replay
 from pipeline.topology import channel
 
 TOLERANCE = 0.15
@@ -171,11 +172,11 @@ def trace_replay(profile: str | None, log: str, max_lines: int, progress) -> lis
     """The serial replay `pipeline-bench` runs (its fixed policy: the profile as it is), one generation per
     assessment."""
     cfg = config.load(profile)
-    analyst = make_analyst(cfg)
-    trace = _Trace(analyst.engine)
+    session = make_session(cfg)
+    trace = _Trace(session.engine)
     stats = []
     replay(log, None, cfg, lambda kind, p: stats.append(p["stats"]) if kind == "assessment" else None, max_lines,
-           analyst=analyst)
+           session=session)
     gens = [_generation(steps, st) for steps, st in zip(trace.generations, stats)]
     progress(f"  trace replay {len(gens)} assessments, {sum(len(g['steps']) for g in gens)} steps")
     return gens

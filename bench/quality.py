@@ -25,20 +25,23 @@ import json
 import re
 import sys
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
+
+import numpy as np
 
 from bench import surprisal
 from bench.recall_questions import alarm_of
 from pipeline.config import override
 from pipeline.decode.assemble import make_engine
 from pipeline.decode.rules import normal
+from pipeline.messages import Line
 from pipeline.report import Report
-from pipeline.stream.forms import FORMS, Writer, in_view, text_of, view_start
+from pipeline.stream.forms import FORMS, Writer, text_of, view_start
+from pipeline.stream.frame import replay_frame
 from pipeline.stream.identifiers import carried, invented, mentioned
 from pipeline.stream.records import read_log
-from pipeline.stream.replay import Analyst, replay_frame
-from pipeline.stream.triggers import Triggers
+from pipeline.stream.session import StreamSession
 
 ROOT = Path(__file__).resolve().parents[1]
 SHARED = ROOT.parent / "shared" / "data"
@@ -116,22 +119,21 @@ def _stream(engine, frame, cfg, records, kind: str, writer: Writer, tally: Tally
     its own: the stream proposer keeps rolled-back answers, so a form after another would copy its answers)."""
     engine.reset()
     engine.feed(frame.head)
-    analyst = Analyst(engine, frame)        # the lines in view and those since the last assessment, as at run time
-    triggers = Triggers(cfg.replay.every_lines, cfg.replay.trigger_pattern)
+    unscored = replace(cfg.replay, score_stream=False, surprise_above=0.0)      # forms only: surprisal is apart
+    session = StreamSession(engine, replace(frame, writer=writer), unscored, "")   # the lines in view, as at run time
     active = {}                             # HH/LL tag -> its line's first position, until its NR line
-    for rec in records:
-        first = engine.index.n
-        ids = carried(rec.text, rec.tags)
-        analyst.saw(first, ids)
-        engine.append(rec.text + "\n")
+    for seq, rec in enumerate(records, start=1):
+        first, ids = session.next_position(), frame.tok.encode(rec.text + "\n").astype(np.int32)
+        tags = carried(rec.text, rec.tags)
+        session.feed([Line(offset=rec.offset, time=rec.time, tags=tags, text=rec.text, loop=0, n_tokens=len(ids),
+                           seq=seq, drops={}, ids=ids)])
         tag, level = _alarm(rec) if kind == "tep" else ("", "")
         if level in ("HH", "LL"):
             active[tag] = first
         elif level in ("HH NR", "LL NR"):
             active.pop(tag, None)
-        if triggers.after_line(rec.text) is not None:
-            _assess(analyst, writer, writer.ask(rec.text), active, ids, tally)
-            analyst.fresh = set()
+        if session.due is not None:
+            _assess(session, writer, writer.ask(rec.text), active, tags, tally)
 
 
 def _alarm(rec) -> tuple[str, str]:
@@ -139,16 +141,17 @@ def _alarm(rec) -> tuple[str, str]:
     return alarm_of(rec) if len(rec.text.split()) >= 4 else ("", "")
 
 
-def _assess(analyst: Analyst, writer: Writer, ask, active: dict, trigger_ids, tally: Tally) -> None:
-    engine, frame = analyst.engine, analyst.frame
+def _assess(session: StreamSession, writer: Writer, ask, active: dict, trigger_ids, tally: Tally) -> None:
+    engine, frame = session.engine, session.frame
     mark = engine.mark()
     oldest = view_start(engine.index.n, len(ask), writer.scratch(), frame.spec.window)
-    allowed = in_view(analyst.lines, engine.index.n, len(ask), writer.scratch(), frame.spec.window)
+    allowed = session.in_view(ask)
     engine.feed(ask[:-1])                  # untimed: the same question for every form of its kind
     t0 = time.perf_counter()
-    written = writer.write(engine, ask[-1:], allowed, frame.params, fresh=analyst.fresh)
+    written = writer.write(engine, ask[-1:], allowed, frame.params, fresh=session.since_assessment)
     tally.write_s += time.perf_counter() - t0
     engine.rollback(mark)
+    session.assessed()
     text = text_of(frame.tok, written.ids)
     named, wrong = set(mentioned(text)), invented(text, allowed)
     tally.assessments += 1

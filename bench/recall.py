@@ -24,7 +24,7 @@ from pipeline.report import Report
 from pipeline.stream.archive import search
 from pipeline.stream.prompts import question_span
 from pipeline.stream.records import read_log
-from pipeline.stream.replay import replay_frame
+from pipeline.stream.frame import replay_frame
 
 
 def answer_rate(questions, k: int, archive_dir, cfg, max_tokens: int = 40, progress=None) -> dict:

@@ -40,7 +40,7 @@ from pipeline.config import replay_log
 from pipeline.launch import StreamRun, run_pipeline
 from pipeline.report import Report
 from pipeline.stream.records import format_of
-from pipeline.stream.replay import replay_frame
+from pipeline.stream.frame import replay_frame
 from pipeline.watch import dies_with_parent
 
 WARMUP = 0.10        # the first 10% of the tokens are warm-up

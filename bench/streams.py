@@ -36,7 +36,7 @@ from pipeline.decode.drafts import SuffixDraft
 from pipeline.decode.engine import Engine
 from pipeline.report import Failure, Report
 from pipeline.stream.records import read_log, render
-from pipeline.stream.replay import replay_frame
+from pipeline.stream.frame import replay_frame
 
 SHARED = Path(__file__).resolve().parents[2] / "shared" / "data"
 

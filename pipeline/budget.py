@@ -29,7 +29,7 @@ from models.registry import converted_dir, resolve_gguf
 from models.runner import kv_bytes_per_slot
 from pipeline.config import Config, ConfigError, cpu_set, node_profile, streams_of
 from pipeline.report import Report
-from pipeline.stream.replay import replay_frame
+from pipeline.stream.frame import replay_frame
 from pipeline.topology import CREATORS, ROLES, channels
 
 MiB = 1 << 20

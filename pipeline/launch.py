@@ -53,7 +53,8 @@ from pipeline.decode.drafts import speaks
 from pipeline.process import CHAOS_DIR, StopFlag, Stopped, run_each
 from pipeline.report import Report
 from pipeline.serve.auth import load_keys
-from pipeline.stream.replay import ReplayReport, printer, replay, replay_frame
+from pipeline.stream.frame import replay_frame
+from pipeline.stream.replay import ReplayReport, printer, replay
 from pipeline.stream.journal import records, resume_point
 from pipeline.stream.sources import source_of
 from pipeline.topology import actor_name, channels, per_stream_file
@@ -534,7 +535,8 @@ def run_replay(cfg, log: str | list[str] | None = None, fmt: str | None = None, 
       local   one process per actor over shared-memory channels (default)
       ray     the same actors as five named Ray actors on one node (--ray-address joins
               a cluster; otherwise a local Ray instance is started and stopped)
-      serial  everything in this process (the reference the pipeline must equal)"""
+      serial  everything in this process (the reference the pipeline must equal, record for
+              record in the journal); a file from its start, no --pub"""
     cfg = with_logs(cfg, [log] if isinstance(log, str) else list(log or ()))
     if cfg.actors.launcher != "serial":
         with _run_dir() as run_dir:
@@ -544,11 +546,20 @@ def run_replay(cfg, log: str | list[str] | None = None, fmt: str | None = None, 
     log = replay_log(cfg)
     if cfg.streams:
         raise ValueError("the serial launcher replays one stream: use --launcher local for several")
-    if log.startswith("tcp://") or log == "-" or follow or resume or cfg.replay.resume or rate:
-        raise ValueError("the serial launcher replays files only, from their start, as fast as it can; use "
-                         "--launcher local for sockets, stdin, --follow, --resume and --rate")
+    if log.startswith("tcp://") or log == "-" or follow:
+        raise ValueError("the serial launcher replays a file from its start: use --launcher local for sockets, stdin "
+                         "and --follow")
+    if resume or cfg.replay.resume:
+        raise ValueError("the serial launcher has no restarts to resume from: use --launcher local for --resume")
+    if pub:
+        raise ValueError("the serial launcher prints and journals its events; --pub is the output actor's: use "
+                         "--launcher local")
     budget.check(cfg)
-    return ReplayReport(replay(log, fmt, cfg, printer(quiet_lines), max_lines=cfg.replay.max_lines))
+    emit = printer(quiet_lines, journal)
+    try:
+        return ReplayReport(replay(log, fmt, cfg, emit, max_lines=cfg.replay.max_lines, speed=speed, rate=rate))
+    finally:
+        emit.close()
 
 
 def run_serve(cfg, log: str | list[str] | None = None, fmt: str | None = None, rate: float = 0.0, speed: float = 0.0,

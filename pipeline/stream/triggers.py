@@ -1,8 +1,8 @@
 """When the model writes an assessment: every N lines, on a line matching a pattern (alarm severity), on a line
 the model finds unusual (pipeline/stream/surprise.py), on idle.
 
-Owns the counting only; the serial replay and the cache owner both ask it after each line (and the owner when the
-stream is quiet), so both write their assessments after the same lines. Never reads a clock itself.
+Owns the counting only; a stream's session (pipeline/stream/session.py) asks it after each line and when the stream
+is quiet, so every launcher writes its assessments after the same lines. Never reads a clock itself.
 """
 from __future__ import annotations
 
@@ -14,6 +14,11 @@ class Triggers:
         self.every, self.idle_s, self.surprise_above = every_lines, idle_s, surprise_above
         self.pattern = re.compile(pattern) if pattern else None
         self.since = 0            # lines since the last assessment
+
+    @classmethod
+    def of(cls, replay) -> "Triggers":
+        """The triggers a profile's [replay] section sets (pipeline/config.py ReplaySection)."""
+        return cls(replay.every_lines, replay.trigger_pattern, replay.idle_s, replay.surprise_above)
 
     def after_line(self, text: str, surprise: float | None = None) -> str | None:
         """The reason to assess now ("every", "pattern", "surprise"), or None."""

@@ -12,7 +12,7 @@ from models.registry import converted_dir, resolve_gguf
 from models.runner import Runner, RunnerOptions
 from pipeline import budget, config
 from pipeline.config import ConfigError
-from pipeline.stream.replay import replay_frame
+from pipeline.stream.frame import replay_frame
 from tests import procs
 from tests.paths import ROOT
 

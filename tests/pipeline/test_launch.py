@@ -363,7 +363,7 @@ def alone_answer(scfg, log: Path, lines: int) -> str:
     from pipeline.decode.assemble import make_engine
     from pipeline.stream.prompts import question_span
     from pipeline.stream.records import read_log
-    from pipeline.stream.replay import replay_frame
+    from pipeline.stream.frame import replay_frame
     frame = replay_frame(scfg)
     engine = make_engine(scfg, frame.spec, check_rows=False)
     engine.feed(frame.head)

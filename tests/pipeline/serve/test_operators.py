@@ -146,7 +146,7 @@ def test_operator_and_retrieved_text_cannot_write_control_tokens(tok):
 
 
 def test_serving_grows_the_ring_slack_to_hold_a_question_span_and_its_answer():
-    from pipeline.stream.replay import replay_frame
+    from pipeline.stream.frame import replay_frame
     plain = replay_frame(config.load()).spec
     served = replay_frame(config.load(None, {"serve.enabled": True})).spec
     cfg = config.load(None, {"serve.enabled": True})

@@ -428,7 +428,7 @@ def test_three_streams_in_one_server_each_answer_as_the_target_alone(default_ggu
     from pipeline.decode.assemble import make_engine
     from pipeline.stream.prompts import question_span
     from pipeline.stream.records import read_log
-    from pipeline.stream.replay import replay_frame
+    from pipeline.stream.frame import replay_frame
     lines, question = 12, "What happened last, in one sentence?"
     profile = tmp_path / "streams.toml"
     profile.write_text(f'[serve]\napi_key = "{KEY}"\nretrieve = 0\n[replay]\nevery_lines = 1000\n'

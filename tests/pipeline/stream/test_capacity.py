@@ -35,7 +35,8 @@ def test_waiting_lines_go_first_once_the_stream_had_less_than_its_share():
     from actors.cache_owner import Owner
 
     clock = StreamClock()
-    owner = SimpleNamespace(serving=True, share_min=0.5, backlog=deque(["a line"]), clock=clock,
+    serve = SimpleNamespace(stream_share=0.5)
+    owner = SimpleNamespace(serving=True, cfg=SimpleNamespace(serve=serve), backlog=deque(["a line"]), clock=clock,
                             lines=SimpleNamespace(ready=lambda: False))
     clock.stream(1.0, 30, 1, now=1.0)
     clock.other(3.0, now=4.0)                             # questions took three quarters of the target
@@ -44,9 +45,9 @@ def test_waiting_lines_go_first_once_the_stream_had_less_than_its_share():
     assert not Owner.stream_owed(owner)                   # nothing waits: questions first
     owner.lines = SimpleNamespace(ready=lambda: True)     # a line in the channel waits as well as the backlog's
     assert Owner.stream_owed(owner)
-    owner.share_min = 0.0
+    serve.stream_share = 0.0
     assert not Owner.stream_owed(owner)                   # 0: questions always first
-    owner.share_min = 0.5
+    serve.stream_share = 0.5
     clock.stream(4.0, 120, 4, now=8.0)
     assert clock.share > 0.5 and not Owner.stream_owed(owner)
 
@@ -59,16 +60,16 @@ def test_the_owner_warns_once_when_the_stream_goes_in_slower_than_the_profiles_l
 
     sent = []
     out = SimpleNamespace(send=lambda header, arrays, timeout=None: sent.append(header) or len(sent))
-    owner = SimpleNamespace(clock=StreamClock(), line_rate=5.0, warned=False, out=out, streaming=None,
+    owner = SimpleNamespace(clock=StreamClock(), cfg=SimpleNamespace(replay=SimpleNamespace(line_rate=5.0)), out=out,
                             engine=SimpleNamespace(to_target=SimpleNamespace(in_flight=lambda: False)))
     t = 0.0
     for _ in range(40):                                   # 40 feeds of 2 lines taking 1 s each: 2 lines/s
-        owner.streaming = (t, 60, 2)
+        owner.clock.sent(60, 2, now=t)
         t += 1.0
-        Owner.stream_done(owner, now=t)
+        Owner.stream_ran(owner, now=t)
     assert [h["kind"] for h in sent] == ["capacity"]      # once, not at every feed
     assert sent[0]["line_rate"] == 5.0 and 1.9 < sent[0]["lines_per_s"] < 2.1
-    owner.line_rate, owner.warned, sent[:] = 1.0, False, []
-    owner.streaming = (t, 60, 2)
-    Owner.stream_done(owner, now=t + 1.0)
+    owner.cfg.replay.line_rate, owner.clock.warned, sent[:] = 1.0, False, []
+    owner.clock.sent(60, 2, now=t)
+    Owner.stream_ran(owner, now=t + 1.0)
     assert sent == []                                     # 2 lines/s sustains a claim of 1

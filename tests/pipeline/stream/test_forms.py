@@ -13,7 +13,7 @@ from pipeline import config
 from pipeline.stream.forms import SEVERITIES, Writer
 from pipeline.stream.identifiers import invented, mentioned
 from pipeline.stream.records import read_log
-from pipeline.stream.replay import make_analyst, replay
+from pipeline.stream.replay import make_session, replay
 from tests.paths import ROOT
 
 LOG = ROOT / "data" / "tep_demo.csv"
@@ -41,25 +41,25 @@ def test_a_constrained_form_with_a_draft_writes_what_the_target_alone_writes(def
 
 
 @pytest.fixture(scope="module")
-def analyst(default_gguf):
-    """The serial analyst after the log's first 20 lines (tags AIR00x_y, FIR123 in view)."""
+def session(default_gguf):
+    """The serial session after the log's first 20 lines (tags AIR00x_y, FIR123 in view)."""
     cfg = config.load()
-    analyst = make_analyst(cfg)
+    session = make_session(cfg)
     for rec in read_log(str(LOG), "csv")[:20]:
-        analyst.engine.append(rec.text + "\n")
-    return analyst, cfg, rec.text
+        session.engine.append(rec.text + "\n")
+    return session, cfg, rec.text
 
 
 @pytest.mark.parametrize("form", ["constrained", "structured"])
-def test_with_no_tag_in_view_a_constrained_form_names_none(analyst, form):
+def test_with_no_tag_in_view_a_constrained_form_names_none(session, form):
     """Not vacuous: asked the same question, the free form names tags; told that none is in view, the constrained
     forms name none, in any spelling the reader knows."""
-    analyst, cfg, latest = analyst
-    f, r, mark = analyst.frame, cfg.replay, analyst.engine.mark()
+    session, cfg, latest = session
+    f, r, mark = session.frame, cfg.replay, session.engine.mark()
     texts = {}
     for kind in ("free", form):
         writer = Writer(f.tok, kind, r.max_new_tokens, r.system_prompt, r.question, r.form_question)
-        texts[kind] = f.tok.decode(writer.write(analyst.engine, writer.ask(latest), [], f.params).ids)
-        analyst.engine.rollback(mark)
+        texts[kind] = f.tok.decode(writer.write(session.engine, writer.ask(latest), [], f.params).ids)
+        session.engine.rollback(mark)
     assert mentioned(texts["free"]), "the free form should name tags here"
     assert mentioned(texts[form]) == [], texts[form]
