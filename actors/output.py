@@ -28,7 +28,7 @@ import zmq
 from models.registry import resolve_gguf
 from models.tokenizer import Tokenizer
 from pipeline.channel import Channel, ChannelSpec, Selector
-from pipeline.decode.exactness import Verdict
+from pipeline.decode.exactness import Invariance
 from pipeline.messages import (
     Answer,
     AnswerDelta,
@@ -355,7 +355,7 @@ def print_summary(figures: list[dict]) -> None:
 
 
 def _exactness_line(ex: dict) -> str:
-    return Verdict(**ex).line()
+    return Invariance(**ex).line()
 
 
 def _by_graph(target: dict) -> str:
