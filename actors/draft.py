@@ -30,6 +30,7 @@ import numpy as np
 from pipeline.channel import Channel, ChannelSpec, Selector
 from pipeline.decode.assemble import make_draft, policy
 from pipeline.decode.blocks import ALIGNED_BLOCK, room_of, trunk
+from pipeline.decode.drafts.base import Proposer
 from pipeline.messages import Close, Closed, Commit, Halt, Observe, Proposal, Restart, Rollback, decode, send
 from pipeline.process import Figures, attach_when_ready, chaos, figures_on_request, pin
 
@@ -54,7 +55,7 @@ class Lookahead:
 
 
 class Drafter:
-    def __init__(self, draft, policy, out, figures: Figures, sink: int, window: int):
+    def __init__(self, draft: Proposer, policy, out, figures: Figures, sink: int, window: int):
         self.draft, self.policy, self.out, self.figures = draft, policy, out, figures
         self.k = policy.length                            # until the owner says otherwise
         self.room = lambda n: room_of(n, ALIGNED_BLOCK, sink, window)
@@ -159,7 +160,7 @@ def run(inboxes: list[ChannelSpec], outboxes: list[str], cfg, spec, vocab: int, 
                     drafters[n].draft_block()
                     turn = n + 1
                     continue
-                if any(getattr(drafters[n].draft, "catch_up", lambda: False)() for n in sorted(open_)):
+                if any(drafters[n].draft.catch_up() for n in sorted(open_)):
                     continue                              # idle: a draft model's pool brought up to its text
             selector.wait(0.2)
 

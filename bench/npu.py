@@ -28,7 +28,7 @@ from models.registry import converted_dir, resolve_gguf
 from models.runner import Runner, RunnerOptions
 from models.tokenizer import Tokenizer
 from pipeline.config import replay_log
-from pipeline.decode.drafts import ModelDraft
+from pipeline.decode.drafts.model import ModelDraft
 from pipeline.report import Report
 from pipeline.stream.frame import replay_frame
 from pipeline.stream.records import read_log

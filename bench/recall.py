@@ -18,7 +18,7 @@ from pathlib import Path
 from bench.recall_questions import archive_for, build, recall_at_k, seq_of
 from models.registry import converted_dir, resolve_gguf
 from models.runner import Runner
-from pipeline.decode.drafts import SuffixDraft
+from pipeline.decode.drafts.suffix import SuffixDraft
 from pipeline.decode.engine import Engine
 from pipeline.report import Report
 from pipeline.stream.archive import search

@@ -32,8 +32,7 @@ import zmq
 from bench import svg
 from bench.chaos import ROOT, Asker, free_port
 from bench.pipeline_vs_serial import profile_with
-from models.convert import load_card
-from models.registry import converted_dir, resolve_gguf
+from models.registry import card_of
 from models.runner import kv_bytes_per_slot
 from pipeline import budget
 from pipeline.config import replay_log
@@ -226,7 +225,7 @@ def soak(cfg, log: str, tokens: int, every_tokens: int = 5000, progress=None) ->
 
     cfg = dataclasses.replace(cfg, replay=dataclasses.replace(cfg.replay, score_stream=True),
                               actors=dataclasses.replace(cfg.actors, launcher="local"))
-    card = load_card(converted_dir(resolve_gguf(cfg.model.gguf)))["config"]
+    card = card_of(cfg.model.gguf)["config"]
     spec = replay_frame(cfg).spec
     kv_formula = kv_bytes_per_slot(card) * spec.stored_slots
     with tempfile.TemporaryDirectory(prefix="ringspec_soak_") as tmp:
@@ -329,7 +328,7 @@ def soak_serve(cfg, config_path: str | None, log: str, tokens: int, every_tokens
     sample the server and every actor, stop it with SIGINT after `tokens` stream tokens (and at least one answer and
     one client of each kind), and report."""
     served = dataclasses.replace(cfg, serve=dataclasses.replace(cfg.serve, enabled=True))
-    card = load_card(converted_dir(resolve_gguf(cfg.model.gguf)))["config"]
+    card = card_of(cfg.model.gguf)["config"]
     spec = replay_frame(served).spec
     kv_formula = kv_bytes_per_slot(card) * spec.stored_slots
     with tempfile.TemporaryDirectory(prefix="ringspec_soak_") as tmp:

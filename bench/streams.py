@@ -26,13 +26,12 @@ import numpy as np
 
 from bench.streams_actors import run_actors
 from models.graph import SOFTMAX_ROWS
-from models.registry import converted_dir, resolve_gguf
-from models.convert import load_card
+from models.registry import card_of, converted_dir, resolve_gguf
 from models.runner import Runner, kv_bytes_per_slot
 from models.streams import Rows, Streams, pack
 from models.tokenizer import Tokenizer
 from pipeline.config import ring_spec
-from pipeline.decode.drafts import SuffixDraft
+from pipeline.decode.drafts.suffix import SuffixDraft
 from pipeline.decode.engine import Engine
 from pipeline.report import Failure, Report
 from pipeline.stream.records import read_log, render
@@ -317,7 +316,7 @@ def run_streams_bench(cfg, counts: str, prompt_tokens: int, new_tokens: int, rep
     target = run_streams(cfg, wanted, prompt_tokens, new_tokens, repeats, progress=say)
     one = actors[1]["shared"]["aggregate_tokens_per_s"]
     spec = replay_frame(cfg).spec                 # the actors' pools: replay's ring (its scratch span included)
-    card = load_card(converted_dir(resolve_gguf(cfg.model.gguf)))["config"]
+    card = card_of(cfg.model.gguf)["config"]
     for row in actors.values():
         row["kv_pool_bytes_per_stream"] = kv_bytes_per_slot(card) * spec.stored_slots
     return StreamsReport({n: {"aggregate_tokens_per_s": actors[n]["shared"]["aggregate_tokens_per_s"],

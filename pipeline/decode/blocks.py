@@ -21,7 +21,7 @@ import numpy as np
 from kernels.accept import accept_tree, accept_tree_greedy
 from kernels.ring import slot_of
 from kernels.sampling import SamplingParams, target_probs
-from pipeline.decode.drafts import Proposal
+from pipeline.decode.drafts.base import Proposed
 from pipeline.decode.rules import constrain_rows, row_states
 
 ALIGNED_BLOCK = 32     # positions per aligned block (<= the runner's max_recent + 1)
@@ -74,7 +74,7 @@ class Block:
         return self.tokens[1:]
 
 
-def plan_block(n: int, pending: int, prop: Proposal, block: int, sink: int, ring: int, window: int) -> Block:
+def plan_block(n: int, pending: int, prop: Proposed, block: int, sink: int, ring: int, window: int) -> Block:
     """The verify pass for `prop` after `pending` at position n, pruned to the aligned block's room."""
     prop = prune(prop, room_of(n, block, sink, window))
     N = len(prop.tokens)
@@ -136,7 +136,7 @@ def judge(logits: np.ndarray, blk: Block, params: SamplingParams, probs: np.ndar
     return np.array([0] + [i + 1 for i in path], np.int64), int(nxt)
 
 
-def prune(prop: Proposal, max_depth: int) -> Proposal:
+def prune(prop: Proposed, max_depth: int) -> Proposed:
     """Drop the nodes deeper than max_depth (depth 1 = a child of the pending token), keeping parents consistent."""
     depth = np.zeros(len(prop.tokens), np.int64)
     for i, p in enumerate(prop.parent):

@@ -15,8 +15,8 @@ import numpy as np
 
 from kernels.sampling import SamplingParams
 from pipeline.channel import Selector
-from pipeline.decode import drafts
 from pipeline.decode.blocks import Block
+from pipeline.decode.drafts.base import Proposed
 from pipeline.decode.step import Decoder, Drafted, Policy, Prefilled, Verified
 from pipeline.messages import (
     Close,
@@ -176,7 +176,7 @@ class DraftLink:
         stats.stale += self.links.dropped
         stats.wasted_draft_s += self.links.dropped_s
         self.links.dropped, self.links.dropped_s = 0, 0.0
-        return Drafted(drafts.Proposal(got.tokens, got.parent, got.q), got.t0, got.t1, ahead=got.block > 0)
+        return Drafted(Proposed(got.tokens, got.parent, got.q), got.t0, got.t1, ahead=got.block > 0)
 
     def verdict(self, committed, n: int, nxt: int, whole: bool, budget: int) -> None:
         if whole:                           # the draft's next block stands if its guess equals nxt

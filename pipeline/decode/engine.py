@@ -10,7 +10,7 @@ import numpy as np
 from pipeline.config import DraftSection
 from pipeline.decode.blocklen import LengthControl
 from pipeline.decode.blocks import ALIGNED_BLOCK
-from pipeline.decode.drafts import NoDraft
+from pipeline.decode.drafts.none import NoDraft
 from pipeline.decode.local import LocalDraft, LocalVerifier
 from pipeline.decode.step import Decoder, GenerateResult, Policy, Stats
 

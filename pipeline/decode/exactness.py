@@ -27,7 +27,7 @@ from models.registry import converted_dir, resolve_gguf
 from models.runner import Runner, RunnerOptions
 from pipeline.config import Config, ring_spec
 from pipeline.decode.blocks import ALIGNED_BLOCK
-from pipeline.decode.drafts import Proposal
+from pipeline.decode.drafts.base import Proposed
 from pipeline.decode.local import LocalDraft, LocalVerifier
 from pipeline.decode.step import Decoder, Policy
 from pipeline.report import Report
@@ -41,7 +41,7 @@ NEXT = 260                   # every row's surprisal is read for this next token
 
 
 @dataclass(frozen=True)
-class Verdict:
+class Invariance:
     """Whether a row's logits and K/V are the same bits alone and inside any block (and tree) of the probe."""
     invariant: bool
     passes: int                  # forward passes the probe ran
@@ -80,7 +80,7 @@ class _Probe:
         self.decoder.feed(ids)
         self.passes += -(-len(ids) // self.rows)
 
-    def verify(self, pending: int, prop: Proposal):
+    def verify(self, pending: int, prop: Proposed):
         """One verify pass as the engines plan it: (logits [N+1, V + 1]: each row's surprisal of NEXT appended, new
         K [L, KVH, N+1, D]) copies, and the block."""
         blk, mask = self.decoder.plan(pending, prop)
@@ -93,7 +93,7 @@ class _Probe:
         """Decode `tokens` one pass each from the committed position, committing each; [(logits, kv)] per row."""
         out = []
         for tok in tokens:
-            logits, kv, blk = self.verify(int(tok), Proposal.chain([]))
+            logits, kv, blk = self.verify(int(tok), Proposed.chain([]))
             out.append((logits[0], kv[:, :, 0]))
             self.runner.store(np.array([0]), self.index.write(blk.pos[:1]))
             self.index.commit(1)
@@ -122,12 +122,12 @@ class _Probe:
             sibling = self.alone(self.tokens[top:top + 1])[0]
         self.index.rollback(base)
         for T in counts:
-            logits, kv, _ = self.verify(int(chain[0]), Proposal.chain(chain[1:T]))
+            logits, kv, _ = self.verify(int(chain[0]), Proposed.chain(chain[1:T]))
             for r in range(T):
                 self.compare(logits[r], kv[:, :, r], alone[r],
                              f"position {base + r} alone vs row {r} of a {T}-row block")
         if tree:      # rows: pending, chain[1] and its sibling (both children of pending), chain[2] under chain[1]
-            prop = Proposal(np.array([chain[1], self.tokens[top], chain[2]], np.int64), np.array([-1, -1, 0]))
+            prop = Proposed(np.array([chain[1], self.tokens[top], chain[2]], np.int64), np.array([-1, -1, 0]))
             logits, kv, _ = self.verify(int(chain[0]), prop)
             for r, want in zip(range(4), (alone[0], alone[1], sibling, alone[2])):
                 self.compare(logits[r], kv[:, :, r], want, f"position {base + (r > 0) + (r > 2)} alone vs row {r} "
@@ -135,7 +135,7 @@ class _Probe:
         self.index.rollback(base)
 
 
-def check(runner, thorough: bool = False) -> Verdict:
+def check(runner, thorough: bool = False) -> Invariance:
     """Probe `runner` (fresh: nothing committed that matters; its pools are cleared afterwards) and return the
     verdict. At start-up: blocks of QUICK rows at one position, about 12 passes (0.25 s for the default model on two
     AVX2 cores). thorough (`doctor`): blocks of THOROUGH rows at position 5 and past 2^31, about 26 passes."""
@@ -164,7 +164,7 @@ def check(runner, thorough: bool = False) -> Verdict:
             where = (f"attention over {runner.spec.pool_slots} pool columns: a row among "
                      f"{[m for m in wide.differs_at if m > 1]} rows is not that row alone")
             worst = wide.max_abs
-    return Verdict(where == "", probe.passes, probe.compared, worst, where, time.perf_counter() - t0,
+    return Invariance(where == "", probe.passes, probe.compared, worst, where, time.perf_counter() - t0,
                    opts.batch_invariant, tree)
 
 

@@ -12,8 +12,7 @@ from pathlib import Path
 
 import numpy as np
 
-from models.convert import load_card
-from models.registry import converted_dir, resolve_gguf
+from models.registry import card_of, resolve_gguf
 from models.tokenizer import Tokenizer
 from pipeline.config import Config, DraftSection, override
 from pipeline.decode.assemble import make_engine
@@ -58,7 +57,7 @@ def read_text(path: str) -> str:
 def _full_cache(cfg: Config, need: int, what: str) -> Config:
     """`cfg` with a plain full cache holding `need` tokens (no sinks, nothing wraps); an error past the model's
     context length."""
-    ctx = load_card(converted_dir(resolve_gguf(cfg.model.gguf)))["config"]["context_length"]
+    ctx = card_of(cfg.model.gguf)["config"]["context_length"]
     if need > ctx:
         raise ContextTooLong(f"{what} exceed the model's context length {ctx}; pass --window W (and --sink S) "
                              f"to use the ring policy")

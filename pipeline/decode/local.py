@@ -14,7 +14,7 @@ from kernels.ring import slot_of
 from kernels.sampling import SamplingParams, sample, target_probs
 from models.streams import Rows
 from pipeline.decode.blocks import Block, judge
-from pipeline.decode.drafts import NoDraft
+from pipeline.decode.drafts.none import NoDraft
 from pipeline.decode.rules import constrain_rows
 from pipeline.decode.step import Drafted, Prefilled, Verified
 
@@ -153,7 +153,7 @@ class LocalVerifier:
 
 
 class LocalDraft:
-    """A draft in this process (`pipeline/decode/drafts.py`), asked for each block when the step needs it."""
+    """A draft in this process (`pipeline/decode/drafts/`), asked for each block when the step needs it."""
 
     def __init__(self, draft=None):
         self.draft = draft or NoDraft()

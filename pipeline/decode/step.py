@@ -31,13 +31,13 @@ from kernels.sampling import SamplingParams
 from pipeline.decode.blocklen import LengthControl, shape
 from pipeline.decode.blocks import (ALIGNED_BLOCK, lap, near_wrap, plan_block, recent_start, room_of, trunk,
                                     verify_mask)
-from pipeline.decode.drafts import Proposal
+from pipeline.decode.drafts.base import Proposed
 
 
 @dataclass
 class Drafted:
     """A proposer's block. Times are perf_counter (CLOCK_MONOTONIC: comparable between processes)."""
-    prop: Proposal
+    prop: Proposed
     t0: float                       # drafting began
     t1: float                       # ... and ended
     ahead: bool = False             # drafted on the draft's own guess of the pending token, before the verdict before
@@ -77,7 +77,7 @@ class Policy:
     def choose(self) -> int:
         return self.length if self.control is None else self.control.choose(self.length)
 
-    def shape(self, prop: Proposal) -> Proposal:
+    def shape(self, prop: Proposed) -> Proposed:
         return shape(prop, self.line_ends, self.max_rows)
 
     def observe(self, blk, v: Verified, d: Drafted) -> None:
@@ -274,7 +274,7 @@ class Decoder:
         self.pending, self.last = v.next, v
         return [int(t) for t in committed[1:]] + [v.next]
 
-    def plan(self, pending: int, prop: Proposal):
+    def plan(self, pending: int, prop: Proposed):
         """The verify pass of `prop` after `pending` at the committed position: (blocks.Block, its mask)."""
         blk = plan_block(self.index.n, pending, prop, self.block, self.spec.sink, self.spec.ring, self.spec.window)
         blk.ring_from = self.index.pool_view(int(blk.pos[0]) - len(blk.recent))[0]

@@ -11,7 +11,7 @@ from __future__ import annotations
 import sys
 import time
 
-from pipeline.decode.exactness import Verdict
+from pipeline.decode.exactness import Invariance
 from pipeline.messages import Assessment, as_dict
 from pipeline.stream.forms import fields_of
 from pipeline.stream.identifiers import invented, mentioned
@@ -134,7 +134,7 @@ def print_summary(figures: list[dict]) -> None:
 
 
 def _exactness_line(ex: dict) -> str:
-    return Verdict(**ex).line()
+    return Invariance(**ex).line()
 
 
 def _by_graph(target: dict) -> str:

@@ -69,7 +69,7 @@ class Baseline:
 
 
 @dataclass(frozen=True)
-class Scored:
+class LineScore:
     """One line's figures."""
     nll_sum: float          # -log p summed over the line's scored tokens
     nll_n: int              # ... how many (a token whose predecessor was not scored is not)
@@ -90,11 +90,11 @@ class Surprise:
         self.every = Baseline()
         self.unusual_at = unusual_at or UNUSUAL
 
-    def line(self, text: str, nll: np.ndarray) -> Scored:
+    def line(self, text: str, nll: np.ndarray) -> LineScore:
         """Score a line from its tokens' surprisals (NaN: not scored), then let it join its baselines."""
         known = nll[np.isfinite(nll)]
         if not len(known):
-            return Scored(0.0, 0, None)
+            return LineScore(0.0, 0, None)
         x = float(known.mean())
         key = template_of(text)
         own = self.templates.get(key)
@@ -107,10 +107,10 @@ class Surprise:
         self.templates.move_to_end(key)
         own.add(x)
         self.every.add(x)
-        return Scored(float(known.sum()), len(known), score, score is not None and score >= self.unusual_at)
+        return LineScore(float(known.sum()), len(known), score, score is not None and score >= self.unusual_at)
 
 
-def record_of(scored: Scored | None) -> dict:
+def record_of(scored: LineScore | None) -> dict:
     """A line's fields for the journal and the console (none when the stream is not scored)."""
     if scored is None:
         return {}

@@ -16,7 +16,7 @@ from models.draftnet import TARGET_IDS, DraftShape, export, snap_to_q8, vocab_ma
 from models.gguf import GGUFError
 from models.runner import Runner, RunnerOptions
 from models.tokenizer import Tokenizer
-from pipeline.decode.drafts import ModelDraft, speaks
+from pipeline.decode.drafts.model import ModelDraft, speaks
 from pipeline.decode.engine import Engine
 from tests.tiny_gguf import write_tiny_gguf
 

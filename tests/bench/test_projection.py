@@ -13,7 +13,7 @@ from kernels.sampling import SamplingParams
 from models.convert import convert
 from models.runner import Runner, RunnerOptions
 from models.tokenizer import Tokenizer
-from pipeline.decode.drafts import SuffixDraft
+from pipeline.decode.drafts.suffix import SuffixDraft
 from pipeline.decode.engine import Engine
 from tests.tiny_gguf import write_tiny_gguf
 

@@ -13,7 +13,7 @@ from kernels.sampling import SamplingParams
 from models.npu import NpuBusy, NpuLock
 from models.npu_runner import StaticRunner, buckets
 from models.runner import Runner, RunnerOptions
-from pipeline.decode.drafts import ModelDraft
+from pipeline.decode.drafts.model import ModelDraft
 from tests.paths import ROOT
 from tests.tiny_gguf import converted_tiny
 

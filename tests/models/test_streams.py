@@ -20,7 +20,7 @@ from models.graph import SOFTMAX_ROWS
 from models.runner import Runner, RunnerOptions
 from models.streams import Rows, Streams
 from pipeline.decode.blocks import Block
-from pipeline.decode.drafts import SuffixDraft
+from pipeline.decode.drafts.suffix import SuffixDraft
 from pipeline.decode.engine import Engine
 from pipeline.decode.local import LocalVerifier
 from pipeline.messages import Constrain, Prefill, Verify

@@ -13,7 +13,7 @@ from models.tokenizer import Tokenizer
 from pipeline import config
 from pipeline.config import ConfigError
 from pipeline.decode.blocklen import LengthControl, cut_at_line_end, line_end_ids
-from pipeline.decode.drafts import Proposal, SuffixDraft
+from pipeline.decode.drafts import Proposed, SuffixDraft
 from pipeline.decode.engine import Engine
 from tests.pipeline.decode.test_engine_sampling import ScriptChain
 from tests.tiny_gguf import write_tiny_gguf
@@ -113,18 +113,18 @@ def rows_q(n: int) -> np.ndarray:
 
 
 def test_a_chain_ends_after_its_first_newline():
-    cut = cut_at_line_end(Proposal.chain([3, 4, NL, 5, 9, 6], rows_q(6)), ENDS)
+    cut = cut_at_line_end(Proposed.chain([3, 4, NL, 5, 9, 6], rows_q(6)), ENDS)
     assert cut.tokens.tolist() == [3, 4, NL] and cut.parent.tolist() == [-1, 0, 1]
     assert cut.q[:, 0].tolist() == [0, 1, 2]
 
 
 def test_a_chain_starting_with_a_newline_keeps_only_it():
-    cut = cut_at_line_end(Proposal.chain([NL, 3, 4]), ENDS)
+    cut = cut_at_line_end(Proposed.chain([NL, 3, 4]), ENDS)
     assert cut.tokens.tolist() == [NL] and cut.q is None
 
 
 def test_a_chain_without_newline_is_left_alone():
-    prop = Proposal.chain([3, 4, 5])
+    prop = Proposed.chain([3, 4, 5])
     assert cut_at_line_end(prop, ENDS) is prop
 
 
@@ -133,7 +133,7 @@ def test_a_tree_drops_exactly_the_nodes_below_a_newline():
     #           -> NL(1) -> 6(3) -> 8(6)
     tokens = [3, NL, 4, 6, NL, 5, 8]
     parent = [-1, -1, 0, 1, 2, 4, 3]
-    cut = cut_at_line_end(Proposal(np.array(tokens), np.array(parent), rows_q(7)), ENDS)
+    cut = cut_at_line_end(Proposed(np.array(tokens), np.array(parent), rows_q(7)), ENDS)
     assert cut.tokens.tolist() == [3, NL, 4, NL]
     assert cut.parent.tolist() == [-1, -1, 0, 2]
     assert cut.q[:, 0].tolist() == [0, 1, 2, 4]

@@ -8,13 +8,13 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from pipeline.decode.blocks import ALIGNED_BLOCK, plan_block
-from pipeline.decode.drafts import Proposal
+from pipeline.decode.drafts.base import Proposed
 
 
 @given(n=st.integers(0, 200), k=st.integers(0, 40), sink=st.integers(0, 40), window=st.integers(1, 64))
 def test_a_block_stays_in_its_aligned_block_and_no_row_past_the_window_edge_sees_a_sink_in_its_section(n, k, sink,
                                                                                                         window):
-    blk = plan_block(n, 7, Proposal.chain(np.arange(k)), ALIGNED_BLOCK, sink, ring=64, window=window)
+    blk = plan_block(n, 7, Proposed.chain(np.arange(k)), ALIGNED_BLOCK, sink, ring=64, window=window)
     section = np.concatenate([blk.recent, blk.pos])
     start = n - n % ALIGNED_BLOCK
     assert len(set(blk.pos // ALIGNED_BLOCK)) == 1 and blk.pos[0] == n

@@ -22,7 +22,7 @@ from kernels.sampling import SamplingParams, sample, target_probs
 from models.convert import convert
 from models.runner import Runner, RunnerOptions
 from models.tokenizer import Tokenizer
-from pipeline.decode.drafts import ModelDraft, NoDraft, Proposal, SuffixDraft, TreeDraft
+from pipeline.decode.drafts import ModelDraft, NoDraft, Proposed, SuffixDraft, TreeDraft
 from pipeline.decode.engine import Engine, Stats
 from tests.tiny_gguf import write_tiny_gguf
 
@@ -139,8 +139,8 @@ class FixedChain:
 
     def rollback(self, position: int) -> None: ...
 
-    def propose(self, pending: int, k: int, max_depth: int | None = None) -> Proposal:
-        return Proposal.chain(self.tokens[:k])
+    def propose(self, pending: int, k: int, max_depth: int | None = None) -> Proposed:
+        return Proposed.chain(self.tokens[:k])
 
 
 class SiblingTree:
@@ -158,7 +158,7 @@ class SiblingTree:
 
     def rollback(self, position: int) -> None: ...
 
-    def propose(self, pending: int, k: int, max_depth: int | None = None) -> Proposal:
+    def propose(self, pending: int, k: int, max_depth: int | None = None) -> Proposed:
         assert k >= 2 * self.width, "draft_len too small for the tree"
         w = self.width
         siblings = [sample(self.q0, self.rng) for _ in range(w)]
@@ -166,7 +166,7 @@ class SiblingTree:
         q = np.zeros((2 * w, self.q0.size))
         q[:w] = self.claim
         q[np.arange(w, 2 * w), children] = 1.0
-        return Proposal(np.array(siblings + children, np.int64), np.array([-1] * w + list(range(w)), np.int64), q)
+        return Proposed(np.array(siblings + children, np.int64), np.array([-1] * w + list(range(w)), np.int64), q)
 
 
 class ScriptChain:
@@ -184,11 +184,11 @@ class ScriptChain:
     def rollback(self, position: int) -> None:
         self.n = position
 
-    def propose(self, pending: int, k: int, max_depth: int | None = None) -> Proposal:
+    def propose(self, pending: int, k: int, max_depth: int | None = None) -> Proposed:
         start = self.n + 1
         guess = [(t + 1) % self.vocab if (start + i) % self.every == 0 else t
                  for i, t in enumerate(self.script[start:start + k])]
-        return Proposal.chain(guess)
+        return Proposed.chain(guess)
 
 
 def tree_for(ref: Reference, vocab: int, seed: int, claim=None) -> SiblingTree:

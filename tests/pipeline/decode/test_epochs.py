@@ -101,7 +101,7 @@ class DraftActor:
 
     def __init__(self):
         from actors.draft import Drafter
-        from pipeline.decode.drafts import SuffixDraft
+        from pipeline.decode.drafts.suffix import SuffixDraft
         from pipeline.decode.step import Policy
         from pipeline.process import Figures
 

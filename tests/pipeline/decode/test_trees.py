@@ -21,7 +21,7 @@ from models.convert import convert
 from models.runner import Runner, RunnerOptions
 from models.tokenizer import Tokenizer
 from pipeline.decode.blocks import plan_block, root_paths, verify_mask
-from pipeline.decode.drafts import Proposal, SuffixDraft, TreeDraft
+from pipeline.decode.drafts import Proposed, SuffixDraft, TreeDraft
 from pipeline.decode.engine import Engine, Stats
 from tests.tiny_gguf import write_tiny_gguf
 
@@ -51,7 +51,7 @@ def engines(tmp_path_factory):
     return out
 
 
-def verify_pass(engine: Engine, prop: Proposal, shared_section: bool = False):
+def verify_pass(engine: Engine, prop: Proposed, shared_section: bool = False):
     """(logits of every row, new K, the block) of one verify pass, committing nothing. shared_section: the old
     layout (every row's section [recent | all new rows], ancestry by mask) through the chain graph."""
     blk = plan_block(engine.index.n, engine.pending, prop, engine.block, SPEC.sink, SPEC.ring, SPEC.window)
@@ -72,7 +72,7 @@ def chain_rows(chain_engine: Engine, tokens: np.ndarray, blk) -> tuple[np.ndarra
     for r in range(len(blk.tokens)):
         depth = int(blk.pos[r] - blk.pos[0])
         path = blk.path[r, 1:depth + 1] - 1                  # node indices along the path (row 0: the pending token)
-        chain_logits, chain_k, _ = verify_pass(chain_engine, Proposal.chain(tokens[path]))
+        chain_logits, chain_k, _ = verify_pass(chain_engine, Proposed.chain(tokens[path]))
         logits.append(chain_logits[depth])
         keys.append(chain_k[:, :, depth])
     return np.stack(logits), np.stack(keys, axis=2)
@@ -83,7 +83,7 @@ def test_every_tree_row_is_the_chain_row_of_its_path_bit_for_bit(engines, name):
     tree_engine, chain_engine = engines
     parent = np.array(TREES[name])
     tokens = np.random.default_rng(len(parent)).integers(0, tree_engine.runner.vocab, len(parent))
-    logits, keys, blk = verify_pass(tree_engine, Proposal(tokens, parent))
+    logits, keys, blk = verify_pass(tree_engine, Proposed(tokens, parent))
     want_logits, want_keys = chain_rows(chain_engine, tokens, blk)
     assert np.array_equal(logits, want_logits), f"{name}: max difference {np.abs(logits - want_logits).max():.3g}"
     assert np.array_equal(keys, want_keys)
@@ -95,7 +95,7 @@ def test_a_shared_section_tree_is_not_exact(engines):
     differing = 0
     for parent in map(np.array, TREES.values()):
         tokens = np.random.default_rng(len(parent)).integers(0, chain_engine.runner.vocab, len(parent))
-        logits, _, blk = verify_pass(chain_engine, Proposal(tokens, parent), shared_section=True)
+        logits, _, blk = verify_pass(chain_engine, Proposed(tokens, parent), shared_section=True)
         blk.path = root_paths(blk.anc, blk.pos - blk.pos[0])
         differing += int((logits != chain_rows(chain_engine, tokens, blk)[0]).any(axis=-1).sum())
     assert differing > 0
@@ -104,7 +104,7 @@ def test_a_shared_section_tree_is_not_exact(engines):
 def test_a_chain_runner_refuses_a_tree(engines):
     _, chain_engine = engines
     with pytest.raises(ValueError, match="trees=True"):
-        verify_pass(chain_engine, Proposal(np.array([1, 2]), np.array([-1, -1])))
+        verify_pass(chain_engine, Proposed(np.array([1, 2]), np.array([-1, -1])))
 
 
 def test_root_paths_list_ancestors_by_depth_then_pad_with_the_row():
@@ -163,7 +163,7 @@ def test_tree_draft_adds_distinct_siblings_under_the_depth_bound():
 def test_sampled_trunks_get_point_mass_rows_for_their_stream_siblings():
     class Sampled(SuffixDraft):
         def propose(self, pending, k, max_depth=None, ahead=(), min_gram=1):
-            return Proposal.chain([1], np.full((1, 10), 0.1))
+            return Proposed.chain([1], np.full((1, 10), 0.1))
     stream = SuffixDraft()
     stream.observe([8, 3, 0, 8, 1])
     prop = TreeDraft(Sampled(), stream, siblings=1).propose(8, 2)

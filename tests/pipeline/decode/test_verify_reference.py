@@ -30,7 +30,7 @@ from kernels.sampling import SamplingParams
 from models.registry import converted_dir
 from models.runner import Runner, RunnerOptions
 from models.tokenizer import Tokenizer
-from pipeline.decode.drafts import Proposal
+from pipeline.decode.drafts.base import Proposed
 from pipeline.decode.engine import Engine, Stats
 from tests.paths import SHARED
 from tests.reference_model import ReferenceModel
@@ -101,17 +101,17 @@ class Scripted:
     name = "scripted"
 
     def __init__(self):
-        self.proposal = Proposal.chain([])
+        self.proposal = Proposed.chain([])
 
     def observe(self, tokens) -> None: ...
 
     def rollback(self, position: int) -> None: ...
 
-    def propose(self, pending: int, k: int, max_depth: int | None = None) -> Proposal:
+    def propose(self, pending: int, k: int, max_depth: int | None = None) -> Proposed:
         return self.proposal
 
 
-def _step(engine: Engine, proposal: Proposal, tamper=None):
+def _step(engine: Engine, proposal: Proposed, tamper=None):
     """Engine.step with `proposal`: (the logits of its one verify pass, the emitted tokens, that pass's new K/V).
 
     tamper(mask, positions, index, m, path) may edit the mask (or a tree's root paths) the step built, just before
@@ -136,7 +136,7 @@ def _step(engine: Engine, proposal: Proposal, tamper=None):
     return seen["logits"], emitted, (seen["k"], seen["v"])
 
 
-def _probe(engine: Engine, proposal: Proposal, tamper=None) -> np.ndarray:
+def _probe(engine: Engine, proposal: Proposed, tamper=None) -> np.ndarray:
     """The logits of every row of Engine.step's verify pass over `proposal`; its commit is rolled back."""
     n, pending = engine.index.n, engine.pending
     logits, _, _ = _step(engine, proposal, tamper)
@@ -250,25 +250,25 @@ class Lab:
         if sc.block is None:
             sc.block, sc.tree = self._choose(engine, sc)
         run = self._runs[level, where] = Run()
-        run.logits["block"] = _probe(engine, Proposal.chain(sc.block))
-        run.logits["tree"] = _probe(engine, Proposal(sc.tree, TREE_PARENT))
+        run.logits["block"] = _probe(engine, Proposed.chain(sc.block))
+        run.logits["tree"] = _probe(engine, Proposed(sc.tree, TREE_PARENT))
         if level != 0:
             return run
-        run.logits["stale slot"] = _probe(engine, Proposal.chain(sc.block), _leak_slot_outside_window)
-        run.logits["uncle"] = _probe(engine, Proposal(sc.tree, TREE_PARENT), _leak_uncle)
+        run.logits["stale slot"] = _probe(engine, Proposed.chain(sc.block), _leak_slot_outside_window)
+        run.logits["uncle"] = _probe(engine, Proposed(sc.tree, TREE_PARENT), _leak_uncle)
         with pytest.MonkeyPatch.context() as mp:    # wrong in this verify pass only: the stream's K/V are right
             mp.setattr(models.runner, "sink_query_positions", _sink_query_at_u)
-            run.logits["sink at u"] = _probe(engine, Proposal.chain(sc.block))
+            run.logits["sink at u"] = _probe(engine, Proposed.chain(sc.block))
         with pytest.MonkeyPatch.context() as mp:
             mp.setattr(models.runner, "rope_tables", _float32_angles)
-            run.logits["float32 angles"] = _probe(engine, Proposal.chain(sc.block))
+            run.logits["float32 angles"] = _probe(engine, Proposed.chain(sc.block))
         # Rollback right after the wrap: g1, g2 accepted (g2 at n+2 is the first slot of a new lap), x3 rejected;
         # the engine commits pending + accepted and leaves the correction g3 pending for the next block.
         n = engine.index.n
-        run.logits["partial"], run.emitted, (k, v) = _step(engine, Proposal.chain(sc.block))
+        run.logits["partial"], run.emitted, (k, v) = _step(engine, Proposed.chain(sc.block))
         assert engine.index.n == n + 3 and engine.pending == run.emitted[-1]
         run.next_block = sc.continuation[5:10]
-        run.logits["next block"] = _probe(engine, Proposal.chain(run.next_block))
+        run.logits["next block"] = _probe(engine, Proposed.chain(run.next_block))
         # Planted bug (the article's scheduler): g3 paired with the rejected x3's K/V (row 3 of the partial pass).
         slot = engine.index.write([n + 3])[0]
         for pool, kv in ((engine.runner.ring_k, k), (engine.runner.ring_v, v)):
@@ -277,7 +277,7 @@ class Lab:
                 pool[:, slot - S + R] = kv[:, :, 3]
         engine.index.commit(1)
         engine.pending = int(run.next_block[0])
-        run.logits["x3 for g3"] = _probe(engine, Proposal.chain(run.next_block[1:]))
+        run.logits["x3 for g3"] = _probe(engine, Proposed.chain(run.next_block[1:]))
         return run
 
     @staticmethod
@@ -286,7 +286,7 @@ class Lab:
         own continuation as the chain, and a branch of two other text tokens."""
         block = sc.continuation[:BLOCK].copy()
         for i in range(3):
-            best = int(_probe(engine, Proposal.chain(block))[i].argmax())
+            best = int(_probe(engine, Proposed.chain(block))[i].argmax())
             if i < 2:
                 block[i] = best
             elif block[i] == best:
@@ -383,7 +383,7 @@ def test_rows_past_the_sinks_see_them_at_the_window_edge_when_the_window_is_smal
     ids, fed = lab.ids[:26], []
     engine.feed(ids[:20], on_logits=lambda start, logits: fed.append(logits.copy()))
     engine.pending = int(ids[20])
-    block = _probe(engine, Proposal.chain(ids[21:26]))
+    block = _probe(engine, Proposed.chain(ids[21:26]))
     with _one_blas_thread():
         reference = lab.ref.logits(ids, np.arange(len(ids)), sink=S, window=SMALL_W)
     _assert_matches(np.concatenate(fed), reference[:20], 0, "level 0 small window, the feed")
