@@ -1,33 +1,27 @@
-"""Cache-owner actor: owns the sequence state and the schedule between operator questions, analyses and the stream.
+"""Cache-owner actor: owns the schedule between operator questions, analyses and the stream, and the channels to
+the target and draft actors; what happens to a stream line is its `StreamSession`'s (pipeline/stream/session.py).
 
 Receives tokenized records from ingest (`Line`, then `Eof`) and, when serving, framed operator questions
 (`Question`, `Cancel`) from the front; drives the target and draft actors through `DeferredEngine` (the only mover of
-committed positions, for both rings); emits `Start` (the target's batch-invariance verdict and platform), `Line`,
-`Assessment`, `AnswerDelta`, `Answer`, `Status`, `StreamEnd` and `Eof` events to output (pipeline/messages.py).
-Never parses text and never renders any but the structured assessment's question (it quotes the latest line:
-pipeline/stream/forms.py); never runs a model and never prints.
+committed positions, for both rings); emits `Start`, `Line`, `Assessment`, `Checkpoint`, `AnswerDelta`, `Answer`,
+`Status`, `Capacity`, `StreamEnd`, `Recovery`, `Restarted` and `Eof` events to output (pipeline/messages.py). Never
+parses text, never runs a model and never prints.
 
-The schedule, highest first: operator questions (fair across operators, each with a deadline), then a due analysis,
-then the stream's next line; but while lines wait and the stream has had less than `serve.stream_share` of the
-target's recent time (pipeline/stream/capacity.py), the stream goes first. Lines waiting behind the next one go in
-with it, up to the prefill grid (`waiting_behind`). The measured ingest capacity is in Status, and a Capacity event
-says once when it is below the profile's `replay.line_rate`. A question arriving during an analysis preempts it
-between two blocks (the analysis is rolled back and runs again later). Lines arriving while the model generates are
+The schedule, highest first: operator questions (fair across operators, each with a deadline: pipeline/serve/
+answers.py), then a due analysis, then the stream's next line; but while lines wait and the stream has had less than
+`serve.stream_share` of the target's recent time (pipeline/stream/capacity.py), the stream goes first. Lines waiting
+behind the next one go in with it, up to the prefill grid (`waiting_behind`). A question arriving during an analysis
+preempts it between two blocks (the analysis is asked again later). Lines arriving while the model generates are
 moved into a bounded backlog and prefilled afterwards, in order; when the backlog is full they wait in the channel,
 and past that ingest drops and counts them. When serving, a periodic ("every N lines") analysis waits until no
 stream line is waiting, so under load analyses thin out rather than ingestion falling behind; and a line feed is
 sent only when the target has finished the previous one, so a question never queues behind a stack of line passes.
 
-Durability (README, "Surviving faults"): the owner names what is committed. When no pass is in flight to the target
-(so the lines' tokens are in its ring), at most every `supervise.checkpoint_s` and with every assessment, it sends a
-`Checkpoint` listing the lines fed since the last one; output makes it durable. Started after a restart (`resume`:
-the last durable checkpoint), it restores the trigger count, prefills the `recovery` lines ingest re-reads (the window,
-not committed again), asks an assessment the crash interrupted, then journals `Recovery` and `Restarted` with the first
-committed line.
-
-What lives in the ring (DESIGN.md): the sinks hold the system prompt; the ring holds only the stream. An analysis or
-an operator question is asked in a scratch span after the stream (retrieved older lines, the question, the answer)
-that is rolled back when the answer is done, so questions never evict stream lines and never colour later analyses.
+Durability (README, "Surviving faults"): when no pass is in flight to the target, at most every
+`supervise.checkpoint_s` and with every assessment, the session's `Checkpoint` goes to output, which makes it
+durable. Started after a restart (`resume`), the session takes the checkpoint back, the `recovery` lines ingest
+re-reads refill the window, an assessment the crash interrupted is asked again, then `Recovery` and `Restarted` are
+journaled with the first committed line.
 """
 from __future__ import annotations
 

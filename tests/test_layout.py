@@ -190,3 +190,39 @@ def test_a_planted_cycle_is_caught():
     edges["kernels.ring"] = edges["kernels.ring"] + [("kernels.rope", 1)]
     edges["kernels.rope"] = edges["kernels.rope"] + [("kernels.ring", 1)]
     assert ["kernels.ring", "kernels.rope"] in cycles(edges)
+
+
+# what happens to a stream line is decided in one place: the session builds the triggers and the line score, and
+# asks them after each line. Elsewhere only an evaluation of the score itself (bench/surprisal.py) and the chaos
+# bench's oracle of which assessments a run owed (bench/chaos.py, over the journal's lines) may ask them.
+STREAM_DECISIONS = {"Triggers": {"pipeline.stream.session", "bench.chaos"},
+                    "Surprise": {"pipeline.stream.session", "bench.surprisal"},
+                    "after_line": {"pipeline.stream.session", "bench.chaos"}}
+
+
+def stream_decisions(sources: dict[str, str]) -> dict[str, set[str]]:
+    """Which modules build `Triggers` or `Surprise`, or ask a trigger `after_line` (a stream loop of their own)."""
+    found: dict[str, set[str]] = {name: set() for name in STREAM_DECISIONS}
+    for module, text in sources.items():
+        for node in ast.walk(ast.parse(text)):
+            if isinstance(node, ast.Call):
+                fn = node.func
+                name = fn.id if isinstance(fn, ast.Name) else fn.attr if isinstance(fn, ast.Attribute) else ""
+                owner = fn.value.id if isinstance(fn, ast.Attribute) and isinstance(fn.value, ast.Name) else ""
+                for what in STREAM_DECISIONS:
+                    if what in (name, owner):
+                        found[what].add(module)
+    return found
+
+
+def test_no_stream_loop_outside_the_stream_session():
+    sources = {name: path.read_text() for name, path in modules().items()}
+    assert {what: where - STREAM_DECISIONS[what] for what, where in stream_decisions(sources).items()} == \
+        {what: set() for what in STREAM_DECISIONS}
+
+
+def test_a_planted_stream_loop_is_caught():
+    """The check can fail: a launcher that counts lines against the triggers itself is named."""
+    planted = "def loop(cfg, lines):\n    t = Triggers.of(cfg.replay)\n    return [t.after_line(x) for x in lines]\n"
+    found = stream_decisions({"pipeline.stream.replay": planted})
+    assert found["Triggers"] == found["after_line"] == {"pipeline.stream.replay"}
