@@ -38,6 +38,7 @@ from dataclasses import fields, replace
 
 import numpy as np
 
+from actors.args import OwnerArgs
 from models.convert import load_card
 from models.registry import converted_dir, resolve_gguf
 from models.runner import kv_bytes_per_slot
@@ -73,22 +74,20 @@ from pipeline.stream.triggers import Triggers
 STATUS_EVERY_S = 1.0
 
 
-def run(inbox, outbox: str, model_links: dict, cfg, spec, stop, source_id: str, questions=None, drain=None,
-        resume: dict | None = None, restart: dict | None = None) -> None:
-    """model_links: the channel specs this actor creates (from_target, from_draft) and the names it attaches to
-    (to_target, to_draft). questions: the channel spec of operator requests (serving), else None; drain: the
-    operator's drain flag (serving continues after the stream ends until it is set). source_id: what checkpoints
-    name as the source; resume: the last durable checkpoint (a restart); restart: why (actor, cause, died_at,
-    restarts), journaled with the first committed line."""
-    pin(cfg.actors.owner_cpus)
-    with Channel.create(inbox) as inp, Channel.create(model_links["from_target"]) as from_target, \
-            Channel.create(model_links["from_draft"]) as from_draft, \
-            (Channel.create(questions) if questions else _Nothing()) as asks, \
-            attach_when_ready(model_links["to_target"], stop) as to_target, \
-            attach_when_ready(model_links["to_draft"], stop) as to_draft, \
-            attach_when_ready(outbox, stop) as out:
-        owner = Owner(cfg, spec, inp, asks if questions else None, out,
-                      (to_target, from_target, to_draft, from_draft), stop, drain, source_id, resume, restart)
+def run(args: OwnerArgs) -> None:
+    """Create this stream's lines, from_target, from_draft (and, serving, questions) channels, attach to the
+    target's, the draft's and output's, then run the schedule until the stream ends (serving: until the drain)."""
+    stop = args.stop
+    pin(args.cfg.actors.owner_cpus)
+    with Channel.create(args.inbox) as inp, Channel.create(args.from_target) as from_target, \
+            Channel.create(args.from_draft) as from_draft, \
+            (Channel.create(args.questions) if args.questions else _Nothing()) as asks, \
+            attach_when_ready(args.to_target, stop) as to_target, \
+            attach_when_ready(args.to_draft, stop) as to_draft, \
+            attach_when_ready(args.outbox, stop) as out:
+        owner = Owner(args.cfg, args.spec, inp, asks if args.questions else None, out,
+                      (to_target, from_target, to_draft, from_draft), stop, args.drain, args.source_id, args.resume,
+                      args.restart)
         owner.loop()
 
 
@@ -141,11 +140,11 @@ class Owner:
         self.kv_pool_bytes = kv_bytes_per_slot(card) * spec.stored_slots
         # durability: the lines fed since the last checkpoint, the last one checkpointed, a restart to journal
         self.source_id, self.fresh, self.last_checkpoint = source_id, [], time.monotonic()
-        self.committed = (resume["offset"], resume["loop"], resume["seq"]) if resume else None
+        self.committed = (resume.offset, resume.loop, resume.seq) if resume else None
         self.restart, self.resume, self.recovered, self.resumed_due = restart, resume, [], None
         if resume:
-            self.counts["lines"], self.triggers.since = resume["lines"], resume["since"]
-            self.resumed_due = resume.get("due")     # asked once the window is refilled, before any new line
+            self.counts["lines"], self.triggers.since = resume.lines, resume.since
+            self.resumed_due = resume.due            # asked once the window is refilled, before any new line
 
     # -- the schedule ------------------------------------------------------------------------------------------------
     def loop(self) -> None:
@@ -423,10 +422,10 @@ class Owner:
         send(self.out, Checkpoint(**self.commit_point()), timeout=60.0)
         send(self.out, Recovery(lines=len(self.recovered), offsets=self.recovered[:1] + self.recovered[-1:],
                                 position=int(self.engine.index.n)), timeout=60.0)
-        died = r.get("died_at")
-        send(self.out, Restarted(actor=r.get("actor", ""), cause=r.get("cause", ""), restarts=r.get("restarts", {}),
+        died = r.died_at
+        send(self.out, Restarted(actor=r.actor, cause=r.cause, restarts=r.restarts,
                                  recovery_s=None if died is None else time.time() - died,
-                                 resumed_after=self.resume["offset"] if self.resume else None), timeout=60.0)
+                                 resumed_after=self.resume.offset if self.resume else None), timeout=60.0)
         self.recovered = []
 
     # -- reporting ---------------------------------------------------------------------------------------------------
