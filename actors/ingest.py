@@ -8,12 +8,12 @@ and never drops. A live source (tcp, stdin) cannot be paused for ever: when the 
 for `drop_after_s`, the record is dropped, counted and logged, never buffered without limit. Never touches a model or
 the cache.
 
-Sources (`source["kind"]`): replay (a captured file at `speed` times its original pace, or at `rate` lines per
-second), follow (`tail -f`, across rotations), tcp (a line server on host:port), stdin (the launcher's stdin,
-reopened through /proc), loop (a file replayed over and over, at full speed or at `rate` lines per second: the soak,
-a demo server).
+Sources (`source.kind`, of the `SourceSpec` in its arguments: pipeline/stream/sources.py): replay (a captured file at
+`speed` times its original pace, or at `rate` lines per second), follow (`tail -f`, across rotations), tcp (a line
+server on host:port), stdin (the launcher's stdin, reopened through /proc), loop (a file replayed over and over, at
+full speed or at `rate` lines per second: the soak, a demo server).
 
-Resuming (`source["resume"]`, from the journal's last checkpoint: pipeline/stream/journal.py): a file source is read
+Resuming (`source.resume`, from the journal's last checkpoint: pipeline/stream/journal.py): a file source is read
 again from the oldest line that was in the window; lines up to the checkpoint's are sent flagged `recovery` (the owner
 refills the ring with them), the rest as new lines, with the seqs they had. A live source cannot be read again: it
 continues with the next seq, and what the previous ingest held is a gap the owner journals.
@@ -27,6 +27,7 @@ from pathlib import Path
 
 import numpy as np
 
+from actors.args import IngestArgs
 from models.registry import resolve_gguf
 from models.tokenizer import Tokenizer
 from pipeline.messages import Eof, Line, send
@@ -34,42 +35,42 @@ from pipeline.process import Figures, StopFlag, attach_when_ready, chaos, figure
 from pipeline.stream import sources
 from pipeline.stream.archive import Archive
 from pipeline.stream.identifiers import carried
+from pipeline.stream.sources import SourceSpec
 
 
-def open_source(source: dict, stop_event: threading.Event):
-    kind, resume = source.get("kind", "replay"), source.get("resume") or {}
+def open_source(source: SourceSpec, stop_event: threading.Event):
+    kind, resume = source.kind, source.resume
     if kind == "replay":
-        return sources.replay(source["path"], source.get("speed", 0.0), fmt=source.get("format"), stop=stop_event,
-                              rate=source.get("rate", 0.0), start=resume.get("window_offset", 0))
+        return sources.replay(source.path, source.speed, fmt=source.format, stop=stop_event, rate=source.rate,
+                              start=resume.window_offset if resume else 0)
     if kind == "loop":
         return _Loop(source, stop_event)
     if kind == "follow":
-        return sources.follow(source["path"], stop=stop_event, from_start=source.get("from_start", False),
-                              start=resume.get("window_offset"))
+        return sources.follow(source.path, stop=stop_event, start=resume.window_offset if resume else None)
     if kind == "tcp":
-        src = sources.tcp(source.get("host", "127.0.0.1"), source.get("port", 0), stop=stop_event)
+        src = sources.tcp(source.host, source.port, stop=stop_event)
         print(f"ringspec: listening for log lines on tcp://{src.address[0]}:{src.address[1]}", file=sys.stderr,
               flush=True)
         return src
     if kind == "stdin":
-        return sources.stdin(source.get("path"), stop=stop_event)
+        return sources.stdin(source.path or None, stop=stop_event)
     raise ValueError(f"unknown source kind {kind!r} (replay, follow, tcp, stdin)")
 
 
 class _Loop:
     """A captured file replayed over and over (the soak): records carry their pass in `loop`."""
 
-    def __init__(self, source: dict, stop_event: threading.Event):
-        resume = source.get("resume") or {}
+    def __init__(self, source: SourceSpec, stop_event: threading.Event):
+        resume = source.resume
         self.source, self.stop_event = source, stop_event
-        self.loop, self.start = resume.get("window_loop", 0), resume.get("window_offset", 0)
+        self.loop, self.start = (resume.window_loop, resume.window_offset) if resume else (0, 0)
         self.stats = sources.SourceStats()
         self._sources = sources
 
     def records(self, fmt: str):
         while not self.stop_event.is_set():
-            src = self._sources.replay(self.source["path"], 0.0, fmt=fmt, stop=self.stop_event,
-                                       rate=self.source.get("rate", 0.0), start=self.start)
+            src = self._sources.replay(self.source.path, 0.0, fmt=fmt, stop=self.stop_event, rate=self.source.rate,
+                                       start=self.start)
             self.start = 0
             yield from self._sources.parse(fmt, src)
             for key, value in vars(src.stats).items():
@@ -77,31 +78,32 @@ class _Loop:
             self.loop += 1
 
 
-def run(out_name: str, source: dict, gguf: str, cpus: str, stop, drain, drop_after_s: float = 5.0) -> None:
-    """stop: the pipeline's stop flag; drain: the operator asked to drain (stop reading, still hand over an eof)."""
-
-    pin(cpus)
+def run(args: IngestArgs) -> None:
+    """Read the source to its end (or until the pipeline's stop, or the operator's drain: then an eof still goes
+    out), a `Line` per record to the cache owner."""
+    source, stop, drop_after_s = args.source, args.stop, args.drop_after_s
+    pin(args.cpus)
     figures = Figures("ingest")
     figures_on_request(figures)
-    tok = Tokenizer.from_gguf(resolve_gguf(gguf))
+    tok = Tokenizer.from_gguf(resolve_gguf(args.gguf))
     stop_event = threading.Event()              # the sources wait on an Event; the pipeline's flag sets it
-    reading = StopFlag(*stop.paths, *drain.paths)         # the source stops on either
+    reading = StopFlag(*stop.paths, *args.drain.paths)    # the source stops on either
     watcher = threading.Thread(target=_watch, args=(reading, stop_event), daemon=True)
     watcher.start()
     src = open_source(source, stop_event)
-    waits = source.get("kind", "replay") in FILE_SOURCES
-    fmt = source["format"]
+    waits = source.file                         # a file waits for the pipeline: back-pressured, never dropped
+    fmt = source.format
     dropped = sent = tokens = 0
-    resume = source.get("resume") or {}
+    resume = source.resume
     # a file re-read from the window's oldest line: recovery first (unless a followed file was rotated meanwhile)
-    recovering = waits and bool(resume) and getattr(src, "resumed", True)
-    upto = (resume.get("loop", 0), resume.get("offset", -1))
-    next_seq = resume.get("window_seq", 1) if waits else resume.get("seq", 0) + 1
-    limit, token_limit = source.get("max_lines") or 0, source.get("max_tokens") or 0
-    before = resume.get("lines", 0)             # lines committed before this start count against max_lines
+    recovering = waits and resume is not None and getattr(src, "resumed", True)
+    upto = (resume.loop, resume.offset) if resume else (0, -1)
+    next_seq = (resume.window_seq if waits else resume.seq + 1) if resume else 1
+    limit, token_limit = source.max_lines, source.max_tokens
+    before = resume.lines if resume else 0      # lines committed before this start count against max_lines
     records = src.records(fmt) if isinstance(src, _Loop) else sources.parse(fmt, src)
-    archive = _open_archive(source.get("archive"), next_seq if resume else None)
-    with attach_when_ready(out_name, stop) as out:
+    archive = _open_archive(source, next_seq if resume else None)
+    with attach_when_ready(args.out_name, stop) as out:
         for rec in records:
             if reading.is_set():
                 break
@@ -145,9 +147,6 @@ def run(out_name: str, source: dict, gguf: str, cpus: str, stop, drain, drop_aft
     stop_event.set()
 
 
-FILE_SOURCES = ("replay", "loop", "follow")     # a file waits for the pipeline: back-pressured, never dropped
-
-
 def _deliver(out, line: Line, timeout: float | None, stop) -> bool:
     """Send one line; True when sent. timeout None: wait as long as the owner's channel stays full (a file), only
     giving up on a hard stop (a drain still delivers what was read); else give up after `timeout` s (a live
@@ -163,13 +162,13 @@ def _deliver(out, line: Line, timeout: float | None, stop) -> bool:
                 return False
 
 
-def _open_archive(spec: dict | None, rewind: int | None):
+def _open_archive(source: SourceSpec, rewind: int | None):
     """The archive every line also goes to (serving): None when not asked for. rewind: resuming, the seq the next
     line read has (the lines from there on are archived again as they are read again)."""
-    if not spec:
+    if not source.archive:
         return None
-    Path(spec["path"]).parent.mkdir(parents=True, exist_ok=True)
-    archive = Archive(spec["path"], max_lines=spec["max_lines"], flush_every=64)
+    Path(source.archive).parent.mkdir(parents=True, exist_ok=True)
+    archive = Archive(source.archive, max_lines=source.archive_max_lines, flush_every=64)
     if rewind is not None:
         archive.rewind(rewind)
     return archive

@@ -10,9 +10,9 @@ hands answer tokens to the front, which streams them to whoever asked; writes ea
 record (pipeline/stream/events.py, the serial replay's too; this actor adds the figures); prints what the record
 shows. Never touches a model or the cache.
 
-At a site (streams served on several nodes: pipeline/launch.py) the front is the site actor's (actors/site.py): this
-actor relays every event with its record there, puts the site's questions on its owners' channels, and journals the
-answers' records the site sends back (pipeline/serve/site.py); PUB is the site's.
+At a site (streams served on several nodes: pipeline/launch/site.py) the front is the site actor's (actors/site.py):
+this actor relays every event with its record there, puts the site's questions on its owners' channels, and journals
+the answers' records the site sends back (pipeline/serve/site.py); PUB is the site's.
 """
 from __future__ import annotations
 
@@ -25,9 +25,10 @@ from contextlib import ExitStack
 
 import zmq
 
+from actors.args import FrontArgs, OutputArgs
 from models.registry import resolve_gguf
 from models.tokenizer import Tokenizer
-from pipeline.channel import Channel, ChannelSpec, Selector
+from pipeline.channel import Channel, Selector
 from pipeline.messages import (
     Answer,
     AnswerDelta,
@@ -54,41 +55,39 @@ from pipeline.stream.journal import Journal
 HELLO_S = 5.0       # at a site, this group says hello again this often (pipeline/serve/site.py)
 
 
-def run(in_specs: list[ChannelSpec], streams: list[str], journals: list[str | None], gguf: str, pub: str | None,
-        quiet_lines: bool, cpus: str, stop, cfg=None, serve: dict | None = None, site: dict | None = None) -> None:
+def run(args: OutputArgs) -> None:
     """Stream n's events arrive on in_specs[n] (created here) and go to journals[n]; with several streams, every
-    record carries its stream's name (`streams[n]`) and so does every printed line. serve: when the pipeline serves
-    operators, {"asks": each owner's question channel, "archive": each stream's archive, "pids_file": path}; the
-    HTTP and zmq interfaces then run in this process (pipeline/serve/front.py). site: when the run's streams are on
-    several nodes and served, the front is the site actor's (actors/site.py) and this actor relays: {"events",
-    "asks", "key", "group": the site's links (pipeline/serve/site.py), "asks_channels": each owner's question
-    channel, "start": this start's id, "restarts": {actor: restarts}}."""
-
-    pin(cpus)
+    record carries its stream's name (`streams[n]`) and so does every printed line. serve: the pipeline serves
+    operators, and the HTTP and zmq interfaces run in this process (pipeline/serve/front.py). site: the run's
+    streams are on several nodes and served, the front is the site actor's (actors/site.py) and this actor relays
+    (pipeline/serve/site.py)."""
+    streams, quiet_lines, stop, site = args.streams, args.quiet_lines, args.stop, args.site
+    pin(args.cpus)
     figures = Figures("output")
     figures_on_request(figures)
-    tok = Tokenizer.from_gguf(resolve_gguf(gguf))
+    tok = Tokenizer.from_gguf(resolve_gguf(args.gguf))
     stops = set(tok.stop_ids)
-    sock = publisher(pub) if pub else None
-    logs = [Journal(j) if j else None for j in journals]
+    sock = publisher(args.pub) if args.pub else None
+    logs = [Journal(j) if j else None for j in args.journals]
     front = servers = link = None
     started: dict[str, dict] = {}                # each stream's Start record (a site's hello)
     try:
         with ExitStack() as held:
-            inps = [held.enter_context(Channel.create(spec)) for spec in in_specs]
-            if serve:
-                front, servers = start_front(cfg, tok, serve, streams, stop)
+            inps = [held.enter_context(Channel.create(spec)) for spec in args.in_specs]
+            if args.serve:
+                front, servers = start_front(args.cfg, tok, args.serve, streams, stop)
             if site:
-                link = NodeLink(site)
-                asks = [attach_when_ready(name, stop) for name in site["asks_channels"]]
-                link.hello(site["start"], site["restarts"], started, site.get("node"))
+                link = NodeLink({"events": site.links.events, "asks": site.links.asks, "key": site.links.key,
+                                 "group": site.group, "start": site.start})
+                asks = [attach_when_ready(name, stop) for name in site.asks_channels]
+                link.hello(site.start, site.restarts, started, site.node)
             selector, ended, hello_at = Selector(inps, [link.socket] if link else ()), set(), time.monotonic()
             while len(ended) < len(inps) and not stop.is_set():
                 ready = selector.wait(0.2)
                 if link is not None:
                     _from_site(link, streams, asks, logs, quiet_lines)
                     if time.monotonic() - hello_at > HELLO_S:     # a site started again learns who this is
-                        link.hello(site["start"], site["restarts"], started, site.get("node"))
+                        link.hello(site.start, site.restarts, started, site.node)
                         hello_at = time.monotonic()
                 for inp in ready:
                     n = inps.index(inp)
@@ -212,12 +211,12 @@ def publish(sock: zmq.Socket, record: dict) -> None:
     sock.send_multipart([record["kind"].encode(), json.dumps(record).encode()])
 
 
-def start_front(cfg, tok, serve: dict, streams: list[str], stop):
+def start_front(cfg, tok, serve: FrontArgs, streams: tuple[str, ...], stop):
     """The operators' interfaces: the front (its channel to each stream's owner), then HTTP and zmq as configured."""
 
     links = [(name, attach_when_ready(asks, stop), archive)
-             for name, asks, archive in zip(streams, serve["asks"], serve["archive"])]
-    front = Front(cfg, tok, links, serve.get("pids_file"), serve.get("restarts"))
+             for name, asks, archive in zip(streams, serve.asks, serve.archives)]
+    front = Front(cfg, tok, links, serve.pids_file, serve.restarts)
     return front, interfaces(cfg, front)
 
 

@@ -1,9 +1,9 @@
 """Site actor: owns the one front for streams served on several nodes (HTTP API, console, zmq questions, PUB) and
 the site's end of the links to every node group's output actor (pipeline/serve/site.py).
 
-Started by the launcher on its own host when a served run's streams are on several nodes (pipeline/launch.py), before
-the groups, which connect to it. Each stream has its view in the front (pipeline/serve/front.py), labelled with its
-node; a question goes to its stream's node over the link and its answer's tokens come back as the owner's events,
+Started by the launcher on its own host when a served run's streams are on several nodes (pipeline/launch/site.py),
+before the groups, which connect to it. Each stream has its view in the front (pipeline/serve/front.py), labelled with
+its node; a question goes to its stream's node over the link and its answer's tokens come back as the owner's events,
 relayed by that node's output actor, which also gets the answer's finished record to journal. A group that says hello
 with a new start id was started again (an actor of it died): questions still waiting on its streams end with an error
 (their owner is gone). Holds no sequence state: when this actor dies the launcher starts it again on the same
@@ -16,6 +16,7 @@ import json
 import os
 import sys
 
+from actors.args import SiteArgs
 from actors.output import interfaces, publish, publisher
 from models.registry import resolve_gguf
 from models.tokenizer import Tokenizer
@@ -25,28 +26,26 @@ from pipeline.serve.front import Front
 from pipeline.serve.site import SiteHub
 
 
-def run(cfg, streams: list[dict], bind: dict, key: bytes, endpoints_file: str, pub: str | None,
-        pids_files: list[str], stop, restarts: int = 0) -> None:
-    """streams: {"name", "group", "node", "archive"} per stream, in the profile's order; bind: where the links go
-    ({"events", "asks"}: tcp://HOST:PORT, port 0 the first time); the ports bound are written to endpoints_file (the
-    launcher reads them there and hands them to the groups); key: the run's, which authenticates every message on the
-    links (made by the launcher, never sent on them); restarts: this actor's own so far (for /metrics)."""
+def run(args: SiteArgs) -> None:
+    """Bind the links (the ports bound written to endpoints_file: the launcher reads them there and hands them to
+    the groups), then serve every stream's front until the site's stop."""
+    cfg, stop = args.cfg, args.stop
     figures_on_request(Figures("site"))
     tok = Tokenizer.from_gguf(resolve_gguf(cfg.model.gguf))
-    hub = SiteHub(bind["events"], bind["asks"], key)
-    with open(endpoints_file + ".tmp", "w") as f:
+    hub = SiteHub(args.links.events, args.links.asks, args.links.key)
+    with open(args.endpoints_file + ".tmp", "w") as f:
         json.dump(hub.endpoints, f)
-    os.replace(endpoints_file + ".tmp", endpoints_file)
+    os.replace(args.endpoints_file + ".tmp", args.endpoints_file)
     groups: dict[str, list[str]] = {}
-    for st in streams:
-        groups.setdefault(st["group"], []).append(st["name"])
-    front = Front(cfg, tok, [(st["name"], hub.asks(st["group"], st["name"]), st["archive"], st["node"])
-                             for st in streams], pids_files, restarts={"site": restarts})
+    for st in args.streams:
+        groups.setdefault(st.group, []).append(st.name)
+    front = Front(cfg, tok, [(st.name, hub.asks(st.group, st.name), st.archive, st.node) for st in args.streams],
+                  args.pids_files, restarts={"site": args.restarts})
     sock = servers = None
     starts: dict[str, str] = {}
     try:
         servers = interfaces(cfg, front) if cfg.serve.enabled else []       # replay --pub: PUB alone
-        sock = publisher(pub) if pub else None
+        sock = publisher(args.pub) if args.pub else None
         logged: set[str] = set()
         while not stop.is_set():
             got = hub.recv(0.2)

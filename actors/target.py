@@ -23,13 +23,14 @@ import time
 from collections import deque
 from contextlib import ExitStack
 
+from actors.args import TargetArgs
 from kernels.sampling import SamplingParams
 from models.platform import facts
 from models.registry import converted_dir, resolve_gguf
 from models.runner import Runner
 from models.streams import Streams, pack
 from models.tokenizer import Tokenizer
-from pipeline.channel import Channel, ChannelSpec, Selector
+from pipeline.channel import Channel, Selector
 from pipeline.decode.blocks import Block
 from pipeline.decode.exactness import check
 from pipeline.decode.local import LocalVerifier
@@ -42,9 +43,10 @@ PASSES = (Prefill, Verify)
 ANSWER_FIRST = 4          # passes the longest waiting feed chunk may be passed over for other streams' answers
 
 
-def run(inboxes: list[ChannelSpec], outboxes: list[str], cfg, spec, stop) -> None:
+def run(args: TargetArgs) -> None:
     """Stream n's passes arrive on inboxes[n] (created here) and its answers go to outboxes[n] (its owner's)."""
-    streams = len(inboxes)
+    cfg, spec, stop = args.cfg, args.spec, args.stop
+    streams = len(args.inboxes)
     pin(cfg.actors.target_cpus)
     figures = Figures("target")
     figures_on_request(figures)
@@ -93,8 +95,8 @@ def run(inboxes: list[ChannelSpec], outboxes: list[str], cfg, spec, stop) -> Non
                           t0=got.t0, t1=time.perf_counter(), forward_s=got.forward_s), timeout=60.0)
 
     with ExitStack() as held:
-        inps = [held.enter_context(Channel.create(spec_n)) for spec_n in inboxes]
-        outs = [held.enter_context(attach_when_ready(name, stop)) for name in outboxes]
+        inps = [held.enter_context(Channel.create(spec_n)) for spec_n in args.inboxes]
+        outs = [held.enter_context(attach_when_ready(name, stop)) for name in args.outboxes]
         for out in outs:
             send(out, Ready(exactness=exactness.as_dict(), platform=facts()), timeout=60.0)
         inbox = _Inboxes(inps)

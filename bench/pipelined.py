@@ -1,7 +1,7 @@
 """The speed bench's `pipelined` system: target and draft actors in processes of their own, driven from the bench.
 
 Owns their lifetime for one bench run (`ModelActors`, which the pipelined engine's tests use too): the two channels
-they answer on (created here), the actor processes (spawned with `launch.enter`, pinned to the profile's CPUs, killed
+they answer on (created here), the actor processes (spawned with `process.enter`, pinned to the profile's CPUs, killed
 if the bench dies), and a `DeferredEngine` in this process standing where the cache owner stands in `serve` and
 `replay`. Same interface as the bench's workers: `run(prompt)` returns the generation's figures, `close()` stops
 everything. Never measures anything itself.
@@ -16,10 +16,12 @@ import signal
 import tempfile
 import threading
 import time
-from importlib import import_module
 
 import numpy as np
 
+import actors.draft
+import actors.target
+from actors.args import DraftArgs, TargetArgs
 from bench.systems import load, settings
 from kernels.sampling import SamplingParams
 from models.registry import card_of
@@ -27,16 +29,15 @@ from pipeline.channel import Channel, cleanup_stale
 from pipeline.config import ring_spec
 from pipeline.decode.assemble import policy
 from pipeline.decode.deferred import DeferredEngine
-from pipeline.launch import enter
-from pipeline.process import StopFlag, attach_when_ready, proc_status
+from pipeline.process import StopFlag, attach_when_ready, enter, proc_status
 from pipeline.topology import model_links
 
 
-def _enter(module: str, kwargs: dict) -> None:
+def _enter(run, args) -> None:
     """An actor that dies with the bench (PR_SET_PDEATHSIG), then the launcher's entry point."""
 
     ctypes.CDLL(None).prctl(1, signal.SIGKILL)
-    enter(module, kwargs)
+    enter(run, args)
 
 
 class ModelActors:
@@ -56,13 +57,12 @@ class ModelActors:
         self.from_target = Channel.create(links["from_target"])
         self.from_draft = Channel.create(links["from_draft"])
         ctx = mp.get_context("spawn")
-        start = ((lambda module, kwargs: threading.Thread(target=import_module(module).run, kwargs=kwargs,
-                                                          daemon=True)) if threads else
-                 (lambda module, kwargs: ctx.Process(target=_enter, args=(module, kwargs))))
+        start = ((lambda run, args: threading.Thread(target=run, args=(args,), daemon=True)) if threads else
+                 (lambda run, args: ctx.Process(target=_enter, args=(run, args))))
         self.procs = [
-            start("actors.target", dict(inboxes=[to_target], outboxes=[self.from_target.spec.name], cfg=cfg,
-                                        spec=self.spec, stop=self.stop)),
-            start("actors.draft", dict(inboxes=[to_draft], outboxes=[self.from_draft.spec.name], cfg=cfg,
+            start(actors.target.run, TargetArgs(inboxes=(to_target,), outboxes=(self.from_target.spec.name,), cfg=cfg,
+                                         spec=self.spec, stop=self.stop)),
+            start(actors.draft.run, DraftArgs(inboxes=(to_draft,), outboxes=(self.from_draft.spec.name,), cfg=cfg,
                                        spec=self.spec, vocab=vocab, stop=self.stop))]
         for p in self.procs:
             p.start()

@@ -36,10 +36,12 @@ from models.registry import card_of
 from models.runner import kv_bytes_per_slot
 from pipeline import budget
 from pipeline.config import replay_log
-from pipeline.launch import StreamRun, run_pipeline
+from pipeline.launch.plan import StreamRun
+from pipeline.launch.supervise import run_pipeline
 from pipeline.report import Report
 from pipeline.stream.records import format_of
 from pipeline.stream.frame import replay_frame
+from pipeline.stream.sources import SourceSpec
 from pipeline.watch import dies_with_parent
 
 WARMUP = 0.10        # the first 10% of the tokens are warm-up
@@ -233,7 +235,7 @@ def soak(cfg, log: str, tokens: int, every_tokens: int = 5000, progress=None) ->
         listener = _Listener(endpoint, every_tokens, progress)
         listener.start()
         t0 = time.perf_counter()
-        source = {"kind": "loop", "path": str(Path(log).resolve()), "format": format_of(log), "max_tokens": tokens}
+        source = SourceSpec("loop", format_of(log), path=str(Path(log).resolve()), max_tokens=tokens)
         run_pipeline(cfg, [StreamRun("", cfg, source, f"{tmp}/journal.jsonl", "")], tmp, pub=endpoint, quiet_lines=True)
         wall = time.perf_counter() - t0
         listener.done.wait(10.0)

@@ -1,11 +1,13 @@
-"""What every actor does on entry and keeps while it runs: pin its CPUs, account for its time and memory, and watch
-the pipeline's stop flag.
+"""What every actor process does on entry and keeps while it runs: enter (`enter`: name the process, one malloc
+arena, die with the launcher, ignore the terminal's signals, run the actor's `run(args)`, a failure one line on stderr
+and exit code 1), pin its CPUs, account for its time and memory, and watch the pipeline's stop flag.
 
-Owns nothing else: no channels, no model. Figures are plain dicts so they travel in a channel header. Also the
-test-only fault hook (`chaos`), inert unless RINGSPEC_CHAOS is set.
+Owns nothing else: no channels, no model, no actor's arguments (actors/args.py). Figures are plain dicts so they
+travel in a channel header. Also the test-only fault hook (`chaos`), inert unless RINGSPEC_CHAOS is set.
 """
 from __future__ import annotations
 
+import ctypes
 import json
 import os
 import queue
@@ -13,7 +15,9 @@ import signal
 import sys
 import threading
 import time
+import traceback
 from contextlib import contextmanager
+from typing import Callable
 
 from pipeline.channel import Channel
 from pipeline.config import cpu_set
@@ -101,16 +105,78 @@ def _show(signum, frame) -> None:
         os.write(sys.stderr.fileno(), f"figures {json.dumps(figures.snapshot())}\n".encode())
 
 
-def run_each(run, each: list[dict]) -> None:
-    """One role's actors of several streams (`run(**kwargs)` for each of `each`) in this one process, a thread each:
+def enter(run: Callable[[object], None], args, parent: int | None = None) -> None:
+    """An actor's entry point, in its own process: `run(args)` (args: its dataclass of actors/args.py; a tuple of
+    them: several streams' actors of one role, `run_each`); a failure is one line on stderr and exit code 1. The
+    process is named rs:<actor>, its module's name (what `top` and `ps -o comm` show). With `parent` (the local
+    launcher's pid) the actor dies with it: a launcher killed outright (SIGKILL, OOM) leaves no actor spinning on
+    (PR_SET_PDEATHSIG)."""
+    actor = run.__module__.rpartition(".")[2]
+    _name_process(f"rs:{actor}")
+    _one_malloc_arena()
+    if parent is not None:
+        _die_with(parent)
+    for sig in (signal.SIGINT, signal.SIGTERM):         # a terminal's Ctrl-C reaches the whole process group: the
+        signal.signal(sig, signal.SIG_IGN)              # launcher drains the pipeline, the actors go on until told
+    signal.signal(signal.SIGUSR1, signal.SIG_IGN)       # until the actor installs its figures handler
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGUSR1})
+    try:
+        if isinstance(args, tuple):                    # several streams' actors of one role: a thread each
+            run_each(run, args)
+        else:
+            run(args)
+    except Stopped:
+        pass                                           # stopped before its peers were up: a clean exit
+    except Exception as exc:                           # noqa: BLE001 -- reported, then the launcher stops the rest
+        if os.environ.get("RINGSPEC_TRACEBACK"):
+            traceback.print_exc()
+        print(f"ringspec: error: actor {actor}: {type(exc).__name__}: {exc}"
+              f"{'' if os.environ.get('RINGSPEC_TRACEBACK') else ' (RINGSPEC_TRACEBACK=1 prints where)'}",
+              file=sys.stderr, flush=True)
+        raise SystemExit(1) from None
+
+
+def _one_malloc_arena() -> None:
+    """Every thread of this process allocates from glibc's main arena. By default a thread that finds the arena's
+    lock taken gets an arena of its own (up to 8 per core) whose pages stay resident: an actor's memory then steps up
+    whenever load makes more of its threads (the HTTP handlers, zmq's) allocate at once (4-7 arenas per actor seen in
+    a short serving run; the likely cause of the output actor's 260 KiB step in the first million-token serving soak:
+    docs/stream-quality.md). The GIL already serialises nearly all of an
+    actor's allocations. Takes effect only before the process's second thread first allocates (a Ray worker has
+    started its own by then); a C library without mallopt is left as it is."""
+    try:
+        ctypes.CDLL(None).mallopt(-8, 1)                            # M_ARENA_MAX = 1
+    except (OSError, AttributeError):
+        pass
+
+
+def _die_with(parent: int) -> None:
+    """SIGKILL this process when its parent exits; exit now if the parent is already gone."""
+    try:
+        ctypes.CDLL(None).prctl(1, signal.SIGKILL, 0, 0, 0)           # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        return
+    if os.getppid() != parent:                                      # died before the request took effect
+        os._exit(1)
+
+
+def _name_process(name: str) -> None:
+    try:
+        ctypes.CDLL(None).prctl(15, name.encode()[:15], 0, 0, 0)      # PR_SET_NAME
+    except (OSError, AttributeError):
+        pass
+
+
+def run_each(run: Callable[[object], None], each: tuple) -> None:
+    """One role's actors of several streams (`run(args)` for each of `each`) in this one process, a thread each:
     the interpreter, its libraries and the model's tokenizer once, not once per stream (docs/streams.md, "Cost").
     The first actor to fail fails the process with its exception (the launcher restarts the group, as for any
     actor's death); one stopped before its peers were up ends quietly, as it would alone."""
     ended: queue.SimpleQueue = queue.SimpleQueue()
 
-    def one(kwargs: dict) -> None:
+    def one(args) -> None:
         try:
-            run(**kwargs)
+            run(args)
             ended.put(None)
         except Stopped:
             ended.put(None)
@@ -119,8 +185,8 @@ def run_each(run, each: list[dict]) -> None:
 
     if threading.current_thread() is threading.main_thread():      # the threads cannot install it
         signal.signal(signal.SIGUSR1, _show)
-    for kwargs in each:
-        threading.Thread(target=one, args=(kwargs,), daemon=True).start()
+    for args in each:
+        threading.Thread(target=one, args=(args,), daemon=True).start()
     for _ in each:
         failed = ended.get()
         if failed is not None:

@@ -58,15 +58,15 @@ def finish(proc: subprocess.Popen, what: str, data: str | None = None) -> tuple[
 
 
 @contextlib.contextmanager
-def actor(run, stop, **kwargs):
-    """An actor's `run(**kwargs, stop=stop)` in a spawned process of its own, as the launcher starts it; on leaving,
-    the stop flag is set and the process reaped (killed if it does not end)."""
-    proc = mp.get_context("spawn").Process(target=run, daemon=True, kwargs={**kwargs, "stop": stop})
+def actor(run, args):
+    """An actor's `run(args)` in a spawned process of its own, as the launcher starts it; on leaving, the stop flag
+    (`args.stop`) is set and the process reaped (killed if it does not end)."""
+    proc = mp.get_context("spawn").Process(target=run, daemon=True, args=(args,))
     proc.start()
     try:
         yield proc
     finally:
-        stop.set()
+        args.stop.set()
         proc.join(timeout=30)
         if proc.is_alive():
             proc.kill()

@@ -24,8 +24,9 @@ LAYERS = [                      # bottom first; a module may import its own laye
     "pipeline.decode",          # sequence state, the speculative step, the serial and pipelined engines, drafts
     "pipeline.stream",          # records, sources, triggers, prompts, the replay frame, the archive
     "pipeline.serve",           # the operators' front: HTTP, zmq, metrics, the fair queue
-    "actors",                   # one process each
-    "pipeline.launch pipeline.budget",   # starts the actors (local processes or Ray); the memory plan it checks
+    "actors",                   # one process each, and what each is started with (actors/args.py)
+    "pipeline.launch pipeline.budget",   # starts the actors (local processes or Ray; the package pipeline/launch/);
+                                         # the memory plan it checks
     "run",                      # the CLI (its measurement verbs hand over to `python -m bench`)
     "bench",                    # benchmarks, evaluations, soak, training: above all, imported by nothing below
 ]
@@ -226,3 +227,68 @@ def test_a_planted_stream_loop_is_caught():
     planted = "def loop(cfg, lines):\n    t = Triggers.of(cfg.replay)\n    return [t.after_line(x) for x in lines]\n"
     found = stream_decisions({"pipeline.stream.replay": planted})
     assert found["Triggers"] == found["after_line"] == {"pipeline.stream.replay"}
+
+
+def frozen_dataclasses(source: str) -> set[str]:
+    """The classes a module defines under `@dataclass(frozen=True)`."""
+    def frozen(d) -> bool:
+        return (isinstance(d, ast.Call) and getattr(d.func, "id", None) == "dataclass"
+                and any(k.arg == "frozen" and getattr(k.value, "value", None) is True for k in d.keywords))
+    classes = [n for n in ast.parse(source).body if isinstance(n, ast.ClassDef)]
+    return {n.name for n in classes if any(map(frozen, n.decorator_list))}
+
+
+def untyped_actors(sources: dict[str, str], typed: set[str]) -> list[str]:
+    """Every actor module whose module-level `run` is not `run(args: X)`, X one of `typed` (actors/args.py's frozen
+    dataclasses) imported from actors.args: an actor is never launched with a dict or keyword arguments."""
+    out = []
+    for name, source in sources.items():
+        tree = ast.parse(source)
+        run = next((n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name == "run"), None)
+        if run is None:
+            out.append(f"{name} has no module-level run(args)")
+            continue
+        a = run.args
+        params = a.posonlyargs + a.args + a.kwonlyargs
+        hint = ast.unparse(params[0].annotation) if len(params) == 1 and params[0].annotation else None
+        imported = {alias.asname or alias.name for n in tree.body if isinstance(n, ast.ImportFrom)
+                    and n.module == "actors.args" for alias in n.names}
+        if a.vararg or a.kwarg or hint not in typed or hint not in imported:
+            out.append(f"{name}.run({ast.unparse(a)}) at line {run.lineno}: an actor's run takes one argument, "
+                       f"annotated with its frozen dataclass of actors/args.py")
+    return out
+
+
+def actor_sources() -> dict[str, str]:
+    return {name: path.read_text() for name, path in modules().items()
+            if name.startswith("actors.") and name != "actors.args"}
+
+
+def test_every_actor_runs_on_one_frozen_dataclass_of_actors_args_never_a_dict():
+    typed = frozen_dataclasses((ROOT / "actors" / "args.py").read_text())
+    assert untyped_actors(actor_sources(), typed) == []
+
+
+def test_an_actor_plan_carries_the_actors_run_and_its_typed_arguments():
+    """ActorPlan (pipeline/launch/plan.py) holds the actor's `run` itself and its arguments typed as `ActorArgs`
+    (a tuple of them: several streams' threads), and `ActorArgs` is exactly the dataclasses the actors' runs take."""
+    tree = ast.parse((ROOT / "pipeline" / "launch" / "plan.py").read_text())
+    cls = next(n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == "ActorPlan")
+    fields = {n.target.id: ast.unparse(n.annotation) for n in cls.body if isinstance(n, ast.AnnAssign)}
+    assert fields == {"name": "str", "run": "Callable[..., None]", "args": "ActorArgs | tuple[ActorArgs, ...]"}
+    args = ast.parse((ROOT / "actors" / "args.py").read_text())
+    union = next(n.value for n in args.body if isinstance(n, ast.Assign) and n.targets[0].id == "ActorArgs")
+    taken = {ast.unparse(arg.annotation) for source in actor_sources().values() for fn in ast.parse(source).body
+             if isinstance(fn, ast.FunctionDef) and fn.name == "run" for arg in fn.args.args}
+    assert {ast.unparse(n) for n in ast.walk(union) if isinstance(n, ast.Name)} == taken
+
+
+@pytest.mark.parametrize("planted", ["def run(**kwargs) -> None:", "def run(args: dict) -> None:",
+                                     "def run(inboxes, outboxes, cfg, spec, stop) -> None:",
+                                     "def run(args: TargetArgs, stop) -> None:"])
+def test_a_planted_keyword_actor_is_caught(planted):
+    """The check can fail: the target actor's run back on keyword arguments, or a dict, is named."""
+    sources = actor_sources()
+    sources["actors.target"] = sources["actors.target"].replace("def run(args: TargetArgs) -> None:", planted)
+    found = untyped_actors(sources, frozen_dataclasses((ROOT / "actors" / "args.py").read_text()))
+    assert len(found) == 1 and found[0].startswith("actors.target.run(")

@@ -72,7 +72,7 @@ def render(front) -> str:
     actors = list(dict.fromkeys([*(actor_name(role, v.node or "") for role in ROLES for v in views),
                                  *front.restarts]))      # a group's each, and a site's front ("site")
     metric("actor_restarts_total", "counter", "Restarts of the pipeline after an actor's death, by the actor that died "
-           "(pipeline/launch.py supervision).", [({"actor": a}, front.restarts.get(a, 0)) for a in actors])
+           "(pipeline/launch/supervise.py).", [({"actor": a}, front.restarts.get(a, 0)) for a in actors])
     metric("analysis_running", "gauge", "1 while an analysis is being written (a question preempts it).",
            per(lambda v: int(v.status.get("analysing", False))))
     metric("analyses_preempted_total", "counter", "Analyses cut short by an operator question (asked again later).",

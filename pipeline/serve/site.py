@@ -1,5 +1,5 @@
-"""The site's wire: one front (actors/site.py) for streams whose pipelines run on several nodes (pipeline/launch.py
-groups), and each node's output actor at the other end.
+"""The site's wire: one front (actors/site.py) for streams whose pipelines run on several nodes (pipeline/launch/
+plan.py groups), and each node's output actor at the other end.
 
 Owns the two zmq links, their framing and their authentication. Each node group's output actor connects to both;
 the site binds them:

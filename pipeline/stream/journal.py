@@ -2,15 +2,19 @@
 
 Owns the file's two halves. `Journal` appends a record and makes it durable (write, flush, fsync) before returning:
 a stream line is committed, and an assessment written, only once the record naming it has passed through here
-(README, "Surviving faults"). `resume_point` reads the last checkpoint back: a `checkpoint` record, or the one an
-`assessment` record carries; a torn last record (the writer was killed mid-write) is skipped, and the next writer
-starts it on a line of its own. Never decides what is committed: the cache owner does, by sending a Checkpoint.
+(README, "Surviving faults"). `resume_point` reads the last checkpoint back, as the `Checkpoint` message it was
+written from: a `checkpoint` record, or the one an `assessment` record carries; a torn last record (the writer was
+killed mid-write) is skipped, and the next writer starts it on a line of its own. Never decides what is committed:
+the cache owner does, by sending a Checkpoint.
 """
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 from typing import Iterator
+
+from pipeline.messages import Checkpoint
 
 TAIL_BYTES = 4 << 20          # a resume reads the journal's last 4 MB first (checkpoints come every few seconds)
 
@@ -60,7 +64,7 @@ def checkpoint_of(rec: dict) -> dict | None:
     return None
 
 
-def resume_point(path: str, source: str) -> dict | None:
+def resume_point(path: str, source: str) -> Checkpoint | None:
     """The last durable checkpoint of `source` in the journal at `path`, or None (no journal, or nothing committed
     yet). ValueError when the journal's last checkpoint is another source's: resuming would skip the wrong lines."""
     try:
@@ -76,4 +80,11 @@ def resume_point(path: str, source: str) -> dict | None:
     if last is not None and last.get("source") != source:
         raise ValueError(f"{path}: its last checkpoint is of {last.get('source')!r}, not {source!r}; resume with "
                          f"the journal of this source, or start a new journal")
-    return last
+    if last is None:
+        return None
+    names = [f.name for f in dataclasses.fields(Checkpoint)]      # the record adds kind, t, stream: dropped here
+    try:
+        return Checkpoint(**{name: last[name] for name in names if name in last})
+    except TypeError:
+        raise ValueError(f"{path}: its last checkpoint lacks {sorted(set(names) - set(last))}: not a ringspec "
+                         f"journal's checkpoint") from None

@@ -7,7 +7,8 @@ exactly `records.render(records.read_log(path))`. Never tokenizes and never touc
 
 Every source is an iterable of `Line`s with a `stats` and a `stop()` (or a shared `threading.Event`). `Line.offset` is
 the byte offset of the line in its file or connection (it restarts at 0 after a rotation and for each TCP client).
-`source_of` turns a command line's FILE / tcp://HOST:PORT / - into the description the ingest actor opens.
+`SourceSpec` describes one for the ingest actor (`source_of` makes it from a command line's FILE / tcp://HOST:PORT
+/ -); the ingest actor opens it.
 """
 from __future__ import annotations
 
@@ -24,6 +25,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import BinaryIO, Iterable, Iterator
 
+from pipeline.messages import Checkpoint
 from pipeline.stream import records
 
 CHUNK = 64 * 1024
@@ -360,20 +362,42 @@ def stdin(path: str | None = None, **kw) -> Stream:
     return Stream(open(path, "rb", buffering=0) if path else sys.stdin.buffer, **kw)
 
 
-def source_of(log: str, fmt: str | None, max_lines: int, speed: float, follow: bool) -> dict:
+@dataclass(frozen=True)
+class SourceSpec:
+    """What the ingest actor reads (actors/ingest.py opens it): plain data, so it pickles into the actor's process.
+    The launcher adds the archive when serving and the checkpoint to resume after (`dataclasses.replace`)."""
+    kind: str                           # replay, loop (replayed over and over), follow (tail -f), tcp, stdin
+    format: str = "plain"               # plain, csv, jsonl (pipeline/stream/records.py)
+    path: str = ""                      # the file (replay, loop, follow: absolute), or stdin as /proc/PID/fd/0
+    host: str = "127.0.0.1"             # tcp: the line server's address
+    port: int = 0                       # tcp: 0 = any free port
+    speed: float = 0.0                  # replay: times the capture's own pace (0: as fast as the pipeline takes it)
+    rate: float = 0.0                   # replay, loop: lines per second instead (0: off)
+    max_lines: int = 0                  # stop after this many lines, counted over restarts (0: no limit)
+    max_tokens: int = 0                 # stop after this many tokens (0: no limit; the soak)
+    archive: str = ""                   # serving: the SQLite FTS5 archive every line also goes to ("": none)
+    archive_max_lines: int = 0          # ... the lines it keeps
+    resume: Checkpoint | None = None    # the last durable checkpoint: start after it (pipeline/stream/journal.py)
+
+    @property
+    def file(self) -> bool:
+        """A file: back-pressured (never dropped), and read again from a checkpoint's window after a restart."""
+        return self.kind in ("replay", "loop", "follow")
+
+
+def source_of(log: str, fmt: str | None, max_lines: int, speed: float, follow: bool) -> SourceSpec:
     """What the ingest actor reads, from the command line's FILE / tcp://HOST:PORT / - and flags."""
-    src = {"max_lines": max_lines}
     if log.startswith("tcp://"):
         host, _, port = log[len("tcp://"):].rpartition(":")
         if not port.isdigit():
             raise ValueError(f"{log}: expected tcp://HOST:PORT")
-        return {**src, "kind": "tcp", "host": host or "127.0.0.1", "port": int(port), "format": fmt or "plain"}
+        return SourceSpec("tcp", fmt or "plain", host=host or "127.0.0.1", port=int(port), max_lines=max_lines)
     if log == "-":
-        return {**src, "kind": "stdin", "path": f"/proc/{os.getpid()}/fd/0", "format": fmt or "plain"}
+        return SourceSpec("stdin", fmt or "plain", path=f"/proc/{os.getpid()}/fd/0", max_lines=max_lines)
     if not follow and not Path(log).is_file():
         raise FileNotFoundError(f"log file {log} does not exist")
-    return {**src, "kind": "follow" if follow else "replay", "path": str(Path(log).resolve()),
-            "format": fmt or records.format_of(log), "speed": speed}
+    return SourceSpec("follow" if follow else "replay", fmt or records.format_of(log), path=str(Path(log).resolve()),
+                      speed=speed, max_lines=max_lines)
 
 
 def parse(fmt: str, source: Iterable[Line], max_record_bytes: int = 64 * 1024) -> Iterator[records.Record]:

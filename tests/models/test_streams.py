@@ -14,6 +14,7 @@ import numpy as np
 import pytest
 
 import actors.target as target_actor
+from actors.args import TargetArgs
 from kernels.ring import RingSpec
 from kernels.sampling import SamplingParams
 from models.graph import SOFTMAX_ROWS
@@ -292,8 +293,8 @@ def test_the_target_actor_answers_three_streams_passes_as_each_got_alone(default
     stop = StopFlag(str(tmp_path / "stop"))
     with contextlib.ExitStack() as held:
         backs = [held.enter_context(Channel.create(r)) for r in replies]
-        actor = held.enter_context(procs.actor(target_actor.run, stop, inboxes=inboxes, cfg=cfg, spec=ring_spec(cfg),
-                                               outboxes=[r.name for r in replies]))
+        actor = held.enter_context(procs.actor(target_actor.run, TargetArgs(
+            inboxes=tuple(inboxes), outboxes=tuple(r.name for r in replies), cfg=cfg, spec=ring_spec(cfg), stop=stop)))
         for back in backs:
             assert isinstance(decode(back.recv(timeout=300)), Ready)
         tos = [Channel.attach(i.name, timeout=60) for i in inboxes]

@@ -41,7 +41,7 @@ ENV = {**os.environ, MARK.split("=")[0]: MARK.split("=")[1]}
 
 def leftovers(proc) -> list[str]:
     """The shared-memory segments and ipc socket files still there of the pipeline `proc` ran (their names carry
-    the launching process's pid: pipeline/launch.py)."""
+    the launching process's pid: pipeline/launch/supervise.py)."""
     prefix = f"ringspec_p{proc.pid}_"
     return ([name for name in os.listdir("/dev/shm") if name.startswith(prefix)] +
             [name for name in os.listdir(tempfile.gettempdir()) if name.startswith(prefix) and name.endswith(".ipc")])
@@ -205,7 +205,7 @@ def test_streams_on_two_ray_nodes_served_by_one_front_one_node_dies_its_stream_r
     lines arrive.)"""
     from bench.chaos import account
     from pipeline import config as cfgs
-    from pipeline.launch import _ray_token
+    from pipeline.launch.ray_actors import _ray_token
     ray_dir = tempfile.mkdtemp(prefix="rs-ray-", dir="/tmp")
     ray = [sys.executable, "-m", "ray.scripts.scripts"]
     small = ["--num-cpus", "2", "--object-store-memory", str(80 << 20), "--disable-usage-stats"]
@@ -214,7 +214,7 @@ def test_streams_on_two_ray_nodes_served_by_one_front_one_node_dies_its_stream_r
     try:
         assert head.returncode == 0, head.stderr
         address = re.search(r"ray start --address='([^']+)'", head.stdout + head.stderr).group(1)
-        joins = {**ENV, "RAY_AUTH_MODE": "token"} if _ray_token() else ENV      # as the launcher joins (launch.py)
+        joins = {**ENV, "RAY_AUTH_MODE": "token"} if _ray_token() else ENV      # as the launcher joins (ray_actors.py)
         node_b = procs.run([*ray, "start", "--address", address, "--labels", "ringspec-node=b", *small],
                            cwd=tmp_path, env=joins)
         assert node_b.returncode == 0, node_b.stderr
@@ -394,16 +394,16 @@ def site_metrics(port: int) -> str:
 def test_streams_are_grouped_by_node_in_profile_order(tmp_path):
     """One group per node (one target each), in the order the profile names them; one group keeps the run's names."""
     from pipeline import config as cfgs
-    from pipeline.launch import groups, stream_runs
+    from pipeline.launch.plan import StreamOptions, groups, stream_runs
     profile = tmp_path / "nodes.toml"
     profile.write_text("".join(f'[[streams]]\nname = "{name}"\nlog = "{STREAM_LOGS[name]}"\nnode = "{node}"\n'
                                for name, node in (("bgl", "b"), ("tep", "a"), ("zookeeper", "b"))))
     cfg = cfgs.load(profile)
-    run = groups(stream_runs(cfg, None, 0.0, False, None, str(tmp_path)), str(tmp_path))
+    run = groups(stream_runs(cfg, StreamOptions(), str(tmp_path)), str(tmp_path))
     assert [(g.node, [st.name for st in g.streams], g.actor("target")) for g in run] == [
         ("b", ["bgl", "zookeeper"], "target@b"), ("a", ["tep"], "target@a")]
     assert len({g.dir for g in run}) == 2 and all(g.dir.startswith(str(tmp_path) + "/") for g in run)
-    one = groups(stream_runs(cfgs.node_profile(cfg, "b"), None, 0.0, False, None, str(tmp_path)), str(tmp_path))
+    one = groups(stream_runs(cfgs.node_profile(cfg, "b"), StreamOptions(), str(tmp_path)), str(tmp_path))
     assert [(g.node, g.dir, g.actor("target")) for g in one] == [("b", str(tmp_path), "target")]
 
 
@@ -412,18 +412,20 @@ def test_a_nodes_streams_share_one_draft_actor_and_npu_groups_on_one_host_are_re
     """One NPU per node, and one process may hold it: a node's streams share one draft actor (each stream's inbox
     and outbox), so NPU drafts of several streams on a node are planned as one opener. Two nodes' groups run by the
     local launcher on this one host would open it twice: refused before a model loads."""
+    import actors.draft
     from models.npu import NpuBusy
     from pipeline import config as cfgs
-    from pipeline.launch import groups, plan, run_replay, stream_runs
+    from pipeline.launch.plan import StreamOptions, groups, plan, stream_runs
+    from pipeline.launch.verbs import run_replay
     npu = '[board]\nnpu = "rknpu2"\n[draft]\nkind = "model"\nmodel = "default-draft"\nbackend = "rknn"\n'
     profile = tmp_path / "npu.toml"
     for nodes in ("aa", "ab"):
         profile.write_text(npu + "".join(f'[[streams]]\nname = "{name}"\nlog = "{STREAM_LOGS[name]}"\n'
                                          f'node = "{node}"\n' for name, node in zip(("bgl", "tep"), nodes)))
         cfg = cfgs.load(profile)
-        run = groups(stream_runs(cfg, None, 0.0, False, None, str(tmp_path)), str(tmp_path))
-        drafts = [p for group in run for p in plan(cfg, group, None, True, "t") if p.module == "actors.draft"]
-        assert [(p.name, len(p.kwargs["inboxes"]), len(p.kwargs["outboxes"])) for p in drafts] == (
+        run = groups(stream_runs(cfg, StreamOptions(), str(tmp_path)), str(tmp_path))
+        drafts = [p for group in run for p in plan(cfg, group, None, True, "t") if p.run is actors.draft.run]
+        assert [(p.name, len(p.args.inboxes), len(p.args.outboxes)) for p in drafts] == (
             [("draft", 2, 2)] if nodes == "aa" else [("draft@a", 1, 1), ("draft@b", 1, 1)])
     with pytest.raises(NpuBusy, match="2 processes would open the NPU at once \\(draft@a, draft@b\\).*--launcher ray"):
         run_replay(cfg)
@@ -785,8 +787,8 @@ def test_a_start_up_error_names_its_cause_and_starts_nothing(tmp_path):
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="glibc's malloc arenas, read from /proc")
 def test_an_actor_allocates_from_one_malloc_arena_however_many_threads_contend(tmp_path):
     """An actor's threads share glibc's main arena: one more arena per contending thread would stay resident and
-    step its memory up under load (launch._one_malloc_arena). Eight threads allocate at once in an actor process."""
+    step its memory up under load (process._one_malloc_arena). Eight threads allocate at once in an actor process."""
     out = tmp_path / "arenas"
-    code = f"from pipeline.launch import enter; enter('tests.malloc_arenas', {{'out': {str(out)!r}}})"
+    code = f"from pipeline.process import enter; from tests.malloc_arenas import run; enter(run, {str(out)!r})"
     subprocess.run([sys.executable, "-c", code], cwd=ROOT, check=True, timeout=120)
     assert out.read_text() == "0"

@@ -17,8 +17,9 @@ import pytest
 
 from bench.chaos import account, offered
 from pipeline import config
-from pipeline.launch import ActorDied, Supervisor
 from pipeline.config import SuperviseSection
+from pipeline.launch.deaths import ActorDied, Supervisor
+from pipeline.stream.sources import SourceSpec
 from tests import procs
 from tests.paths import ROOT
 from tests.pipeline.test_launch import (  # noqa: F401 -- no_stray_pipelines: the autouse fixture, here too
@@ -185,12 +186,12 @@ def test_fail_stop_still_exists_as_a_profile_and_leaves_nothing_behind(default_g
 def test_the_supervisor_counts_deaths_per_actor_within_its_period():
     sup = Supervisor(SuperviseSection(max_restarts=2, period_s=3600.0))
     first = sup.restart(ActorDied("actor target (pid 1) died: x; the pipeline was stopped", "target"),
-                        [{"kind": "replay"}])
-    assert first["restarts"] == {"target": 1} and first["cause"] == "actor target (pid 1) died: x"
-    sup.restart(ActorDied("actor draft (pid 2) died: x", "draft"), [{"kind": "tcp"}])
-    assert "a live source cannot be read again" in sup.restart(ActorDied("d", "draft"), [{"kind": "tcp"}])["cause"]
+                        [SourceSpec("replay")])
+    assert first.restarts == {"target": 1} and first.cause == "actor target (pid 1) died: x"
+    sup.restart(ActorDied("actor draft (pid 2) died: x", "draft"), [SourceSpec("tcp")])
+    assert "a live source cannot be read again" in sup.restart(ActorDied("d", "draft"), [SourceSpec("tcp")]).cause
     with pytest.raises(ActorDied, match="3 deaths of draft within 3600 s"):
-        sup.restart(ActorDied("actor draft (pid 3) died: x", "draft"), [{"kind": "replay"}])
+        sup.restart(ActorDied("actor draft (pid 3) died: x", "draft"), [SourceSpec("replay")])
     with pytest.raises(ActorDied, match="died: x; the pipeline was stopped"):
         Supervisor(SuperviseSection(max_restarts=0)).restart(
-            ActorDied("actor draft (pid 3) died: x; the pipeline was stopped", "draft"), [{"kind": "replay"}])
+            ActorDied("actor draft (pid 3) died: x; the pipeline was stopped", "draft"), [SourceSpec("replay")])

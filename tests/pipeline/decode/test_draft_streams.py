@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 
 from actors import draft as draft_actor
+from actors.args import DraftArgs
 from models.registry import card_of
 from pipeline import config
 from pipeline.channel import Channel, ChannelSpec
@@ -45,8 +46,9 @@ def _serve(cfg, streams: list[int], tmp_path) -> dict[int, list[tuple]]:
     got: dict[int, list[tuple]] = {n: [] for n in streams}
     with contextlib.ExitStack() as held:
         backs = [held.enter_context(Channel.create(r)) for r in replies]
-        actor = held.enter_context(procs.actor(draft_actor.run, stop, inboxes=inboxes, cfg=cfg, spec=ring_spec(cfg),
-                                               outboxes=[r.name for r in replies], vocab=vocab))
+        actor = held.enter_context(procs.actor(draft_actor.run, DraftArgs(
+            inboxes=tuple(inboxes), outboxes=tuple(r.name for r in replies), cfg=cfg, spec=ring_spec(cfg), vocab=vocab,
+            stop=stop)))
         tos = [held.enter_context(Channel.attach(i.name, timeout=120)) for i in inboxes]
 
         def proposal(i: int) -> Proposal:

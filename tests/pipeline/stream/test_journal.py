@@ -3,6 +3,7 @@ import json
 
 import pytest
 
+from pipeline.messages import Checkpoint, as_dict
 from pipeline.stream import journal
 from pipeline.stream.journal import Journal, resume_point
 
@@ -11,7 +12,8 @@ SRC = "/var/log/dcs.csv"
 
 def checkpoint(offset: int, **kw) -> dict:
     return {"kind": "checkpoint", "source": SRC, "offset": offset, "loop": 0, "seq": offset // 10, "offsets": [offset],
-            **kw}
+            "position": offset, "window_offset": 0, "window_loop": 0, "window_seq": 0, "lines": offset // 10,
+            "since": 0, **kw}
 
 
 def test_the_last_checkpoint_wins_whether_a_checkpoint_record_or_an_assessments(tmp_path):
@@ -21,17 +23,17 @@ def test_the_last_checkpoint_wins_whether_a_checkpoint_record_or_an_assessments(
     j.append(checkpoint(100))
     j.append({"kind": "assessment", "text": "...", "checkpoint": checkpoint(200, kind=None)})
     j.close()
-    assert resume_point(str(path), SRC)["offset"] == 200
+    assert resume_point(str(path), SRC).offset == 200
 
 
 def test_a_record_torn_by_a_crash_is_skipped_and_the_next_writer_starts_a_line_of_its_own(tmp_path):
     path = tmp_path / "j.jsonl"
     path.write_text(json.dumps(checkpoint(100)) + "\n" + json.dumps(checkpoint(200))[:25])   # killed mid-write
-    assert resume_point(str(path), SRC)["offset"] == 100
+    assert resume_point(str(path), SRC).offset == 100
     j = Journal(str(path))
     j.append(checkpoint(300))
     j.close()
-    assert resume_point(str(path), SRC)["offset"] == 300
+    assert resume_point(str(path), SRC).offset == 300
     assert [r["offset"] for r in journal.records(str(path))] == [100, 300]
 
 
@@ -52,4 +54,16 @@ def test_a_long_journal_is_read_from_its_tail(tmp_path, monkeypatch):
     monkeypatch.setattr(journal, "TAIL_BYTES", 300)
     path = tmp_path / "j.jsonl"
     path.write_text("".join(json.dumps(checkpoint(i * 10)) + "\n" for i in range(100)))
-    assert resume_point(str(path), SRC)["offset"] == 990
+    assert resume_point(str(path), SRC).offset == 990
+
+
+def test_a_checkpoint_reads_back_as_the_message_it_was_written_from(tmp_path):
+    """What output journals (the message's fields, then its time and stream name) is the Checkpoint a restart gets."""
+    sent = Checkpoint(source=SRC, offset=643, loop=1, seq=65, offsets=[611, 643], position=2048, window_offset=40,
+                      window_loop=1, window_seq=3, lines=65, since=5, due="every")
+    path = tmp_path / "j.jsonl"
+    path.write_text(json.dumps({"stream": "tep", **as_dict(sent), "t": 1.5}) + "\n")
+    assert as_dict(resume_point(str(path), SRC)) == as_dict(sent)
+    path.write_text(json.dumps({"kind": "checkpoint", "source": SRC, "offset": 100}) + "\n")
+    with pytest.raises(ValueError, match="its last checkpoint lacks"):
+        resume_point(str(path), SRC)
