@@ -28,6 +28,7 @@ from pipeline import watch
 from pipeline.channel import cleanup_stale
 from pipeline.stream.forms import SEVERITIES
 from tests import procs
+from tests.journals import comparable
 from tests.paths import ROOT, SHARED
 
 LOG = ROOT / "data" / "tep_demo.csv"
@@ -166,8 +167,13 @@ def test_pipelined_assessments_equal_the_serial_engine(default_gguf, tmp_path, l
     assert proc.returncode == 0, err
     records = journal_of(journal)
     assert records[-1]["kind"] == "eof" and records[-1]["sent"] == lines
-    pipelined = [r["text"] for r in records if r["kind"] == "assessment"]
-    assert pipelined == serial_assessments(lines, config if profile else None) and len(pipelined) == lines // 10
+    serial = tmp_path / "serial.jsonl"                 # the reference: the serial launcher's journal of the same run
+    proc_serial = launch(str(LOG), "--quiet-lines", "--max-lines", str(lines), "--journal", str(serial),
+                         *(["--config", str(config)] if profile else []), launcher="serial")
+    _, err_serial = procs.finish(proc_serial, "the serial replay ending")
+    assert proc_serial.returncode == 0, err_serial
+    assert comparable(records) == comparable(journal_of(serial))     # record for record, what was measured left out
+    assert len([r for r in records if r["kind"] == "assessment"]) == lines // 10
     for r in records:                  # the default form: structured, field by field under the identifier rule
         if r["kind"] == "assessment":
             assert r["fields"]["severity"] in SEVERITIES and r["fields"]["alarms"], r["fields"]
@@ -459,7 +465,8 @@ def test_scored_lines_are_journaled_and_fire_where_the_serial_replay_fires(defau
     records = journal_of(journal)
     lines = [r for r in records if r["kind"] == "line"]
     serial, fired = [], []
-    replay(str(LOG), None, cfgs.load(profile), lambda kind, p: (serial if kind == "line" else fired).append(p),
+    replay(str(LOG), None, cfgs.load(profile),
+           lambda kind, p: {"line": serial, "assessment": fired}.get(kind, []).append(p),
            max_lines=40)
     assert [r["text"] for r in lines] == [p["text"] for p in serial] and len(lines) == 40
     assert all(r["nll_n"] == p["nll_n"] and abs(r["nll_sum"] - p["nll_sum"]) < 1e-3 for r, p in zip(lines, serial))
