@@ -68,7 +68,7 @@ def run(args: OutputArgs) -> None:
     tok = Tokenizer.from_gguf(resolve_gguf(args.gguf))
     stops = set(tok.stop_ids)
     sock = publisher(args.pub) if args.pub else None
-    logs = [Journal(j) if j else None for j in args.journals]
+    logs = [Journal.of(j, args.cfg.supervise) if j else None for j in args.journals]
     front = servers = link = None
     started: dict[str, dict] = {}                # each stream's Start record (a site's hello)
     try:
@@ -180,12 +180,18 @@ PUBLISHED = frozenset({"start", "line", "assessment", "checkpoint", "recovery", 
 def publisher(endpoint: str) -> zmq.Socket:
     """The PUB socket the stream's events go out on (this actor's, or the site actor's). An ipc endpoint binds in a
     directory of this user's that no one else can enter (`private_dir`)."""
-    if endpoint.startswith("ipc://"):
-        private_dir(os.path.dirname(os.path.abspath(endpoint[len("ipc://"):])))
+    pub_dir(endpoint)
     sock = zmq.Context.instance().socket(zmq.PUB)
     sock.setsockopt(zmq.LINGER, 0)
     sock.bind(endpoint)
     return sock
+
+
+def pub_dir(endpoint: str) -> None:
+    """An ipc endpoint's directory made or kept private (`private_dir`); the launcher asks before any actor starts,
+    so a directory open to others is refused once, by name, not by an actor dying at every restart."""
+    if endpoint.startswith("ipc://"):
+        private_dir(os.path.dirname(os.path.abspath(endpoint[len("ipc://"):])))
 
 
 def private_dir(path: str) -> None:

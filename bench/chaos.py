@@ -38,7 +38,7 @@ from bench.pipeline_vs_serial import profile_with
 from pipeline.config import replay_log
 from pipeline.report import Report
 from pipeline.stream import records as records_mod
-from pipeline.stream.journal import checkpoint_of, records
+from pipeline.stream.journal import checkpoint_of, history
 from pipeline.stream.triggers import Triggers
 from pipeline.topology import ROLES
 from pipeline.watch import dies_with_parent
@@ -106,7 +106,7 @@ class _Pipeline:
     def committed_records(self) -> int:
         if not self.journal.exists():
             return 0
-        return sum(1 for r in records(str(self.journal)) if checkpoint_of(r) is not None)
+        return sum(1 for r in history(str(self.journal)) if checkpoint_of(r) is not None)
 
     def wait_up(self, deaths: int, timeout: float = 180.0) -> bool:
         """Until the pipeline started after death number `deaths` committed a line (or it ended)."""
@@ -255,7 +255,7 @@ def _finish(pipe: _Pipeline, serve: bool) -> None:
     pipeline that stops committing for STALL_S is cut short (the accounting then shows what it lost)."""
     last, moved = -1, time.monotonic()
     while pipe.proc.poll() is None and time.monotonic() - moved < STALL_S:
-        recs = list(records(str(pipe.journal))) if pipe.journal.exists() else []
+        recs = list(history(str(pipe.journal))) if pipe.journal.exists() else []
         if len(recs) != last:
             last, moved = len(recs), time.monotonic()
         last_restart = max((i for i, r in enumerate(recs) if r.get("kind") == "restart"), default=-1)
@@ -297,7 +297,7 @@ def offered(path: Path) -> list[tuple[int, str]]:
 def account(stream: Path, journal: Path, cfg, serve: bool) -> dict:
     """Lines and assessments from the journal against the log (see the module's docstring)."""
     lines = offered(stream)
-    recs = list(records(str(journal))) if journal.exists() else []
+    recs = list(history(str(journal))) if journal.exists() else []
     committed: dict[int, int] = {}
     for r in recs:
         point = checkpoint_of(r)

@@ -176,10 +176,12 @@ class SuperviseSection:
     """What the launcher does when an actor dies: restart the pipeline from the last durable checkpoint (all five
     actors, Erlang/OTP's one_for_all), unless one actor died `max_restarts` times within `period_s` (a crash loop:
     stop, exit 2). The cache owner writes a checkpoint every `checkpoint_s` while lines flow, and at every
-    assessment."""
+    assessment; the journal holding them is rotated (pipeline/stream/journal.py)."""
     max_restarts: int = 5            # 0 = fail-stop: the first death stops the pipeline (exit 2)
     period_s: float = 60.0
     checkpoint_s: float = 2.0
+    journal_max_mb: float = 64.0     # a journal file past this is rotated after its next checkpoint (0 = never)
+    journal_keep: int = 4            # ... files kept, the current one included (F, F.1, ..., the oldest dropped)
 
 
 @dataclass(frozen=True)
@@ -312,7 +314,8 @@ _MIN = {("model", "threads"): 1, ("model", "max_rows"): 2, ("model", "prefill_ro
         ("serve", "max_connections_per_peer"): 1,
         ("serve", "request_timeout_s"): 0.1, ("serve", "backlog_lines"): 0,
         ("serve", "archive_max_lines"): 1, ("serve", "retrieve"): 0, ("supervise", "max_restarts"): 0,
-        ("supervise", "period_s"): 0.0, ("supervise", "checkpoint_s"): 0.01,
+        ("supervise", "period_s"): 0.0, ("supervise", "checkpoint_s"): 0.01, ("supervise", "journal_max_mb"): 0.0,
+        ("supervise", "journal_keep"): 1,
         ("replay", "line_rate"): 0.0, ("serve", "stream_share"): 0.0, ("board", "ram_mb"): 0,
         ("board", "reserve_mb"): 0, ("board", "npu_domain_mb"): 1,
         ("serve", "max_waiting_per_operator"): 0}

@@ -16,6 +16,7 @@ import threading
 import time
 
 from actors.args import RestartReason, SiteLinks
+from actors.output import pub_dir
 from models.npu import one_owner
 from pipeline import budget
 from pipeline.channel import cleanup_stale
@@ -37,6 +38,8 @@ def run_pipeline(cfg, streams: list[StreamRun], run_dir: str, pub: str | None = 
     Streams on several nodes run as one group per node, each supervised alone: a group's death stops and restarts
     that group only; the others go on."""
     run = groups(streams, run_dir)
+    if pub:
+        pub_dir(pub)                                       # an ipc PUB's directory: private, or refused here
     if cfg.draft.backend == "rknn" and cfg.actors.launcher != "ray":    # one NPU here: each group's draft opens it
         one_owner([group.actor("draft") for group in run], "the local launcher runs every node's group on this "
                   "machine: run the groups on a Ray cluster (--launcher ray), put their streams on one node, or run "
@@ -103,7 +106,7 @@ def _supervise(cfg, group: Group, pub, quiet_lines, launcher, signals, resume: b
     supervisor = Supervisor(cfg.supervise)
     while True:
         tag = f"p{os.getpid()}_{int(time.time() * 1000) % 1_000_000}{'_' + group.node if group.node else ''}"
-        started_at = [os.path.getsize(st.journal) if os.path.exists(st.journal) else 0 for st in streams]
+        started_at = [_end_of(st.journal) for st in streams]
         plans = plan(cfg, group, pub, quiet_lines, tag, points, restart, site)
         try:
             return launcher(plans, group, cfg, signals)
@@ -125,6 +128,22 @@ def _supervise(cfg, group: Group, pub, quiet_lines, launcher, signals, resume: b
             cleanup_stale()
 
 
-def _started(journal: str, since: int) -> bool:
-    """The pipeline started since byte `since` of the journal: its `start` record is there (the target was up)."""
-    return any(rec.get("kind") == "start" for rec in records(journal, since)) if os.path.exists(journal) else False
+def _end_of(journal: str) -> tuple[int, int] | None:
+    """(inode, size) of the journal as a start begins; None when there is none yet."""
+    try:
+        st = os.stat(journal)
+    except FileNotFoundError:
+        return None
+    return st.st_ino, st.st_size
+
+
+def _started(journal: str, at: tuple[int, int] | None) -> bool:
+    """The pipeline started since the journal was `at` (`_end_of`): its `start` record is there (the target was up).
+    A journal rotated since started too: it rotates only after a checkpoint, which comes after the start."""
+    try:
+        st = os.stat(journal)
+    except FileNotFoundError:
+        return False
+    if at is not None and st.st_ino != at[0]:
+        return True
+    return any(rec.get("kind") == "start" or rec.get("carried") for rec in records(journal, at[1] if at else 0))

@@ -66,7 +66,7 @@ def _serial(cfg, options: StreamOptions) -> Report:
     if options.loop:
         raise ValueError("the serial launcher replays a file once: use --launcher local for --loop")
     budget.check(cfg)
-    emit = printer(options.quiet_lines, options.journal)
+    emit = printer(options.quiet_lines, options.journal, cfg.supervise)
     try:
         return ReplayReport(replay(log, options.fmt, cfg, emit, max_lines=cfg.replay.max_lines, speed=options.speed,
                                    rate=options.rate))

@@ -95,6 +95,7 @@ class _Server(ThreadingHTTPServer):
             if not crowded:
                 self.peers[peer] += 1
         if crowded:
+            self.front.counts["connections_refused_per_peer"] += 1
             return self._refuse(request, BUSY_PEER)
         if not self.slots.acquire(blocking=False):
             self._leave(peer)

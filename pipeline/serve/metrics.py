@@ -82,8 +82,15 @@ def render(front) -> str:
             if isinstance(k, tuple) and k[0] == "requests"])
     metric("client_disconnects_total", "counter", "Requests whose client went away (or went silent for "
            "serve.request_timeout_s) before the answer ended.", [({}, front.counts["client_disconnects"])])
-    metric("connections_refused_total", "counter", "HTTP connections refused with 503 past serve.max_connections.",
-           [({}, front.counts["connections_refused"])])
+    per_peer = front.counts["connections_refused_per_peer"]
+    metric("connections_refused_total", "counter", "HTTP connections refused with 503, by the bound they were past "
+           "(serve.max_connections, serve.max_connections_per_peer).",
+           [({"reason": "max_connections"}, front.counts["connections_refused"] - per_peer),
+            ({"reason": "max_connections_per_peer"}, per_peer)])
+    metric("internal_errors_total", "counter", "Requests whose handling failed inside ringspec: each answered with a "
+           "500 naming the error's type and logged on stderr.", [({}, front.counts["internal_errors"])])
+    metric("zmq_replies_dropped_total", "counter", "zmq replies that could not be packed (msgpack), dropped and "
+           "counted; the request's other replies still go.", [({}, front.counts["zmq_replies_dropped"])])
     metric("answers_lost_total", "counter", "Requests ended with an error because their stream's node group was "
            "started again (a site: pipeline/serve/site.py); the asker is told to ask again.",
            [({}, front.counts["answers_lost"])])

@@ -104,10 +104,11 @@ def replay(log: str, fmt: str | None, cfg: Config, emit, max_lines: int = 0, ses
     return totals
 
 
-def printer(quiet_lines: bool = False, journal: str | None = None):
+def printer(quiet_lines: bool = False, journal: str | None = None, supervise=None):
     """An `emit` for `replay`: every record shown as the pipeline's output actor shows it (stdout and stderr) and,
-    with `journal`, appended to it durably as that actor appends it. `emit.close()` closes the journal."""
-    log = Journal(journal) if journal else None
+    with `journal`, appended to it durably as that actor appends it (rotated as `supervise`, a profile's
+    [supervise], says). `emit.close()` closes the journal."""
+    log = None if not journal else Journal.of(journal, supervise) if supervise else Journal(journal)
 
     def emit(kind: str, record: dict) -> None:
         if log is not None and journaled(record):

@@ -131,6 +131,23 @@ def test_an_ipc_pub_refuses_a_directory_others_can_enter_or_own(tmp_path, mode, 
     assert not (shared / "events").exists()
 
 
+def test_a_pub_directory_others_can_enter_is_refused_before_any_actor_starts(tmp_path):
+    """Refused at the actor's bind only, it made the output actor die at every restart (a crash loop): the launcher
+    asks first, names the directory, exits 2, and starts nothing."""
+    import os
+    import subprocess
+    import sys
+
+    from tests.paths import ROOT
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    os.chmod(shared, 0o755)
+    proc = subprocess.run([sys.executable, str(ROOT / "run.py"), "replay", "--pub", f"ipc://{shared}/events",
+                           "--max-lines", "1"], capture_output=True, text=True, timeout=120, cwd=ROOT)
+    assert proc.returncode == 2 and f"PUB directory {shared} is 0o755" in proc.stderr, proc.stderr
+    assert "actor" not in proc.stderr and "Traceback" not in proc.stderr and not (shared / "events").exists()
+
+
 def test_an_ipc_pub_refuses_a_symlink_to_a_private_directory(tmp_path):
     from actors.output import publisher
     private = tmp_path / "private"

@@ -84,6 +84,33 @@ def test_a_power_loss_resumes_from_the_checkpoint_without_losing_or_repeating_a_
     assert not leftovers(first) and not leftovers(second)
 
 
+def test_a_power_loss_resumes_across_a_rotated_journal_without_losing_or_repeating_a_line(default_gguf, tmp_path):
+    """The same power cut with a journal rotated every few records (`supervise.journal_max_mb`, the security
+    round's finding 9): the resume reads the newest file's carried checkpoint, and across the kept files every line
+    is committed exactly once."""
+    from pipeline.stream.journal import files, history
+    journal, profile = tmp_path / "journal.jsonl", tmp_path / "rotating.toml"
+    profile.write_text("[supervise]\njournal_max_mb = 0.004\njournal_keep = 1000\n")
+    args = [str(LOG), "--quiet-lines", "--every", "8", "--max-lines", "64", "--journal", str(journal),
+            "--config", str(profile)]
+    first = launch(*args, group=True)
+    wait_for(lambda: sum(1 for r in history(str(journal)) if r["kind"] == "assessment") >= 2, "two assessments in "
+             "the journal", first)
+    os.killpg(first.pid, signal.SIGKILL)
+    first.communicate()
+    assert len(files(str(journal))) >= 2                             # rotated before the cut
+    second = launch(*args, "--resume")
+    out, err = procs.finish(second, "the resumed pipeline ending")
+    assert second.returncode == 0, err
+    assert "resumed from the journal (resume): the stream continues after offset" in err
+    assert len(files(str(journal))) > 3
+    lines = (tmp_path / "first64.csv")
+    lines.write_bytes(b"".join(LOG.read_bytes().splitlines(keepends=True)[:65]))
+    got = account(lines, journal, config.load(profile), serve=False)
+    assert got["lines_committed"] == len(offered(lines)) == 64
+    assert got["lines_lost"] == got["lines_duplicated"] == got["assessments_duplicated"] == 0
+
+
 def test_an_assessment_a_crash_interrupted_is_written_once_after_the_window_is_refilled(default_gguf, tmp_path):
     """The journal as a crash during the assessment after line 20 leaves it (its last checkpoint says the assessment
     is due; its record was never written): `--resume` refills the window, writes that assessment over the same 20

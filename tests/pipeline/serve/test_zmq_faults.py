@@ -15,6 +15,7 @@ import zmq
 from pipeline.messages import Answer as AnswerEvent
 from pipeline.serve.auth import Keys
 from pipeline.serve.http_api import serve_http
+from pipeline.serve.metrics import render
 from pipeline.serve.zmq_api import ZmqFront, ask
 from tests.pipeline.serve.test_operators import front_of
 
@@ -88,6 +89,7 @@ def test_an_unexpected_error_in_one_request_is_its_500_reply_and_the_next_questi
     with pytest.raises(RuntimeError, match=r"internal error: OperationalError: database is locked \(code 500\)"):
         ask(endpoint, "when did PIR108 go HH?", timeout_s=WAIT_S)
     assert front.counts["internal_errors"] == 1
+    assert "\nringspec_internal_errors_total 1\n" in render(front)          # an operator sees it on /metrics
     assert answered(front, dealer(endpoint), "and now?")["done"] is True
 
 
@@ -162,3 +164,12 @@ def test_a_reply_that_cannot_be_packed_is_dropped_and_counted_and_the_thread_goe
     answer.items.put(("delta", "fine"))
     assert reply(sock) == {"id": answer.id, "delta": "fine"}
     assert front.counts["zmq_replies_dropped"] == 1
+    assert "\nringspec_zmq_replies_dropped_total 1\n" in render(front)
+
+
+def test_metrics_tell_connections_refused_per_peer_from_those_past_the_whole_servers_bound():
+    front = front_of()
+    front.counts.update(connections_refused=5, connections_refused_per_peer=2)
+    text = render(front)
+    assert '\nringspec_connections_refused_total{reason="max_connections"} 3\n' in text
+    assert '\nringspec_connections_refused_total{reason="max_connections_per_peer"} 2\n' in text
