@@ -69,6 +69,9 @@ class DraftSection:
     model: str = "default-draft"     # GGUF of the neural draft (kind = "model" or "hybrid"); default: bundled
     length: int = 6                  # proposals per verify pass (the upper bound when adaptive)
     adaptive: bool = False           # choose each pass's length online from observed acceptance and verify cost
+    adaptive_costs: str = "measured"  # measured: the verify and draft seconds as timed | prior: the prior cost model
+                                     # (a row 0.2 of a pass, drafting free), so the length follows acceptance alone
+                                     # and a replay chooses the same blocks on a loaded host as on an idle one
     end_at_line: bool = False        # a block ends after its first proposed token that carries a newline
     siblings: int = 0                # token trees: other first tokens verified beside the chain (suffix, hybrid)
     threads: int = 1                 # ONNX Runtime threads of a draft model
@@ -301,7 +304,7 @@ def ring_spec(cfg: Config, head: int = 0, scratch: int = 0) -> RingSpec:
 _CHOICES = {("draft", "kind"): ("none", "suffix", "model", "hybrid"), ("draft", "backend"): ("onnx", "rknn"),
             ("board", "npu"): ("", "rknpu2"), ("replay", "format"): ("", "plain", "csv", "jsonl"),
             ("replay", "form"): ("free", "constrained", "structured"),
-            ("actors", "launcher"): ("local", "ray", "serial")}
+            ("actors", "launcher"): ("local", "ray", "serial"), ("draft", "adaptive_costs"): ("measured", "prior")}
 _MIN = {("model", "threads"): 1, ("model", "max_rows"): 2, ("model", "prefill_rows"): 2, ("cache", "sink"): 0,
         ("model", "pass_streams"): 1,
         ("cache", "window"): 1, ("cache", "slack"): 0, ("draft", "length"): 0, ("draft", "threads"): 1,

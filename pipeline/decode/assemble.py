@@ -28,7 +28,8 @@ def policy(cfg: Config, vocab: int, tokenizer: Tokenizer | None = None) -> Polic
     ends = None
     if d.end_at_line:
         ends = line_end_ids(tokenizer or Tokenizer.from_gguf(resolve_gguf(cfg.model.gguf)), vocab)
-    return Policy(length, rows, LengthControl(length) if d.adaptive else None, ends, cfg.model.prefill_rows)
+    control = LengthControl(length, measured=d.adaptive_costs == "measured") if d.adaptive else None
+    return Policy(length, rows, control, ends, cfg.model.prefill_rows)
 
 
 def make_draft(cfg: Config, spec: RingSpec, target_vocab: int | None = None, shared: list | None = None):

@@ -33,8 +33,11 @@ class LengthControl:
     prompt) fades while nothing is proposed, and drafting is tried again.
     """
 
-    def __init__(self, max_len: int, decay: float = DECAY, row_cost_ratio: float = ROW_COST_RATIO):
-        self.max_len, self.decay, self.ratio = max_len, decay, row_cost_ratio
+    def __init__(self, max_len: int, decay: float = DECAY, row_cost_ratio: float = ROW_COST_RATIO,
+                 measured: bool = True):
+        """measured: fit the costs to the seconds observed; False: keep the prior costs (a row `row_cost_ratio` of a
+        pass, drafting free), so the length depends on the verdicts alone, never on the clock."""
+        self.max_len, self.decay, self.ratio, self.measured = max_len, decay, row_cost_ratio, measured
         self._accepts = np.zeros(max_len)     # decayed count of acceptances at depth i + 1
         self._tries = np.zeros(max_len)       # decayed count of verifies that reached depth i + 1
         self._w = self._wx = self._wxx = self._wy = self._wxy = 0.0    # decayed sums over (rows x, seconds y)
@@ -87,6 +90,8 @@ class LengthControl:
         self._tries *= d
         self._tries[:min(accepted + 1, proposed, self.max_len)] += 1.0     # depths past the first rejection: untried
         self._accepts[:min(accepted, self.max_len)] += 1.0
+        if not self.measured:
+            return
         x, y = float(proposed + 1), float(verify_s)
         self._w = d * self._w + 1.0
         self._wx = d * self._wx + x

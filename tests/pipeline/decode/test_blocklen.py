@@ -91,6 +91,24 @@ def test_a_costly_draft_chooses_shorter_chains():
     assert slow.choose(8) < free.choose(8)
 
 
+def test_with_prior_costs_the_length_follows_the_verdicts_alone_whatever_the_clock():
+    """`draft.adaptive_costs = "prior"`: the same verdicts timed on an idle host and on a loaded one (every pass
+    and proposal slowed by a random factor up to 50x) choose the same lengths; timed costs (the default) do not."""
+    def choices(measured: bool, slowdown) -> list[int]:
+        control, rng, out = LengthControl(8, measured=measured), np.random.default_rng(1), []
+        for t in range(300):
+            k = control.choose(8)
+            out.append(k)
+            accepted = int(np.argmin(np.append(rng.random(k) < 0.7, False)))
+            control.observe(k, accepted, (PASS_S + ROW_S * (k + 1)) * slowdown(t), 0.001 * k * slowdown(t))
+        return out
+
+    loaded = np.random.default_rng(2).uniform(1.0, 50.0, 300)
+    idle_prior, loaded_prior = choices(False, lambda t: 1.0), choices(False, lambda t: loaded[t])
+    assert idle_prior == loaded_prior and max(idle_prior) >= 2
+    assert choices(True, lambda t: 1.0) != choices(True, lambda t: loaded[t])
+
+
 def test_proposals_the_draft_did_not_return_are_not_counted_as_rejections():
     """Asked for 8, the stream proposer found 2, both accepted: depth 3 was never tried, so it is not learnt as bad."""
     control = LengthControl(8)
