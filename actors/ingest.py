@@ -25,7 +25,6 @@ import threading
 import time
 from pathlib import Path
 
-import numpy as np
 
 from actors.args import IngestArgs
 from models.registry import resolve_gguf
@@ -34,7 +33,6 @@ from pipeline.messages import Eof, Line, send
 from pipeline.process import Figures, StopFlag, attach_when_ready, chaos, figures_on_request, pin
 from pipeline.stream import sources
 from pipeline.stream.archive import Archive
-from pipeline.stream.identifiers import carried
 from pipeline.stream.sources import SourceSpec
 
 
@@ -112,24 +110,19 @@ def run(args: IngestArgs) -> None:
             if not recovery and limit and before + sent + dropped >= limit:
                 break                                # resumed at or past max_lines: nothing new to send
             with figures.busy():
-                ids = tok.encode(rec.text + "\n").astype(np.int32)
                 if archive:                          # durable before it is sent on: every line sent is searchable
                     seq = archive.add(rec.offset, rec.time, rec.text)
                     archive.flush()
                 else:
                     seq, next_seq = next_seq, next_seq + 1
+                line = sources.line_of(rec, tok, seq, src.stats, dropped, loop, recovery)
             chaos("ingest.recovery" if recovery else "ingest.read")
-            st = src.stats
             t0 = time.perf_counter()                 # waiting on a full queue is back-pressure, not work
-            line = Line(offset=rec.offset, time=rec.time, tags=carried(rec.text, rec.tags), text=rec.text, loop=loop,
-                        n_tokens=len(ids), seq=seq, recovery=recovery,
-                        drops={"queue_full": dropped, "invalid_utf8": st.invalid_utf8, "nul_bytes": st.nul_bytes,
-                               "oversized": st.oversized}, ids=ids)
             if _deliver(out, line, None if waits else drop_after_s, stop):
                 if recovery:
                     continue
                 sent += 1
-                tokens += len(ids)
+                tokens += line.n_tokens
             elif not stop.is_set():
                 dropped += 1
                 if dropped == 1 or dropped % 100 == 0:

@@ -28,19 +28,18 @@ import time
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-import numpy as np
 
 from bench import surprisal
 from bench.recall_questions import alarm_of
 from pipeline.config import override
 from pipeline.decode.assemble import make_engine
 from pipeline.decode.rules import normal
-from pipeline.messages import Line
 from pipeline.report import Report
 from pipeline.stream.forms import FORMS, Writer, text_of, view_start
 from pipeline.stream.frame import replay_frame
-from pipeline.stream.identifiers import carried, invented, mentioned
+from pipeline.stream.identifiers import invented, mentioned
 from pipeline.stream.records import read_log
+from pipeline.stream.sources import line_of
 from pipeline.stream.session import StreamSession
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -123,17 +122,15 @@ def _stream(engine, frame, cfg, records, kind: str, writer: Writer, tally: Tally
     session = StreamSession(engine, replace(frame, writer=writer), unscored, "")   # the lines in view, as at run time
     active = {}                             # HH/LL tag -> its line's first position, until its NR line
     for seq, rec in enumerate(records, start=1):
-        first, ids = session.next_position(), frame.tok.encode(rec.text + "\n").astype(np.int32)
-        tags = carried(rec.text, rec.tags)
-        session.feed([Line(offset=rec.offset, time=rec.time, tags=tags, text=rec.text, loop=0, n_tokens=len(ids),
-                           seq=seq, drops={}, ids=ids)])
+        first, line = session.next_position(), line_of(rec, frame.tok, seq)
+        session.feed([line])
         tag, level = _alarm(rec) if kind == "tep" else ("", "")
         if level in ("HH", "LL"):
             active[tag] = first
         elif level in ("HH NR", "LL NR"):
             active.pop(tag, None)
         if session.due is not None:
-            _assess(session, writer, writer.ask(rec.text), active, tags, tally)
+            _assess(session, writer, writer.ask(rec.text), active, line.tags, tally)
 
 
 def _alarm(rec) -> tuple[str, str]:

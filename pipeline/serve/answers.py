@@ -18,21 +18,18 @@ from pipeline.serve.operators import OperatorQueue, Request
 
 
 class Answers:
-    def __init__(self, engine, out, params, stop_ids, counts: dict):
-        """engine: the stream's (a Decoder); out: the events channel; counts: the owner's, where answers, expired
-        and cancelled requests are counted."""
+    def __init__(self, engine, asks, out, params, stop_ids, counts: dict):
+        """engine: the stream's (a Decoder); asks: the front's question channel; out: the events channel; counts: the
+        owner's, where answers, expired and cancelled requests are counted."""
         self.engine, self.out, self.params, self.stop_ids, self.counts = engine, out, params, tuple(stop_ids), counts
         self.queue = OperatorQueue()
         self.current: str | None = None               # the request being answered
         self.cancelled: set[str] = set()              # ... when its asker cancelled it
         self.sent: deque = deque(maxlen=256)          # (verify blocks sent, questions written by then), per block
+        engine.on_block = lambda blocks: self.sent.append((blocks, asks.written()))
 
     def __len__(self) -> int:
         return len(self.queue)
-
-    def watch(self, asks) -> None:
-        """Count, at each verify block the engine sends, how many questions `asks` had delivered by then."""
-        self.engine.on_block = lambda blocks: self.sent.append((blocks, asks.written()))
 
     def blocks_before(self, seq: int) -> int:
         """Verify blocks already sent when question `seq` was written. Blocks sent after it, up to its answer's

@@ -13,17 +13,15 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-import numpy as np
 
 from models.platform import facts
 from pipeline.config import Config
 from pipeline.decode.assemble import make_engine
-from pipeline.messages import Eof, Line, Start
+from pipeline.messages import Eof, Start
 from pipeline.report import Report
 from pipeline.stream import sources
 from pipeline.stream.events import journaled, record_of, show
 from pipeline.stream.frame import replay_frame
-from pipeline.stream.identifiers import carried
 from pipeline.stream.journal import Journal
 from pipeline.stream.session import StreamSession
 from pipeline.stream.surprise import unscored_tokens
@@ -46,14 +44,10 @@ def read(path: str, fmt: str | None, tok, max_lines: int = 0, speed: float = 0.0
     counted = {"sent": 0, "tokens": 0}
 
     def lines():
-        for seq, rec in enumerate(sources.parse(src.fmt, src), start=1):
-            ids = tok.encode(rec.text + "\n").astype(np.int32)
-            st = src.stats
-            yield Line(offset=rec.offset, time=rec.time, tags=carried(rec.text, rec.tags), text=rec.text, loop=0,
-                       n_tokens=len(ids), seq=seq, drops={"queue_full": 0, "invalid_utf8": st.invalid_utf8,
-                                                          "nul_bytes": st.nul_bytes, "oversized": st.oversized},
-                       ids=ids)
-            counted["sent"], counted["tokens"] = counted["sent"] + 1, counted["tokens"] + len(ids)
+        for seq, rec in enumerate(sources.parse(src.fmt, src), start=1):      # ingest numbers a file's lines from 1
+            line = sources.line_of(rec, tok, seq, src.stats)
+            yield line
+            counted["sent"], counted["tokens"] = counted["sent"] + 1, counted["tokens"] + line.n_tokens
             if max_lines and counted["sent"] >= max_lines:
                 return
 

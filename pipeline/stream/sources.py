@@ -25,8 +25,12 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import BinaryIO, Iterable, Iterator
 
+import numpy as np
+
+from pipeline import messages
 from pipeline.messages import Checkpoint
 from pipeline.stream import records
+from pipeline.stream.identifiers import carried
 
 CHUNK = 64 * 1024
 _TAIL = 64          # bytes before the read position a follower re-checks to notice copytruncate
@@ -398,6 +402,18 @@ def source_of(log: str, fmt: str | None, max_lines: int, speed: float, follow: b
         raise FileNotFoundError(f"log file {log} does not exist")
     return SourceSpec("follow" if follow else "replay", fmt or records.format_of(log), path=str(Path(log).resolve()),
                       speed=speed, max_lines=max_lines)
+
+
+def line_of(rec: records.Record, tok, seq: int, stats: SourceStats | None = None, queue_full: int = 0, loop: int = 0,
+            recovery: bool = False) -> messages.Line:
+    """A parsed record as the cache owner takes it (pipeline/messages.py `Line`, not this module's raw one): its identifiers, its tokens (the rendered line and its newline),
+    its seq, and what was dropped or repaired so far (`stats`, the source's; `queue_full`, ingest's own drops). The
+    ingest actor and the serial replay both make their lines here."""
+    ids = tok.encode(rec.text + "\n").astype(np.int32)
+    drops = {} if stats is None else {"queue_full": queue_full, "invalid_utf8": stats.invalid_utf8,
+                                      "nul_bytes": stats.nul_bytes, "oversized": stats.oversized}
+    return messages.Line(offset=rec.offset, time=rec.time, tags=carried(rec.text, rec.tags), text=rec.text,
+                         loop=loop, n_tokens=len(ids), seq=seq, recovery=recovery, drops=drops, ids=ids)
 
 
 def parse(fmt: str, source: Iterable[Line], max_record_bytes: int = 64 * 1024) -> Iterator[records.Record]:
