@@ -26,7 +26,7 @@ from bench.systems import load, settings
 from kernels.sampling import SamplingParams
 from models.registry import card_of
 from pipeline.channel import Channel, cleanup_stale
-from pipeline.config import ring_spec
+from pipeline.config import cpu_set, ring_spec
 from pipeline.decode.assemble import policy
 from pipeline.decode.deferred import DeferredEngine
 from pipeline.process import StopFlag, attach_when_ready, enter, proc_status
@@ -90,11 +90,16 @@ class ModelActors:
 
 class PipelinedWorker:
     def __init__(self, system, threads: int, window: int, cpus: list[int], profile: str | None = None):
-        cpu_list = ",".join(map(str, cpus))
+        """The actors on the profile's CPU split when it pins both (configs/pair.toml: the target on cpu0, the draft
+        on cpu1), the target's threads at most its CPUs; else both on the bench's `cpus`."""
         self.system = system
-        self.actors = ModelActors(load(profile, {**settings(system, threads, window),
-                                                        "actors.target_cpus": cpu_list,
-                                                        "actors.draft_cpus": cpu_list}))
+        base = load(profile).actors
+        split = {"actors.target_cpus": base.target_cpus, "actors.draft_cpus": base.draft_cpus}
+        if base.target_cpus and base.draft_cpus:
+            threads = min(threads, len(cpu_set(base.target_cpus)))
+        else:
+            split = dict.fromkeys(split, ",".join(map(str, cpus)))
+        self.actors = ModelActors(load(profile, {**settings(system, threads, window), **split}))
         self.engine = self.actors.engine
 
     def _reply(self):                     # the bench's workers say "ready" once their model is loaded

@@ -25,6 +25,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from bench.llama_draft import greedy_draft
 from bench.pipelined import PipelinedWorker
 from bench.systems import System, load, select, settings, systems
 from kernels.sampling import SamplingParams
@@ -153,6 +154,9 @@ def _llama_cpp_runner(system: System, threads: int, window: int, profile: str | 
     draft = None
     if system.draft == "lookup":
         draft = lib.llama_speculative.LlamaPromptLookupDecoding(num_pred_tokens=system.draft_len)
+    elif system.draft == "model":                            # the same draft GGUF as ringspec's, llama.cpp running it
+        draft = greedy_draft(lib, str(resolve_gguf(system.draft_gguf)), window + 4, system.draft_len, threads,
+                             system.min_confidence)
     llm = lib.Llama(model_path=str(resolve_gguf(load(profile).model.gguf)), n_ctx=window + 4,
                     n_threads=threads, n_threads_batch=threads, n_batch=512, flash_attn=True, draft_model=draft,
                     logits_all=draft is not None, verbose=False)      # a draft's rows are verified from all logits

@@ -8,6 +8,7 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass
 
+from models import registry
 from pipeline import config
 
 
@@ -16,7 +17,7 @@ class System:
     """A way of generating: a ringspec engine with a proposer, or llama.cpp with or without its lookup draft."""
     name: str
     kind: str                     # "ringspec" (one process) | "pipelined" (target and draft actors) | "llama_cpp"
-    draft: str = "none"           # ringspec: none | suffix | model | hybrid; llama_cpp: none | lookup
+    draft: str = "none"           # ringspec: none | suffix | model | hybrid; llama_cpp: none | lookup | model
     draft_gguf: str = ""
     draft_len: int = 6
     min_confidence: float = 0.0   # a draft model's chain stops below this top probability
@@ -65,9 +66,13 @@ def _systems(draft_gguf: str, llama_cpp: bool) -> list[System]:
                 System("hybrid_serial", "ringspec", "hybrid", draft_gguf, 6),
                 System("adaptive_hybrid_serial", "ringspec", "hybrid", draft_gguf, 8, adaptive=True),
                 System("hybrid_tree_serial", "ringspec", "hybrid", draft_gguf, 6, siblings=2),
-                System("pipelined_hybrid", "pipelined", "hybrid", draft_gguf, 6)]
+                System("pipelined_hybrid", "pipelined", "hybrid", draft_gguf, 6),
+                System("pipelined_model", "pipelined", "model", draft_gguf, 3)]
     if llama_cpp:
         out += [System("llama_cpp_plain", "llama_cpp"), System("llama_cpp_lookup", "llama_cpp", "lookup")]
+        if draft_gguf in registry.MODELS:   # llama.cpp speculative, the same draft GGUF (a registry model: the distilled
+            # draft keeps 4,096 of the vocabulary, a head llama.cpp cannot load)
+            out.append(System("llama_cpp_speculative", "llama_cpp", "model", draft_gguf, 3))
     return out
 
 

@@ -68,7 +68,7 @@ def open_session(model_dir: Path, card: dict, spec: RingSpec, opts: RunnerOption
     graph = ensure_graph(Path(model_dir), card, None, spec.sink, spec.ring, opts.accuracy_level, opts.kv_dtype,
                          tree=opts.trees, streams=streams)
     so = ort.SessionOptions()
-    so.intra_op_num_threads = opts.threads
+    so.intra_op_num_threads = min(opts.threads, len(os.sched_getaffinity(0)))   # no more than the CPUs it may use
     so.inter_op_num_threads = 1
     so.add_session_config_entry("session.intra_op.allow_spinning", "1" if opts.spin else "0")
     so.enable_mem_pattern = False      # ORT keeps a memory pattern per input-shape set it meets, without bound

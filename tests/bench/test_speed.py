@@ -2,6 +2,7 @@
 import json
 import sys
 
+import numpy as np
 import pytest
 
 from bench import speed
@@ -75,7 +76,8 @@ def test_bench_runs_every_system_on_the_real_model_and_prints_the_json_contract(
     assert meta["exactness"]["target_only"]["invariant"] and meta["platform"]["onnxruntime"]
     ringspec = {"target_only", "suffix_serial", "pipelined", "pipelined_tree", "pipelined_adaptive", "adaptive_serial",
                 "lines_serial", "tree_serial",
-                "draft_serial", "hybrid_serial", "adaptive_hybrid_serial", "hybrid_tree_serial", "pipelined_hybrid"}
+                "draft_serial", "hybrid_serial", "adaptive_hybrid_serial", "hybrid_tree_serial", "pipelined_hybrid",
+                "pipelined_model"}
     names = ringspec | ({"llama_cpp_plain", "llama_cpp_lookup"} if speed.llama_cpp_available() else set())
     for task in out.values():
         assert set(task) == names
@@ -122,3 +124,31 @@ def test_a_bench_that_would_open_the_npu_in_several_workers_is_refused_before_an
     one = speed.select(speed.systems("default-draft", False), ["hybrid_serial"])
     assert speed.npu_openers(one, cfg) == ["hybrid_serial"]                 # one worker holds it: allowed
     assert speed.npu_openers(speed.systems("default-draft", False), config.load(None)) == []    # on the CPU
+
+
+def test_llama_cpp_speculative_peer_keeps_its_cache_and_changes_no_token(default_gguf):
+    """The llama.cpp peer of ringspec's neural draft (bench/llama_draft.py): the model drafting for itself guesses
+    exactly llama.cpp's greedy tokens, the speculative run's tokens equal plain llama.cpp's, and each token is
+    evaluated by the draft about once (its cache kept between guesses; a draft re-reading the context per guess
+    would evaluate prompt x guesses tokens)."""
+    lib = speed.llama_cpp()
+    if lib is None:
+        pytest.skip("llama-cpp-python (the bench extra) is not installed")
+    from bench.llama_draft import greedy_draft
+    prompt = speed.prompts(f"{ROOT}/data/tep_demo.csv", "log", 1, new_tokens=24)[0]
+    draft = greedy_draft(lib, str(default_gguf), 1024, 4, 1)
+
+    def run(draft_model):
+        llm = lib.Llama(model_path=str(default_gguf), n_ctx=1024, n_threads=1, draft_model=draft_model,
+                        logits_all=draft_model is not None, verbose=False)
+        out = []
+        for token in llm.generate(list(prompt.ids), top_k=1, temp=0.0, repeat_penalty=1.0):
+            out.append(int(token))
+            if len(out) == 24:
+                return out
+
+    plain = run(None)
+    assert draft(np.asarray(prompt.ids, np.intc)).tolist() == plain[:4]       # its own greedy continuation
+    assert run(draft) == plain
+    assert draft.calls >= 24 // 5 and draft.proposed >= 24 - draft.calls
+    assert draft.evaluated < 2 * (len(prompt.ids) + 24 + 4 * draft.calls)
