@@ -86,7 +86,8 @@ def _stream(p, what: str) -> None:
     add_key(p, "--max-lines", "replay.max_lines", "stop reading after N lines (0: all)", type=int)
     add_key(p, "--every", "replay.every_lines", f"lines between {what}", type=int)
     add_key(p, "--form", "replay.form", "assessments as free text, constrained text (a tag written must be one in "
-            "view) or a structured form (alarms, severity, changed, summary; under the same rule)",
+            "view) or a structured form (changed and what may follow under the same rule; the latest tags and the "
+            "severity the lines state, computed)",
             choices=("free", "constrained", "structured"))
     add_key(p, "--draft-backend", "draft.backend", "where a draft model runs: onnx (CPU) or rknn (the NPU)",
             choices=("onnx", "rknn"))

@@ -91,7 +91,7 @@ def run_eval_quality(cfg, tep_logs: int = 0, forms: str = "", progress=None, log
     forms = [] if forms == "none" else [f for f in forms.split(",") if f] or list(FORMS)
     frame = replay_frame(override(cfg, {"replay.form": "structured"}))     # the ring's slack holds every form
     r = cfg.replay
-    writers = {f: Writer(frame.tok, f, r.max_new_tokens, r.system_prompt, r.question, r.form_question) for f in forms}
+    writers = {f: Writer.of(frame.tok, r, form=f) for f in forms}
     engine = make_engine(cfg, frame.spec)
     tallies = {(s, f): Tally() for s in ("tep", "loghub") for f in forms}
     t0 = time.perf_counter()
@@ -142,10 +142,10 @@ def _assess(session: StreamSession, writer: Writer, ask, active: dict, trigger_i
     engine, frame = session.engine, session.frame
     mark = engine.mark()
     oldest = view_start(engine.index.n, len(ask), writer.scratch(), frame.spec.window)
-    allowed = session.in_view(ask)
+    allowed, stated = session.in_view(ask), session.stated(ask)
     engine.feed(ask[:-1])                  # untimed: the same question for every form of its kind
     t0 = time.perf_counter()
-    written = writer.write(engine, ask[-1:], allowed, frame.params, fresh=session.since_assessment)
+    written = writer.write(engine, ask[-1:], allowed, frame.params, stated=stated)
     tally.write_s += time.perf_counter() - t0
     engine.rollback(mark)
     session.assessed()

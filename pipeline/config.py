@@ -113,14 +113,20 @@ class ReplaySection:
     line_rate: float = 0.0           # lines/s the stream must sustain: the run warns once its measured ingest
                                      # capacity is below it (0 = no claim; `bench --task ingest` measures it)
     resume: bool = False             # start a file source after the journal's last checkpoint (--resume)
+    # What the stream is, in its own words (per stream in [[streams]]): the system turn and the label that opens the
+    # log's user turn, both kept in the sinks; `entry`, what one line of the log is called in the words the engine
+    # writes in a structured assessment ("The latest alarm is", "Latest alarm tags:"); the questions. The defaults
+    # are the TEP alarm console's; configs/syslog.toml and configs/hadoop.toml state other logs.
     system_prompt: str = ("You are the alarm analyst of a chemical plant. You read the operator console's alarm "
                           "log and, when asked, summarise in one or two short sentences what is happening.")
+    log_label: str = "Alarm log:"    # one line; the ring's lines continue the turn it opens
+    entry: str = "alarm"             # one line of the log, in the structured form's engine-written words
     question: str = "Summarise the latest alarms above in one sentence, naming the tags."
     form: str = "structured"         # free | constrained (free text; a tag written must be one in view) | structured
-                                     # (changed, alarms, severity, summary, field by field under the same rule)
-    form_question: str = ("Fill in the form for the latest alarms above: Changed (what changed, one short sentence), "
-                          "Alarms (the tags of the latest alarms), Severity (low, medium, high or critical), "
-                          "Summary (one short sentence).")
+                                     # (changed and what may follow written under the same rule; the latest tags
+                                     # and the severity the lines state, computed: pipeline/stream/forms.py)
+    form_question: str = ("Fill in the form for the latest alarms above: Changed (what changed, one short sentence) "
+                          "and What may follow (one short sentence).")
 
     @property
     def scored(self) -> bool:
@@ -211,16 +217,20 @@ def cpu_set(text: str) -> set[int]:
     return cpus
 
 
-STREAM_KEYS = ("log", "format", "every_lines", "trigger_pattern", "idle_s", "max_lines", "line_rate")
+STREAM_KEYS = ("log", "format", "every_lines", "trigger_pattern", "idle_s", "max_lines", "line_rate", "system_prompt",
+               "log_label", "entry", "question", "form_question")
 STREAM_NAME = re.compile(r"[a-z0-9][a-z0-9_-]{0,31}")
 
 
 @dataclass(frozen=True)
 class Stream:
     """One of several streams sharing a target (`[[streams]]`): a name, and its [replay] section: its source
-    (`log`, `format`) and its triggers (STREAM_KEYS) from its own table, every other key from [replay]. Streams
-    that share a target share its sinks, window and system prompt: those of one `node` (Ray's node label
-    `ringspec-node`, docs/streams.md) share one target, each node's group its own."""
+    (`log`, `format`), its triggers and its own words (its system prompt, log label, entry and questions: STREAM_KEYS)
+    from its own table, every other key from [replay]. Streams of one `node` (Ray's node label `ringspec-node`,
+    docs/streams.md) share one target, each node's group its own. Each stream has its own cache owner and K/V pools,
+    so what its sinks hold is its own; what the streams of a target share is the ring's shape (sink slots, window,
+    slack: its several-stream graph runs their pools in one shape), sized for the longest head and the largest
+    scratch span among them (pipeline/stream/frame.py)."""
     name: str
     replay: ReplaySection
     node: str = ""                   # "" = the run's first group, wherever Ray places it
@@ -244,6 +254,12 @@ class Config:
 def streams_of(cfg: Config) -> list[tuple[str, Config]]:
     """(name, profile) per stream: each stream's profile is `cfg` with its own [replay]; one stream is ("", cfg)."""
     return [(st.name, dataclasses.replace(cfg, replay=st.replay, streams=())) for st in cfg.streams] or [("", cfg)]
+
+
+def replay_of(cfg: Config, name: str) -> ReplaySection:
+    """The [replay] section of the stream called `name` (its own words included); [replay]'s own for "" (one
+    stream) or a name not listed."""
+    return next((st.replay for st in cfg.streams if st.name == name), cfg.replay)
 
 
 def node_profile(cfg: Config, node: str) -> Config:
@@ -364,6 +380,7 @@ def parse(raw: dict, source: str = "<dict>", here: bool = True) -> Config:
         if not isinstance(table, dict):
             raise ConfigError(f"{source}: [{name}] must be a table")
         sections[name] = _section(hints[name], name, table, source)
+    _words(sections.get("replay", ReplaySection()), f"{source}: replay.")
     cfg = Config(**sections, streams=_streams(raw.get("streams", []), raw.get("replay", {}), source), source=source)
     if cfg.draft.uses_model and not cfg.draft.model:
         raise ConfigError(f"{source}: [draft] kind = \"{cfg.draft.kind}\" needs model = \"path/to/draft.gguf\"")
@@ -495,6 +512,7 @@ def _streams(tables, replay: dict, source: str) -> tuple[Stream, ...]:
             out.append(Stream(name, _section(ReplaySection, "replay", merged, source), node))
         except ConfigError as exc:
             raise ConfigError(f"{source}: {where} ({name}): {str(exc).removeprefix(source + ': ')}") from None
+        _words(out[-1].replay, f"{source}: {where} ({name}).")
     if sum(st.replay.log == "-" for st in out) > 1:
         raise ConfigError(f"{source}: more than one stream reads standard input (log = \"-\")")
     for st in out:
@@ -504,6 +522,18 @@ def _streams(tables, replay: dict, source: str) -> tuple[Stream, ...]:
             raise ConfigError(f"{source}: streams ({st.name}).trigger_pattern {st.replay.trigger_pattern!r} is not "
                               f"a valid regular expression: {exc}") from None
     return tuple(out)
+
+
+def _words(replay: ReplaySection, where: str) -> None:
+    """A stream's own words can frame its prompt: a system prompt, and a label and an entry of one line each."""
+    if not replay.system_prompt.strip():
+        raise ConfigError(f"{where}system_prompt is empty; it is the system turn the sinks keep: say what the stream "
+                          f"is (\"You read a Linux server's syslog ...\")")
+    for key, example in (("log_label", "Syslog:"), ("entry", "message")):
+        value = getattr(replay, key)
+        if not value.strip() or value != value.strip() or "\n" in value or "\r" in value:
+            raise ConfigError(f"{where}{key} = {value!r}; expected one line of text without surrounding spaces, e.g. "
+                              f"\"{example}\"")
 
 
 def _section_names() -> list[str]:

@@ -30,6 +30,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from models.tokenizer import StreamDecoder
+from pipeline.config import replay_of
 from pipeline.messages import Answer as AnswerEvent  # `Answer` here is a request's answer as it arrives
 from pipeline.messages import (
     AnswerDelta,
@@ -45,7 +46,7 @@ from pipeline.messages import (
 )
 from pipeline.process import proc_status
 from pipeline.stream.archive import search
-from pipeline.stream.prompts import question_span
+from pipeline.stream.prompts import Prompt, question_span
 
 LATENCIES_KEPT = 1000       # recent requests whose latencies /metrics summarises
 MAX_SUBSCRIBERS = 32        # consoles following /v1/events at once
@@ -164,14 +165,15 @@ class Front:
         t0 = time.perf_counter()
         if messages is not None:
             question = _check_messages(messages)
+            words = Prompt.of(replay_of(self.cfg, view.name))     # the stream's own system prompt and log label
             # the conversation alone must fit before the archive is searched: a question too long costs no search
-            span = self._span(self.tok, self.cfg.replay.system_prompt, messages, [])
+            span = self._span(self.tok, words, messages, [])
             retrieved = self.retrieve(question, view) if len(span) <= s.max_prompt_tokens else []
             if retrieved:
-                span = self._span(self.tok, self.cfg.replay.system_prompt, messages, [h.text for h in retrieved])
+                span = self._span(self.tok, words, messages, [h.text for h in retrieved])
             while len(span) > s.max_prompt_tokens and retrieved:      # the conversation first, then old lines
                 retrieved = retrieved[:-1]
-                span = self._span(self.tok, self.cfg.replay.system_prompt, messages, [h.text for h in retrieved])
+                span = self._span(self.tok, words, messages, [h.text for h in retrieved])
         else:
             if not isinstance(prompt, str) or not prompt:
                 raise RequestError(400, "prompt must be a non-empty string")

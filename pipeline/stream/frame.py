@@ -1,9 +1,11 @@
 """The replay's frame: what a stream's engines (the serial one, or the target and draft actors) are built from, so
 every launcher builds the same ring.
 
-Owns the frame (the system prompt and the open user turn kept in the sinks; the ring sized for them, with slack for
-the scratch span where an assessment or an operator's question is asked and the uncommitted rows). Never runs a
-model: the engine is built from the frame elsewhere (pipeline/decode/assemble.py, the actors).
+Owns the frame (the stream's own system prompt and open log turn kept in the sinks; the ring sized for them, with
+slack for the scratch span where an assessment or an operator's question is asked and the uncommitted rows). Streams
+that share a target share the ring's shape, not its contents: each stream's sinks hold its own head, and the ring is
+sized once for all of them (the longest head, the largest span). Never runs a model: the engine is built from the
+frame elsewhere (pipeline/decode/assemble.py, the actors).
 """
 from __future__ import annotations
 
@@ -15,30 +17,31 @@ from kernels.ring import RingSpec
 from kernels.sampling import SamplingParams
 from models.registry import resolve_gguf
 from models.tokenizer import Tokenizer
-from pipeline.config import Config, ring_spec
+from pipeline.config import Config, ring_spec, streams_of
 from pipeline.stream.forms import Writer
-from pipeline.stream.prompts import stream_head
+from pipeline.stream.prompts import Prompt, stream_head
 
 
 @dataclass(frozen=True)
 class Frame:
     """What the replay's engines are built from: one source for the ring."""
     tok: Tokenizer
-    head: np.ndarray          # [h] the system prompt and the open user turn: the sinks
+    head: np.ndarray          # [h] the stream's system prompt and its open log turn: the sinks
     params: SamplingParams
     spec: RingSpec
     writer: Writer
 
 
 def replay_frame(cfg: Config) -> Frame:
-    """The system prompt and the open user turn (kept in the sinks), the question, and the ring sized for them: the
-    scratch span holds the question and its answer, or an operator's question span and its answer when serving."""
-    params = cfg.sampling.params()
+    """The frame of `cfg`'s [replay] stream: its system prompt and open log turn (kept in the sinks), its question,
+    and the ring, sized for every stream of `cfg` (their pools share one shape): the sinks hold the longest head, the
+    scratch span the largest question and its answer, or an operator's question span and its answer when serving."""
     tok = Tokenizer.from_gguf(resolve_gguf(cfg.model.gguf))
-    r = cfg.replay
-    writer = Writer(tok, r.form, r.max_new_tokens, r.system_prompt, r.question, r.form_question)
-    scratch = writer.span()
+    writer = Writer.of(tok, cfg.replay)
+    head = stream_head(tok, Prompt.of(cfg.replay))
+    replays = [scfg.replay for _, scfg in streams_of(cfg)]          # [replay] alone, or each stream's
+    heads = [len(stream_head(tok, Prompt.of(r))) for r in replays]
+    scratch = max(Writer.of(tok, r).span() for r in replays)
     if cfg.serve.enabled:                    # an operator's question span and its answer
         scratch = max(scratch, cfg.serve.max_prompt_tokens + cfg.serve.max_answer_tokens)
-    head = stream_head(tok, r.system_prompt)
-    return Frame(tok, head, params, ring_spec(cfg, head=len(head), scratch=scratch), writer)
+    return Frame(tok, head, cfg.sampling.params(), ring_spec(cfg, head=max(heads), scratch=scratch), writer)

@@ -19,8 +19,9 @@ import numpy as np
 
 from pipeline.config import ReplaySection
 from pipeline.messages import Assessment, Checkpoint, Line
-from pipeline.stream.forms import in_view
+from pipeline.stream.forms import Stated, in_view, stated_by, view_start
 from pipeline.stream.frame import Frame
+from pipeline.stream.severity import severity_of
 from pipeline.stream.surprise import Surprise, record_of
 from pipeline.stream.triggers import Triggers
 
@@ -34,6 +35,7 @@ class InRing:
     loop: int
     seq: int
     tags: tuple[str, ...]       # the identifiers it carries (pipeline/stream/identifiers.py)
+    severity: str = ""          # the severity it states (pipeline/stream/severity.py; "" = none)
 
 
 class StreamSession:
@@ -48,7 +50,7 @@ class StreamSession:
         self.lines = self.stream_tokens = 0     # stream lines committed (over every restart) and their tokens
         self.committed: tuple[int, int, int] | None = None    # the last committed line's (offset, loop, seq)
         self.since_checkpoint: list[int] = []   # offsets of the lines committed since the last checkpoint
-        self.since_assessment: set[str] = set()  # identifiers of the lines since the last assessment
+        self.fresh_from = 0                     # the first position of the lines since the last assessment
         self.latest = ""                        # the last line's text (the structured form's question quotes it)
         self.due: str | None = None             # the trigger of an assessment due, not yet written
         self.interrupted: str | None = None     # restored: the assessment a crash interrupted, asked once refilled
@@ -104,7 +106,7 @@ class StreamSession:
         t0, f, mark = time.perf_counter(), self.frame, self.engine.mark()
         ask = f.writer.ask(self.latest)
         allowed = self.in_view(ask)
-        written = f.writer.write(self.engine, ask, allowed, f.params, keep_going, self.since_assessment)
+        written = f.writer.write(self.engine, ask, allowed, f.params, keep_going, self.stated(ask))
         self.engine.rollback(mark)
         if written.cut:
             return None
@@ -120,9 +122,17 @@ class StreamSession:
         return in_view([(ln.first, ln.tags) for ln in self.window], self.engine.index.n, len(ask),
                        self.frame.writer.scratch(), self.frame.spec.window)
 
+    def stated(self, ask: np.ndarray) -> Stated:
+        """What the lines an assessment asked with `ask` assesses state (their latest tags, their severity): the lines
+        since the last assessment that every row of it can see, or, when none is, the latest line in view."""
+        oldest = view_start(self.engine.index.n, len(ask), self.frame.writer.scratch(), self.frame.spec.window)
+        seen = [ln for ln in self.window if ln.first >= oldest]
+        assessed = [ln for ln in seen if ln.first >= self.fresh_from] or seen[-1:]
+        return stated_by([(ln.tags, ln.severity) for ln in assessed])
+
     def assessed(self) -> str:
         """The due assessment is written: its trigger; the next one's fresh lines start here."""
-        reason, self.due, self.since_assessment = self.due or "", None, set()
+        reason, self.due, self.fresh_from = self.due or "", None, self.next_position()
         return reason
 
     def checkpoint(self) -> Checkpoint:
@@ -154,8 +164,8 @@ class StreamSession:
     def _in_ring(self, line: Line, first: int) -> None:
         """Note the line whose first token is at `first`; forget the lines no query at its end can see."""
         end = first + len(line.ids) - 1
-        self.window.append(InRing(first, end, line.offset, line.loop, line.seq, tuple(line.tags)))
-        self.since_assessment.update(line.tags)
+        self.window.append(InRing(first, end, line.offset, line.loop, line.seq, tuple(line.tags),
+                                  severity_of(line.text)))
         self.latest = line.text
         while self.window[0].end < end + 1 - self.engine.spec.window:
             self.window.popleft()

@@ -45,6 +45,23 @@ def test_default_profile_loads_and_sizes_the_ring_for_the_largest_block():
     ("[[streams]]\nname = \"plc\"\nlog = \"a.log\"\nnode = \"Gateway 2\"\n",
      ["streams[0].node = 'Gateway 2'", "ringspec-node"]),
     ("[[streams]]\nname = \"plc\"\nlog = \"a.log\"\nnode = 2\n", ["streams[0].node = 2"]),
+    # a stream's own words: its system prompt, its log label, its entry word
+    ("[replay]\nlog_label = 3\n", ["replay.log_label must be str", "int 3"]),
+    ("[replay]\nlog_lable = \"Syslog:\"\n", ["unknown key replay.log_lable", "log_label"]),
+    ("[replay]\nlog_label = \"\"\n", ["replay.log_label = ''", "one line", "Syslog:"]),
+    ("[replay]\nentry = \"a\\nb\"\n", ["replay.entry = 'a\\nb'", "one line", "message"]),
+    ("[replay]\nlog_label = \" Syslog:\"\n", ["replay.log_label = ' Syslog:'", "without surrounding spaces"]),
+    ("[replay]\nsystem_prompt = \"  \"\n", ["replay.system_prompt is empty", "system turn"]),
+    ("[replay]\nlog_label = \"\"\n[[streams]]\nname = \"ssh\"\nlog = \"a.log\"\nlog_label = \"Syslog:\"\n",
+     ["replay.log_label = ''"]),
+    ("[[streams]]\nname = \"ssh\"\nlog = \"a.log\"\nsystem_prompt = 7\n",
+     ["streams[0] (ssh)", "replay.system_prompt must be str", "int 7"]),
+    ("[[streams]]\nname = \"ssh\"\nlog = \"a.log\"\nlog_label = \"Syslog:\\n\"\n",
+     ["streams[0] (ssh).log_label = 'Syslog:\\n'", "one line"]),
+    ("[[streams]]\nname = \"ssh\"\nlog = \"a.log\"\nsystem_prompt = \"\"\n",
+     ["streams[0] (ssh).system_prompt is empty"]),
+    ("[[streams]]\nname = \"ssh\"\nlog = \"a.log\"\nform = \"free\"\n",
+     ["streams[0] (ssh): unknown key form", "system_prompt, log_label, entry, question, form_question"]),
 ])
 def test_bad_profiles_are_refused_with_a_precise_message(tmp_path, text, words):
     path = tmp_path / "p.toml"
@@ -54,6 +71,32 @@ def test_bad_profiles_are_refused_with_a_precise_message(tmp_path, text, words):
     for word in words:
         assert word in str(err.value)
     assert str(path) in str(err.value)
+
+
+def test_a_stream_states_its_own_words_and_takes_every_other_key_from_replay(tmp_path):
+    path = tmp_path / "p.toml"
+    path.write_text('[replay]\nevery_lines = 7\nlog_label = "Console:"\n'
+                    '[[streams]]\nname = "tep"\nlog = "a.csv"\n'
+                    '[[streams]]\nname = "ssh"\nlog = "auth.log"\n'
+                    'system_prompt = "You read an SSH gateway\'s syslog."\n'
+                    'log_label = "Syslog:"\nentry = "message"\nquestion = "What happened?"\n')
+    cfg = config.load(path)
+    tep, ssh = (config.replay_of(cfg, name) for name in ("tep", "ssh"))
+    assert (tep.system_prompt, tep.log_label, tep.entry) == (config.ReplaySection.system_prompt, "Console:", "alarm")
+    assert (ssh.system_prompt, ssh.log_label, ssh.entry, ssh.question) == (
+        "You read an SSH gateway's syslog.", "Syslog:", "message", "What happened?")
+    assert ssh.every_lines == tep.every_lines == 7 and ssh.form_question == config.ReplaySection.form_question
+    assert config.replay_of(cfg, "") == cfg.replay
+
+
+def test_the_syslog_and_hadoop_profiles_speak_of_their_logs_not_of_a_chemical_plant():
+    for name, label in (("syslog", "Syslog:"), ("hadoop", "Job log:")):
+        cfg = config.load(config.ROOT / "configs" / f"{name}.toml")
+        r = cfg.replay
+        assert r.log_label == label and r.entry == "message" and config.replay_log(cfg).endswith("_2k.log")
+        words = " ".join((r.system_prompt, r.question, r.form_question)).lower()
+        assert "alarm" not in words and "plant" not in words and "tag" not in words
+    assert config.load().replay.log_label == "Alarm log:" and "chemical plant" in config.load().replay.system_prompt
 
 
 def test_missing_profile_is_named(tmp_path):

@@ -17,6 +17,7 @@ import pytest
 
 from pipeline.config import ReplaySection
 from pipeline.messages import Line
+from pipeline.stream.forms import Stated
 from pipeline.stream.session import StreamSession
 from tests.paths import ROOT
 
@@ -108,3 +109,23 @@ def test_the_serial_launcher_refuses_what_one_process_cannot_do_with_a_clear_mes
                           capture_output=True, text=True, timeout=120, cwd=ROOT)
     assert proc.returncode == 2 and says in proc.stderr and "serial launcher" in proc.stderr, proc.stderr
     assert "Traceback" not in proc.stderr
+
+
+def test_an_assessment_states_what_the_lines_since_the_last_one_state_and_the_latest_line_when_none_came():
+    """The tags newest first and the highest severity of the lines since the last assessment that every row can see
+    (pipeline/stream/forms.py stated_by); with no new line, those of the latest line in view."""
+    s = StreamSession(Ring(40), SimpleNamespace(writer=SimpleNamespace(scratch=lambda: 0),
+                                                spec=SimpleNamespace(window=40)), ReplaySection(), "log.csv")
+    ask = np.zeros(4, np.int32)
+    s.feed([line(0, 4, "01:00:00 V160 H VLV POS HIGH ALM", ("V160",))])
+    s.assessed()
+    s.feed([line(1, 4, "07:33:00 PIR108 HH PRES REACT HIGH HIGH ALM", ("PIR108",)),
+            line(2, 4, "07:34:00 FIR123 L NR FLW RECOVERED", ("FIR123",))])
+    assert s.stated(ask) == Stated(("FIR123", "PIR108"), "high")
+    s.assessed()
+    assert s.stated(ask) == Stated(("FIR123",), "low")
+    s.feed([line(3, 4, "Jun 14 15:16:01 combo sshd(pam_unix)[19939]: authentication failure", ())])
+    assert s.stated(ask) == Stated((), "")
+    for i in range(4, 12):
+        s.feed([line(i, 4, "07:40:00 PIR108 HH NR RECOVERED", ("PIR108",))])    # recoveries, and one line stating none
+    assert s.stated(ask) == Stated(("PIR108",), "low")
