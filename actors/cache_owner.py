@@ -101,7 +101,7 @@ class Owner:
         self.restart = args.restart                   # why this start is a restart: journaled with its first line
         self.counts = dict(packed_feeds=0, answers=0, expired=0, cancelled=0, preempted=0, backlog_max_depth=0)
         self.answers = None if asks is None else Answers(self.engine, asks, out, frame.params, frame.tok.stop_ids,
-                                                         self.counts)
+                                                         self.counts, tok=frame.tok)
         self.selector = Selector([lines] + ([asks] if asks is not None else []))
         self.asks_only = Selector([asks]) if asks is not None else None
         self.backlog: deque = deque()                 # lines (and the Eof) read while the model generated

@@ -106,7 +106,7 @@ class _Server:
         return {"ttft_ms": (first - t0) * 1e3 if first else None,
                 "tokens_per_s": (tokens - 1) / (last - first) if first and last and last > first else 0.0,
                 "completion_tokens": tokens, "prompt_tokens": final.get("usage", {}).get("prompt_tokens", 0),
-                "queued_ms": meta.get("queued_ms"), "retrieved": len(meta.get("retrieved", [])),
+                "queued_ms": meta.get("queued_ms"), "retrieved": len(meta.get("citations", [])),
                 "frame_ms": meta.get("frame_ms"), "prefill_ms": meta.get("prefill_ms"),
                 "server_ttft_ms": meta.get("ttft_ms")}
 

@@ -166,6 +166,9 @@ class ServeSection:
                                      # address with ray); its two link ports are picked at start (actors/site.py)
     retrieve: int = 2                # older lines retrieved into a question's span (0 = none; each costs its tokens
                                      # of prefill before the first answer token: ~25 for a TEP line, ~60 ms here)
+    reader: str = "cited"            # cited: lookups and aggregates answered from the archive's values, each answer
+                                     # a span of a cited line or a computed value (pipeline/serve/cited.py), other
+                                     # questions as free; free: the model writes every answer over retrieved lines
 
 
 @dataclass(frozen=True)
@@ -320,7 +323,8 @@ def ring_spec(cfg: Config, head: int = 0, scratch: int = 0) -> RingSpec:
 _CHOICES = {("draft", "kind"): ("none", "suffix", "model", "hybrid"), ("draft", "backend"): ("onnx", "rknn"),
             ("board", "npu"): ("", "rknpu2"), ("replay", "format"): ("", "plain", "csv", "jsonl"),
             ("replay", "form"): ("free", "constrained", "structured"),
-            ("actors", "launcher"): ("local", "ray", "serial"), ("draft", "adaptive_costs"): ("measured", "prior")}
+            ("actors", "launcher"): ("local", "ray", "serial"), ("draft", "adaptive_costs"): ("measured", "prior"),
+            ("serve", "reader"): ("cited", "free")}
 _MIN = {("model", "threads"): 1, ("model", "max_rows"): 2, ("model", "prefill_rows"): 2, ("cache", "sink"): 0,
         ("model", "pass_streams"): 1,
         ("cache", "window"): 1, ("cache", "slack"): 0, ("draft", "length"): 0, ("draft", "threads"): 1,

@@ -258,6 +258,8 @@ class Question:
     client: str
     max_tokens: int
     deadline_s: float                           # seconds from when the owner takes it
+    rule: dict | None = None                    # a rule's spec the answer is written under (pipeline/decode/rules.py
+                                                # `rule_from`), ending at a newline: the cited reader's choice
     ids: np.ndarray = array(np.int32, 1)        # [n] the framed question span (pipeline/stream/prompts.py)
 
 

@@ -180,8 +180,7 @@ class OptionsRule:
         self.options = tuple(o.encode() for o in options)
         self.sep, self.lead, self.end = (s.encode() if s else b"" for s in (sep, lead, end))
         self.max_items = max_items if sep else 1
-        self.spec = {"kind": "options", "options": list(options), "sep": sep, "max_items": max_items, "lead": lead,
-                     "end": end}
+        self.spec = options_spec(options, sep, max_items, lead, end)
         self._forbidden: dict[str, np.ndarray] = {}
 
     def advance(self, state: str, token: int) -> str | None:
@@ -244,6 +243,11 @@ class OptionsRule:
         items = body.split(self.sep) if self.sep else [body]
         return len(items) <= self.max_items and len(set(items)) == len(items) and \
             all(item in self.options for item in items)
+
+
+def options_spec(options, sep: str | None = None, max_items: int = 1, lead: str = " ", end: str = "\n") -> dict:
+    """An `OptionsRule`'s spec, made without a token table (what a question carries to the cache owner)."""
+    return {"kind": "options", "options": list(options), "sep": sep, "max_items": max_items, "lead": lead, "end": end}
 
 
 def rule_from(spec: dict | None, table: TokenTable):

@@ -13,15 +13,18 @@ from collections import deque
 
 import numpy as np
 
+from pipeline.decode.rules import TokenTable, rule_from
 from pipeline.messages import Answer, AnswerDelta, Cancel, Question, send
 from pipeline.serve.operators import OperatorQueue, Request
 
 
 class Answers:
-    def __init__(self, engine, asks, out, params, stop_ids, counts: dict):
+    def __init__(self, engine, asks, out, params, stop_ids, counts: dict, tok=None):
         """engine: the stream's (a Decoder); asks: the front's question channel; out: the events channel; counts: the
-        owner's, where answers, expired and cancelled requests are counted."""
+        owner's, where answers, expired and cancelled requests are counted; tok: the tokenizer a question's rule is
+        read with (its token table is built at the first question that carries one)."""
         self.engine, self.out, self.params, self.stop_ids, self.counts = engine, out, params, tuple(stop_ids), counts
+        self.tok = tok
         self.queue = OperatorQueue()
         self.current: str | None = None               # the request being answered
         self.cancelled: set[str] = set()              # ... when its asker cancelled it
@@ -54,9 +57,14 @@ class Answers:
         if not isinstance(request, Question):
             raise ValueError(f"cache owner: unexpected {request.kind!r} among the questions")
         now = time.monotonic()
+        rule, stops = None, self.stop_ids
+        if request.rule is not None:                 # a choice among options: it ends at a newline
+            table = TokenTable.of(self.tok)
+            rule, stops = rule_from(request.rule, table), (*self.stop_ids, *sorted(table.newline_ids))
         self.queue.push(Request(request.id, request.client, np.asarray(request.ids, np.int64), request.max_tokens,
-                                now + float(request.deadline_s), now, self.stop_ids,
-                                {"deadline_s": float(request.deadline_s), "blocks_before": blocks_before}))
+                                now + float(request.deadline_s), now, stops,
+                                {"deadline_s": float(request.deadline_s), "blocks_before": blocks_before,
+                                 "rule": rule}))
 
     def expire(self, now: float) -> None:
         """Requests whose deadline passed while queued: each answered with an error."""
@@ -80,7 +88,7 @@ class Answers:
 
         mark = self.engine.mark()
         res = self.engine.generate(req.ids, req.max_tokens, self.params, stop_ids=req.stop_ids,
-                                   on_tokens=on_tokens, keep_going=keep_going)
+                                   on_tokens=on_tokens, keep_going=keep_going, rule=req.meta.get("rule"))
         self.engine.rollback(mark)
         ids = res.token_ids
         finish = "stop" if ids and ids[-1] in req.stop_ids else "length" if len(ids) >= req.max_tokens else \

@@ -3,7 +3,10 @@
 Owns what the interfaces (HTTP in `pipeline/serve/http_api.py`, zmq in `pipeline/serve/zmq_api.py`) share: a question
 becomes a request to the cache owner (admitted within serve.max_waiting and its operator's share of it, bounded before
 the archive is searched, older lines retrieved, the span framed and bounded, a deadline), and the owner's answer
-events become text deltas for whoever asked. Also keeps what the console and /metrics show: the stream's tail, the
+events become text deltas for whoever asked. With serve.reader = "cited" (pipeline/serve/cited.py) a lookup or an
+aggregate is answered here from the archive: directly, through the same deltas and end as a model's answer but
+without queueing on the owner, or, when several spans of a line fit, by the model choosing one under an options rule
+(its pick is not streamed; the reply written from it is). Every end carries `route`, `answer` and `citations`. Also keeps what the console and /metrics show: the stream's tail, the
 analyses, the owner's latest status, request counts and latencies. Never runs a model and never touches the cache:
 the owner decides when a question is answered.
 
@@ -22,6 +25,7 @@ import itertools
 import json
 import os
 import queue
+import re
 import threading
 import time
 from collections import Counter, deque
@@ -44,7 +48,9 @@ from pipeline.messages import (
     as_dict,
     send,
 )
+from pipeline.decode.rules import options_spec
 from pipeline.process import proc_status
+from pipeline.serve import cited
 from pipeline.stream.archive import search
 from pipeline.stream.prompts import Prompt, question_span
 
@@ -68,7 +74,7 @@ class Answer:
     client: str
     question: str
     prompt_tokens: int
-    retrieved: list
+    citations: list                                   # [{"seq", "time", "text"}]: the lines the answer stands on
     t_request: float                                  # monotonic, when the front took it
     stop_strings: tuple = ()
     frame_ms: float = 0.0                             # retrieval, framing and tokenizing before it was sent
@@ -80,6 +86,10 @@ class Answer:
     finished: bool = False
     stopped_by_string: bool = False
     stream: str = ""                                  # the stream it was asked of ("" with one)
+    route: str = "other"                              # lookup | aggregate | other (pipeline/serve/route.py)
+    answer: str | None = None                         # the span copied or the value computed; None: not found/free
+    nearest: list = field(default_factory=list)       # not found: the closest lines (not citations)
+    choice: object = None                             # a cited.Choice the model is picking an option of
 
 
 @dataclass
@@ -163,12 +173,22 @@ class Front:
         with self._lock:                              # a refusal costs no framing and no search (again below)
             self._admit(client)
         t0 = time.perf_counter()
+        read = None
         if messages is not None:
             question = _check_messages(messages)
             words = Prompt.of(replay_of(self.cfg, view.name))     # the stream's own system prompt and log label
             # the conversation alone must fit before the archive is searched: a question too long costs no search
             span = self._span(self.tok, words, messages, [])
-            retrieved = self.retrieve(question, view) if len(span) <= s.max_prompt_tokens else []
+            if s.reader == "cited" and len(span) <= s.max_prompt_tokens:
+                read = cited.read(view.archive_path, question)
+            if isinstance(read, cited.Reply):
+                return self._direct(client, question, read, view, t0)
+            if isinstance(read, cited.Choice):           # the model picks one of the line's spans, nothing else
+                messages = [*messages[:-1], {"role": "user", "content": f"{question}\nAnswer with one of: "
+                                                                        f"{', '.join(read.options)}"}]
+                span = self._span(self.tok, words, messages, [read.line.text])
+                max_tokens = min(max_tokens, max(len(self.tok.encode(o)) for o in read.options) + 2)
+            retrieved = self.retrieve(question, view) if len(span) <= s.max_prompt_tokens and read is None else []
             if retrieved:
                 span = self._span(self.tok, words, messages, [h.text for h in retrieved])
             while len(span) > s.max_prompt_tokens and retrieved:      # the conversation first, then old lines
@@ -184,18 +204,55 @@ class Front:
         with self._lock:
             self._admit(client)
             answer = Answer(f"q{os.getpid()}-{next(self._ids)}", client, question, len(span),
-                            [h.__dict__ for h in retrieved], time.monotonic(), tuple(stop),
+                            [_cited(h.seq, h.time, h.text) for h in retrieved], time.monotonic(), tuple(stop),
                             frame_ms=(time.perf_counter() - t0) * 1e3, decoder=StreamDecoder(self.tok),
-                            stream=view.name)
+                            stream=view.name, choice=read)
+            if read is not None:
+                answer.route = read.routed.kind
+            rule = None if read is None else options_spec(read.options, lead="", end="\n")
             try:
                 send(view.asks, Question(id=answer.id, client=client, max_tokens=max_tokens,
-                                         deadline_s=float(deadline_s), ids=np.asarray(span, np.int32)), timeout=5.0)
+                                         deadline_s=float(deadline_s), rule=rule, ids=np.asarray(span, np.int32)),
+                     timeout=5.0)
             except TimeoutError as exc:
                 why = str(exc) if view.node is not None else \
                     "the cache owner takes no questions right now; retry shortly"
                 raise RequestError(503, why, "server_busy") from None
             self.answers[answer.id] = answer
         return answer
+
+    def _direct(self, client: str, question: str, reply, view: StreamView, t0: float) -> Answer:
+        """A reply the archive gave without the model: its text as deltas (word by word, as a model's would come),
+        then its end, at once; nothing is queued on the owner."""
+        now = time.monotonic()
+        answer = Answer(f"q{os.getpid()}-{next(self._ids)}", client, question, 0, [], now,
+                        frame_ms=(time.perf_counter() - t0) * 1e3, stream=view.name, t_first=now)
+        self._finish(answer, reply)
+        info = self._info(answer, error=None, finish_reason="stop", prompt_tokens=0,
+                          completion_tokens=len(self.tok.encode(answer.text)), queued_ms=0.0, queued_blocks=0,
+                          stats={}, now=time.monotonic())
+        answer.finished = True
+        answer.items.put(("done", info))
+        self.counts["answers_direct"] += 1
+        self.ttft_ms.append(info["ttft_ms"])
+        self.total_ms.append(info["total_ms"])
+        return answer
+
+    @staticmethod
+    def _finish(answer: Answer, reply) -> None:
+        """A cited reply becomes the answer's text (streamed as deltas) and its route, answer and citations."""
+        answer.route, answer.answer = reply.route, reply.answer
+        answer.citations = [_cited(c.seq, c.time, c.text) for c in reply.citations]
+        answer.nearest = [_cited(c.seq, c.time, c.text) for c in reply.nearest]
+        for piece in re.findall(r"\S+\s*|\s+", reply.text):
+            answer.items.put(("delta", piece))
+        answer.text = reply.text
+
+    def _info(self, answer: Answer, now: float, **outcome) -> dict:
+        """What an answer's end carries (the interfaces' final reply, the journal's record)."""
+        return {**outcome, "ttft_ms": None if answer.t_first is None else (answer.t_first - answer.t_request) * 1e3,
+                "total_ms": (now - answer.t_request) * 1e3, "route": answer.route, "answer": answer.answer,
+                "citations": answer.citations, "nearest": answer.nearest, "frame_ms": answer.frame_ms}
 
     @property
     def per_operator(self) -> int:
@@ -218,7 +275,8 @@ class Front:
                                "rate_limit_exceeded")
 
     def retrieve(self, question: str, view: StreamView) -> list:
-        """Older lines about the question, from the stream's archive (none of those still inside its window)."""
+        """Older lines about the question, from the stream's archive (none of those still inside its window): the
+        free reader's, for the model to write over."""
         if not self.serve.retrieve or not view.archive_path:
             return []
         return search(view.archive_path, question, self.serve.retrieve, before_seq=view.window_from_seq)
@@ -248,10 +306,9 @@ class Front:
             for answer in ended:
                 del self.answers[answer.id]
                 answer.finished = True
-                answer.items.put(("done", {"error": why, "finish_reason": None, "prompt_tokens": answer.prompt_tokens,
-                                           "completion_tokens": 0, "queued_ms": None, "queued_blocks": None,
-                                           "ttft_ms": None, "total_ms": (time.monotonic() - answer.t_request) * 1e3,
-                                           "retrieved": answer.retrieved, "frame_ms": answer.frame_ms, "stats": {}}))
+                answer.items.put(("done", self._info(answer, time.monotonic(), error=why, finish_reason=None,
+                                                     prompt_tokens=answer.prompt_tokens, completion_tokens=0,
+                                                     queued_ms=None, queued_blocks=None, stats={})))
             self.gone = {k: a for k, a in self.gone.items() if a.stream not in streams}
         self.counts["answers_lost"] += len(ended)
         return len(ended)
@@ -313,6 +370,8 @@ class Front:
             answer.t_first = time.monotonic()
         # the decoder holds back a character split across tokens until the rest arrives
         answer.decoded += "".join(answer.decoder.push(int(t)) for t in ids if int(t) not in self.stops)
+        if answer.choice is not None:                 # the model's pick: the reply written from it goes out at the end
+            return
         text = answer.decoded
         cut = min((i for i in (text.find(s) for s in answer.stop_strings if s) if i >= 0), default=-1)
         if cut >= 0:
@@ -331,16 +390,14 @@ class Front:
             gone = self.gone.pop(event.id, None) if answer is None else None
         if answer is None and gone is None:
             return None
-        now = time.monotonic()
         answer = answer or gone
         finish = "stop" if answer.stopped_by_string else event.finish
-        info = {"error": event.error, "finish_reason": finish, "prompt_tokens": event.prompt_tokens,
-                "completion_tokens": event.completion_tokens, "queued_ms": event.queued_ms,
-                "queued_blocks": event.queued_blocks,
-                "ttft_ms": None if answer.t_first is None else (answer.t_first - answer.t_request) * 1e3,
-                "total_ms": (now - answer.t_request) * 1e3, "retrieved": answer.retrieved,
-                "frame_ms": answer.frame_ms,
-                "stats": event.stats}
+        if answer.choice is not None and event.error is None and gone is None:
+            self._finish(answer, cited.chosen(answer.choice, answer.decoded))
+            finish = "stop"
+        info = self._info(answer, time.monotonic(), error=event.error, finish_reason=finish,
+                          prompt_tokens=event.prompt_tokens, completion_tokens=event.completion_tokens,
+                          queued_ms=event.queued_ms, queued_blocks=event.queued_blocks, stats=event.stats)
         if gone is not None:                         # its asker went away: journaled, nobody waits for it
             return {"kind": event.kind, "id": gone.id, "client": gone.client, "question": gone.question,
                     "text": gone.text, **info, "client_gone": True}
@@ -418,6 +475,11 @@ def _check_messages(messages) -> str:
         raise RequestError(400, "the last message must be the user's question")
     messages[:] = [m for m in messages if m["role"] != "system"]    # the gateway's own system prompt is in the sinks
     return messages[-1]["content"]
+
+
+def _cited(seq: int, time_: str, text: str) -> dict:
+    """A citation as the replies carry it (the server writes it from the archive, never the model)."""
+    return {"seq": int(seq), "time": time_, "text": text}
 
 
 def _line_view(event: dict) -> dict:

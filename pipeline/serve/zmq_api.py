@@ -145,8 +145,8 @@ class ZmqFront:
                                      "finish_reason": data["finish_reason"],
                                      "usage": {"prompt_tokens": data["prompt_tokens"],
                                                "completion_tokens": data["completion_tokens"]},
-                                     "ringspec": {k: data[k] for k in ("retrieved", "queued_ms", "ttft_ms",
-                                                                       "total_ms")}}))
+                                     "ringspec": {k: data[k] for k in ("answer", "route", "citations", "nearest",
+                                                                       "queued_ms", "ttft_ms", "total_ms")}}))
             return
 
 
@@ -196,8 +196,11 @@ class AskReport(Report):
 
     def notes(self) -> str:
         meta = self.data.get("ringspec", {})
-        lines = [f"  [retrieved: line {line['offset']} at {line['time'] or '?'}] {line['text']}"
-                 for line in meta.get("retrieved", [])]
+        lines = [f"  [{meta.get('route', 'other')}: answer {meta.get('answer')!r}]"]
+        lines += [f"  [cited: line #{line['seq']} at {line['time'] or '?'}] {line['text']}"
+                  for line in meta.get("citations", [])]
+        lines += [f"  [nearest: line #{line['seq']} at {line['time'] or '?'}] {line['text']}"
+                  for line in meta.get("nearest", [])]
         ttft = meta.get("ttft_ms")
         lines.append(f"({self.data['usage']['completion_tokens']} tokens, {self.data['finish_reason']}, ttft "
                      f"{'-' if ttft is None else f'{ttft:.0f}'} ms, total {meta.get('total_ms', 0):.0f} ms)")

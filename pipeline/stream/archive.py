@@ -1,8 +1,14 @@
-"""Memory beyond the ring: an SQLite FTS5 file holding every ingested line, searchable by an operator question.
+"""Memory beyond the ring: an SQLite file holding every ingested line, searchable by an operator question.
 
-Owns the archive file: one writer (`Archive`, in the ingest process) appends lines and evicts the oldest past
-`max_lines`; any number of readers (`search`, in the HTTP front end) open it read-only while the writer runs (WAL).
-Never tokenizes for the model, never touches the ring or a model; a reader never writes.
+Owns the archive file and its schema: one writer (`Archive`, in the ingest process) appends lines with their typed
+values (pipeline/stream/values.py) and template (pipeline/stream/templates.py), each line, its values and its template
+row in one transaction, and evicts the oldest past `max_lines` from every table at once; any number of readers
+(`search` here, the values' queries in pipeline/stream/evidence.py, in the front) open it read-only while the writer
+runs (WAL). Tables: `lines` (FTS5: text, time, offset; rowid = seq), `vals` (seq, kind, key, start, stop: a value's
+span in its line and its case-folded lookup key), `templates` (id, pattern), `line_templates` (seq, template,
+params). An archive written before the values tables existed is filled in by its writer when it opens it (every line's
+values extracted then); a reader refuses it with a clear error until then. Never tokenizes for the model, never touches
+the ring or a model; a reader never writes.
 
 Ranking: FTS5 MATCH with the OR of the question's terms picks `candidates` rows by bm25 (ties to the most recent),
 then those are ordered by coordinate match (distinct query terms the line contains, descending), then, unless the
@@ -18,8 +24,20 @@ import unicodedata
 from dataclasses import dataclass
 from pathlib import Path
 
+from pipeline.stream.templates import Miner
+from pipeline.stream.values import key_of, values_of
+
 SCHEMA = ("CREATE VIRTUAL TABLE lines USING fts5(text, time UNINDEXED, offset UNINDEXED, "
           "tokenize = \"unicode61 tokenchars '_'\")")   # rowid is the seq; '_' keeps AIR003_3 one token
+TABLES = {            # beside `lines`: what the cited reader reads (pipeline/stream/evidence.py)
+    "vals": "CREATE TABLE vals(seq INTEGER NOT NULL, kind TEXT NOT NULL, key TEXT NOT NULL, start INTEGER NOT NULL, "
+            "stop INTEGER NOT NULL)",
+    "templates": "CREATE TABLE templates(id INTEGER PRIMARY KEY, pattern TEXT NOT NULL)",
+    "line_templates": "CREATE TABLE line_templates(seq INTEGER PRIMARY KEY, template INTEGER NOT NULL, "
+                      "params TEXT NOT NULL)",
+}
+INDEXES = ("CREATE INDEX vals_key ON vals(key, seq)", "CREATE INDEX vals_seq ON vals(seq)",
+           "CREATE INDEX line_templates_template ON line_templates(template, seq)")
 BUSY_MS = 5000
 
 # Question and filler words that name no line. "alarm" is here too: every line of an alarm log is one (the TEP log
@@ -75,17 +93,35 @@ def _clean(text: str) -> str:
     return text.encode("utf-16", "surrogatepass").decode("utf-16", "replace").replace("\0", " ")
 
 
-def _is_archive(con: sqlite3.Connection, path) -> bool:
-    """True for an archive, False for an empty database (the writer has not made its table yet), else ValueError."""
+def _schema(con: sqlite3.Connection, path) -> str:
+    """"current" for an archive, "empty" for an empty database (the writer has not made its tables yet), "old" for an
+    archive written before the values tables (only `lines`, exactly), else ValueError naming what is wrong."""
     try:
         tables = dict(con.execute("SELECT name, sql FROM sqlite_master WHERE type = 'table'"))
     except sqlite3.OperationalError:
         raise                                   # locked, unreadable: not a question of what the file is
     except sqlite3.DatabaseError as e:
         raise ValueError(f"{path}: not a ringspec archive: {e}") from e
-    if tables and tables.get("lines") != SCHEMA:
+    if not tables:
+        return "empty"
+    if tables.get("lines") != SCHEMA:
         raise ValueError(f"{path}: not a ringspec archive: its table lines is {tables.get('lines') or 'missing'}")
-    return bool(tables)
+    if not any(name in tables for name in TABLES):
+        return "old"
+    for name, sql in TABLES.items():
+        if tables.get(name) != sql:
+            raise ValueError(f"{path}: not a ringspec archive: its table {name} is {tables.get(name) or 'missing'}")
+    return "current"
+
+
+def _is_archive(con: sqlite3.Connection, path) -> bool:
+    """For a reader: True for an archive, False for an empty database, ValueError for anything else, an archive of
+    an older ringspec included (its writer fills the values tables in when it opens it)."""
+    state = _schema(con, path)
+    if state == "old":
+        raise ValueError(f"{path}: a ringspec archive from before the values tables (issue 47): `serve` adds them "
+                         f"when it opens the file for writing (or delete the file)")
+    return state == "current"
 
 
 class Archive:
@@ -97,18 +133,39 @@ class Archive:
         self.path, self.max_lines, self.flush_every = Path(path), max_lines, flush_every
         self.con = sqlite3.connect(self.path, isolation_level=None)   # autocommit; flush opens its own transaction
         try:
-            if not _is_archive(self.con, self.path):
-                self.con.execute(SCHEMA)
+            state = _schema(self.con, self.path)
             self.con.execute(f"PRAGMA busy_timeout = {BUSY_MS}")
             self.con.execute("PRAGMA journal_mode = WAL")
             self.con.execute("PRAGMA synchronous = NORMAL")    # WAL: a crash may lose the last flush, never corrupt
+            if state != "current":
+                self._create(state)
             last = self.con.execute("SELECT rowid FROM lines ORDER BY rowid DESC LIMIT 1").fetchone()
+            self.miner = Miner(patterns=dict(self.con.execute("SELECT id, pattern FROM templates")))
         except BaseException:
             self.con.close()
             raise
         self._next = last[0] + 1 if last else 1
         self.pending: list[tuple[int, str, str, int]] = []
+        self.pending_values: list[tuple[int, str, str, int, int]] = []
+        self.pending_templates: list[tuple[int, int, str]] = []
         self.stats = {"added": 0, "evicted": 0, "flushes": 0}
+
+    def _create(self, state: str) -> None:
+        """Make the tables (an empty file), or add the values tables to an older archive and fill them from its
+        lines (one transaction: a reader sees the old archive or the whole new one)."""
+        with self.con:
+            self.con.execute("BEGIN IMMEDIATE")
+            if state == "empty":
+                self.con.execute(SCHEMA)
+            for sql in (*TABLES.values(), *INDEXES):
+                self.con.execute(sql)
+            if state == "old":
+                miner = Miner()
+                for seq, text in self.con.execute("SELECT rowid, text FROM lines ORDER BY rowid").fetchall():
+                    vals, template = _derived(seq, text, miner)
+                    self.con.executemany("INSERT INTO vals VALUES (?, ?, ?, ?, ?)", vals)
+                    self.con.execute("INSERT INTO line_templates VALUES (?, ?, ?)", template)
+                self.con.executemany("INSERT OR REPLACE INTO templates VALUES (?, ?)", miner.take_changed().items())
 
     @property
     def next_seq(self) -> int:
@@ -116,7 +173,11 @@ class Archive:
 
     def add(self, offset: int, time: str, text: str) -> int:
         seq, self._next = self._next, self._next + 1
-        self.pending.append((seq, _clean(text), _clean(time), int(offset)))
+        text = _clean(text)
+        self.pending.append((seq, text, _clean(time), int(offset)))
+        vals, template = _derived(seq, text, self.miner)
+        self.pending_values += vals
+        self.pending_templates.append(template)
         self.stats["added"] += 1
         if len(self.pending) >= self.flush_every:
             self.flush()
@@ -129,17 +190,28 @@ class Archive:
         with self.con:
             self.con.execute("BEGIN IMMEDIATE")
             self.con.executemany("INSERT INTO lines(rowid, text, time, offset) VALUES (?, ?, ?, ?)", self.pending)
-            gone = self.con.execute("DELETE FROM lines WHERE rowid < ?", (self._next - self.max_lines,))
-        self.stats["evicted"] += gone.rowcount
+            self.con.executemany("INSERT INTO vals VALUES (?, ?, ?, ?, ?)", self.pending_values)
+            self.con.executemany("INSERT INTO line_templates VALUES (?, ?, ?)", self.pending_templates)
+            self.con.executemany("INSERT OR REPLACE INTO templates VALUES (?, ?)", self.miner.take_changed().items())
+            gone = self._forget("<", self._next - self.max_lines)
+        self.stats["evicted"] += gone
         self.stats["flushes"] += 1
-        self.pending = []
+        self.pending, self.pending_values, self.pending_templates = [], [], []
+
+    def _forget(self, op: str, seq: int) -> int:
+        """Delete the lines with seq `op` `seq` from every table (inside the caller's transaction); how many lines."""
+        gone = self.con.execute(f"DELETE FROM lines WHERE rowid {op} ?", (seq,)).rowcount
+        self.con.execute(f"DELETE FROM vals WHERE seq {op} ?", (seq,))
+        self.con.execute(f"DELETE FROM line_templates WHERE seq {op} ?", (seq,))
+        return gone
 
     def rewind(self, seq: int) -> None:
         """Forget the lines from `seq` on, so the next line added is `seq` again (a restart re-reads them from the
         source: the archive then holds each line once, under the seq its commit was checkpointed with)."""
         self.flush()
         with self.con:
-            self.con.execute("DELETE FROM lines WHERE rowid >= ?", (seq,))
+            self.con.execute("BEGIN IMMEDIATE")
+            self._forget(">=", seq)
         self._next = seq
 
     def close(self) -> None:
@@ -153,6 +225,19 @@ class Archive:
 
     def __exit__(self, *exc) -> None:
         self.close()
+
+
+def _derived(seq: int, text: str, miner: Miner) -> tuple[list[tuple], tuple]:
+    """A line's rows in `vals` and `line_templates`."""
+    vals = [(seq, v.kind, key_of(v.text), v.start, v.end) for v in values_of(text)]
+    tid, params = miner.add(text)
+    return vals, (seq, tid, "\t".join(params))
+
+
+def open_reader(path) -> sqlite3.Connection | None:
+    """A read-only connection to an archive, or None when there is none yet (no file, or no tables yet)."""
+    path = Path(path)
+    return _open_reader(path) if path.exists() else None
 
 
 def _open_reader(path: Path) -> sqlite3.Connection | None:

@@ -73,7 +73,7 @@ def show(record: dict, quiet_lines: bool = False) -> None:
             ttft = "-" if record["ttft_ms"] is None else f"{record['ttft_ms']:.0f}"
             print(f"\n?? {who}[{record['client']}] {record['question'][:200]}\n=> {text}\n"
                   f"   ({record['completion_tokens']} tokens, ttft {ttft} ms, total {record['total_ms']:.0f} ms, "
-                  f"queued {record['queued_ms']:.0f} ms, {len(record['retrieved'])} older lines retrieved, "
+                  f"queued {record['queued_ms']:.0f} ms, {record['route']}, {len(record['citations'])} lines cited, "
                   f"{record['finish_reason']}{', client gone' if record.get('client_gone') else ''})\n", flush=True)
         case "capacity":
             print(f"ringspec: warning: {who}the stream goes in at {record['lines_per_s']:.1f} lines/s "

@@ -62,7 +62,8 @@ class StubFront:
             return type("Answer", (), {"id": "q1", "text": "", "items": Endless()})()
         answer = type("Answer", (), {"id": "q1", "text": "ok", "items": queue.Queue()})()
         answer.items.put(("done", {"error": None, "finish_reason": "stop", "prompt_tokens": 3,
-                                   "completion_tokens": 1, "retrieved": [], "frame_ms": 0, "queued_ms": 0,
+                                   "completion_tokens": 1, "route": "other", "answer": None,
+                                   "citations": [], "nearest": [], "frame_ms": 0, "queued_ms": 0,
                                    "queued_blocks": 0, "ttft_ms": 1, "total_ms": 1, "stats": {}}))
         return answer
 

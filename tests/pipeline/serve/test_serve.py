@@ -153,7 +153,7 @@ def test_openai_client_gets_whole_chat_and_completion_answers_with_usage(server)
     assert [m.id for m in client.models.list().data] == ["ringspec"]
 
 
-def test_plain_sse_ends_with_done_and_an_answer_carries_the_retrieved_lines_it_used(server):
+def test_plain_sse_ends_with_done_and_an_answer_carries_the_lines_it_cites(server):
     # AIR003_3 is the log's first line: once 100 lines (over 1,500 tokens) are in the ring it has left the 1,024-token
     # window, and only the archive has it (waiting for the count, not for a time: a loaded host slows the ring)
     server.wait_for(lambda: (server.progress()[1] or 0) >= 100, "the first line leaving the window")
@@ -167,8 +167,11 @@ def test_plain_sse_ends_with_done_and_an_answer_carries_the_retrieved_lines_it_u
     events = sse_events(resp)
     assert events[-1] == "[DONE]"
     final = json.loads(events[-2])
-    retrieved = final["ringspec"]["retrieved"]
-    assert retrieved and all("AIR003_3" in h["text"] and h["time"] and h["offset"] >= 0 for h in retrieved)
+    meta = final["ringspec"]          # a "last" question: answered from the archive, the line cited by the server
+    cited = meta["citations"]
+    assert meta["route"] == "aggregate" and cited and all("AIR003_3" in h["text"] and h["time"] and h["seq"] >= 1
+                                                          for h in cited)
+    assert meta["answer"] and meta["answer"] in cited[0]["text"]
     assert final["usage"]["completion_tokens"] >= len(events) - 2
 
 
@@ -302,7 +305,7 @@ def test_zmq_ask_client_prints_the_answer_as_it_streams(server):
     assert refused.returncode != 0 and "wrong API key" in refused.stderr       # the server has a key
     proc = procs.run(ask, env={**os.environ, "RINGSPEC_API_KEY": KEY})
     assert proc.returncode == 0, proc.stderr
-    assert proc.stdout.strip() and "tokens" in proc.stderr and "retrieved" in proc.stderr
+    assert proc.stdout.strip() and "tokens" in proc.stderr and "cited" in proc.stderr
 
 
 def test_zmq_rejects_junk_with_an_error_reply(server):

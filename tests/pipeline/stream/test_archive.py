@@ -4,7 +4,7 @@ import sqlite3
 import pytest
 
 from bench.recall_questions import alarm_of, build, recall_at_k, seq_of
-from pipeline.stream.archive import Archive, Hit, query_terms, search
+from pipeline.stream.archive import SCHEMA, Archive, Hit, query_terms, search
 from pipeline.stream.records import read_log
 from tests.paths import SHARED
 
@@ -185,3 +185,54 @@ def test_rewind_forgets_the_lines_from_a_seq_on_so_they_are_archived_once_when_r
         assert archive.add(2, "", "three") == 3 and archive.add(3, "", "four") == 4
     rows = sqlite3.connect(tmp_path / "a.sqlite").execute("SELECT rowid, text FROM lines ORDER BY rowid").fetchall()
     assert rows == [(1, "one"), (2, "two"), (3, "three"), (4, "four")]
+
+
+# -- the values tables (issue 47) ------------------------------------------------------------------------------------
+def table_seqs(path) -> dict[str, list[int]]:
+    con = sqlite3.connect(path)
+    try:
+        return {"lines": [s for (s,) in con.execute("SELECT rowid FROM lines ORDER BY rowid")],
+                "vals": [s for (s,) in con.execute("SELECT DISTINCT seq FROM vals ORDER BY seq")],
+                "line_templates": [s for (s,) in con.execute("SELECT seq FROM line_templates ORDER BY seq")]}
+    finally:
+        con.close()
+
+
+def test_every_line_has_its_values_and_template_stored_with_it_and_eviction_removes_them_together(tmp_path):
+    path = archive_of(tmp_path / "a.sqlite", [f"PIR108 HH {i}.5" for i in range(23)], max_lines=10, flush_every=4)
+    assert table_seqs(path) == {name: list(range(14, 24)) for name in ("lines", "vals", "line_templates")}
+
+
+def test_rewind_forgets_the_values_of_the_lines_it_forgets(tmp_path):
+    archive_of(tmp_path / "a.sqlite", [f"FIR{i}23 H" for i in range(1, 6)])
+    with Archive(tmp_path / "a.sqlite") as archive:
+        archive.rewind(3)
+        archive.add(2, "", "TIR777 L")
+    assert table_seqs(tmp_path / "a.sqlite") == {name: [1, 2, 3] for name in ("lines", "vals", "line_templates")}
+    con = sqlite3.connect(tmp_path / "a.sqlite")
+    assert con.execute("SELECT key FROM vals WHERE seq = 3 AND kind = 'id'").fetchall() == [("tir777",)]
+
+
+def test_an_archive_from_before_the_values_tables_is_refused_by_a_reader_and_filled_in_by_its_writer(tmp_path):
+    path = tmp_path / "old.sqlite"
+    with sqlite3.connect(path) as con:
+        con.execute(SCHEMA)
+        con.execute("INSERT INTO lines(rowid, text, time, offset) VALUES (1, '01:00:00 PIR108 HH 28.0', '', 0)")
+    with pytest.raises(ValueError, match="before the values tables"):
+        search(path, "PIR108")
+    with Archive(path) as archive:
+        assert archive.next_seq == 2
+    con = sqlite3.connect(path)
+    assert sorted(con.execute("SELECT kind, key FROM vals WHERE seq = 1")) == [
+        ("id", "pir108"), ("number", "28.0"), ("status", "hh"), ("time", "01:00:00")]
+    assert search(path, "PIR108")[0].seq == 1
+
+
+@pytest.mark.parametrize("open_it", [lambda p: Archive(p), lambda p: search(p, "PIR108")], ids=["writer", "reader"])
+def test_an_archive_whose_values_table_is_not_ours_is_a_clear_error(tmp_path, open_it):
+    path = tmp_path / "odd.sqlite"
+    with sqlite3.connect(path) as con:
+        con.execute(SCHEMA)
+        con.execute("CREATE TABLE vals(seq, value)")
+    with pytest.raises(ValueError, match="not a ringspec archive: its table vals"):
+        open_it(path)

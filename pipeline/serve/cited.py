@@ -1,0 +1,223 @@
+"""The cited reader: an operator's lookup or aggregate answered from the archive, every answer with the lines it
+stands on, or no answer.
+
+Owns what a routed question (pipeline/serve/route.py) becomes: a `Reply` (the answer, the text streamed to the
+operator, the citations the server writes: seq, time, text of each line), or a `Choice` when the wanted kind and the
+question's words leave several spans in the line (the model picks one of them under an options rule, and `chosen`
+turns its pick into the Reply). Never runs a model; never writes an answer that is not a span of a cited line
+(lookups, first/last), or a value computed here over the archive (count, most, distinct).
+
+Lookups: the lines holding every value the question names (exact match), of its TEP alarm type when it asks one,
+with a span of the wanted kind (other than the named values), those covering the most of the question's word roots,
+newest first. The newest line's spans are narrowed by the word just before each span ("free 317.1 MB" for "...
+free?") and by the size unit asked; one left: the answer, no model call. Lines of the same rank whose one span
+differs from the answer: "other lines say otherwise", each cited, newest first (the answer stays the newest line's).
+No such line: answer null, "not found", with the `nearest` lines (not citations). Aggregates: count, most frequent
+value of the wanted kind (or template), distinct values, first/last line, over the same lines; each says its scope,
+"since line #a (time)", the archive's oldest line (serve.archive_max_lines bounds its history). A count of no line
+is the answer "0" (nothing to cite; the nearest lines are given). An aggregate naming no value whose words match no
+line is not the archive's to answer: None, and the free reader answers it.
+"""
+from __future__ import annotations
+
+import re
+from collections import Counter
+from dataclasses import dataclass
+
+from pipeline.serve.route import Route, route
+from pipeline.stream import evidence
+from pipeline.stream.archive import open_reader, search
+from pipeline.stream.evidence import Line
+from pipeline.stream.values import Value, key_of, stem
+
+MAX_CITED = 8
+_BEFORE = re.compile(r"(\w+)\W*$")
+
+
+@dataclass(frozen=True)
+class Citation:
+    seq: int
+    time: str
+    text: str
+
+
+@dataclass(frozen=True)
+class Reply:
+    route: str                                   # lookup | aggregate
+    answer: str | None                           # the span copied, or the computed value; None: not found
+    text: str                                    # what the operator reads (streamed)
+    citations: tuple[Citation, ...] = ()
+    nearest: tuple[Citation, ...] = ()           # when not found: the lines closest to the question
+
+
+@dataclass(frozen=True)
+class Choice:
+    """Several spans of one line fit the question: the model picks one option (a span's text)."""
+    routed: Route
+    line: Line
+    options: tuple[str, ...]
+    lead: str                                    # how the reply starts ("the last of 3 matching lines...")
+
+
+def cite(line: Line) -> Citation:
+    return Citation(line.seq, line.when, line.text)
+
+
+def read(archive_path, question: str) -> Reply | Choice | None:
+    """The cited reader's answer to `question`, or None when it is not a lookup or an aggregate (or there is no
+    archive yet): the free reader answers those."""
+    r = route(question)
+    if r.kind == "other" or not archive_path:
+        return None
+    con = open_reader(archive_path)
+    if con is None:
+        return None
+    try:
+        lines = [ln for ln in evidence.holding(con, r.keys, r.roots) if _alarm_ok(ln, r.alarm)]
+        if not r.keys and r.roots and not lines:
+            return None
+        first = evidence.oldest(con)
+        scope = f"since line #{first.seq} ({first.when})" if first else "in an empty archive"
+        if r.op == "count":
+            return _count(r, lines, scope, lambda: _nearest(archive_path, question))
+        if r.op in ("most", "distinct"):
+            return _values(r, lines, scope, con)
+        return _lookup(r, lines, scope, lambda: _nearest(archive_path, question))
+    finally:
+        con.close()
+
+
+def chosen(choice: Choice, written: str) -> Reply:
+    """The Reply for the option the model wrote (None when it wrote none: cut short)."""
+    pick = written.strip()
+    r = choice.routed
+    if pick not in choice.options:
+        return Reply(r.kind, None, f"not decided: the model chose none of {', '.join(choice.options)} "
+                                   f"on line #{choice.line.seq}", (cite(choice.line),))
+    return Reply(r.kind, pick, _said(r, pick, choice.line, choice.lead), (cite(choice.line),))
+
+
+# -- lookups, first and last ---------------------------------------------------------------------------------------
+def _lookup(r: Route, lines: list[Line], scope: str, nearest) -> Reply | Choice:
+    keys = {key_of(k) for k in r.keys}
+    kind = next((k for k in r.want if any(_spans(ln, k, keys) for ln in lines)), None) if r.want else None
+    fitting = [ln for ln in lines if kind is None or _spans(ln, kind, keys)]
+    if not fitting:
+        held = "" if not r.keys else f" holding {', '.join(r.keys)}"
+        what = f" with a {r.type_noun or '/'.join(r.want)}" if r.want and lines else ""
+        return Reply(r.kind, None, f"not found: no line{held}{what} {scope}", (),
+                     tuple(cite(ln) for ln in lines[:3]) or nearest())
+    best = max(ln.covers(r.roots) for ln in fitting)
+    fitting = [ln for ln in fitting if ln.covers(r.roots) == best]           # newest first
+    line = fitting[-1] if r.op == "first" else fitting[0]
+    lead = "" if r.op == "span" else f"the {r.op} of {len(fitting)} matching lines {scope}"
+    if kind is None:                             # no kind wanted: the line itself (its time, asked "when")
+        return Reply(r.kind, line.text, _said(r, line.text, line, lead), (cite(line),))
+    options = _narrowed(r, line, _spans(line, kind, keys))
+    if len(options) > 1:
+        return Choice(r, line, options, lead)
+    answer = options[0]
+    others: dict[str, Line] = {}
+    if r.op == "span":
+        for ln in fitting[1:]:
+            theirs = _narrowed(r, ln, _spans(ln, kind, keys))
+            if len(theirs) == 1 and key_of(theirs[0]) != key_of(answer) and key_of(theirs[0]) not in others:
+                others[key_of(theirs[0])] = ln
+    text = _said(r, answer, line, lead)
+    if others:
+        listed = "; ".join(f"{_span_text(ln, kind, keys, r)} on line #{ln.seq} at {ln.when}"
+                           for ln in list(others.values())[:MAX_CITED - 1])
+        text += f"\nother lines say otherwise, newest first: {listed}"
+    return Reply(r.kind, answer, text, (cite(line), *(cite(ln) for ln in list(others.values())[:MAX_CITED - 1])))
+
+
+def _span_text(line: Line, kind: str, keys: set[str], r: Route) -> str:
+    return _narrowed(r, line, _spans(line, kind, keys))[0]
+
+
+def _said(r: Route, answer: str, line: Line, lead: str) -> str:
+    noun = f"{r.type_noun} " if r.type_noun and r.type_noun not in ("when", "time", "timestamp", "date") and \
+        not answer.casefold().startswith(r.type_noun) else ""
+    where = f"from line #{line.seq} at {line.when}" + (f" ({lead})" if lead else "")
+    return f"{noun}{answer}, {where}: {line.text}"
+
+
+def _spans(line: Line, kind: str, keys: set[str]) -> list[Value]:
+    """The line's values of `kind`, other than the values the question names (a line's time: its first)."""
+    found = [v for v in line.values if v.kind == kind and key_of(v.text) not in keys]
+    return found[:1] if kind == "time" else found
+
+
+def _narrowed(r: Route, line: Line, spans: list[Value]) -> tuple[str, ...]:
+    """The spans' distinct texts, kept to those best fitting the question: the word just before a span starts with
+    one of the question's word roots or is its type noun ("size 67108864"; 2 points), its unit is the unit asked
+    (1 point)."""
+    if len(spans) <= 1:
+        return tuple(v.text for v in spans)
+    scored = [(_fit(r, line.text[:v.start], v.text), v.text) for v in spans]
+    top = max(s for s, _ in scored)
+    return tuple(dict.fromkeys(t for s, t in scored if s == top))
+
+
+def _fit(r: Route, before: str, text: str) -> int:
+    m = _BEFORE.search(before)
+    word = stem(m[1]) if m else ""
+    near = bool(word) and any(word.startswith(root) or root.startswith(word)
+                              for root in (*r.roots, *([stem(r.type_noun)] if r.type_noun else ())))
+    unit = bool(r.unit) and text.casefold().replace(" ", "").endswith(r.unit)
+    return 2 * near + unit
+
+
+# -- aggregates ------------------------------------------------------------------------------------------------------
+def _count(r: Route, lines: list[Line], scope: str, nearest) -> Reply:
+    best = max((ln.covers(r.roots) for ln in lines), default=0)
+    counted = [ln for ln in lines if ln.covers(r.roots) == best]
+    criteria = [*r.keys, *([f"type {r.alarm}"] if r.alarm else []),
+                *(f"{root}*" for root in r.roots if best and any(ln.covers([root]) for ln in counted[:1]))]
+    what = f", counting lines with {', '.join(criteria)}" if criteria else ", counting every line"
+    n = len(counted)
+    text = f"{n} time{'s' if n != 1 else ''} {scope}{what}"
+    if not counted:
+        return Reply(r.kind, "0", text, (), nearest())
+    return Reply(r.kind, str(n), text, tuple(cite(ln) for ln in counted[:3]))
+
+
+def _values(r: Route, lines: list[Line], scope: str, con) -> Reply:
+    best = max((ln.covers(r.roots) for ln in lines), default=0)
+    lines = [ln for ln in lines if ln.covers(r.roots) == best]               # newest first
+    keys = {key_of(k) for k in r.keys}
+    kind = next((k for k in r.want if any(_spans(ln, k, keys) for ln in lines)), None)
+    newest: dict[str, tuple[str, Line]] = {}
+    counts: Counter = Counter()
+    for ln in lines:                             # no kind wanted: the lines' templates
+        seen = {key_of(v.text): v.text for v in _spans(ln, kind, keys)} if kind else {f"#{ln.template}": ""}
+        for key, text in seen.items():
+            counts[key] += 1
+            newest.setdefault(key, (text or evidence.pattern(con, ln.template), ln))
+    if not counts:
+        return Reply(r.kind, None, f"not found: no matching line with a {r.type_noun or 'value'} {scope}",
+                     (), tuple(cite(ln) for ln in lines[:3]))
+    if r.op == "most":
+        top = max(counts.values())
+        key = next(k for k in newest if counts[k] == top)                    # ties: the newest
+        text, line = newest[key]
+        return Reply(r.kind, text, f"{text}, in {top} of {len(lines)} matching lines {scope}; newest: line "
+                                   f"#{line.seq} at {line.when}: {line.text}", (cite(line),))
+    listed = [newest[k][0] for k in newest]                                  # newest first
+    answer = ", ".join(listed)
+    noun = f"{r.type_noun} values" if r.type_noun else "values"
+    return Reply(r.kind, answer, f"{len(listed)} different {noun} {scope}, newest first: {answer}",
+                 tuple(cite(newest[k][1]) for k in list(newest)[:MAX_CITED]))
+
+
+# -- shared ------------------------------------------------------------------------------------------------------------
+def _alarm_ok(line: Line, alarm: str) -> bool:
+    """A TEP line of the alarm type asked (a recovery only when a recovery is asked)."""
+    if not alarm:
+        return True
+    recovered = line.has("status", "nr")
+    return recovered if alarm == "NR" else line.has("status", alarm.casefold()) and not recovered
+
+
+def _nearest(archive_path, question: str) -> tuple[Citation, ...]:
+    return tuple(Citation(h.seq, h.time, h.text) for h in search(archive_path, question, k=3))

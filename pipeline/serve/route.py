@@ -1,0 +1,134 @@
+"""An operator's question, routed by rules: a lookup (copy a span of one line), an aggregate (computed over the
+archive) or other (the model writes, over retrieved lines).
+
+Owns `route`: the question's own values (pipeline/stream/values.py: ids, IPs, ports, paths, user names, sizes) are
+the keys a line must hold; its type nouns say what kind of span is wanted ("port" -> a port, "when" -> the line's
+time); its remaining words, stemmed, rank lines. Rules, in order:
+  aggregate  "how many" (not "how many kB"/"how many bytes": a size lookup), "how often", "count", "number of"
+             -> count; "most frequent|common|often" -> most; "first"/"earliest" -> first; "last"/"latest"/
+             "most recent" -> last; "which|what <plural type noun>" ("which ports") -> distinct;
+  lookup     the question names a value and a wanted kind (a type noun, or "when");
+  other      everything else.
+No model is asked to route: where these rules find no aggregate and no named value, the question is "other", and the
+free reader (the model over retrieved lines) answers it, as before issue 47. On a TEP alarm log a question naming a
+tag asks an alarm type too ("high high" -> HH, "low" -> L, "recovered" -> NR). Never reads the archive.
+"""
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+from pipeline.stream.identifiers import TAG
+from pipeline.stream.values import stem, values_of
+
+KEY_KINDS = ("id", "ip", "addr", "port", "path", "user", "size")
+# a type noun -> the value kinds it wants, best first
+WANTS = {
+    "port": ("port",), "ip": ("ip", "addr"), "address": ("ip", "addr", "path"), "host": ("ip", "id"),
+    "client": ("ip", "addr"), "source": ("ip", "addr"), "remote": ("ip", "addr"),
+    "node": ("addr", "ip", "id"), "server": ("addr", "ip", "id"), "datanode": ("addr", "ip", "id"),
+    "size": ("size", "number"), "bytes": ("size", "number"), "memory": ("size", "number"),
+    "path": ("path",), "file": ("path",), "directory": ("path",), "dir": ("path",), "folder": ("path",),
+    "user": ("user",), "username": ("user",), "account": ("user",), "who": ("user",), "login": ("user",),
+    "block": ("id",), "id": ("id",), "container": ("id",), "task": ("id",), "attempt": ("id",), "job": ("id",),
+    "session": ("id",), "tag": ("id",), "application": ("id",), "identifier": ("id",),
+    "pid": ("number",), "number": ("number", "size"), "value": ("number", "size"), "progress": ("number",),
+    "duration": ("number",), "long": ("number",),
+    "status": ("status",), "state": ("status",), "level": ("status",), "severity": ("status",),
+    "result": ("status",), "outcome": ("status",),
+    "when": ("time",), "time": ("time",), "timestamp": ("time",), "date": ("time",),
+}
+PLURALS = {"ports": "port", "ips": "ip", "addresses": "address", "hosts": "host", "clients": "client",
+           "nodes": "node", "servers": "server", "sizes": "size", "paths": "path", "files": "file",
+           "users": "user", "usernames": "username", "accounts": "account", "blocks": "block", "ids": "id",
+           "containers": "container", "tasks": "task", "attempts": "attempt", "jobs": "job", "sessions": "session",
+           "tags": "tag", "statuses": "status", "states": "state", "levels": "level", "values": "value",
+           "times": "time"}
+UNITS = {"kb": "kb", "kib": "kib", "mb": "mb", "mib": "mib", "gb": "gb", "gib": "gib", "bytes": "b", "byte": "b",
+         "b": "b"}
+STOP = frozenset("""
+    a an the and or but not no of to in on at by for from with about into than then there this that these those it its
+    is are was were be been being do does did done has have had can could will would should shall may might must
+    i me my we our you your he she they them what when where which who whom whose why how
+    many much often count number times time first last latest earliest recent recently most least frequent frequently
+    common commonly ever go goes went gone going come came get got happen happens happened occur occurred show tell
+    give list name line lines log logs entry entries message messages event events record records mention mentions
+    mentioned appear appears appeared any all each every some same one
+""".split())
+ALARM_WORDS = {"hh": "HH", "ll": "LL", "h": "H", "l": "L", "nr": "NR", "high": "H", "low": "L", "recover": "NR",
+               "recovers": "NR", "recovered": "NR", "recovery": "NR", "normal": "NR"}
+NOT_USERS = frozenset("failed failure logged connected tried attempted login logins logon name names account accounts "
+                      "did was is has had that who which with fail fails succeeded".split())
+_WORD = re.compile(r"\w+")
+
+
+@dataclass(frozen=True)
+class Route:
+    kind: str                       # lookup | aggregate | other
+    op: str = ""                    # lookup: "span"; aggregate: count | first | last | most | distinct
+    keys: tuple[str, ...] = ()      # values the question names (as written): a line must hold every one
+    roots: tuple[str, ...] = ()     # stemmed content words: they rank lines (and narrow an aggregate's lines)
+    want: tuple[str, ...] = ()      # value kinds the answer is, best first (empty: the whole line, or a count)
+    unit: str = ""                  # a size unit the question names ("kb"), lower case
+    alarm: str = ""                 # a TEP alarm type asked of a named tag (H, HH, L, LL, NR)
+    type_noun: str = ""             # the noun `want` came from ("port")
+
+
+def route(question: str) -> Route:
+    q = question.casefold()
+    vals = [v for v in values_of(question) if v.kind in KEY_KINDS and
+            not (v.kind == "user" and v.text.casefold() in NOT_USERS)]
+    keys = tuple(dict.fromkeys(v.text for v in vals))
+    spans = [(v.start, v.end) for v in vals]
+    words = [m[0].casefold() for m in _WORD.finditer(question)
+             if not any(a <= m.start() < b for a, b in spans)]
+    alarm = _alarm(words) if any(TAG.fullmatch(k) for k in keys) else ""
+    noun, plural = _type_noun(words)
+    unit = next((UNITS[w] for w in words if w in UNITS and w != "b"), "")
+    want = ("size",) if unit else WANTS.get(noun, ())
+    content = [w for w in words if w not in STOP and w not in WANTS and w not in PLURALS and w not in UNITS
+               and not (alarm and w in ALARM_WORDS) and len(w) > 1]
+    roots = tuple(dict.fromkeys(stem(w) for w in content))
+    base = dict(keys=keys, roots=roots, want=want, unit=unit, alarm=alarm, type_noun=noun)
+    op = _aggregate(q, words, plural, unit)
+    if op:
+        return Route("aggregate", op, **base)
+    if keys and want:
+        return Route("lookup", "span", **base)
+    return Route("other", **base)
+
+
+def _aggregate(q: str, words: list[str], plural: bool, unit: str) -> str:
+    if re.search(r"\bhow many\b", q) and not unit and not re.search(r"\bhow many (bytes|kb|mb|gb)\b", q):
+        return "count"
+    if re.search(r"\bhow often\b|\bcount\b|\bnumber of\b", q):
+        return "count"
+    if re.search(r"\bmost (frequent|frequently|common|commonly|often)\b", q):
+        return "most"
+    if "first" in words or "earliest" in words:
+        return "first"
+    if "last" in words or "latest" in words or re.search(r"\bmost recent", q):
+        return "last"
+    if plural and re.search(r"\b(which|what)\b", q):
+        return "distinct"
+    return ""
+
+
+def _type_noun(words: list[str]) -> tuple[str, bool]:
+    """The first type noun of the question (singular) and whether it was written as a plural."""
+    for w in words:
+        if w in WANTS and w not in ("time",):
+            return w, False
+        if w in PLURALS and w != "times":
+            return PLURALS[w], True
+    return ("time", False) if "time" in words else ("", False)
+
+
+def _alarm(words: list[str]) -> str:
+    """The alarm type a TEP question asks: "high high" -> HH, "low low" -> LL, else the first alarm word."""
+    for a, b in zip(words, words[1:]):
+        if a == b and a in ("high", "low"):
+            return "HH" if a == "high" else "LL"
+    if any(w in ALARM_WORDS and ALARM_WORDS[w] == "NR" for w in words):
+        return "NR"
+    return next((ALARM_WORDS[w] for w in words if w in ALARM_WORDS), "")

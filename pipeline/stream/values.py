@@ -1,0 +1,151 @@
+"""Typed values in a log line: what an operator's exact answer is copied from.
+
+Owns the value kinds and their extraction (`values_of`: each value with its span, so `text[start:end]` is the value
+as the line writes it), a value's lookup key (`key_of`) and the suffix stemmer questions and lines are matched with
+(`stem`). Runs once per line in the ingest actor (pipeline/stream/archive.py stores the values), so every pattern is
+compiled once and a line costs a handful of regex scans. Never touches SQLite, the ring or a model.
+
+Kinds: `time` (the line's first timestamp), `addr` (IPv4:port), `ip`, `port` ("10.0.0.1:22", "host:8030",
+"port 22"), `path` (/unix/like, C:\\windows\\like), `size` (a number with a byte unit: "1024 kB", "28.0 KB"),
+`number` (any other number, decimals kept: "28.0", "0.32285523", "1000 ms" with its unit), `id` (block, task,
+attempt, container ids, hex ids, TEP tags, anything of letters, digits, `_`, `-`, `.`, `:` holding a letter and a
+digit: "broadcast_3", "FIR123", "blk_-1608999687919862906"), `user` (the name after "user", or after "for" in a line
+about logins), `status` (a level or outcome word: ERROR, failed, closed; on a TEP alarm line its type H/HH/L/LL and
+NR). A span taken by a stronger kind (time, addr, ip, path, size) is not read again as a weaker one (id, number).
+"""
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+from pipeline.stream.identifiers import TAG
+
+
+@dataclass(frozen=True)
+class Value:
+    kind: str
+    text: str          # exactly text[start:end] of the line it came from
+    start: int
+    end: int
+
+
+_TIME = re.compile(
+    r"\d{4}-\d{2}-\d{2}[ T-]\d{2}[:.]\d{2}[:.]\d{2}(?:[.,]\d+)?"       # 2015-10-18 18:01:47,978 / BGL's 15.42.50.67
+    r"|\b\d{6} \d{6}\b"                                                 # HDFS: 081109 203615
+    r"|\b\d{2}/\d{2}/\d{2} \d{2}:\d{2}:\d{2}"                              # Spark: 17/06/09 20:10:46
+    r"|\b\d{8}-\d{1,2}:\d{1,2}:\d{1,2}(?::\d{1,3})?"                    # HealthApp: 20171223-22:15:29:606
+    r"|\b[A-Z][a-z]{2} {1,2}\d{1,2} \d{2}:\d{2}:\d{2}"                  # syslog: Jun 14 15:16:01
+    r"|\b\d{2}-\d{2} \d{2}:\d{2}:\d{2}(?:\.\d+)?"                       # Android: 03-17 16:13:38.811
+    r"|\b\d{2}:\d{2}:\d{2}(?:[.,]\d+)?")                                # a clock: 01:32:20 (TEP)
+_ADDR = re.compile(r"(?<![\w.])(\d{1,3}(?:\.\d{1,3}){3}):(\d{1,5})\b")
+_IP = re.compile(r"(?<![\w.])\d{1,3}(?:\.\d{1,3}){3}(?![\w.])")
+_HOST_PORT = re.compile(r"(?<![\w.:/-])([A-Za-z][\w.-]*):(\d{2,5})\b(?![.:]\d)")
+_PORT = re.compile(r"\bport[ =:#]?(\d{1,5})\b", re.IGNORECASE)
+_PATH = re.compile(r"(?<![\w/.:-])(?:/[\w.~+@$%-]+)+/?|\b[A-Za-z]:\\[^\s,;\]\)'\"]+")
+_SIZE = re.compile(r"(?<![\w.])\d+(?:\.\d+)?\s?(?:[kKMGT]i?B|[kKMGT]b|bytes?|B)\b")
+_NUMBER = re.compile(r"(?<![\w.:/@-])-?\d+(?:\.\d+)?(?:\s?(?:ms|us|ns|s|sec|secs|seconds|%))?(?![\w.])")
+_ID = re.compile(r"(?<![\w.:-])[A-Za-z0-9_][\w.:-]*[\w]|(?<![\w.:-])[A-Za-z]\d(?![\w.:-])")
+_HEX = re.compile(r"\b0x[0-9a-fA-F]+\b")
+_USER = re.compile(r"\buser[ =:]+(?!unknown\b)([\w.@$-]*[\w$])", re.IGNORECASE)
+_FOR_USER = re.compile(r"\bfor (?:invalid user |illegal user )?([\w.@$-]*[\w$])(?= from\b| port\b|\s*$)",
+                       re.IGNORECASE)
+_LOGIN_WORDS = re.compile(r"password|login|logon|authenticat|session|ssh", re.IGNORECASE)
+_STATUS = re.compile(
+    r"\b(?:INFO|WARN|WARNING|ERROR|FATAL|SEVERE|DEBUG|TRACE|CRITICAL|failure|failed|fail|success|succeeded|"
+    r"successful|OK|done|opened|closed|started|stopped|running|killed|terminated|aborted|timeout|denied|accepted|"
+    r"rejected|refused|up|down|active|inactive|enabled|disabled|completed|finished|lost|interrupted|recovered)\b",
+    re.IGNORECASE)
+_TEP = re.compile(rf"^\d{{2}}:\d{{2}}:\d{{2}} {TAG.pattern} (HH|H|LL|L)( NR)?\b")
+_DIGIT = re.compile(r"\d")
+_LETTER = re.compile(r"[A-Za-z]")
+
+
+def _free(taken: list[tuple[int, int]], start: int, end: int) -> bool:
+    return all(end <= s or start >= e for s, e in taken)
+
+
+def values_of(text: str) -> list[Value]:
+    """Every typed value of a line, each with its span (see the module docstring for the kinds)."""
+    out: list[Value] = []
+    taken: list[tuple[int, int]] = []             # spans of the strong kinds, not read again as ids or numbers
+
+    def add(kind: str, start: int, end: int, strong: bool = False) -> None:
+        out.append(Value(kind, text[start:end], start, end))
+        if strong:
+            taken.append((start, end))
+
+    m = _TIME.search(text)
+    if m:
+        add("time", m.start(), m.end(), True)
+    if m := _TEP.match(text):                     # a TEP alarm line: its type, and NR for a recovery
+        add("status", m.start(1), m.end(1))
+        if m[2]:
+            add("status", m.start(2) + 1, m.end(2))
+    for m in _ADDR.finditer(text):
+        if _free(taken, m.start(), m.end()):
+            add("addr", m.start(), m.end(), True)
+            add("ip", m.start(1), m.end(1))
+            add("port", m.start(2), m.end(2))
+    for m in _IP.finditer(text):
+        if _free(taken, m.start(), m.end()):
+            add("ip", m.start(), m.end(), True)
+    if ":" in text:
+        for m in _HOST_PORT.finditer(text):
+            if _free(taken, m.start(), m.end()):
+                if _DIGIT.search(m[1]):
+                    add("id", m.start(1), m.end(1), True)
+                add("port", m.start(2), m.end(2))
+                taken.append((m.start(2) - 1, m.end(2)))
+    for m in _PORT.finditer(text):
+        if _free(taken, m.start(1), m.end(1)):
+            add("port", m.start(1), m.end(1), True)
+    if "/" in text or "\\" in text:
+        for m in _PATH.finditer(text):
+            if _free(taken, m.start(), m.end()) and (m[0][0] != "/" or _LETTER.search(m[0])):
+                add("path", m.start(), m.end(), True)
+    for m in _SIZE.finditer(text):
+        if _free(taken, m.start(), m.end()):
+            add("size", m.start(), m.end(), True)
+    for m in _HEX.finditer(text):
+        if _free(taken, m.start(), m.end()):
+            add("id", m.start(), m.end(), True)
+    for m in _ID.finditer(text):
+        word = m[0].rstrip(".:-")
+        if _DIGIT.search(word) and (_LETTER.search(word) or "_" in word) and _free(taken, m.start(), m.start() + len(word)):
+            add("id", m.start(), m.start() + len(word), True)
+    for m in _NUMBER.finditer(text):
+        if _free(taken, m.start(), m.end()):
+            add("number", m.start(), m.end())
+    lowered = text.lower()
+    users: list[tuple[int, int]] = []
+    if "user" in lowered:
+        users += [m.span(1) for m in _USER.finditer(text)]
+    if "for " in lowered and _LOGIN_WORDS.search(text):
+        users += [m.span(1) for m in _FOR_USER.finditer(text) if m.span(1) not in users]
+    for start, end in users:
+        add("user", start, end)
+    for m in _STATUS.finditer(text):
+        if _free(taken, m.start(), m.end()):
+            add("status", m.start(), m.end())
+    return out
+
+
+def key_of(value: str) -> str:
+    """How values are looked up: case folded (an operator writes fir123 for FIR123)."""
+    return value.casefold()
+
+
+_SUFFIXES = ("ational", "ations", "ation", "ements", "ement", "ments", "ment", "ness", "ions", "ion", "ures", "ure",
+             "ings", "ing", "edly", "ed", "ers", "er", "ies", "es", "s", "ly")
+
+
+def stem(word: str) -> str:
+    """A word's root for prefix matching ("failure", "failed", "fails" -> "fail"): the longest known suffix is cut
+    when at least 3 letters stay. Matching is by prefix (a line's word starting with the root), so cutting too much
+    only widens a match, and no stemmed form needs to be stored (after the suffix-stripping idea of Lovins 1968 and
+    Porter 1980; not their rule sets)."""
+    w = word.casefold()
+    for suffix in _SUFFIXES:
+        if w.endswith(suffix) and len(w) - len(suffix) >= 3:
+            return w[:-len(suffix)]
+    return w

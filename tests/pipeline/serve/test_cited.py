@@ -1,0 +1,273 @@
+"""The cited reader (issue 47), fast tier: routes, lookups copied from the lines they cite, computed aggregates, and
+the reply contract on the HTTP and zmq faces, over real archives and a front on stand-ins (no model)."""
+from __future__ import annotations
+
+import http.client
+import json
+
+import msgpack
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from pipeline import config
+from pipeline.messages import Question
+from pipeline.serve.auth import Keys
+from pipeline.serve.cited import Choice, Reply, chosen, read
+from pipeline.serve.front import Front
+from pipeline.serve.http_api import serve_http
+from pipeline.serve.route import route
+from pipeline.serve.zmq_api import ZmqFront, ask
+from pipeline.stream.archive import Archive
+from pipeline.stream.records import read_log
+from tests.paths import SHARED
+from tests.pipeline.serve.test_operators import Asks, WordTokenizer
+
+TEP_LOG = SHARED / "data" / "tep_alarms" / "filter" / "text_alarms_filter_1.csv"
+SSH = ["Dec 10 06:55:48 LabSZ sshd[24200]: Failed password for invalid user webmaster from 173.234.31.186 port 38926 "
+       "ssh2",
+       "Dec 10 07:07:38 LabSZ sshd[24206]: Accepted password for fztu from 119.137.62.142 port 49116 ssh2",
+       "Dec 10 07:08:38 LabSZ sshd[24207]: Failed password for root from 119.137.62.142 port 22 ssh2",
+       "Dec 10 07:09:01 LabSZ sshd[24208]: pam_unix(sshd:auth): authentication failure; rhost=5.6.7.8 user=root",
+       "17/06/09 20:10:46 INFO storage.MemoryStore: Block broadcast_3 stored as values in memory (estimated size "
+       "28.0 KB, free 317.1 MB)",
+       "081109 204005 35 INFO dfs.FSNamesystem: BLOCK* NameSystem.addStoredBlock: blockMap updated: "
+       "10.251.73.220:50010 is added to blk_-1608999687919862906 size 67108864"]
+
+
+def archive_of(path, lines, times=None) -> str:
+    with Archive(path) as archive:
+        for i, text in enumerate(lines):
+            archive.add(i, times[i] if times else "", text)
+    return str(path)
+
+
+@pytest.fixture
+def ssh(tmp_path):
+    return archive_of(tmp_path / "ssh.sqlite", SSH)
+
+
+def supported(reply: Reply) -> bool:
+    """No answer without a citation: a lookup's answer is a span of a line it cites."""
+    return reply.answer is None or any(reply.answer in c.text for c in reply.citations)
+
+
+# -- routing ---------------------------------------------------------------------------------------------------------
+@pytest.mark.parametrize("question, kind, op", [
+    ("what port did user webmaster fail on?", "lookup", "span"),
+    ("how many kB did broadcast_3 free?", "lookup", "span"),
+    ("which node served block blk_-1608999687919862906?", "lookup", "span"),
+    ("how many times did FIR123 go HIGH?", "aggregate", "count"),
+    ("how many lines mention blk_7128370237687728475", "aggregate", "count"),
+    ("When did PIR108 last go HH?", "aggregate", "last"),
+    ("when did FIR123 first recover?", "aggregate", "first"),
+    ("which user failed most often?", "aggregate", "most"),
+    ("which ports did 119.137.62.142 connect from?", "aggregate", "distinct"),
+    ("What is the plant doing?", "other", ""),
+])
+def test_a_question_is_routed_by_its_own_values_and_words(question, kind, op):
+    r = route(question)
+    assert (r.kind, r.op) == (kind, op)
+
+
+# -- lookups: copy, cite or abstain ----------------------------------------------------------------------------------
+def test_a_lookup_copies_its_answer_from_the_line_it_cites(ssh):
+    reply = read(ssh, "what port did user webmaster fail on?")
+    assert reply.answer == "38926" and [c.seq for c in reply.citations] == [1]
+    cited = reply.citations[0]
+    assert cited.text == SSH[0] and " port 38926 " in cited.text and cited.time == "Dec 10 06:55:48"
+    assert reply.text.startswith("port 38926, from line #1 at Dec 10 06:55:48: ")
+
+
+def test_every_identifier_the_question_names_filters_the_lines(tmp_path):
+    path = archive_of(tmp_path / "a.sqlite", ["10:00:01 conn job_7 from 10.0.0.1 port 1111",
+                                              "10:00:02 conn job_8 from 10.0.0.1 port 2222",
+                                              "10:00:03 conn job_7 from 10.0.0.2 port 3333"])
+    reply = read(path, "what port did job_7 use from 10.0.0.1?")
+    assert reply.answer == "1111" and [c.seq for c in reply.citations] == [1]
+
+
+def test_not_found_when_no_line_holds_the_identifier_and_the_nearest_lines_are_not_citations(ssh):
+    reply = read(ssh, "what port did user nobody fail on?")
+    assert reply.answer is None and reply.citations == () and reply.text.startswith("not found")
+    assert reply.nearest
+
+
+def test_lines_of_one_rank_with_different_values_are_each_cited_newest_first(tmp_path):
+    path = archive_of(tmp_path / "a.sqlite", ["10:00:01 job_7 listening on port 1111",
+                                              "10:00:02 job_7 listening on port 2222",
+                                              "10:00:03 job_7 listening on port 3333"])
+    reply = read(path, "which port is job_7 listening on?")
+    assert reply.answer == "3333" and [c.seq for c in reply.citations] == [3, 2, 1]
+    assert "other lines say otherwise, newest first: 2222 on line #2" in reply.text
+
+
+def test_the_newest_line_is_a_candidate_however_recent(ssh):
+    assert read(ssh, "what port did user root fail on?").citations[0].seq == 3     # the last port-bearing root line
+
+
+def test_the_words_before_a_span_pick_it_among_several_of_its_kind(ssh):
+    assert read(ssh, "how much memory did broadcast_3 have free?").answer == "317.1 MB"
+    assert read(ssh, "what was the estimated size of broadcast_3?").answer == "28.0 KB"
+
+
+def test_spans_the_words_cannot_tell_apart_go_to_the_model_as_closed_options(tmp_path):
+    path = archive_of(tmp_path / "a.sqlite", ["10:00:01 job_7 moved 10 kB and 20 kB"])
+    choice = read(path, "how many kB did job_7 have?")
+    assert isinstance(choice, Choice) and choice.options == ("10 kB", "20 kB")
+    picked = chosen(choice, "20 kB\n")
+    assert picked.answer == "20 kB" and picked.citations[0].seq == 1 and supported(picked)
+    assert chosen(choice, "30 kB").answer is None                 # cut short: nothing the line does not hold
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.tuples(st.sampled_from(["ann", "bob", "cy", "dee"]), st.integers(1, 65535),
+                          st.sampled_from(["Failed", "Accepted"])), min_size=1, max_size=12),
+       st.sampled_from(["ann", "bob", "cy", "dee", "eve"]))
+def test_every_answer_is_a_span_of_a_line_it_cites_and_the_newest_such_line_answers(tmp_path_factory, rows, who):
+    lines = [f"10:{i // 60:02d}:{i % 60:02d} sshd[{100 + i}]: {word} password for {name} from 10.1.{i}.9 port {port}"
+             for i, (name, port, word) in enumerate(rows)]
+    path = archive_of(tmp_path_factory.mktemp("p") / "a.sqlite", lines)
+    reply = read(path, f"what port did user {who} fail on?")
+    assert supported(reply)
+    theirs = [i for i, (name, _, word) in enumerate(rows) if name == who]
+    if not theirs:
+        assert reply.answer is None
+        return
+    failed = [i for i in theirs if rows[i][2] == "Failed"]
+    newest = max(failed or theirs)                              # the most question words, then the newest
+    assert reply.citations[0].seq == newest + 1 and reply.answer == str(rows[newest][1])
+
+
+# -- aggregates: computed, with their scope --------------------------------------------------------------------------
+def test_a_count_is_the_number_of_lines_with_the_tag_and_alarm_type_asked(tmp_path):
+    records = read_log(TEP_LOG)
+    path = archive_of(tmp_path / "tep.sqlite", [r.text for r in records], [r.time for r in records])
+    expected = sum(1 for r in records if r.text.split()[1:3] == ["FIR123", "H"] and " NR " not in r.text)
+    reply = read(path, "How many times did FIR123 go HIGH?")
+    assert expected > 1 and reply.answer == str(expected)
+    assert reply.text.startswith(f"{expected} times since line #1 ({records[0].time})")
+    assert all("FIR123 H " in c.text and " NR " not in c.text for c in reply.citations)
+
+
+def test_the_stemmer_lets_fail_count_failed_and_failure_lines(ssh):
+    reply = read(ssh, "how many times did root fail?")
+    assert reply.answer == "2" and {c.seq for c in reply.citations} == {3, 4}
+
+
+def test_first_and_last_cite_the_oldest_and_newest_matching_line(tmp_path):
+    records = read_log(TEP_LOG)
+    path = archive_of(tmp_path / "tep.sqlite", [r.text for r in records], [r.time for r in records])
+    fir = [i for i, r in enumerate(records) if r.text.split()[1:3] == ["FIR123", "H"] and " NR " not in r.text]
+    last, first = read(path, "When did FIR123 last go HIGH?"), read(path, "When did FIR123 first go HIGH?")
+    assert last.citations[0].seq == fir[-1] + 1 and last.answer == records[fir[-1]].text.split()[0]
+    assert first.citations[0].seq == fir[0] + 1 and supported(first) and supported(last)
+
+
+def test_most_frequent_and_distinct_values_are_computed(ssh):
+    assert read(ssh, "which user failed most often?").answer == "root"
+    assert read(ssh, "which ports did 119.137.62.142 connect from?").answer == "22, 49116"
+
+
+def test_a_count_of_a_value_no_line_holds_is_zero_and_an_aggregate_of_unknown_words_is_the_models(ssh):
+    assert read(ssh, "how many times did user zed fail?").answer == "0"
+    assert read(ssh, "how many alarms are active now?") is None
+
+
+# -- the reply contract ----------------------------------------------------------------------------------------------
+def front_on(archive: str, **serve) -> Front:
+    """A real `Front` over a real archive, on stand-ins: spans of one token per word, a channel taking everything."""
+    front = Front(config.parse({"serve": serve}), WordTokenizer(), [("", Asks(), archive)])
+    front._span = lambda tok, system, messages, retrieved=(): np.ones(
+        len(" ".join([*retrieved, messages[-1]["content"]]).split()), np.int32)
+    return front
+
+
+def sent_of(front: Front) -> list[dict]:
+    """What the front sent its (stand-in) owner."""
+    return front.views[""].asks.sent
+
+
+def contract(meta: dict) -> None:
+    assert set(meta) >= {"answer", "route", "citations"}
+    assert meta["route"] in ("lookup", "aggregate", "other")
+    assert meta["answer"] is None or isinstance(meta["answer"], str)
+    for c in meta["citations"]:
+        assert set(c) == {"seq", "time", "text"} and isinstance(c["seq"], int) and isinstance(c["time"], str)
+
+
+def post(port: int, body: dict):
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
+    conn.request("POST", "/v1/chat/completions", json.dumps(body), {"Content-Type": "application/json"})
+    return conn.getresponse()
+
+
+def test_a_direct_answer_has_the_reply_shape_of_a_model_answer_on_http_whole_and_streamed(ssh):
+    front = front_on(ssh)
+    server = serve_http(front, "127.0.0.1", 0, Keys())
+    try:
+        port = server.server_address[1]
+        said = [{"role": "user", "content": "what port did user webmaster fail on?"}]
+        whole = json.loads(post(port, {"messages": said}).read())
+        contract(whole["ringspec"])
+        assert whole["ringspec"]["answer"] == "38926" and whole["ringspec"]["route"] == "lookup"
+        assert whole["ringspec"]["citations"] == [{"seq": 1, "time": "Dec 10 06:55:48", "text": SSH[0]}]
+        text = whole["choices"][0]["message"]["content"]
+        assert text.startswith("port 38926, from line #1") and whole["choices"][0]["finish_reason"] == "stop"
+        events = [line[6:] for line in post(port, {"messages": said, "stream": True}).read().decode().split("\n")
+                  if line.startswith("data: ")]
+        assert events[-1] == "[DONE]"
+        chunks = [json.loads(e) for e in events[:-1]]
+        assert len(chunks) > 3 and "".join(c["choices"][0]["delta"].get("content", "") for c in chunks) == text
+        assert chunks[-1]["ringspec"] == {**whole["ringspec"], **{k: chunks[-1]["ringspec"][k] for k in
+                                                                   ("frame_ms", "ttft_ms", "total_ms")}}
+    finally:
+        server.shutdown()
+        server.server_close()
+    assert sent_of(front) == []                                     # nothing queued on the owner
+
+
+def test_a_direct_answer_has_the_same_fields_over_zmq(ssh, tmp_path):
+    front = front_on(ssh)
+    endpoint = f"ipc://{tmp_path}/ask.sock"
+    z = ZmqFront(front, endpoint)
+    try:
+        got = ask(endpoint, "How many times did root fail?", timeout_s=30)
+    finally:
+        z.close()
+    contract(got["ringspec"])
+    assert (got["ringspec"]["answer"], got["ringspec"]["route"]) == ("2", "aggregate")
+    assert got["text"].startswith("2 times since line #1")
+
+
+def test_a_choice_goes_to_the_owner_under_an_options_rule_and_the_reader_free_sends_every_question(tmp_path):
+    path = archive_of(tmp_path / "a.sqlite", ["10:00:01 job_7 moved 10 kB and 20 kB"])
+    front = front_on(path)
+    front.ask("ann", messages=[{"role": "user", "content": "how many kB did job_7 have?"}])
+    (sent,) = sent_of(front)
+    assert sent["kind"] == Question.kind and sent["rule"]["options"] == ["10 kB", "20 kB"]
+    free = front_on(path, reader="free")
+    answer = free.ask("ann", messages=[{"role": "user", "content": "how many kB did job_7 have?"}])
+    (sent,) = sent_of(free)
+    assert sent["rule"] is None and answer.route == "other" and answer.citations[0]["seq"] == 1
+
+
+def test_serve_reader_is_cited_or_free():
+    assert config.parse({}).serve.reader == "cited"
+    with pytest.raises(config.ConfigError, match="serve.reader"):
+        config.parse({"serve": {"reader": "fancy"}})
+
+
+def test_the_question_message_carries_a_rule_through_its_encoding():
+    from pipeline.messages import decode, send
+
+    class Wire:
+        def send(self, header, arrays, timeout=None):
+            self.header, self.arrays = msgpack.unpackb(msgpack.packb(header), raw=False), arrays
+            return 1
+    q = Question(id="q1", client="c", max_tokens=4, deadline_s=1.0, rule={"kind": "options", "options": ["a"]},
+                 ids=np.zeros(2, np.int32))
+    wire = Wire()
+    send(wire, q)
+    assert decode(wire).rule == q.rule

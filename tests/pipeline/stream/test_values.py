@@ -1,0 +1,68 @@
+"""Typed values of a line and the line templates, fast tier: no model, no archive."""
+import pytest
+
+from pipeline.stream.records import read_log
+from pipeline.stream.templates import MASK, Miner
+from pipeline.stream.values import stem, values_of
+from tests.paths import SHARED
+
+LOGHUB = SHARED / "data" / "loghub"
+
+
+def kinds(text: str) -> set[tuple[str, str]]:
+    return {(v.kind, v.text) for v in values_of(text)}
+
+
+def test_decimals_keep_their_fraction_and_sizes_their_unit():
+    found = kinds("17/06/09 20:10:46 INFO storage.MemoryStore: Block broadcast_3 stored as values in memory "
+                  "(estimated size 28.0 KB, free 317.1 MB) progress 0.50")
+    assert {("size", "28.0 KB"), ("size", "317.1 MB"), ("number", "0.50"), ("id", "broadcast_3")} <= found
+    assert ("number", "28") not in found and ("number", "0") not in found
+
+
+def test_ips_and_ports_are_whole_values():
+    found = kinds("Dec 10 07:07:38 LabSZ sshd[24206]: Accepted password for fztu from 119.137.62.142 port 49116 ssh2 "
+                  "blockMap updated: 10.251.73.220:50010 is added")
+    assert {("ip", "119.137.62.142"), ("port", "49116"), ("addr", "10.251.73.220:50010"), ("ip", "10.251.73.220"),
+            ("port", "50010"), ("user", "fztu")} <= found
+    assert not {v for k, v in found if k == "number" and v in ("119", "137", "62", "142", "10", "251")}
+
+
+@pytest.mark.parametrize("text, value", [
+    ("081109 203615 148 INFO dfs.DataNode$PacketResponder: Received block blk_-1608999687919862906 of size 91178",
+     ("id", "blk_-1608999687919862906")),
+    ("01:32:20 FIR123 H FLW COND CW HIGH ALM", ("id", "FIR123")),
+    ("01:32:20 FIR123 H NR FLW COND CW HIGH ALM RECOVERED", ("status", "NR")),
+    ("KILLING attempt_1445144423722_0020_m_000003_0", ("id", "attempt_1445144423722_0020_m_000003_0")),
+    ("Jul 24 04:20:19 combo su(pam_unix)[17283]: session closed for user cyrus", ("user", "cyrus")),
+    ("authentication failure; logname= uid=0 euid=0 tty=NODEVssh ruser= rhost=61.53.154.93  user=root", ("user", "root")),
+    ("Loaded C:\\Windows\\winsxs\\cbscore.dll now", ("path", "C:\\Windows\\winsxs\\cbscore.dll")),
+    ("Freed 1024 kB in /var/log/app.log", ("path", "/var/log/app.log")),
+    ("Freed 1024 kB in /var/log/app.log", ("size", "1024 kB")),
+    ("Jun 14 15:16:01 combo sshd(pam_unix)[19939]: authentication failure", ("time", "Jun 14 15:16:01")),
+])
+def test_each_kind_is_read_as_the_line_writes_it(text, value):
+    assert value in kinds(text)
+
+
+def test_every_value_is_exactly_the_span_it_names_on_every_loghub_line():
+    for path in sorted(LOGHUB.glob("*.log")):
+        for rec in read_log(path)[:400]:
+            for v in values_of(rec.text):
+                assert rec.text[v.start:v.end] == v.text and v.text, (path.name, rec.text, v)
+
+
+def test_the_stemmer_gives_fail_failed_and_failure_one_root():
+    assert {stem(w) for w in ("fail", "failed", "Failure", "failures", "fails")} == {"fail"}
+    assert "authentication".startswith(stem("authenticated"))
+    assert stem("on") == "on" and stem("port") == "port"
+
+
+def test_lines_of_one_message_share_a_template_and_their_parameters_are_their_tokens():
+    miner = Miner()
+    a, pa = miner.add("Received block blk_1 of size 91178 from /10.250.10.6")
+    b, pb = miner.add("Received block blk_2 of size 67108864 from /10.251.73.220")
+    c, _ = miner.add("Deleting block blk_1 file /mnt/hadoop/dfs/data/current/subdir19/blk_1")
+    assert a == b != c
+    assert pb == ["blk_2", "67108864", "/10.251.73.220"]
+    assert miner.take_changed()[a] == f"Received block {MASK} of size {MASK} from {MASK}"
