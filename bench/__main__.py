@@ -8,7 +8,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from bench import (agreement, chaos, distill, draftscan, fuzz, ingest, npu, operators, opprofile, perplexity,
+from bench import (agreement, answers, chaos, distill, draftscan, fuzz, ingest, npu, operators, opprofile, perplexity,
                    pipeline_vs_serial, projection, quality, recall, soak, speed, streams)
 from run import MEASURING, ROOT, add_key, add_model_flags, add_verb, main, profile_of
 
@@ -21,14 +21,20 @@ def parser() -> argparse.ArgumentParser:
 
     p = add_verb(sub, "bench", speed.run_bench, MEASURING["bench"],
                  profile="TOML profile every system's keys are set over (--task operator: the server's)")
-    p.add_argument("--task", choices=("log", "analysis", "all", "operator", "ingest", "streams"), default="all",
-                   help="see above")
+    p.add_argument("--task", choices=("log", "analysis", "all", "operator", "ingest", "streams", "answers"),
+                   default="all", help="see above; answers: trusted answers (bench/answers.py): the committed "
+                   "question sets (bench/questions/, gold computed from the raw logs) asked of a real `serve` per log "
+                   "and reader while the log streams at --rate lines/s (default 4) from its first line, each once "
+                   "the ring holds the lines its gold is computed over; per route and reader, with Wilson 95%% "
+                   "intervals: exact answers, citation accuracy and support, answers without a citation, not-found "
+                   "precision and recall; TTFT and time to answer p50/p95 with and without a model call; --out "
+                   "writes every scored reply. The held-out split with the cited reader takes about 12 minutes here"),
     p.add_argument("--log", help="log to take prompts from (default: the profile's replay.log)")
     p.add_argument("--offsets", type=int, default=5, help="prompts per task, spread over the log (at least 5)")
     p.add_argument("--repeats", type=int, help="runs of every prompt by every system (default 3; ingest: of every "
                    "system on every log, default 1)")
     p.add_argument("--new-tokens", type=int, default=0, help="at most this many tokens per prompt (default: the "
-                   "task's, 256 for log, 128 for analysis)")
+                   "task's, 256 for log, 128 for analysis; answers: 48 per answer)")
     p.add_argument("--warm-lines", type=int, default=operators.WARM_LINES,
                    help="operator: lines in the ring before questions are timed (default %(default)s)")
     add_key(p, "--window", "cache.window", "ring window (pool: the profile's sinks + W; nothing wraps)", type=int)
@@ -42,9 +48,15 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--unpadded", action="store_true", help="also every ringspec system without the padding rule")
     p.add_argument("--json", action="store_true", help="print {task: {system: figures}, \"_meta\": ...} as JSON")
     p.add_argument("--out", help="also write the result (with run metadata) to this JSON file")
-    p.add_argument("--rate", type=float, default=20.0, help="operator: the stream's lines per second; streams: "
-                   "each stream's")
-    p.add_argument("--questions", type=int, default=20, help="operator: questions per configuration")
+    p.add_argument("--rate", type=float, help="operator: the stream's lines per second (default 20); streams: "
+                   "each stream's (default 20); answers: each log's (default 4)")
+    p.add_argument("--questions", type=int, help="operator: questions per configuration (default 20); answers: at "
+                   "most this many per log, the earliest (default: all; a smoke run: 3)")
+    p.add_argument("--split", choices=("dev", "heldout", "all"), default="heldout",
+                   help="answers: the questions asked (default %(default)s)")
+    p.add_argument("--readers", default="cited", help="answers: comma-separated serve.reader values, one server per "
+                   "log each: cited (answer copied from a cited line, or counted), free (the free-text baseline) "
+                   "(default %(default)s)"),
     p.add_argument("--rates", default="4,6,8,10,20", help="operator: line rates to try for keeping up")
     p.add_argument("--seconds", type=float, default=40.0, help="operator: seconds per line rate; ingest: seconds "
                    "measured per system and log")
@@ -58,16 +70,20 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--prompt-tokens", type=int, default=512, help="streams: tokens of its log each stream is fed "
                    "before it continues (default %(default)s)")
     p.add_argument("--logs", default="", help="ingest: comma-separated logs (default: the profile's replay.log, "
-                   + " and ".join(ingest.LOGHUB) + " from ../shared/data)")
-    p.set_defaults(run=lambda a: operators.run_operator_bench(profile_of(a), a.config, a.log, a.rate, a.questions,
-                                                              a.rates, a.seconds, a.warm_lines)
+                   + " and ".join(ingest.LOGHUB) + " from ../shared/data); answers: comma-separated question sets "
+                   "(Linux_2k, text_alarms_filter_5, ...; default: all)")
+    p.set_defaults(run=lambda a: operators.run_operator_bench(profile_of(a), a.config, a.log, a.rate or 20.0,
+                                                              a.questions or 20, a.rates, a.seconds, a.warm_lines)
                    if a.task == "operator" else
+                   answers.run_answers_bench(profile_of(a), a.config, a.split, a.readers, a.rate or 4.0, a.logs,
+                                             a.questions or 0, a.new_tokens or answers.MAX_TOKENS)
+                   if a.task == "answers" else
                    ingest.run_ingest_bench(profile_of(a), a.config, [x for x in a.logs.split(",") if x],
                                            a.seconds, a.repeats or 1,
                                            ingest.progress_line)
                    if a.task == "ingest" else
                    streams.run_streams_bench(profile_of(a), a.streams, a.prompt_tokens, a.new_tokens or 128,
-                                             a.repeats or 2, a.config, a.rate, a.stream_lines, a.every)
+                                             a.repeats or 2, a.config, a.rate or 20.0, a.stream_lines, a.every)
                    if a.task == "streams" else
                    speed.run_bench(profile_of(a), a.config, a.log, a.task, a.offsets, a.repeats or 3, a.systems,
                                    not a.no_llama_cpp, a.unpadded, a.new_tokens))

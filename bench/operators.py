@@ -40,20 +40,25 @@ class _Server:
     """`run.py serve` on a free port, replaying `log` at `rate` lines per second over and over."""
 
     def __init__(self, log: str, rate: float, retrieve: int, config: str | None, workdir: str,
-                 warm_lines: int = 20):
-        """warm_lines: lines the ring must have taken before measuring (enough that older lines are archived)."""
+                 warm_lines: int = 20, loop: bool = True, serve: dict | None = None, args: tuple = ()):
+        """warm_lines: lines the ring must have taken before measuring (enough that older lines are archived);
+        loop: replay the log over and over (else once, from its first line); serve: more [serve] keys (TOML
+        literals by value); args: more `run.py serve` flags."""
         self.port = free_port()
         profile = Path(workdir) / f"bench_{rate:g}_{retrieve}.toml"
         base = Path(config).read_text() if config else ""
         if "[serve]" in base:
             raise ValueError(f"{config}: leave out [serve]: the operator bench sets it (retrieve, max_waiting)")
-        profile.write_text(base + f"\n[serve]\nretrieve = {retrieve}\nmax_waiting = 64\n")
+        keys = {"retrieve": retrieve, "max_waiting": 64, **(serve or {})}
+        profile.write_text(base + "\n[serve]\n" + "".join(f"{k} = {json.dumps(v)}\n" for k, v in keys.items()))
         self.log = Path(workdir) / f"serve_{rate:g}_{retrieve}.log"
+        self.archive = Path(workdir) / f"archive_{rate:g}_{retrieve}.sqlite"
         with open(self.log, "w") as log_file:
-            self.proc = subprocess.Popen([sys.executable, str(ROOT / "run.py"), "serve", log, "--loop", "--rate",
+            self.proc = subprocess.Popen([sys.executable, str(ROOT / "run.py"), "serve", log, *(["--loop"] if loop
+                                          else []), "--rate",
                                           str(rate), "--config", str(profile), "--http", f"127.0.0.1:{self.port}",
                                           "--zmq", "", "--pub", "", "--quiet-lines",
-                                          "--archive", str(Path(workdir) / f"archive_{rate:g}_{retrieve}.sqlite")],
+                                          "--archive", str(self.archive), *args],
                                          stdout=subprocess.DEVNULL, stderr=log_file, text=True)
         try:                 # waits while the server works (a loaded host only slows it); fails if it exits or stalls
             wait_for(lambda: (self._lines() or 0) >= warm_lines, "the server coming up", pids=[self.proc.pid],
@@ -90,7 +95,7 @@ class _Server:
         if resp.status != 200:
             raise RuntimeError(f"HTTP {resp.status}: {resp.read()[:300]!r}")
         first = last = None
-        final = {}
+        final, text = {}, []
         for raw in resp:
             line = raw.decode().strip()
             if not line.startswith("data: ") or line == "data: [DONE]":
@@ -99,7 +104,8 @@ class _Server:
             if chunk.get("choices") and chunk["choices"][0].get("delta", {}).get("content"):
                 last = time.perf_counter()
                 first = first or last
-            if "usage" in chunk:
+                text.append(chunk["choices"][0]["delta"]["content"])
+            if "usage" in chunk or "error" in chunk:
                 final = chunk
         tokens = final.get("usage", {}).get("completion_tokens", 0)
         meta = final.get("ringspec", {})
@@ -108,10 +114,15 @@ class _Server:
                 "completion_tokens": tokens, "prompt_tokens": final.get("usage", {}).get("prompt_tokens", 0),
                 "queued_ms": meta.get("queued_ms"), "retrieved": len(meta.get("citations", [])),
                 "frame_ms": meta.get("frame_ms"), "prefill_ms": meta.get("prefill_ms"),
-                "server_ttft_ms": meta.get("ttft_ms")}
+                "server_ttft_ms": meta.get("ttft_ms"), "total_ms": (time.perf_counter() - t0) * 1e3,
+                "text": "".join(text), "final": final}
 
-    def close(self) -> None:
+    def close(self, at_once: bool = False) -> None:
+        """SIGINT: the pipeline drains what was read; at_once: a second SIGINT, so it stops without draining."""
         self.proc.send_signal(2)
+        if at_once:
+            time.sleep(0.5)
+            self.proc.send_signal(2)
         try:
             self.proc.wait(timeout=90)
         except subprocess.TimeoutExpired:
