@@ -89,6 +89,8 @@ def run(args: OutputArgs) -> None:
                     if time.monotonic() - hello_at > HELLO_S:     # a site started again learns who this is
                         link.hello(site.start, site.restarts, started, site.node)
                         hello_at = time.monotonic()
+                for name, record in front.take_direct() if front is not None and link is None else ():
+                    _record(named(record, name), logs[streams.index(name)], sock)   # the archive answered alone
                 for inp in ready:
                     n = inps.index(inp)
                     name, log = streams[n], logs[n]

@@ -49,6 +49,10 @@ def run(args: SiteArgs) -> None:
         logged: set[str] = set()
         while not stop.is_set():
             got = hub.recv(0.2)
+            for name, record in front.take_direct():                 # answers the archive gave alone
+                hub.send_record(next(g for g, names in groups.items() if name in names), name, record)
+                if sock is not None:
+                    publish(sock, {"stream": name, **record})
             for why in hub.dropped.keys() - logged:                   # each kind of junk once, then counted
                 logged.add(why)
                 print(f"ringspec: site: dropped a message from a node link: {why} (counted)", file=sys.stderr,

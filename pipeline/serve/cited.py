@@ -31,7 +31,7 @@ from pipeline.stream.evidence import Line
 from pipeline.stream.values import Value, key_of, stem
 
 MAX_CITED = 8
-_BEFORE = re.compile(r"(\w+)\W*$")
+_BEFORE = re.compile(r"([A-Za-z]\w*)[^A-Za-z]*$")   # the last word before a span, numbers skipped: "request /10.0.0.2:"
 
 
 @dataclass(frozen=True)

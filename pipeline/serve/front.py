@@ -131,6 +131,7 @@ class Front:
         self._ids = itertools.count(1)
         self.answers: dict[str, Answer] = {}
         self.gone: dict[str, Answer] = {}             # cancelled by their askers, until the owner's Answer for each
+        self.direct: deque = deque()                  # (stream, record) of answers the archive gave alone, to journal
         self.subscribers: list[queue.Queue] = []
         self.counts: Counter = Counter()               # requests by (endpoint, code), disconnects, dropped events
         self.ttft_ms: deque = deque(maxlen=LATENCIES_KEPT)
@@ -228,15 +229,25 @@ class Front:
         answer = Answer(f"q{os.getpid()}-{next(self._ids)}", client, question, 0, [], now,
                         frame_ms=(time.perf_counter() - t0) * 1e3, stream=view.name, t_first=now)
         self._finish(answer, reply)
-        info = self._info(answer, error=None, finish_reason="stop", prompt_tokens=0,
+        info = self._info(answer, error=None, finish_reason="stop", prompt_tokens=0, model_call=False,
                           completion_tokens=len(self.tok.encode(answer.text)), queued_ms=0.0, queued_blocks=0,
                           stats={}, now=time.monotonic())
         answer.finished = True
         answer.items.put(("done", info))
+        self.direct.append((view.name, {"kind": AnswerEvent.kind, "id": answer.id, "client": client,
+                                        "question": question, "text": answer.text, **info}))
         self.counts["answers_direct"] += 1
         self.ttft_ms.append(info["ttft_ms"])
         self.total_ms.append(info["total_ms"])
         return answer
+
+    def take_direct(self) -> list[tuple[str, dict]]:
+        """The (stream, record) of each answer the archive gave alone since the last call: the output actor (or the
+        site) journals them as it journals the owner's answers (deque pops are atomic: the interfaces append)."""
+        out = []
+        while self.direct:
+            out.append(self.direct.popleft())
+        return out
 
     @staticmethod
     def _finish(answer: Answer, reply) -> None:

@@ -519,9 +519,10 @@ def _meta(info: dict) -> dict:
     """ringspec's own fields beside OpenAI's: the answer (a span copied from a cited line, a computed value, or None:
     not found, or written freely by the model), its route (lookup, aggregate, other), the citations the server wrote
     ([{seq, time, text}]: the lines it stands on, or those retrieved for the model), the nearest lines when not found,
-    and the timings."""
+    whether the model was asked (False: the archive answered alone), and the timings."""
     st = info.get("stats", {})
     return {"answer": info["answer"], "route": info["route"], "citations": info["citations"],
+            "model_call": info.get("model_call", True),
             "nearest": info["nearest"], "frame_ms": info["frame_ms"], "queued_ms": info["queued_ms"],
             "queued_blocks": info["queued_blocks"], "prefill_ms": st.get("ttft_ms"), "ttft_ms": info["ttft_ms"],
             "total_ms": info["total_ms"], "tokens_per_s": st.get("tokens_per_s"),

@@ -7,7 +7,8 @@ time); its remaining words, stemmed, rank lines. Rules, in order:
   aggregate  "how many" (not "how many kB"/"how many bytes": a size lookup), "how often", "count", "number of"
              -> count; "most frequent|common|often" -> most; "first"/"earliest" -> first; "last"/"latest"/
              "most recent" -> last; "which|what <plural type noun>" ("which ports") -> distinct;
-  lookup     the question names a value and a wanted kind (a type noun, or "when");
+  lookup     the question names a value (an id, an address, a path, a user, a size, a time, a number of 3 or more
+             digits) and a wanted kind (a type noun, "when", or a word the line writes as "NAME=value");
   other      everything else.
 No model is asked to route: where these rules find no aggregate and no named value, the question is "other", and the
 free reader (the model over retrieved lines) answers it, as before issue 47. On a TEP alarm log a question naming a
@@ -21,7 +22,8 @@ from dataclasses import dataclass
 from pipeline.stream.identifiers import TAG
 from pipeline.stream.values import stem, values_of
 
-KEY_KINDS = ("id", "ip", "addr", "port", "path", "user", "size")
+KEY_KINDS = ("id", "ip", "addr", "port", "path", "user", "size", "time", "clock")
+KEY_DIGITS = 3                      # a plain number the question names is a key from this many digits on ("pid 2227")
 # a type noun -> the value kinds it wants, best first
 WANTS = {
     "port": ("port",), "ip": ("ip", "addr"), "address": ("ip", "addr", "path"), "host": ("ip", "id"),
@@ -30,11 +32,11 @@ WANTS = {
     "size": ("size", "number"), "bytes": ("size", "number"), "memory": ("size", "number"),
     "path": ("path",), "file": ("path",), "directory": ("path",), "dir": ("path",), "folder": ("path",),
     "user": ("user",), "username": ("user",), "account": ("user",), "who": ("user",), "login": ("user",),
-    "block": ("id",), "id": ("id",), "container": ("id",), "task": ("id",), "attempt": ("id",), "job": ("id",),
+    "block": ("id",), "id": ("id", "number"), "container": ("id",), "task": ("id",), "attempt": ("id",), "job": ("id",),
     "session": ("id",), "tag": ("id",), "application": ("id",), "identifier": ("id",),
-    "pid": ("number",), "number": ("number", "size"), "value": ("number", "size"), "progress": ("number",),
+    "pid": ("number",), "uid": ("number",), "number": ("number", "size"), "value": ("number", "size"), "progress": ("number",),
     "duration": ("number",), "long": ("number",),
-    "status": ("status",), "state": ("status",), "level": ("status",), "severity": ("status",),
+    "type": ("alarm", "status"), "status": ("status",), "state": ("status",), "level": ("status",), "severity": ("status",),
     "result": ("status",), "outcome": ("status",),
     "when": ("time",), "time": ("time",), "timestamp": ("time",), "date": ("time",),
 }
@@ -76,8 +78,9 @@ class Route:
 
 def route(question: str) -> Route:
     q = question.casefold()
-    vals = [v for v in values_of(question) if v.kind in KEY_KINDS and
-            not (v.kind == "user" and v.text.casefold() in NOT_USERS)]
+    vals = [v for v in values_of(question) if (v.kind in KEY_KINDS or v.kind == "number" and
+                                                v.text.lstrip("-").isdigit() and len(v.text) >= KEY_DIGITS + (v.text[0] == "-"))
+            and not (v.kind == "user" and v.text.casefold() in NOT_USERS)]
     keys = tuple(dict.fromkeys(v.text for v in vals))
     spans = [(v.start, v.end) for v in vals]
     words = [m[0].casefold() for m in _WORD.finditer(question)
@@ -85,9 +88,11 @@ def route(question: str) -> Route:
     alarm = _alarm(words) if any(TAG.fullmatch(k) for k in keys) else ""
     noun, plural = _type_noun(words)
     unit = next((UNITS[w] for w in words if w in UNITS and w != "b"), "")
-    want = ("size",) if unit else WANTS.get(noun, ())
     content = [w for w in words if w not in STOP and w not in WANTS and w not in PLURALS and w not in UNITS
                and not (alarm and w in ALARM_WORDS) and len(w) > 1]
+    # the value a line writes after "NAME=" when the question names NAME (its type noun first), then the noun's kinds
+    fields = tuple(dict.fromkeys(f"field:{w}" for w in ([noun] if noun else []) + content))
+    want = ("size",) if unit else fields + WANTS.get(noun, ())
     roots = tuple(dict.fromkeys(stem(w) for w in content))
     base = dict(keys=keys, roots=roots, want=want, unit=unit, alarm=alarm, type_noun=noun)
     op = _aggregate(q, words, plural, unit)
@@ -115,8 +120,12 @@ def _aggregate(q: str, words: list[str], plural: bool, unit: str) -> str:
 
 
 def _type_noun(words: list[str]) -> tuple[str, bool]:
-    """The first type noun of the question (singular) and whether it was written as a plural."""
-    for w in words:
+    """The first type noun of the question (singular) and whether it was written as a plural; of two in a row, the
+    second ("source port": a port)."""
+    for i, w in enumerate(words):
+        if w in WANTS and i + 1 < len(words) and (words[i + 1] in WANTS or words[i + 1] in PLURALS) and \
+                words[i + 1] not in ("time", "times", "when"):
+            continue
         if w in WANTS and w not in ("time",):
             return w, False
         if w in PLURALS and w != "times":

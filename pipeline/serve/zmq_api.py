@@ -145,8 +145,9 @@ class ZmqFront:
                                      "finish_reason": data["finish_reason"],
                                      "usage": {"prompt_tokens": data["prompt_tokens"],
                                                "completion_tokens": data["completion_tokens"]},
-                                     "ringspec": {k: data[k] for k in ("answer", "route", "citations", "nearest",
-                                                                       "queued_ms", "ttft_ms", "total_ms")}}))
+                                     "ringspec": {**{k: data[k] for k in ("answer", "route", "citations", "nearest",
+                                                                          "queued_ms", "ttft_ms", "total_ms")},
+                                                  "model_call": data.get("model_call", True)}}))
             return
 
 

@@ -5,13 +5,16 @@ as the line writes it), a value's lookup key (`key_of`) and the suffix stemmer q
 (`stem`). Runs once per line in the ingest actor (pipeline/stream/archive.py stores the values), so every pattern is
 compiled once and a line costs a handful of regex scans. Never touches SQLite, the ring or a model.
 
-Kinds: `time` (the line's first timestamp), `addr` (IPv4:port), `ip`, `port` ("10.0.0.1:22", "host:8030",
+Kinds: `time` (the line's first timestamp), `clock` (its time of day, when the timestamp has a date too: "19:18:14,511"
+of "2015-07-29 19:18:14,511"), `alarm` (a TEP line's whole alarm type: "H", "HH NR"), `addr` (IPv4:port), `ip`, `port` ("10.0.0.1:22", "host:8030",
 "port 22"), `path` (/unix/like, C:\\windows\\like), `size` (a number with a byte unit: "1024 kB", "28.0 KB"),
 `number` (any other number, decimals kept: "28.0", "0.32285523", "1000 ms" with its unit), `id` (block, task,
 attempt, container ids, hex ids, TEP tags, anything of letters, digits, `_`, `-`, `.`, `:` holding a letter and a
 digit: "broadcast_3", "FIR123", "blk_-1608999687919862906"), `user` (the name after "user", or after "for" in a line
 about logins), `status` (a level or outcome word: ERROR, failed, closed; on a TEP alarm line its type H/HH/L/LL and
-NR). A span taken by a stronger kind (time, addr, ip, path, size) is not read again as a weaker one (id, number).
+NR; Android logcat's level letter; an error code in capitals with underscores), `field:NAME` (the value written after "NAME=", quotes left out: "rhost=10.0.0.1",
+'tag="View Lock"'; read beside the value's own kind). A span taken by a stronger kind (time, addr, ip, path, size) is
+not read again as a weaker one (id, number).
 """
 from __future__ import annotations
 
@@ -56,6 +59,10 @@ _STATUS = re.compile(
     r"rejected|refused|up|down|active|inactive|enabled|disabled|completed|finished|lost|interrupted|recovered)\b",
     re.IGNORECASE)
 _TEP = re.compile(rf"^\d{{2}}:\d{{2}}:\d{{2}} {TAG.pattern} (HH|H|LL|L)( NR)?\b")
+_LOGCAT = re.compile(r"^\d{2}-\d{2} \d{2}:\d{2}:\d{2}\.\d+\s+\d+\s+\d+ ([VDIWEF]) ")   # Android's level letter
+_FIELD = re.compile(r"(?<![\w.])([A-Za-z][\w.]*)=(?:\"([^\"]*)\"|([^\s,;\"\])]+))")        # name=value, name="a b"
+_CLOCK = re.compile(r"\d{2}[:.]\d{2}[:.]\d{2}(?:[.,:]\d+)?")
+_CODE = re.compile(r"\b[A-Z][A-Z0-9]*(?:_[A-Z0-9]+){2,}\b")          # an error code: CBS_E_INVALID_PACKAGE
 _DIGIT = re.compile(r"\d")
 _LETTER = re.compile(r"[A-Za-z]")
 
@@ -77,10 +84,21 @@ def values_of(text: str) -> list[Value]:
     m = _TIME.search(text)
     if m:
         add("time", m.start(), m.end(), True)
+        clock = _CLOCK.search(text, m.start(), m.end())
+        if clock and clock.span() != m.span():    # the time of day alone, as an operator says it
+            add("clock", clock.start(), clock.end())
     if m := _TEP.match(text):                     # a TEP alarm line: its type, and NR for a recovery
         add("status", m.start(1), m.end(1))
+        add("alarm", m.start(1), m.end(2) if m[2] else m.end(1))
         if m[2]:
             add("status", m.start(2) + 1, m.end(2))
+    if m := _LOGCAT.match(text):
+        add("status", m.start(1), m.end(1))
+    if "=" in text:                               # a field's value under its name's kind, beside its own kind
+        for m in _FIELD.finditer(text):
+            group = 2 if m[2] is not None else 3
+            if m.end(group) > m.start(group):
+                add(f"field:{m[1].casefold()}", m.start(group), m.end(group))
     for m in _ADDR.finditer(text):
         if _free(taken, m.start(), m.end()):
             add("addr", m.start(), m.end(), True)
@@ -125,6 +143,9 @@ def values_of(text: str) -> list[Value]:
     for start, end in users:
         add("user", start, end)
     for m in _STATUS.finditer(text):
+        if _free(taken, m.start(), m.end()):
+            add("status", m.start(), m.end())
+    for m in _CODE.finditer(text):
         if _free(taken, m.start(), m.end()):
             add("status", m.start(), m.end())
     return out

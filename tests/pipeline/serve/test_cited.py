@@ -65,6 +65,9 @@ def supported(reply: Reply) -> bool:
     ("which user failed most often?", "aggregate", "most"),
     ("which ports did 119.137.62.142 connect from?", "aggregate", "distinct"),
     ("What is the plant doing?", "other", ""),
+    ("Which uid acquired wake lock 166121161?", "lookup", "span"),            # a number of 3+ digits is a key
+    ("Which pid logged the WindowManager line at 03-17 16:13:39.069?", "lookup", "span"),    # so is a time
+    ("What did process 12 do?", "other", ""),                                 # ... not a number of 2
 ])
 def test_a_question_is_routed_by_its_own_values_and_words(question, kind, op):
     r = route(question)
@@ -72,6 +75,26 @@ def test_a_question_is_routed_by_its_own_values_and_words(question, kind, op):
 
 
 # -- lookups: copy, cite or abstain ----------------------------------------------------------------------------------
+def test_a_field_the_question_names_is_the_value_the_line_writes_after_it(tmp_path):
+    path = archive_of(tmp_path / "a.sqlite", [
+        '03-17 16:13:38.819  1702  2227 D PowerManagerService: acquire lock=233570404, flags=0x1, tag="View Lock", uid=1000',
+        '03-17 16:13:39.819  1702  2227 D PowerManagerService: acquire lock=166121161, flags=0x1, tag="Other", uid=1001'])
+    reply = read(path, "What tag did wake lock 233570404 have?")
+    assert (reply.answer, [c.seq for c in reply.citations]) == ("View Lock", [1])
+    assert read(path, "Wake lock 166121161 was acquired by which uid?").answer == "1001"
+    assert read(path, "Which uid acquired wake lock 191063410?").answer is None       # no line holds that lock
+
+
+def test_a_time_of_day_names_the_line_stamped_with_it_and_of_two_type_nouns_the_second_is_wanted(tmp_path):
+    path = archive_of(tmp_path / "a.sqlite", [
+        "2015-07-29 19:18:14,511 - INFO  [/10.10.34.11:3888:QuorumCnxManager] - Received connection request "
+        "/10.10.34.12:47838",
+        "2015-07-29 19:18:15,000 - INFO  [/10.10.34.11:3888:QuorumCnxManager] - Received connection request "
+        "/10.10.34.13:47839"])
+    reply = read(path, "Which source port did the connection request received at 19:18:14,511 use?")
+    assert (reply.answer, [c.seq for c in reply.citations]) == ("47838", [1])
+
+
 def test_a_lookup_copies_its_answer_from_the_line_it_cites(ssh):
     reply = read(ssh, "what port did user webmaster fail on?")
     assert reply.answer == "38926" and [c.seq for c in reply.citations] == [1]
@@ -212,6 +235,7 @@ def test_a_direct_answer_has_the_reply_shape_of_a_model_answer_on_http_whole_and
         whole = json.loads(post(port, {"messages": said}).read())
         contract(whole["ringspec"])
         assert whole["ringspec"]["answer"] == "38926" and whole["ringspec"]["route"] == "lookup"
+        assert whole["ringspec"]["model_call"] is False                  # the archive answered alone
         assert whole["ringspec"]["citations"] == [{"seq": 1, "time": "Dec 10 06:55:48", "text": SSH[0]}]
         text = whole["choices"][0]["message"]["content"]
         assert text.startswith("port 38926, from line #1") and whole["choices"][0]["finish_reason"] == "stop"
@@ -226,6 +250,9 @@ def test_a_direct_answer_has_the_reply_shape_of_a_model_answer_on_http_whole_and
         server.shutdown()
         server.server_close()
     assert sent_of(front) == []                                     # nothing queued on the owner
+    journal = front.take_direct()                                   # ... and both answers go to the journal
+    assert [(name, r["kind"], r["answer"], r["model_call"]) for name, r in journal] == [("", "answer", "38926", False)] * 2
+    assert journal[0][1]["citations"] == whole["ringspec"]["citations"] and front.take_direct() == []
 
 
 def test_a_direct_answer_has_the_same_fields_over_zmq(ssh, tmp_path):
@@ -237,7 +264,8 @@ def test_a_direct_answer_has_the_same_fields_over_zmq(ssh, tmp_path):
     finally:
         z.close()
     contract(got["ringspec"])
-    assert (got["ringspec"]["answer"], got["ringspec"]["route"]) == ("2", "aggregate")
+    assert (got["ringspec"]["answer"], got["ringspec"]["route"], got["ringspec"]["model_call"]) == \
+        ("2", "aggregate", False)
     assert got["text"].startswith("2 times since line #1")
 
 

@@ -224,7 +224,7 @@ def test_an_archive_from_before_the_values_tables_is_refused_by_a_reader_and_fil
         assert archive.next_seq == 2
     con = sqlite3.connect(path)
     assert sorted(con.execute("SELECT kind, key FROM vals WHERE seq = 1")) == [
-        ("id", "pir108"), ("number", "28.0"), ("status", "hh"), ("time", "01:00:00")]
+        ("alarm", "hh"), ("id", "pir108"), ("number", "28.0"), ("status", "hh"), ("time", "01:00:00")]
     assert search(path, "PIR108")[0].seq == 1
 
 

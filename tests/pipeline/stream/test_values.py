@@ -40,6 +40,16 @@ def test_ips_and_ports_are_whole_values():
     ("Freed 1024 kB in /var/log/app.log", ("path", "/var/log/app.log")),
     ("Freed 1024 kB in /var/log/app.log", ("size", "1024 kB")),
     ("Jun 14 15:16:01 combo sshd(pam_unix)[19939]: authentication failure", ("time", "Jun 14 15:16:01")),
+    ("authentication failure; logname= uid=0 euid=0 tty=NODEVssh ruser= rhost=61.53.154.93  user=root",
+     ("field:rhost", "61.53.154.93")),
+    ('03-17 16:13:38.819  1702  2227 D PowerManagerService: acquire lock=233570404, flags=0x1, tag="View Lock", '
+     'uid=1000', ("field:tag", "View Lock")),
+    ('03-17 16:13:38.819  1702  2227 D PowerManagerService: acquire lock=233570404', ("status", "D")),
+    ("2015-07-29 19:18:14,511 - INFO  [/10.10.34.11:3888:QuorumCnxManager] - Received connection request",
+     ("clock", "19:18:14,511")),
+    ("08:06:30 AIR001_5 H NR REACT FEED A CONC HIGH ALM", ("alarm", "H NR")),
+    ("2016-09-28 04:30:31, Error CBS Failed to resolve package [HRESULT = 0x800f0805 - CBS_E_INVALID_PACKAGE]",
+     ("status", "CBS_E_INVALID_PACKAGE")),
 ])
 def test_each_kind_is_read_as_the_line_writes_it(text, value):
     assert value in kinds(text)
