@@ -144,14 +144,19 @@ def _said(r: Route, answer: str, line: Line, lead: str) -> str:
 
 def _spans(line: Line, kind: str, keys: set[str]) -> list[Value]:
     """The line's values of `kind`, other than the values the question names (a line's time: its first)."""
+    if kind.startswith("field:"):              # a field whose name holds the word asked: "calories", totalCalories=
+        root = stem(kind[6:])
+        found = [v for v in line.values if v.kind.startswith("field:") and root in v.kind[6:] and
+                 key_of(v.text) not in keys]
+        return found
     found = [v for v in line.values if v.kind == kind and key_of(v.text) not in keys]
     return found[:1] if kind == "time" else found
 
 
 def _narrowed(r: Route, line: Line, spans: list[Value]) -> tuple[str, ...]:
     """The spans' distinct texts, kept to those best fitting the question: the word just before a span starts with
-    one of the question's word roots or is its type noun ("size 67108864"; 2 points), its unit is the unit asked
-    (1 point)."""
+    one of the question's word roots or is its type noun ("size 67108864"; 2 points), the span starts with the type
+    noun ("attempt_1445..." for "which attempt"; 2 points), its unit is the unit asked (1 point)."""
     if len(spans) <= 1:
         return tuple(v.text for v in spans)
     scored = [(_fit(r, line.text[:v.start], v.text), v.text) for v in spans]
@@ -165,7 +170,8 @@ def _fit(r: Route, before: str, text: str) -> int:
     near = bool(word) and any(word.startswith(root) or root.startswith(word)
                               for root in (*r.roots, *([stem(r.type_noun)] if r.type_noun else ())))
     unit = bool(r.unit) and text.casefold().replace(" ", "").endswith(r.unit)
-    return 2 * near + unit
+    named = bool(r.type_noun) and text.casefold().startswith(r.type_noun)     # "attempt_..." for an attempt
+    return 2 * near + 2 * named + unit
 
 
 # -- aggregates ------------------------------------------------------------------------------------------------------

@@ -34,7 +34,7 @@ WANTS = {
     "user": ("user",), "username": ("user",), "account": ("user",), "who": ("user",), "login": ("user",),
     "block": ("id",), "id": ("id", "number"), "container": ("id",), "task": ("id",), "attempt": ("id",), "job": ("id",),
     "session": ("id",), "tag": ("id",), "application": ("id",), "identifier": ("id",),
-    "pid": ("number",), "uid": ("number",), "number": ("number", "size"), "value": ("number", "size"), "progress": ("number",),
+    "pid": ("number",), "uid": ("number",), "count": ("number",), "number": ("number", "size"), "value": ("number", "size"), "progress": ("number",),
     "duration": ("number",), "long": ("number",),
     "type": ("alarm", "status"), "status": ("status",), "state": ("status",), "level": ("status",), "severity": ("status",),
     "result": ("status",), "outcome": ("status",),
@@ -86,7 +86,8 @@ def route(question: str) -> Route:
     words = [m[0].casefold() for m in _WORD.finditer(question)
              if not any(a <= m.start() < b for a, b in spans)]
     alarm = _alarm(words) if any(TAG.fullmatch(k) for k in keys) else ""
-    noun, plural = _type_noun(words)
+    naming = {m[1].casefold() for k in keys for m in re.finditer(rf"(\w+)[\s:=#]*{re.escape(k)}", question)}
+    noun, plural = _type_noun([w for w in words if w not in naming])     # "pid 23403" names a key, not the answer
     unit = next((UNITS[w] for w in words if w in UNITS and w != "b"), "")
     content = [w for w in words if w not in STOP and w not in WANTS and w not in PLURALS and w not in UNITS
                and not (alarm and w in ALARM_WORDS) and len(w) > 1]
@@ -95,7 +96,8 @@ def route(question: str) -> Route:
     want = ("size",) if unit else fields + WANTS.get(noun, ())
     roots = tuple(dict.fromkeys(stem(w) for w in content))
     base = dict(keys=keys, roots=roots, want=want, unit=unit, alarm=alarm, type_noun=noun)
-    op = _aggregate(q, words, plural, unit)
+    timed = any(v.kind in ("time", "clock") for v in vals)      # one line's moment: a value of it, not a count
+    op = _aggregate(q, words, plural, unit, timed)
     if op:
         return Route("aggregate", op, **base)
     if keys and want:
@@ -103,10 +105,10 @@ def route(question: str) -> Route:
     return Route("other", **base)
 
 
-def _aggregate(q: str, words: list[str], plural: bool, unit: str) -> str:
-    if re.search(r"\bhow many\b", q) and not unit and not re.search(r"\bhow many (bytes|kb|mb|gb)\b", q):
+def _aggregate(q: str, words: list[str], plural: bool, unit: str, timed: bool = False) -> str:
+    if re.search(r"\bhow many\b", q) and not unit and not timed and not re.search(r"\bhow many (bytes|kb|mb|gb)\b", q):
         return "count"
-    if re.search(r"\bhow often\b|\bcount\b|\bnumber of\b", q):
+    if re.search(r"\bhow often\b|\bcount\b|\bnumber of\b", q) and not timed:
         return "count"
     if re.search(r"\bmost (frequent|frequently|common|commonly|often)\b", q):
         return "most"
