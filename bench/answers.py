@@ -41,7 +41,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from bench.answer_questions import DATA, Question, load
+from bench.answer_questions import DATA, Question, lines_of, load
 from bench.operators import _Server
 from pipeline.config import ServeSection
 from pipeline.report import Report
@@ -204,9 +204,10 @@ def run_log(log: str, questions: list[Question], reader: str, rate: float, max_t
     with tempfile.TemporaryDirectory(prefix="ringspec_answers_") as tmp:
         server = _Server(str(DATA / log), rate, retrieve, config, tmp, warm_lines=1, loop=False, serve=serve,
                          args=("--format", fmt, *NO_ASSESSMENTS))
-        try:
+        total = len(lines_of(DATA / log, fmt))            # a question set may ask after the log's last line: then
+        try:                                              # it is asked at the end (its gold is over every line)
             for i, q in enumerate(sorted(questions, key=lambda q: (q.ask_after, q.id))):
-                wait_for(lambda n=q.ask_after: _archived(server) >= n, f"{log}: {q.ask_after} lines ingested",
+                wait_for(lambda n=min(q.ask_after, total): _archived(server) >= n, f"{log}: {q.ask_after} lines ingested",
                          pids=[server.proc.pid], progress=lambda: _archived(server), poll_s=0.05)
                 before, ring = _archived(server), server.health()["lines"]
                 if before > q.stable_through:
