@@ -15,7 +15,8 @@ differs from the answer: "other lines say otherwise", each cited, newest first (
 No such line: answer null, "not found", with the `nearest` lines (not citations). Aggregates: count, most frequent
 value of the wanted kind (or template), distinct values, first/last line, over the same lines; each says its scope,
 "since line #a (time)", the archive's oldest line (serve.archive_max_lines bounds its history). A count of no line
-is the answer "0" (nothing to cite; the nearest lines are given). An aggregate naming no value whose words match no
+is "not found" (answer null: no answer without a citation; the text says 0 lines, the nearest lines are given); a
+list of distinct values cites a line for every value it lists. An aggregate naming no value whose words match no
 line is not the archive's to answer: None, and the free reader answers it.
 """
 from __future__ import annotations
@@ -183,8 +184,8 @@ def _count(r: Route, lines: list[Line], scope: str, nearest) -> Reply:
     what = f", counting lines with {', '.join(criteria)}" if criteria else ", counting every line"
     n = len(counted)
     text = f"{n} time{'s' if n != 1 else ''} {scope}{what}"
-    if not counted:
-        return Reply(r.kind, "0", text, (), nearest())
+    if not counted:                              # nothing to cite: not found (no answer without a citation)
+        return Reply(r.kind, None, f"not found: no line {scope}{what}", (), nearest())
     return Reply(r.kind, str(n), text, tuple(cite(ln) for ln in counted[:3]))
 
 
@@ -212,8 +213,9 @@ def _values(r: Route, lines: list[Line], scope: str, con) -> Reply:
     listed = [newest[k][0] for k in newest]                                  # newest first
     answer = ", ".join(listed)
     noun = f"{r.type_noun} values" if r.type_noun else "values"
+    cited = {ln.seq: ln for _, ln in newest.values()}                        # every value listed stands on a line
     return Reply(r.kind, answer, f"{len(listed)} different {noun} {scope}, newest first: {answer}",
-                 tuple(cite(newest[k][1]) for k in list(newest)[:MAX_CITED]))
+                 tuple(cite(ln) for ln in cited.values()))
 
 
 # -- shared ------------------------------------------------------------------------------------------------------------

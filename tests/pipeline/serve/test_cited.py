@@ -193,8 +193,16 @@ def test_most_frequent_and_distinct_values_are_computed(ssh):
     assert read(ssh, "which ports did 119.137.62.142 connect from?").answer == "22, 49116"
 
 
-def test_a_count_of_a_value_no_line_holds_is_zero_and_an_aggregate_of_unknown_words_is_the_models(ssh):
-    assert read(ssh, "how many times did user zed fail?").answer == "0"
+def test_every_value_a_list_of_distinct_values_names_is_in_a_line_it_cites(tmp_path):
+    lines = [f"10:00:{i:02d} TIR{100 + i} H TEMP HIGH ALM" for i in range(40)]           # 40 tags, more than 8
+    reply = read(archive_of(tmp_path / "a.sqlite", lines), "which tags went high?")
+    listed = reply.answer.split(", ")
+    assert len(listed) == 40 and all(any(v in c.text for c in reply.citations) for v in listed)
+
+
+def test_a_count_of_a_value_no_line_holds_is_not_found_and_an_aggregate_of_unknown_words_is_the_models(ssh):
+    zero = read(ssh, "how many times did user zed fail?")
+    assert zero.answer is None and zero.citations == () and zero.text.startswith("not found: no line since line #1")
     assert read(ssh, "how many alarms are active now?") is None
 
 
