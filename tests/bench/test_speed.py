@@ -118,8 +118,9 @@ def test_a_bench_that_would_open_the_npu_in_several_workers_is_refused_before_an
     cfg = config.load(str(profile))
     report = speed.run_bench(cfg, str(profile), log=f"{ROOT}/data/tep_demo.csv", llama_cpp=False)
     assert report.exit_code == 2
-    assert report.line.startswith("ringspec: bench: 5 processes would open the NPU at once (draft_serial, "
-                                  "hybrid_serial, adaptive_hybrid_serial, hybrid_tree_serial, pipelined_hybrid)")
+    assert report.line.startswith("ringspec: bench: 6 processes would open the NPU at once (draft_serial, "
+                                  "hybrid_serial, adaptive_hybrid_serial, hybrid_tree_serial, pipelined_hybrid, "
+                                  "pipelined_model)")
     assert "--systems NAME" in report.line
     one = speed.select(speed.systems("default-draft", False), ["hybrid_serial"])
     assert speed.npu_openers(one, cfg) == ["hybrid_serial"]                 # one worker holds it: allowed
