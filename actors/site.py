@@ -37,6 +37,7 @@ def run(args: SiteArgs) -> None:
         json.dump(hub.endpoints, f)
     os.replace(args.endpoints_file + ".tmp", args.endpoints_file)
     groups: dict[str, list[str]] = {}
+    group_of = {st.name: st.group for st in args.streams}
     for st in args.streams:
         groups.setdefault(st.group, []).append(st.name)
     front = Front(cfg, tok, [(st.name, hub.asks(st.group, st.name), st.archive, st.node) for st in args.streams],
@@ -50,7 +51,7 @@ def run(args: SiteArgs) -> None:
         while not stop.is_set():
             got = hub.recv(0.2)
             for name, record in front.take_direct():                 # answers the archive gave alone
-                hub.send_record(next(g for g, names in groups.items() if name in names), name, record)
+                hub.send_record(group_of[name], name, record)
                 if sock is not None:
                     publish(sock, {"stream": name, **record})
             for why in hub.dropped.keys() - logged:                   # each kind of junk once, then counted

@@ -234,8 +234,7 @@ class Front:
                           stats={}, now=time.monotonic())
         answer.finished = True
         answer.items.put(("done", info))
-        self.direct.append((view.name, {"kind": AnswerEvent.kind, "id": answer.id, "client": client,
-                                        "question": question, "text": answer.text, **info}))
+        self.direct.append((view.name, _record(AnswerEvent.kind, answer, info)))
         self.counts["answers_direct"] += 1
         self.ttft_ms.append(info["ttft_ms"])
         self.total_ms.append(info["total_ms"])
@@ -410,16 +409,14 @@ class Front:
                           prompt_tokens=event.prompt_tokens, completion_tokens=event.completion_tokens,
                           queued_ms=event.queued_ms, queued_blocks=event.queued_blocks, stats=event.stats)
         if gone is not None:                         # its asker went away: journaled, nobody waits for it
-            return {"kind": event.kind, "id": gone.id, "client": gone.client, "question": gone.question,
-                    "text": gone.text, **info, "client_gone": True}
+            return {**_record(event.kind, gone, info), "client_gone": True}
         answer.finished = True
         answer.items.put(("done", info))
         if info["error"] is None and info["ttft_ms"] is not None:
             self.ttft_ms.append(info["ttft_ms"])
             self.total_ms.append(info["total_ms"])
             self.tokens_per_s.append(info["stats"].get("tokens_per_s", 0.0))
-        return {"kind": event.kind, "id": answer.id, "client": answer.client, "question": answer.question,
-                "text": answer.text, **info}
+        return _record(event.kind, answer, info)
 
     def _publish(self, kind: str, data: dict) -> None:
         with self._lock:
@@ -486,6 +483,12 @@ def _check_messages(messages) -> str:
         raise RequestError(400, "the last message must be the user's question")
     messages[:] = [m for m in messages if m["role"] != "system"]    # the gateway's own system prompt is in the sinks
     return messages[-1]["content"]
+
+
+def _record(kind: str, answer: Answer, info: dict) -> dict:
+    """An answer's journal record: who asked what, the text, and its end (`Front._info`)."""
+    return {"kind": kind, "id": answer.id, "client": answer.client, "question": answer.question, "text": answer.text,
+            **info}
 
 
 def _cited(seq: int, time_: str, text: str) -> dict:
