@@ -17,7 +17,10 @@ value of the wanted kind (or template), distinct values, first/last line, over t
 "since line #a (time)", the archive's oldest line (serve.archive_max_lines bounds its history). A count of no line
 is "not found" (answer null: no answer without a citation; the text says 0 lines, the nearest lines are given); a
 list of distinct values cites a line for every value it lists. An aggregate naming no value whose words match no
-line is not the archive's to answer: None, and the free reader answers it.
+line is not the archive's to answer (None: the free reader answers it), except the most frequent or distinct values
+of a kind, or the lines of an alarm type asked, taken over every line then ("which tag alarms most often?" on a log
+writing ALM). A lookup naming no value
+stands on the lines holding every word root of the question; none: the free reader's.
 """
 from __future__ import annotations
 
@@ -32,7 +35,11 @@ from pipeline.stream.evidence import Line
 from pipeline.stream.values import Value, key_of, stem
 
 MAX_CITED = 8
+_WORD = re.compile(r"\w+")
 _BEFORE = re.compile(r"([A-Za-z]\w*)[^A-Za-z]*$")   # the last word before a span, numbers skipped: "request /10.0.0.2:"
+_WORD_AT = re.compile(r"[A-Za-z]+")               # a line's words, split at case changes too: "onReceive" -> on, Receive
+_GAP = re.compile(r"[^A-Za-z0-9]*(?:[A-Za-z]+[^A-Za-z0-9]*)?")   # between a naming word and its value: one word at most
+_LEVEL = re.compile(r"INFO|WARN|WARNING|ERROR|FATAL|SEVERE|DEBUG|TRACE|CRITICAL|[VDIWEF]")
 
 
 @dataclass(frozen=True)
@@ -75,8 +82,12 @@ def read(archive_path, question: str) -> Reply | Choice | None:
         return None
     try:
         lines = [ln for ln in evidence.holding(con, r.keys, r.roots) if _alarm_ok(ln, r.alarm)]
+        if not r.keys and r.op == "span":         # found by words alone: a line must hold every one of them
+            lines = [ln for ln in lines if ln.covers(r.roots) == len(r.roots)]
         if not r.keys and r.roots and not lines:
-            return None
+            if r.op not in ("most", "distinct") and not r.alarm:
+                return None
+            lines = [ln for ln in evidence.holding(con) if _alarm_ok(ln, r.alarm)]    # words the log never writes
         first = evidence.oldest(con)
         scope = f"since line #{first.seq} ({first.when})" if first else "in an empty archive"
         if r.op == "count":
@@ -101,78 +112,113 @@ def chosen(choice: Choice, written: str) -> Reply:
 # -- lookups, first and last ---------------------------------------------------------------------------------------
 def _lookup(r: Route, lines: list[Line], scope: str, nearest) -> Reply | Choice:
     keys = {key_of(k) for k in r.keys}
-    kind = next((k for k in r.want if any(_spans(ln, k, keys) for ln in lines)), None) if r.want else None
-    fitting = [ln for ln in lines if kind is None or _spans(ln, kind, keys)]
-    if not fitting:
+    ranked = [(_rank(r, ln, found), ln, found) for ln in lines if (found := _options(r, ln, keys))[0]] \
+        if r.want else [((ln.covers(r.roots),), ln, ((ln.text,), 0, 0)) for ln in lines]
+    if not ranked:
         held = "" if not r.keys else f" holding {', '.join(r.keys)}"
         what = f" with a {r.type_noun or '/'.join(r.want)}" if r.want and lines else ""
         return Reply(r.kind, None, f"not found: no line{held}{what} {scope}", (),
                      tuple(cite(ln) for ln in lines[:3]) or nearest())
-    best = max(ln.covers(r.roots) for ln in fitting)
-    fitting = [ln for ln in fitting if ln.covers(r.roots) == best]           # newest first
-    line = fitting[-1] if r.op == "first" else fitting[0]
+    top = max(rank for rank, _, _ in ranked)
+    fitting = [(ln, found) for rank, ln, found in ranked if rank == top]             # newest first
+    line, (options, _, _) = fitting[-1] if r.op == "first" else fitting[0]
     lead = "" if r.op == "span" else f"the {r.op} of {len(fitting)} matching lines {scope}"
-    if kind is None:                             # no kind wanted: the line itself (its time, asked "when")
+    if not r.want:                               # no kind wanted: the line itself (its time, asked "when")
         return Reply(r.kind, line.text, _said(r, line.text, line, lead), (cite(line),))
-    options = _narrowed(r, line, _spans(line, kind, keys))
     if len(options) > 1:
         return Choice(r, line, options, lead)
     answer = options[0]
     others: dict[str, Line] = {}
     if r.op == "span":
-        for ln in fitting[1:]:
-            theirs = _narrowed(r, ln, _spans(ln, kind, keys))
+        for ln, (theirs, _, _) in fitting[1:]:
             if len(theirs) == 1 and key_of(theirs[0]) != key_of(answer) and key_of(theirs[0]) not in others:
                 others[key_of(theirs[0])] = ln
     text = _said(r, answer, line, lead)
-    if others:
-        listed = "; ".join(f"{_span_text(ln, kind, keys, r)} on line #{ln.seq} at {ln.when}"
-                           for ln in list(others.values())[:MAX_CITED - 1])
-        text += f"\nother lines say otherwise, newest first: {listed}"
-    return Reply(r.kind, answer, text, (cite(line), *(cite(ln) for ln in list(others.values())[:MAX_CITED - 1])))
+    listed = list(others.items())[:MAX_CITED - 1]
+    if listed:
+        text += "\nother lines say otherwise, newest first: " + "; ".join(
+            f"{_options(r, ln, keys)[0][0]} on line #{ln.seq} at {ln.when}" for _, ln in listed)
+    return Reply(r.kind, answer, text, (cite(line), *(cite(ln) for _, ln in listed)))
 
 
-def _span_text(line: Line, kind: str, keys: set[str], r: Route) -> str:
-    return _narrowed(r, line, _spans(line, kind, keys))[0]
+def _rank(r: Route, line: Line, found: tuple) -> tuple[int, int, int]:
+    """How well a line answers: the question's word roots it covers, then how its best spans fit, then whether they
+    are of a kind asked (2) or the value after a word naming what is asked (1) or after a value named (0)."""
+    _, fit, tier = found
+    return line.covers(r.roots), fit, tier
+
+
+def _options(r: Route, line: Line, keys: set[str]) -> tuple[tuple[str, ...], int, int]:
+    """The spans of `line` that may answer (distinct texts), their fit and tier (see `_rank`); () when none: the spans of
+    the kinds asked best fitting the question (of equal fit, of the kind asked first); else the value right after a
+    word of the line naming what is asked ("instruction address: 0x00004ed8", "action: ...SCREEN_OFF"); else the value
+    right after a value the question names ("HRESULT = 0x80004005 - E_FAIL")."""
+    spans = [(i, v) for i, kind in enumerate(r.want) for v in _spans(line, kind, keys, r)]
+    if spans:
+        scored = [(_fit(r, line.text[:v.start], v.text), -i, v.text) for i, v in spans]
+        best = max(s[:2] for s in scored)
+        return tuple(dict.fromkeys(t for f, i, t in scored if (f, i) == best)), best[0], 2
+    free = [v for v in line.values if v.kind not in ("time", "clock") and key_of(v.text) not in keys and
+            not _said_by_question(r, v)]
+    names = {*r.subject, *r.nouns} - {""}
+    for tier, starts in ((1, [m.end() for m in _WORD_AT.finditer(line.text) if _names(stem(m[0]), names)]),
+                         (0, [v.end for v in line.values if key_of(v.text) in keys])):
+        for at in starts:
+            after = [v for v in free if v.start >= at and _GAP.fullmatch(line.text, at, v.start)]
+            if after:
+                first = min(after, key=lambda v: (v.start, -v.end))
+                return (first.text,), 0, tier
+    return (), 0, 0
+
+
+def _names(word: str, names: set[str]) -> bool:
+    return any(word == n or len(n) >= 3 and word.startswith(n) for n in names)
+
+
+def _said_by_question(r: Route, v: Value) -> bool:
+    """A one-word span the question itself says is not its answer ("after NEW, which state...")."""
+    return v.kind == "status" and stem(v.text) in r.roots
 
 
 def _said(r: Route, answer: str, line: Line, lead: str) -> str:
-    noun = f"{r.type_noun} " if r.type_noun and r.type_noun not in ("when", "time", "timestamp", "date") and \
+    noun = f"{r.type_noun} " if r.type_noun and r.type_noun not in ("when", "time", "timestamp", "date", "where") and \
         not answer.casefold().startswith(r.type_noun) else ""
     where = f"from line #{line.seq} at {line.when}" + (f" ({lead})" if lead else "")
     return f"{noun}{answer}, {where}: {line.text}"
 
 
-def _spans(line: Line, kind: str, keys: set[str]) -> list[Value]:
-    """The line's values of `kind`, other than the values the question names (a line's time: its first)."""
+def _spans(line: Line, kind: str, keys: set[str], r: Route | None = None) -> list[Value]:
+    """The line's values of `kind`, other than the values the question names (a line's time: its first); a log level
+    (INFO, WARN) is a status only when a level is asked, and then only a level is."""
     if kind.startswith("field:"):              # a field whose name holds the word asked: "calories", totalCalories=
         root = stem(kind[6:])
         found = [v for v in line.values if v.kind.startswith("field:") and root in v.kind[6:] and
                  key_of(v.text) not in keys]
         return found
-    found = [v for v in line.values if v.kind == kind and key_of(v.text) not in keys]
+    found = [v for v in line.values if v.kind == kind and key_of(v.text) not in keys and
+             not (r and _said_by_question(r, v))]
+    if kind == "status" and r is not None:
+        level = r.type_noun in ("level", "severity")
+        found = [v for v in found if bool(_LEVEL.fullmatch(v.text)) == level] or found
     return found[:1] if kind == "time" else found
 
 
-def _narrowed(r: Route, line: Line, spans: list[Value]) -> tuple[str, ...]:
-    """The spans' distinct texts, kept to those best fitting the question: the word just before a span starts with
-    one of the question's word roots or is its type noun ("size 67108864"; 2 points), the span starts with the type
-    noun ("attempt_1445..." for "which attempt"; 2 points), its unit is the unit asked (1 point)."""
-    if len(spans) <= 1:
-        return tuple(v.text for v in spans)
-    scored = [(_fit(r, line.text[:v.start], v.text), v.text) for v in spans]
-    top = max(s for s, _ in scored)
-    return tuple(dict.fromkeys(t for s, t in scored if s == top))
-
-
 def _fit(r: Route, before: str, text: str) -> int:
+    """How well a span fits the question: 2 points for each of the question's word roots and type nouns the word just
+    before it holds ("onStandStepChanged 3601" for "the stand step count"), 2 if it starts with a type noun
+    ("attempt_1445..." for "which attempt"), 1 if its unit is the unit asked, 1 for each root among the 4 words before
+    that one ("Connection broken for id 1889..." against "my id = 1", asked which id the connection broke for)."""
     m = _BEFORE.search(before)
-    word = stem(m[1]) if m else ""
-    near = bool(word) and any(word.startswith(root) or root.startswith(word)
-                              for root in (*r.roots, *([stem(r.type_noun)] if r.type_noun else ())))
+    word = m[1].casefold() if m else ""
+    names = {*r.roots, *r.nouns, *([stem(r.type_noun)] if r.type_noun else ())} - {""}
+    near = sum(1 for n in names if word and (stem(word).startswith(n) or n.startswith(stem(word)) or
+                                             len(n) >= 3 and n in word))
+    context = _WORD.findall(before.casefold())[-5:-1]          # the words before that one: "broken for id 1889..."
+    said = sum(1 for n in r.roots if any(w.startswith(n) for w in context))
     unit = bool(r.unit) and text.casefold().replace(" ", "").endswith(r.unit)
-    named = bool(r.type_noun) and text.casefold().startswith(r.type_noun)     # "attempt_..." for an attempt
-    return 2 * near + 2 * named + unit
+    named = any(len(n) >= 3 and text.casefold().startswith(n)                # "attempt_..." for an attempt
+                for n in {*r.nouns, r.type_noun} - {""})
+    return 2 * near + 2 * named + unit + said
 
 
 # -- aggregates ------------------------------------------------------------------------------------------------------
@@ -193,11 +239,11 @@ def _values(r: Route, lines: list[Line], scope: str, con) -> Reply:
     best = max((ln.covers(r.roots) for ln in lines), default=0)
     lines = [ln for ln in lines if ln.covers(r.roots) == best]               # newest first
     keys = {key_of(k) for k in r.keys}
-    kind = next((k for k in r.want if any(_spans(ln, k, keys) for ln in lines)), None)
+    kind = next((k for k in r.want if any(_spans(ln, k, keys, r) for ln in lines)), None)
     newest: dict[str, tuple[str, Line]] = {}
     counts: Counter = Counter()
     for ln in lines:                             # no kind wanted: the lines' templates
-        seen = {key_of(v.text): v.text for v in _spans(ln, kind, keys)} if kind else {f"#{ln.template}": ""}
+        seen = {key_of(v.text): v.text for v in _spans(ln, kind, keys, r)} if kind else {f"#{ln.template}": ""}
         for key, text in seen.items():
             counts[key] += 1
             newest.setdefault(key, (text or evidence.pattern(con, ln.template), ln))
@@ -224,7 +270,8 @@ def _alarm_ok(line: Line, alarm: str) -> bool:
     if not alarm:
         return True
     recovered = line.has("status", "nr")
-    return recovered if alarm == "NR" else line.has("status", alarm.casefold()) and not recovered
+    return any(recovered if a == "NR" else line.has("status", a.casefold()) and not recovered
+               for a in alarm.split("|"))
 
 
 def _nearest(archive_path, question: str) -> tuple[Citation, ...]:

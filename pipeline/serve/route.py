@@ -5,14 +5,22 @@ Owns `route`: the question's own values (pipeline/stream/values.py: ids, IPs, po
 the keys a line must hold; its type nouns say what kind of span is wanted ("port" -> a port, "when" -> the line's
 time); its remaining words, stemmed, rank lines. Rules, in order:
   aggregate  "how many" (not "how many kB"/"how many bytes": a size lookup), "how often", "count", "number of"
-             -> count; "most frequent|common|often" -> most; "first"/"earliest" -> first; "last"/"latest"/
+             -> count; "most frequent|common|often", "which ... the most" -> most; "first"/"earliest" -> first; "last"/"latest"/
              "most recent" -> last; "which|what <plural type noun>" ("which ports") -> distinct;
   lookup     the question names a value (an id, an address, a path, a user, a size, a time, a number of 3 or more
-             digits) and a wanted kind (a type noun, "when", or a word the line writes as "NAME=value");
+             digits, a code in capitals with an underscore) and a wanted kind (a type noun, "when", "where", or a word
+             the line writes as "NAME=value"); or it names no value but asks "which|what <type noun>" with words
+             to find the line by ("which file pattern did SQM queue for upload?": the cited reader asks a line to
+             hold every one of them);
   other      everything else.
+The noun asked is the type noun right after "which|what" (one word may come between: "which screen action"), else
+the question's first; the words after "which|what" are the `subject` a line may name just before the value asked.
 No model is asked to route: where these rules find no aggregate and no named value, the question is "other", and the
 free reader (the model over retrieved lines) answers it, as before issue 47. On a TEP alarm log a question naming a
-tag asks an alarm type too ("high high" -> HH, "low" -> L, "recovered" -> NR). Never reads the archive.
+tag asks an alarm type too ("high high" -> HH, "low" -> L, "recovered" -> NR), and its state is the line's whole alarm
+type ("H NR"); without a tag, only "high high"/"low low", HH/LL written in capitals or "type X" name one ("HIGH HIGH or
+LOW LOW": either). Verbs saying only that a line holds something ("lines that report X", "contain", "say") are not
+words to find lines by. Never reads the archive.
 """
 from __future__ import annotations
 
@@ -39,6 +47,7 @@ WANTS = {
     "type": ("alarm", "status"), "status": ("status",), "state": ("status",), "level": ("status",), "severity": ("status",),
     "result": ("status",), "outcome": ("status",),
     "when": ("time",), "time": ("time",), "timestamp": ("time",), "date": ("time",),
+    "where": ("path", "addr", "ip"), "url": ("path",), "uri": ("path",),
 }
 PLURALS = {"ports": "port", "ips": "ip", "addresses": "address", "hosts": "host", "clients": "client",
            "nodes": "node", "servers": "server", "sizes": "size", "paths": "path", "files": "file",
@@ -57,6 +66,11 @@ STOP = frozenset("""
     give list name line lines log logs entry entries message messages event events record records mention mentions
     mentioned appear appears appeared any all each every some same one
 """.split())
+# verbs saying only that a line holds something, after "lines|that|which": "lines that report X" ("the report
+# receiver" keeps its word)
+HOLDING = frozenset("""report reports reported reporting contain contains contained containing say says said include
+    includes included including print prints printed write writes wrote written show shows showed""".split())
+HOLDERS = frozenset("line lines entry entries message messages event events record records that which".split())
 ALARM_WORDS = {"hh": "HH", "ll": "LL", "h": "H", "l": "L", "nr": "NR", "high": "H", "low": "L", "recover": "NR",
                "recovers": "NR", "recovered": "NR", "recovery": "NR", "normal": "NR"}
 NOT_USERS = frozenset("failed failure logged connected tried attempted login logins logon name names account accounts "
@@ -74,6 +88,9 @@ class Route:
     unit: str = ""                  # a size unit the question names ("kb"), lower case
     alarm: str = ""                 # a TEP alarm type asked of a named tag (H, HH, L, LL, NR)
     type_noun: str = ""             # the noun `want` came from ("port")
+    subject: tuple[str, ...] = ()   # the words after "which|what", stemmed ("screen", "action"): a line names the
+                                    # value asked right after one of them ("action: ...SCREEN_OFF")
+    nouns: tuple[str, ...] = ()     # every type noun of the question, stemmed ("container", "id")
 
 
 def route(question: str) -> Route:
@@ -81,26 +98,34 @@ def route(question: str) -> Route:
     vals = [v for v in values_of(question) if (v.kind in KEY_KINDS or v.kind == "number" and
                                                 v.text.lstrip("-").isdigit() and len(v.text) >= KEY_DIGITS + (v.text[0] == "-"))
             and not (v.kind == "user" and v.text.casefold() in NOT_USERS)]
+    vals += [v for v in values_of(question) if v.kind == "status" and "_" in v.text and v.text.isupper()]
     keys = tuple(dict.fromkeys(v.text for v in vals))
     spans = [(v.start, v.end) for v in vals]
     words = [m[0].casefold() for m in _WORD.finditer(question)
              if not any(a <= m.start() < b for a, b in spans)]
-    alarm = _alarm(words) if any(TAG.fullmatch(k) for k in keys) else ""
+    tagged = any(TAG.fullmatch(k) for k in keys)
+    alarm = _alarm(words) if tagged else _alarm_named(question, words)
     naming = {m[1].casefold() for k in keys for m in re.finditer(rf"(\w+)[\s:=#]*{re.escape(k)}", question)}
     noun, plural = _type_noun([w for w in words if w not in naming])     # "pid 23403" names a key, not the answer
     unit = next((UNITS[w] for w in words if w in UNITS and w != "b"), "")
+    words = [w for i, w in enumerate(words) if not (w in HOLDING and i and words[i - 1] in HOLDERS)]
     content = [w for w in words if w not in STOP and w not in WANTS and w not in PLURALS and w not in UNITS
                and not (alarm and w in ALARM_WORDS) and len(w) > 1]
     # the value a line writes after "NAME=" when the question names NAME (its type noun first), then the noun's kinds
     fields = tuple(dict.fromkeys(f"field:{w}" for w in ([noun] if noun else []) + content))
     want = ("size",) if unit else fields + WANTS.get(noun, ())
+    if tagged and noun in ("state", "status", "type"):           # a TEP line's state: its whole alarm type, "H NR"
+        want = ("alarm",) + want
     roots = tuple(dict.fromkeys(stem(w) for w in content))
-    base = dict(keys=keys, roots=roots, want=want, unit=unit, alarm=alarm, type_noun=noun)
+    asked = _asked(words)
+    base = dict(keys=keys, roots=roots, want=want, unit=unit, alarm=alarm, type_noun=noun,
+                subject=tuple(stem(w) for w in asked if w not in STOP), nouns=tuple(
+                    dict.fromkeys(stem(PLURALS.get(w, w)) for w in words if w in WANTS or w in PLURALS)))
     timed = any(v.kind in ("time", "clock") for v in vals)      # one line's moment: a value of it, not a count
     op = _aggregate(q, words, plural, unit, timed)
     if op:
         return Route("aggregate", op, **base)
-    if keys and want:
+    if want and (keys or asked and noun and roots):
         return Route("lookup", "span", **base)
     return Route("other", **base)
 
@@ -110,7 +135,8 @@ def _aggregate(q: str, words: list[str], plural: bool, unit: str, timed: bool = 
         return "count"
     if re.search(r"\bhow often\b|\bcount\b|\bnumber of\b", q) and not timed:
         return "count"
-    if re.search(r"\bmost (frequent|frequently|common|commonly|often)\b", q):
+    if re.search(r"\bmost (frequent|frequently|common|commonly|often)\b", q) or \
+            re.search(r"\b(which|what|who)\b", q) and re.search(r"\bthe most\b(?!\s+recent)", q):
         return "most"
     if "first" in words or "earliest" in words:
         return "first"
@@ -121,9 +147,18 @@ def _aggregate(q: str, words: list[str], plural: bool, unit: str, timed: bool = 
     return ""
 
 
+def _asked(words: list[str]) -> list[str]:
+    """The two words after the first "which" or "what" ("which screen action" -> screen, action)."""
+    at = next((i for i, w in enumerate(words) if w in ("which", "what")), None)
+    return [] if at is None else words[at + 1:at + 3]
+
+
 def _type_noun(words: list[str]) -> tuple[str, bool]:
-    """The first type noun of the question (singular) and whether it was written as a plural; of two in a row, the
-    second ("source port": a port)."""
+    """The type noun asked (singular) and whether it was written as a plural: the one right after "which|what" (a word
+    may come between), else the first; of two in a row, the second ("source port": a port)."""
+    asked = [w for w in _asked(words) if w in WANTS or w in PLURALS]
+    if asked:
+        words = words[words.index(asked[0]):]
     for i, w in enumerate(words):
         if w in WANTS and i + 1 < len(words) and (words[i + 1] in WANTS or words[i + 1] in PLURALS) and \
                 words[i + 1] not in ("time", "times", "when"):
@@ -143,3 +178,12 @@ def _alarm(words: list[str]) -> str:
     if any(w in ALARM_WORDS and ALARM_WORDS[w] == "NR" for w in words):
         return "NR"
     return next((ALARM_WORDS[w] for w in words if w in ALARM_WORDS), "")
+
+
+def _alarm_named(question: str, words: list[str]) -> str:
+    """The alarm types a question naming no tag asks, "|"-joined: "high high"/"low low", HH or LL in capitals, or
+    "type X" or "X alarms" (X an alarm type in capitals); "" when none (a plain "high" or "low" is a word to find lines by)."""
+    found = [t for t in ("HH", "LL") if re.search(rf"\b{t}\b", question)]
+    found += [("HH" if a == "high" else "LL") for a, b in zip(words, words[1:]) if a == b and a in ("high", "low")]
+    found += re.findall(r"\btype (HH|LL|H|L|NR)\b", question) + re.findall(r"\b(HH|LL|H|L|NR) alarms?\b", question)
+    return "|".join(dict.fromkeys(found))

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from pipeline.stream.values import Value, key_of
 
 _WORD = re.compile(r"\w+")
+_PART = re.compile(r"[A-Z]?[a-z]+|[A-Z]+(?![a-z])")     # a word's parts at case changes and underscores
 
 
 @dataclass(frozen=True)
@@ -40,9 +41,11 @@ class Line:
         return any(v.kind == kind and key_of(v.text) == key for v in self.values)
 
     def covers(self, roots) -> int:
-        """How many of the word roots some word of the line starts with (case folded)."""
-        words = _WORD.findall(self.text.casefold())
-        return sum(any(w.startswith(r) for w in words) for r in roots)
+        """How many of the word roots some word of the line starts with (case folded), a word's parts too
+        ("Step_StandReportReceiver": step, stand, report, receiver); a root of 1 or 2 letters only as a whole word
+        ("ll" is not "llama")."""
+        words = {*_WORD.findall(self.text.casefold()), *(p.casefold() for p in _PART.findall(self.text))}
+        return sum(any(w == r or len(r) > 2 and w.startswith(r) for w in words) for r in roots)
 
 
 def _fts_prefix(roots) -> str:

@@ -7,12 +7,13 @@ compiled once and a line costs a handful of regex scans. Never touches SQLite, t
 
 Kinds: `time` (the line's first timestamp), `clock` (its time of day, when the timestamp has a date too: "19:18:14,511"
 of "2015-07-29 19:18:14,511"), `alarm` (a TEP line's whole alarm type: "H", "HH NR"), `addr` (IPv4:port), `ip`, `port` ("10.0.0.1:22", "host:8030",
-"port 22"), `path` (/unix/like, C:\\windows\\like), `size` (a number with a byte unit: "1024 kB", "28.0 KB"),
+"port 22"), `path` (/unix/like, C:\\windows\\like, a URL: hdfs://host:9000, file:/D:/x.jar), `size` (a number with a byte unit: "1024 kB", "28.0 KB"),
 `number` (any other number, decimals kept: "28.0", "0.32285523", "1000 ms" with its unit), `id` (block, task,
 attempt, container ids, hex ids, TEP tags, anything of letters, digits, `_`, `-`, `.`, `:` holding a letter and a
 digit: "broadcast_3", "FIR123", "blk_-1608999687919862906"), `user` (the name after "user", or after "for" in a line
 about logins), `status` (a level or outcome word: ERROR, failed, closed; on a TEP alarm line its type H/HH/L/LL and
-NR; Android logcat's level letter; an error code in capitals with underscores), `field:NAME` (the value written after "NAME=", quotes left out: "rhost=10.0.0.1",
+NR; Android logcat's level letter; a code in capitals with an underscore: E_FAIL, SCREEN_OFF; a state in capitals a
+transition enters: UNASSIGNED of "from NEW to UNASSIGNED"), `field:NAME` (the value written after "NAME=", quotes left out: "rhost=10.0.0.1",
 'tag="View Lock"'; read beside the value's own kind). A span taken by a stronger kind (time, addr, ip, path, size) is
 not read again as a weaker one (id, number).
 """
@@ -40,6 +41,7 @@ _TIME = re.compile(
     r"|\b[A-Z][a-z]{2} {1,2}\d{1,2} \d{2}:\d{2}:\d{2}"                  # syslog: Jun 14 15:16:01
     r"|\b\d{2}-\d{2} \d{2}:\d{2}:\d{2}(?:\.\d+)?"                       # Android: 03-17 16:13:38.811
     r"|\b\d{2}:\d{2}:\d{2}(?:[.,]\d+)?")                                # a clock: 01:32:20 (TEP)
+_URL = re.compile(r"\b[A-Za-z][A-Za-z0-9+.-]*:/{1,2}[^\s\]\)'\",;]+")        # scheme:/... (hdfs://, file:/D:/)
 _ADDR = re.compile(r"(?<![\w.])(\d{1,3}(?:\.\d{1,3}){3}):(\d{1,5})\b")
 _IP = re.compile(r"(?<![\w.])\d{1,3}(?:\.\d{1,3}){3}(?![\w.])")
 _HOST_PORT = re.compile(r"(?<![\w.:/-])([A-Za-z][\w.-]*):(\d{2,5})\b(?![.:]\d)")
@@ -62,7 +64,8 @@ _TEP = re.compile(rf"^\d{{2}}:\d{{2}}:\d{{2}} {TAG.pattern} (HH|H|LL|L)( NR)?\b"
 _LOGCAT = re.compile(r"^\d{2}-\d{2} \d{2}:\d{2}:\d{2}\.\d+\s+\d+\s+\d+ ([VDIWEF]) ")   # Android's level letter
 _FIELD = re.compile(r"(?<![\w.])([A-Za-z][\w.]*)=(?:\"([^\"]*)\"|([^\s,;\"\])]+))")        # name=value, name="a b"
 _CLOCK = re.compile(r"\d{2}[:.]\d{2}[:.]\d{2}(?:[.,:]\d+)?")
-_CODE = re.compile(r"\b[A-Z][A-Z0-9]*(?:_[A-Z0-9]+){2,}\b")          # an error code: CBS_E_INVALID_PACKAGE
+_CODE = re.compile(r"\b[A-Z][A-Z0-9]*(?:_[A-Z0-9]+)+\b")             # a code: CBS_E_INVALID_PACKAGE, E_FAIL
+_STATE = re.compile(r"\bto ([A-Z][A-Z_]{2,})\b")                      # a state entered: "from NEW to RUNNING"
 _DIGIT = re.compile(r"\d")
 _LETTER = re.compile(r"[A-Za-z]")
 
@@ -99,6 +102,10 @@ def values_of(text: str) -> list[Value]:
             group = 2 if m[2] is not None else 3
             if m.end(group) > m.start(group):
                 add(f"field:{m[1].casefold()}", m.start(group), m.end(group))
+    if ":/" in text:
+        for m in _URL.finditer(text):
+            if _free(taken, m.start(), m.end()):
+                add("path", m.start(), m.end(), True)
     for m in _ADDR.finditer(text):
         if _free(taken, m.start(), m.end()):
             add("addr", m.start(), m.end(), True)
@@ -148,6 +155,9 @@ def values_of(text: str) -> list[Value]:
     for m in _CODE.finditer(text):
         if _free(taken, m.start(), m.end()):
             add("status", m.start(), m.end())
+    for m in _STATE.finditer(text):
+        if _free(taken, m.start(1), m.end(1)) and not _CODE.fullmatch(m[1]) and not _STATUS.fullmatch(m[1]):
+            add("status", m.start(1), m.end(1))
     return out
 
 

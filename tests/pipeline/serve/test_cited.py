@@ -68,13 +68,63 @@ def supported(reply: Reply) -> bool:
     ("Which uid acquired wake lock 166121161?", "lookup", "span"),            # a number of 3+ digits is a key
     ("Which pid logged the WindowManager line at 03-17 16:13:39.069?", "lookup", "span"),    # so is a time
     ("What did process 12 do?", "other", ""),                                 # ... not a number of 2
+    ("Which file pattern did SQM queue for upload?", "lookup", "span"),      # no value named: its words find the line
+    ("Which tag has raised the most alarms?", "aggregate", "most"),
+    ("How many lines report HRESULT 0x80004005?", "aggregate", "count"),
 ])
 def test_a_question_is_routed_by_its_own_values_and_words(question, kind, op):
     r = route(question)
     assert (r.kind, r.op) == (kind, op)
 
 
+def test_the_noun_after_which_is_the_one_asked_and_verbs_of_holding_are_not_words_to_find_lines_by():
+    r = route("su[9558] opened a session: which account?")
+    assert (r.type_noun, r.want[-1]) == ("account", "user")
+    assert route("How many lines report HRESULT 0x80004005?").roots == ("hresult",)
+    assert "report" in route("How many SCREEN_ON broadcasts has the report receiver got?").roots
+    assert route("How many SCREEN_ON broadcasts has the report receiver got?").keys == ("SCREEN_ON",)  # a code
+
+
+@pytest.mark.parametrize("question, alarm", [
+    ("Which tags have gone HIGH HIGH or LOW LOW?", "HH|LL"), ("Count the alarm lines of type LL.", "LL"),
+    ("How many L alarms have been raised so far?", "L"), ("how many low memory warnings?", ""),
+    ("How many times did FIR123 go HIGH?", "H")])
+def test_an_alarm_type_is_asked_with_a_tag_or_in_the_alarm_s_own_words(question, alarm):
+    assert route(question).alarm == alarm
+
+
 # -- lookups: copy, cite or abstain ----------------------------------------------------------------------------------
+def test_without_a_span_of_the_kind_asked_the_value_after_the_word_naming_it_or_after_the_value_named(tmp_path):
+    path = archive_of(tmp_path / "a.sqlite", [
+        "2005-06-13-17.51.29.224900 R16-M0-N8-C:J02-U11 RAS KERNEL FATAL instruction address: 0x00004ed8",
+        "20171223-22:15:34:723|Step_StandReportReceiver|30002312|onReceive action: android.intent.action.SCREEN_OFF",
+        "2016-09-28 04:30:31, Info CBS SQM: Warning: Failed to upload. [HRESULT = 0x80004005 - E_FAIL]"])
+    assert read(path, "Which instruction address is in the message of 2005-06-13-17.51.29.224900?").answer == \
+        "0x00004ed8"                                          # asked an address, the line has no ip: after "address:"
+    assert read(path, "Which screen action did the receiver get at 20171223-22:15:34:723?").answer == "SCREEN_OFF"
+    assert read(path, "Which error name goes with HRESULT 0x80004005?").answer == "E_FAIL"     # after the value named
+
+
+def test_the_line_whose_span_the_question_s_words_name_beats_a_newer_one(tmp_path):
+    path = archive_of(tmp_path / "a.sqlite", [
+        "18:01:56 RMContainerAllocator: Assigned container container_1445_01_000002 to attempt_1445_m_000000_0",
+        "18:01:57 [ContainerLauncher #0] org.apache.hadoop.v2.launcher.ContainerLauncherImpl: Launching "
+        "attempt_1445_m_000000_0",
+        "19:21:39 - WARN [RecvWorker:1889:QuorumCnxManager$RecvWorker@762] - Connection broken for id 1889, my id = 1"])
+    reply = read(path, "What container id did attempt_1445_m_000000_0 get?")
+    assert (reply.answer, reply.citations[0].seq) == ("container_1445_01_000002", 1)
+    assert read(path, "For which id was the connection broken at 19:21:39?").answer == "1889"
+
+
+def test_a_lookup_naming_no_value_stands_on_a_line_holding_every_word_of_it(tmp_path):
+    path = archive_of(tmp_path / "a.sqlite", [
+        r"04:30:31, Info CBS SQM: Queued 0 file(s) for upload with pattern: C:\Windows\sqm\*_all.sqm, flags: 0x6",
+        r"04:30:32, Info CBS SQM: Failed to start upload with file pattern: C:\Windows\sqm\*_std.sqm, flags: 0x2"])
+    assert read(path, "Which file pattern did SQM queue for upload?").answer == r"C:\Windows\sqm\*_all.sqm"
+    assert read(path, "Which file pattern did SQM fail to start uploading?").answer == r"C:\Windows\sqm\*_std.sqm"
+    assert read(path, "Which file did SQM delete for upload?") is None          # no line says "delete": the model's
+
+
 def test_a_field_the_question_names_is_the_value_the_line_writes_after_it(tmp_path):
     path = archive_of(tmp_path / "a.sqlite", [
         '03-17 16:13:38.819  1702  2227 D PowerManagerService: acquire lock=233570404, flags=0x1, tag="View Lock", uid=1000',
@@ -198,6 +248,25 @@ def test_every_value_a_list_of_distinct_values_names_is_in_a_line_it_cites(tmp_p
     reply = read(archive_of(tmp_path / "a.sqlite", lines), "which tags went high?")
     listed = reply.answer.split(", ")
     assert len(listed) == 40 and all(any(v in c.text for c in reply.citations) for v in listed)
+
+
+def test_a_count_counts_the_lines_whose_word_parts_name_the_subject(tmp_path):
+    path = archive_of(tmp_path / "a.sqlite", [
+        "22:15:29:633|Step_StandReportReceiver|30002312|onReceive action: android.intent.action.SCREEN_ON",
+        "22:15:29:635|Step_LSC|30002312|processHandleBroadcastAction action:android.intent.action.SCREEN_ON",
+        "22:15:35:096|Step_StandReportReceiver|30002312|onReceive action: android.intent.action.SCREEN_ON",
+        "22:15:35:097|Step_StandReportReceiver|30002312|onReceive action: android.intent.action.SCREEN_OFF"])
+    reply = read(path, "How many SCREEN_ON broadcasts has the report receiver got?")
+    assert reply.answer == "2" and {c.seq for c in reply.citations} == {1, 3}
+
+
+def test_an_alarm_type_named_without_a_tag_selects_the_lines_and_unknown_words_leave_the_most_frequent_tag(tmp_path):
+    path = archive_of(tmp_path / "a.sqlite", ["01:00:00 FIR123 L FLW LOW ALM", "01:00:10 LIR110 LL LVL LOW ALM",
+                                              "01:00:20 FIR123 L NR FLW LOW ALM RECOVERED",
+                                              "01:00:30 PIR108 HH PRS HIGH ALM", "01:00:40 FIR123 L FLW LOW ALM"])
+    assert read(path, "Count the alarm lines of type LL.").answer == "1"
+    assert set(read(path, "Which tags have gone HIGH HIGH or LOW LOW?").answer.split(", ")) == {"LIR110", "PIR108"}
+    assert read(path, "Which tag has raised the most alarms?").answer == "FIR123"      # the log writes ALM
 
 
 def test_a_count_of_a_value_no_line_holds_is_not_found_and_an_aggregate_of_unknown_words_is_the_models(ssh):

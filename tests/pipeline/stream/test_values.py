@@ -50,6 +50,12 @@ def test_ips_and_ports_are_whole_values():
     ("08:06:30 AIR001_5 H NR REACT FEED A CONC HIGH ALM", ("alarm", "H NR")),
     ("2016-09-28 04:30:31, Error CBS Failed to resolve package [HRESULT = 0x800f0805 - CBS_E_INVALID_PACKAGE]",
      ("status", "CBS_E_INVALID_PACKAGE")),
+    ("SQM: Warning: Failed to upload all unsent reports. [HRESULT = 0x80004005 - E_FAIL]", ("status", "E_FAIL")),
+    ("onReceive action: android.intent.action.SCREEN_OFF", ("status", "SCREEN_OFF")),
+    ("attempt_1445144423722_0020_m_000007_0 TaskAttempt Transitioned from NEW to UNASSIGNED", ("status", "UNASSIGNED")),
+    ("JobImpl: Default file system [hdfs://msra-sa-41:9000]", ("path", "hdfs://msra-sa-41:9000")),
+    ("Extract jar:file:/D:/hadoop/yarn-common.jar!/webapps/mapreduce to C:\\Temp\\x",
+     ("path", "file:/D:/hadoop/yarn-common.jar!/webapps/mapreduce")),
 ])
 def test_each_kind_is_read_as_the_line_writes_it(text, value):
     assert value in kinds(text)
