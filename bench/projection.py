@@ -7,13 +7,18 @@ Owns four steps over plain dicts (JSON between runs):
             its pass taken out; then, while the target's threads still spin, a Restart to a draft); the target's
             pass slowed by a draft model running beside it (kappa); and, per system and task, a trace of the serial
             engine's steps: rows, columns, proposals, accepted, the draft's seconds and passes, its guess of the
-            token after a block accepted whole, the engine's own time (the systems interleaved as `bench` runs them)
+            token after a block accepted whole, the engine's own time (the systems interleaved as `bench` runs them);
+            with the actors pinned apart (configs/pair.toml: the target on cpu0 with one thread, the draft on cpu1),
+            the pass grid again on the target actor's CPUs (a deferred system's passes), and kappa with the draft on
+            its own CPUs
   predict   the model below, from the trace's counts and the measured costs only
   validate  its figures against `bench` and `pipeline-bench` JSON from a separate run: each system's speedup over
             its reference in that run within 15% (the absolute figures beside them carry the host's drift). A
             serial system's figure here is its own trace re-added (the passes at its generations' levels), so its
             row checks that the traced speedup holds in another run; a deferred system's row checks the model
-  project   after a validation passed: RK3588 pairs from published per-token costs (`BOARD`, each with its source)
+  project   after a validation passed: RK3588 pairs from published per-token costs (`BOARD`, each with its source);
+            for the pair's profile (configs/pair.toml) the pair's own measurements and traces at the board's
+            published 1.5B-class costs, beside RKLLM's and the article's published figures (`BOARD_PEERS`)
 
 The model, per verify step s (a step's tokens: its accepted proposals + 1; tokens/s = (generated - 1) / sum of
 step times, per prompt, the median over prompts as `bench` reports, or summed over assessments as `pipeline-bench`):
@@ -52,6 +57,7 @@ from pipeline.channel import Channel, cleanup_stale
 from pipeline.config import ring_spec
 from pipeline.decode.assemble import make_draft, make_engine
 from pipeline.messages import Halt, Proposal, Restart, Verdict, Verify, copied, decode, send
+from pipeline.process import pin
 from pipeline.report import Report
 from pipeline.stream.frame import replay_frame
 from pipeline.stream.replay import make_session, replay
@@ -62,7 +68,8 @@ SERIAL = {"target_only": System("target_only", "ringspec"),
           "suffix_serial": System("suffix_serial", "ringspec", "suffix"),
           "draft_serial": System("draft_serial", "ringspec", "model", "default-draft", 3),
           "hybrid_serial": System("hybrid_serial", "ringspec", "hybrid", "default-draft", 6)}
-DEFERRED = {"pipelined": "suffix_serial", "pipelined_hybrid": "hybrid_serial"}   # bench system: the trace it runs
+DEFERRED = {"pipelined": "suffix_serial", "pipelined_hybrid": "hybrid_serial",      # bench system: the trace it runs
+            "pipelined_model": "draft_serial"}
 
 
 # -- traces ----------------------------------------------------------------------------------------------------------
@@ -298,8 +305,10 @@ def round_trips(profile: str | None = None, T: int = 7, P: int = 640, m: int = 1
     return {"verify": statistics.median(hops[n // 10:]), "restart": statistics.median(redrafts[n // 10:])}
 
 
-def _busy_draft(profile: str | None, window: int, go, stop) -> None:
-    """A draft model's single-token passes back to back while `go` is set (the contention's other side)."""
+def _busy_draft(profile: str | None, window: int, go, stop, cpus: str = "") -> None:
+    """A draft model's single-token passes back to back while `go` is set (the contention's other side), on `cpus`
+    when given (the draft actor's)."""
+    pin(cpus)
     cfg = config.load(profile, settings(SERIAL["draft_serial"], 1, window))
     runner = make_draft(cfg, ring_spec(cfg)).runner
     P = runner.spec.sink + 608
@@ -310,13 +319,15 @@ def _busy_draft(profile: str | None, window: int, go, stop) -> None:
             runner.forward(ids, pos, mask)
 
 
-def contention(runner, profile: str | None, window: int, rounds: int = 8, passes: int = 12) -> dict:
+def contention(runner, profile: str | None, window: int, draft_cpus: str = "", rounds: int = 8,
+               passes: int = 12) -> dict:
     """kappa: the target's median pass (7 rows, 640 columns) with a draft model passing back to back in another
-    process on the same cores, over the same pass alone; alternated in blocks."""
+    process (on the same cores, or on the draft actor's `draft_cpus`), over the same pass alone; alternated in
+    blocks. With the actors pinned apart, `runner` runs on the target actor's CPUs (its threads are pinned there)."""
     ctx = mp.get_context("spawn")
     go, stop = ctx.Event(), ctx.Event()
     stop.set()
-    child = ctx.Process(target=_busy_draft, args=(profile, window, go, stop), daemon=True)
+    child = ctx.Process(target=_busy_draft, args=(profile, window, go, stop, draft_cpus), daemon=True)
     child.start()
     while stop.is_set():                            # the child clears it once its model is loaded
         time.sleep(0.1)
@@ -361,14 +372,31 @@ def measure(profile: str | None, log: str, pipeline_log: str, offsets: int = 5, 
     grid = pass_grid(runner, points)
     fit = fit_passes(grid, runner.opts.batch_invariant)
     progress(f"  pass grid: {len(points)} points, P {Ps}, fit within {fit['max_rel_error']:.1%} (max)")
+    passes = {"grid": grid, "fit": fit}
+    split = cfg.actors.target_cpus and cfg.actors.draft_cpus     # the actors pinned apart (configs/pair.toml)
+    if split:
+        del engine, runner                       # the same pass grid on the target actor's CPUs and threads
+        everywhere = os.sched_getaffinity(0)
+        pin(cfg.actors.target_cpus)              # this thread runs a one-thread pass: pinned while it does
+        try:
+            runner = make_engine(cfg, replay_frame(cfg).spec).runner
+            grid = pass_grid(runner, points)
+            passes["pinned"] = {"grid": grid, "fit": fit_passes(grid, runner.opts.batch_invariant),
+                                "cpus": cfg.actors.target_cpus}
+            progress(f"  pass grid on cpus {cfg.actors.target_cpus}: fit within "
+                     f"{passes['pinned']['fit']['max_rel_error']:.1%} (max)")
+            kappa = contention(runner, profile, window, cfg.actors.draft_cpus)
+        finally:
+            os.sched_setaffinity(0, everywhere)
+    else:
+        kappa = contention(runner, profile, window)
+    progress(f"  contention: kappa {kappa['kappa']:.2f}")
     hops = round_trips(profile)
     progress(f"  round trips: verify {hops['verify'] * 1e6:.0f} us, restart {hops['restart'] * 1e6:.0f} us")
-    kappa = contention(runner, profile, window)
-    progress(f"  contention: kappa {kappa['kappa']:.2f}")
     return {"_meta": {"log": log, "pipeline_log": pipeline_log, "offsets": offsets, "repeats": repeats,
                       "max_lines": max_lines,
                       "threads": threads, "window": window, "seconds": time.perf_counter() - t0},
-            "passes": {"grid": grid, "fit": fit}, "round_trips": hops, "contention": kappa, "traces": traces}
+            "passes": passes, "round_trips": hops, "contention": kappa, "traces": traces}
 
 
 # -- the model -------------------------------------------------------------------------------------------------------
@@ -382,6 +410,7 @@ class Costs:
     kappa: float
     draft_pass_s: float | None = None
     cpu_scale: float = 1.0
+    deferred_pass_s: object = None                # the target actor's pass when pinned apart from the draft's CPUs
 
     def drafting(self, seconds: float, calls: int, model_s: float) -> float:
         if self.draft_pass_s is None:
@@ -390,13 +419,16 @@ class Costs:
 
     def at(self, level: float) -> Costs:
         """The same costs with every pass `level` times as long (a trace's pass level, `pass_level`)."""
-        return dataclasses.replace(self, pass_s=lambda T, P, r, f=self.pass_s: level * f(T, P, r))
+        d = self.deferred_pass_s
+        return dataclasses.replace(self, pass_s=lambda T, P, r, f=self.pass_s: level * f(T, P, r),
+                                   deferred_pass_s=d and (lambda T, P, r, f=d: level * f(T, P, r)))
 
 
 def costs_here(m: dict) -> Costs:
-    fit = m["passes"]["fit"]
+    fit, pinned = m["passes"]["fit"], m["passes"].get("pinned")
     return Costs(lambda T, P, r: pass_s(fit, T, P, r), m["round_trips"]["verify"], m["round_trips"]["restart"],
-                 m["contention"]["kappa"])
+                 m["contention"]["kappa"],
+                 deferred_pass_s=pinned and (lambda T, P, r: pass_s(pinned["fit"], T, P, r)))
 
 
 def pass_level(gens: list[dict], fit: dict) -> float:
@@ -421,8 +453,9 @@ def generation_seconds(gen: dict, costs: Costs, deferred: bool) -> float:
     total, prev_t, ahead = 0.0, 0.0, False
     own = gen["own_s"] * costs.cpu_scale
     steps = gen["steps"]
+    run = costs.deferred_pass_s if deferred and costs.deferred_pass_s else costs.pass_s
     for i, s in enumerate(steps):
-        t = costs.pass_s(s["T"], s["P"], s["m"])
+        t = run(s["T"], s["P"], s["m"])
         d = costs.drafting(s["draft_s"], s["draft_calls"], s["draft_model_s"])
         if not deferred:
             total += t + d + own
@@ -554,23 +587,28 @@ BOARD = {
 }
 
 
-def board_costs(m: dict, here_llama: dict, cpu_scale: float | None = None) -> Costs:
+def board_costs(m: dict, here_llama: dict, cpu_scale: float | None = None, there: tuple | None = None,
+                draft_pass_s: float | None = None) -> Costs:
     """This machine's fitted pass scaled to 4 Cortex-A76: its per-pass terms (c0, c2 P: weights and K/V read once)
     by llama.cpp's bytes per second here over there (tg x model bytes), its per-row terms (c1 T, c3 T (P+m)) by
     llama.cpp's weights x tokens per second here over there (pp x weights); the draft's model passes on the NPU; the
-    engine's own time, the stream proposer and the round trips `cpu_scale` slower (the little cores)."""
+    engine's own time, the stream proposer and the round trips `cpu_scale` slower (the little cores). `there`:
+    (tg, pp, bytes, weights) on the board, by default the small model's published figures; `draft_pass_s`: a draft
+    pass on the NPU, by default the distilled draft's."""
     c = m["passes"]["fit"]["c"]
     padded = m["passes"]["fit"]["padded"]
     b = BOARD
-    mem = here_llama["tg"] * here_llama["bytes"] / (b["cpu_tg"].value * b["cpu_model_bytes"].value)
-    row = here_llama["pp"] * here_llama["params"] / (b["cpu_pp"].value * b["cpu_model_params"].value)
+    tg, pp, nbytes, params = there or (b["cpu_tg"].value, b["cpu_pp"].value, b["cpu_model_bytes"].value,
+                                       b["cpu_model_params"].value)
+    mem = here_llama["tg"] * here_llama["bytes"] / (tg * nbytes)
+    row = here_llama["pp"] * here_llama["params"] / (pp * params)
     scale = b["cpu_scale"].value if cpu_scale is None else cpu_scale
 
     def board_pass(T, P, r):
         f = _features(T, P, r, padded)
         return mem * (c[0] + c[2] * f[2]) + row * (c[1] * f[1] + c[3] * f[3])
     return Costs(board_pass, m["round_trips"]["verify"] * scale, m["round_trips"]["restart"] * scale,
-                 b["kappa"].value, b["npu_draft_pass"].value, scale)
+                 b["kappa"].value, draft_pass_s or b["npu_draft_pass"].value, scale)
 
 
 def project_small(m: dict, here_llama: dict) -> dict:
@@ -621,13 +659,41 @@ def project_large(m: dict) -> list[dict]:
 
 
 # -- the verb --------------------------------------------------------------------------------------------------------
-def here_llama_cpp(bench: dict) -> dict | None:
+# A target's bytes read per decoded token by llama.cpp and its weights, which scale this machine's pass to the board.
+READS = {"default": (110e6, 134.5e6, "docs/speed.md: 110 MB at ~670 positions; 134.5M weights"),
+         "qwen2.5-coder-1.5b": (0.99e9, 1.54e9, "docs/models.md: the GGUF less its token table, 0.99 GB; 1.54B "
+                                "weights")}
+
+
+def here_llama_cpp(bench: dict, model: str = "default") -> dict | None:
     """llama.cpp's figures in the bench run (the log task): decode tok/s, prompt tok/s (512 tokens / TTFT), and the
-    default model's bytes per token and weights (docs/speed.md: 110 MB at ~670 positions; 134.5M)."""
+    target's bytes per token and weights (`READS`)."""
     row = (bench or {}).get("log", {}).get("llama_cpp_plain")
-    if not row or not row.get("tokens_per_s"):
+    if not row or not row.get("tokens_per_s") or model not in READS:
         return None
-    return {"tg": row["tokens_per_s"], "pp": 512.0 / (row["ttft_ms"] / 1000.0), "bytes": 110e6, "params": 134.5e6}
+    return {"tg": row["tokens_per_s"], "pp": 512.0 / (row["ttft_ms"] / 1000.0), "bytes": READS[model][0],
+            "params": READS[model][1]}
+
+
+# The pair on the board, beside it: what runs there today on the same class of model.
+BOARD_PEERS = {"rkllm_qwen2.5_1.5b": Input(16.7, "tok/s", "RKLLM 1.3, Qwen2.5-1.5B w8a8 on the RK3588 NPU alone "
+                                           "(airockchip/rknn-llm benchmark.md)"),
+               "article_pair": Input(18.7, "tok/s", "the source article: a 1.8B target with a 0.3B draft, deferred "
+                                     "speculation with the sink+ring cache (../shared/reference)")}
+
+
+def project_pair(m: dict, here_llama: dict) -> list[dict]:
+    """The pair measured here (its pass fit, its traces' acceptance and guesses, its engine's own time), on the
+    board: the 1.5B on 4 Cortex-A76 at the published (low, high) 1.5B-class figures (`large_tg`, `large_pp`), the
+    0.5B on the NPU at RKLLM's published decode rate (`large_draft_token`), per engine-CPU scale; every system the
+    traces ran, serial and deferred, and the main job."""
+    b, out = BOARD, []
+    for tg, pp in zip(b["large_tg"].value, b["large_pp"].value):
+        for scale in (2.0, b["cpu_scale"].value, 8.0):
+            costs = board_costs(m, here_llama, scale, (tg, pp, here_llama["bytes"], here_llama["params"]),
+                                b["large_draft_token"].value)
+            out.append({"tg": tg, "pp": pp, "cpu_scale": scale, **predict(m, costs)})
+    return out
 
 
 @dataclass
@@ -661,6 +727,8 @@ class ProjectionReport(Report):
         if not d.get("board"):
             out.append(d["withheld"])
             return "\n".join(out)
+        if "pair" in d["board"]:
+            return "\n".join(out + self._pair_text())
         out.append("PROJECTION (not measured): RK3588, SmolLM2-135M on 4 Cortex-A76, the distilled draft on the NPU, "
                    "decode tok/s per engine-CPU scale (the little cores against this host's)")
         small = d["board"]["small"]
@@ -682,6 +750,25 @@ class ProjectionReport(Report):
                        f"{r['serial']:7.1f} {r['serial_k']:2d} {r['deferred']:8.1f} {r['deferred_k']:2d}")
         out.append("inputs: " + "; ".join(f"{k} = {v.value} {v.unit} ({v.source})" for k, v in BOARD.items()))
         return "\n".join(out)
+
+    def _pair_text(self) -> list[str]:
+        board = self.data["board"]
+        rows = board["pair"]
+        names = [(task, name) for task in TASKS for name in rows[0]["bench"][task]]
+        out = ["PROJECTION (not measured): RK3588, the pair measured here: the 1.5B on 4 Cortex-A76 at the published "
+               "(low, high) 1.5B-class figures, the 0.5B on the NPU at RKLLM's 41.58 tok/s; decode tok/s per "
+               "engine-CPU scale",
+               f"  {'task':9s} {'system':17s} " + " ".join(f"{r['tg']:5.1f}tg x{r['cpu_scale']:<3g}" for r in rows)]
+        for task, name in names:
+            out.append(f"  {task:9s} {name:17s} " + " ".join(f"{r['bench'][task][name]:12.1f}" for r in rows))
+        for side in ("serial", "pipelined"):
+            out.append(f"  {'replay':9s} {side:17s} " + " ".join(f"{r['pipeline-bench'][side]:12.1f}" for r in rows))
+        out.append("beside it, published: " + "; ".join(f"{v['value']} {v['unit']} ({v['source']})"
+                                                         for v in board["peers"].values()))
+        out.append(f"reads: {board['reads']}; inputs: " + "; ".join(
+            f"{k} = {v['value']} {v['unit']} ({v['source']})" for k, v in board["inputs"].items()
+            if k.startswith("large") or k == "cpu_scale"))
+        return out
 
     @property
     def exit_code(self) -> int:
@@ -723,12 +810,16 @@ def run_project(profile: str | None, log: str | None, pipeline_log: str, measure
            "acceptance": {**{name: {task: acceptance(m["traces"][name][task]) for task in TASKS} for name in SERIAL},
                           "replay": acceptance(m["traces"]["replay"])},
            "measurements": m}
-    llama = here_llama_cpp(bench)
+    model = config.load(profile).model.gguf
+    llama = here_llama_cpp(bench, model)
     if llama:       # llama.cpp's figures moved to the traces' minutes by the host's drift in target_only's row
         drift = predicted["bench"]["log"]["target_only"] / bench["log"]["target_only"]["tokens_per_s"]
         llama = {**llama, "tg": llama["tg"] * drift, "pp": llama["pp"] * drift}
     checked = validated(rows) and pipe is not None
-    if checked and llama:
+    if checked and llama and model != "default":           # the pair: its own traces on the board
+        out["board"] = {"pair": project_pair(m, llama), "peers": {k: vars(v) for k, v in BOARD_PEERS.items()},
+                        "inputs": {k: vars(v) for k, v in BOARD.items()}, "reads": READS[model][2]}
+    elif checked and llama:
         out["board"] = {"small": project_small(m, llama), "large": project_large(m),
                         "inputs": {k: vars(v) for k, v in BOARD.items()}}
     else:
