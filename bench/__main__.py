@@ -52,8 +52,10 @@ def parser() -> argparse.ArgumentParser:
                    "each stream's (default 20); answers: each log's (default 4)")
     p.add_argument("--questions", type=int, help="operator: questions per configuration (default 20); answers: at "
                    "most this many per log, the earliest (default: all; a smoke run: 3)")
-    p.add_argument("--split", choices=("dev", "heldout", "all"), default="heldout",
-                   help="answers: the questions asked (default %(default)s)")
+    p.add_argument("--split", choices=answers.SPLITS, default="heldout",
+                   help="answers: the questions asked: dev or heldout (the 7 loghub logs and 3 TEP logs of "
+                   "../shared/data), fresh (5 more loghub logs in bench/data, every question held out), all "
+                   "(default %(default)s)")
     p.add_argument("--readers", default="cited", help="answers: comma-separated serve.reader values, one server per "
                    "log each: cited (answer copied from a cited line, or counted), free (the free-text baseline) "
                    "(default %(default)s)"),

@@ -2,9 +2,10 @@
 
 Owns the question sets in bench/questions/*.json and the script that writes them (`python -m bench.answer_questions`):
 its own reading of each log (the 7 loghub logs line by line, TEP alarm CSVs row by row, rendered the way the stream
-shows a row), its own regexes per log format, seeded choices, the development / held-out split. Never imports the
-reader, the server or the project's parsers (a test only checks that its line numbers and texts are the stream's);
-never runs a model.
+shows a row), its own regexes per log format, seeded choices, the development / held-out split, and the fresh split:
+five more loghub logs vendored in bench/data, written by someone who never read the reader, every question of them
+`fresh`. Never imports the reader, the server or the project's parsers (a test only checks that its line numbers and
+texts are the stream's); never runs a model.
 
 Line n (1-based) of a log is its n-th line (a CSV: its n-th data row, the header excluded): the archive seq of that
 line when the stream starts at line 1. A question asked after `ask_after` lines has its gold computed over
@@ -28,6 +29,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 DATA = ROOT.parent / "shared" / "data"
+FRESH = "bench/data/"      # a log path starting so lies in the checkout (bench/data/README.md), any other under DATA
 QUESTIONS_DIR = Path(__file__).resolve().parent / "questions"
 SEED = 47
 SLACK = 80                 # stable_through is looked for up to ask_after + SLACK
@@ -35,6 +37,7 @@ MIN_SLACK = 20             # ... and must be at least ask_after + MIN_SLACK (5 s
 MIN_ASK, MAX_ASK = 24, 200     # questions are asked after 24..200 lines: about 50 s of stream at 4 lines/s
 HELDOUT_PERCENT = 60
 QUOTA = {"lookup": 12, "count": 6, "first": 1, "last": 1, "most_frequent": 1, "which": 1, "not_found": 2}
+FRESH_QUOTA = {**QUOTA, "lookup": 14, "first": 2, "last": 2}    # a fresh log's set stands alone: a few more each
 TIME_GROUPS = ("t", "clock", "when")    # the groups that hold a time in the patterns below
 WHICH_MAX = 6              # a "which" question lists at most this many distinct values
 
@@ -52,7 +55,7 @@ EXACT = {
 @dataclass(frozen=True)
 class Question:
     id: str
-    log: str                     # path under ../shared/data, e.g. "loghub/Linux_2k.log"
+    log: str                     # path under ../shared/data, e.g. "loghub/Linux_2k.log", or FRESH... (`log_path`)
     format: str                  # plain | csv (what `serve --format` is given)
     ask_after: int               # asked once the stream has ingested this many lines; gold over lines[:ask_after]
     text: str
@@ -61,7 +64,7 @@ class Question:
     gold: str | None             # None: not in the log
     gold_lines: tuple[int, ...]  # lines holding the gold (a lookup: every agreeing line, newest last; count: all)
     stable_through: int          # the gold (and gold_lines) is the same over lines[:n], ask_after <= n <= this
-    split: str                   # dev | heldout
+    split: str                   # dev | heldout | fresh
     absent: str | None = None    # not_found: the identifier in the text that occurs in no line of the log
 
 
@@ -93,12 +96,13 @@ class Values:
 
 @dataclass(frozen=True)
 class LogSpec:
-    path: str                    # under DATA
+    path: str                    # under DATA, or FRESH... in the checkout (`log_path`)
     fmt: str
     time: str                    # the line's timestamp field (a regex, no groups)
     lookups: tuple[Lookup, ...]
     tallies: tuple[Tally, ...]
     values: tuple[Values, ...]
+    split: str | None = None     # every question's split ("fresh"); None: dev or heldout by a hash (`split_of`)
 
 
 IP = r"\d+\.\d+\.\d+\.\d+"
@@ -510,6 +514,375 @@ SPECS = (
     for path in ("tep_alarms/filter/text_alarms_filter_3.csv", "tep_alarms/filter/text_alarms_filter_5.csv",
                  "tep_alarms/deadband/text_alarms_deadband_3.csv"))
 
+# The fresh split: five loghub logs vendored in bench/data (bench/data/README.md) that no other set, nor the reader's
+# developers, have used; every question over them is `fresh`, none dev or held-out.
+SSH_PID = r"sshd\[(?P<pid>\d+)\]"
+BLK = r"blk_-?\d+"
+SPECS += (
+    LogSpec(FRESH + "loghub/OpenSSH_2k.log", "plain", r"[A-Z][a-z]{2} [ \d]\d \d\d:\d\d:\d\d", (
+        Lookup("port", rf"{SSH_PID}: Failed password for .* from {IP} port (?P<value>\d+) ssh2", (
+            "Which client port did the failed password attempt of sshd[{pid}] come from?",
+            "sshd process {pid} rejected a password: what was the source port?",
+            "What remote port shows up in the failed password line of pid {pid}?")),
+        Lookup("ip", rf"{SSH_PID}: Invalid user .+ from (?P<value>{IP})$", (
+            "Which address was behind the invalid user attempt handled by sshd[{pid}]?",
+            "sshd[{pid}] logged an invalid user: from which IP?")),
+        Lookup("ip", rf"{SSH_PID}: Connection closed by (?P<value>{IP}) \[preauth\]", (
+            "Which client closed its connection before authenticating in sshd process {pid}?",
+            "Whose connection did sshd[{pid}] see closed during preauth?")),
+        Lookup("user", rf"{SSH_PID}: Invalid user +(?P<value>\S+) from", (
+            "Which non-existent account name did sshd[{pid}] get asked for?",
+            "What user name did the invalid login in sshd process {pid} try?",
+            "sshd[{pid}] reported an invalid user: which name?")),
+        Lookup("user", rf"{SSH_PID}: Failed password for (?P<value>\w+) from (?P<ip>{IP}) ", (
+            "sshd[{pid}] rejected a password from {ip}: for which account?",
+            "For which real user did sshd process {pid} turn down the password sent by {ip}?")),
+        Lookup("node", rf"{SSH_PID}: pam_unix\(sshd:auth\): authentication failure;.* rhost=(?P<value>(?=[\w.-]*[a-z])"
+                       r"[\w.-]+)", (
+            "Which remote host name did pam_unix record for the failed authentication of sshd[{pid}]?",
+            "The authentication failure of pid {pid} names an rhost: which host?")),
+        Lookup("node", rf"reverse mapping checking getaddrinfo for (?P<value>\S+) \[(?P<ip>{IP})\] failed", (
+            "What host name does {ip} reverse-map to?",
+            "Which name did the reverse lookup of {ip} give before sshd flagged a possible break-in?")),
+        Lookup("time", rf"^(?P<value>{{T}}) \S+ {SSH_PID}: Did not receive identification string from (?P<ip>{IP})$", (
+            "When did {ip} connect to sshd[{pid}] without sending an identification string?",
+            "At what time did sshd process {pid} give up waiting for an identification string from {ip}?")),
+        Lookup("time", rf"^(?P<value>{{T}}) \S+ {SSH_PID}: Invalid user +(?P<user>\S+) from", (
+            "When did sshd[{pid}] see the unknown user {user}?",
+            "At what time was the invalid user {user} reported by pid {pid}?")),
+        Lookup("id", rf"sshd\[(?P<value>\d+)\]: Failed password for invalid user +(?P<user>\S+) from (?P<ip>{IP}) port "
+                     r"(?P<port>\d+) ssh2", (
+            "Which sshd pid rejected the password of invalid user {user} from {ip} port {port}?",
+            "What process id handled the failed login of {user} coming from {ip}:{port}?")),
+        Lookup("id", rf"sshd\[(?P<value>\d+)\]: Failed password for (?P<user>\w+) from (?P<ip>{IP}) port (?P<port>\d+) "
+                     r"ssh2", (
+            "Which sshd process logged the failed {user} password from {ip} port {port}?",)),
+        Lookup("status", rf"{SSH_PID}: (?:error: )?Received disconnect from {IP}: (?P<value>\d+): ", (
+            "What disconnect reason code did sshd[{pid}] receive?",
+            "Which reason code came with the disconnect seen by sshd process {pid}?")),
+    ), (
+        Tally(r"pam_unix\(sshd:auth\): authentication failure;.* rhost=(?P<host>\S+)", (
+            "How many pam_unix authentication failures has {host} caused so far?",
+            "Count the sshd authentication failures with rhost {host}."), (
+            "When did {host} fail its first ssh authentication?",
+            "What time was the earliest authentication failure from {host}?"), (
+            "When did {host} last fail to authenticate?",
+            "What is the time of the most recent authentication failure from {host}?")),
+        Tally(rf": Invalid user .+ from (?P<ip>{IP})$", (
+            "How many invalid user attempts have come from {ip}?",
+            "How often did {ip} try a user name that does not exist?"), (
+            "When did {ip} first try an invalid user?",), (
+            "When did {ip} last try a non-existent account?",)),
+        Tally(rf"Received disconnect from (?P<ip>{IP}): 11: Bye Bye", (
+            "How many 'Bye Bye' disconnects has {ip} sent?",), (
+            "When did {ip} first disconnect with Bye Bye?",), (
+            "When was the latest Bye Bye disconnect from {ip}?",)),
+        Tally(r"pam_unix\(sshd:auth\): check pass; user unknown", (
+            "How many 'check pass; user unknown' messages so far?",
+            "How many times has pam_unix checked a password for an unknown user?"), (
+            "When was the first 'check pass; user unknown'?",), (
+            "When did pam_unix last log 'check pass; user unknown'?",)),
+        Tally(r"POSSIBLE BREAK-IN ATTEMPT", (
+            "How many possible break-in attempts has sshd flagged?",
+            "How many POSSIBLE BREAK-IN ATTEMPT warnings are there?"), (
+            "When was the first possible break-in attempt flagged?",), (
+            "When did sshd last warn of a possible break-in?",)),
+        Tally(rf"Did not receive identification string from (?P<ip>{IP})", (
+            "How many times did {ip} connect without an identification string?",), (
+            "When did {ip} first connect without identifying itself?",), (
+            "When did {ip} last fail to send an identification string?",)),
+    ), (
+        Values(r": Invalid user +(?P<value>\S+) from", (
+            "Which invalid user name has been tried most often?",
+            "What is the most common non-existent account attackers try?"), (
+            "Which invalid user names have been tried so far?",)),
+        Values(rf"\]: Failed password for (?:invalid user )?\S+ from (?P<value>{IP}) ", (
+            "Which IP address has the most failed passwords?",), (
+            "Which addresses have failed a password so far?",
+            "List the IPs with failed password attempts.")),
+        Values(rf"\]: Failed password for (?P<value>\w+) from {IP} ", (
+            "Which real account gets the most failed passwords?",), (
+            "Which existing accounts have had failed passwords?",)),
+    ), split="fresh"),
+    LogSpec(FRESH + "loghub/HDFS_2k.log", "plain", r"\d{6} \d{6}", (
+        Lookup("size", rf"Received block (?P<blk>{BLK}) of size (?P<value>\d+) from", (
+            "What size was {blk} when the PacketResponder received it?",
+            "How many bytes did the received block {blk} have?")),
+        Lookup("size", rf"addStoredBlock: blockMap updated: \S+ is added to (?P<blk>{BLK}) size (?P<value>\d+)", (
+            "Which size did the NameSystem record when {blk} was added to the blockMap?",
+            "addStoredBlock for {blk}: what size?")),
+        Lookup("ip", rf"Received block (?P<blk>{BLK}) of size \d+ from /(?P<value>{IP})", (
+            "Which host sent block {blk}?",
+            "From which address was {blk} received?")),
+        Lookup("ip", rf"Got exception while serving (?P<blk>{BLK}) to /(?P<value>{IP}):", (
+            "To which client was {blk} being served when the exception happened?",
+            "Serving {blk} failed: who was the reader?")),
+        Lookup("node", rf"blockMap updated: (?P<value>{IP}:\d+) is added to (?P<blk>{BLK}) ", (
+            "Which datanode was {blk} added to?",
+            "On which datanode (ip:port) did the blockMap place {blk}?")),
+        Lookup("node", rf"(?P<value>{IP}:\d+):Got exception while serving (?P<blk>{BLK}) ", (
+            "Which datanode hit an exception while serving {blk}?",)),
+        Lookup("port", rf"Receiving block (?P<blk>{BLK}) src: /{IP}:(?P<value>\d+) dest", (
+            "What source port was {blk} coming from when the DataXceiver started receiving it?",
+            "Receiving {blk}: on which src port?")),
+        Lookup("path", rf"allocateBlock: /\S+/(?P<value>part-\d+)\. (?P<blk>{BLK})$", (
+            "Which part file was {blk} allocated for?",
+            "NameSystem.allocateBlock gave out {blk}: for which part-file?")),
+        Lookup("path", rf"Deleting block (?P<blk>{BLK}) file (?P<value>\S+)$", (
+            "Which file on disk held {blk} when it was deleted?",)),
+        Lookup("id", rf"allocateBlock: (?P<path>/\S+)\. (?P<value>{BLK})$", (
+            "Which block was allocated for {path}?",
+            "What block id did the NameSystem allocate to {path}?")),
+        Lookup("id", rf"Receiving block (?P<value>{BLK}) src: /(?P<ip>{IP}):(?P<port>\d+) dest", (
+            "Which block was being received from {ip}:{port}?",)),
+        Lookup("id", rf"PacketResponder (?P<value>\d+) for block (?P<blk>{BLK}) terminating", (
+            "Which PacketResponder number terminated for {blk}?",
+            "Which PacketResponder shut down after handling {blk}?")),
+        Lookup("status", r"^(?P<t>{T}) \d+ (?P<value>[A-Z]+) (?P<comp>dfs\.[\w$]+):", (
+            "What level was the {comp} message at {t}?",
+            "At {t}, which log level did {comp} use?")),
+        Lookup("time", rf"^(?P<value>{{T}}) .*Verification succeeded for (?P<blk>{BLK})$", (
+            "When did the DataBlockScanner verify {blk}?",
+            "At what time did verification succeed for {blk}?")),
+        Lookup("time", rf"^(?P<value>{{T}}) .*Got exception while serving (?P<blk>{BLK}) to", (
+            "When did serving {blk} fail with an exception?",)),
+    ), (
+        Tally(r"Got exception while serving", (
+            "How many 'Got exception while serving' warnings so far?",
+            "How many times has a DataXceiver failed to serve a block?"), (
+            "When was the first exception while serving a block?",), (
+            "When did a DataXceiver last get an exception while serving?",)),
+        Tally(r"Verification succeeded for", (
+            "How many block verifications have succeeded?",), (
+            "When did the first block verification succeed?",), (
+            "When did a block verification last succeed?",)),
+        Tally(r" Served block ", (
+            "How many 'Served block' lines have the DataXceivers written?",
+            "How many blocks were served successfully so far?"), (
+            "When was a block first served?",), (
+            "When was a block last served?",)),
+        Tally(r"allocateBlock: /user/root/(?P<job>\w+)/", (
+            "How many blocks have been allocated under /user/root/{job}?",), (
+            "When was the first block allocated under /user/root/{job}?",), (
+            "When was a block last allocated under /user/root/{job}?",)),
+        Tally(r"\d+ [A-Z]+ (?P<comp>dfs\.(?:DataBlockScanner|FSDataset)):", (
+            "How many lines has {comp} written?",), (
+            "When did {comp} log its first line?",), (
+            "When did {comp} last log?",)),
+        Tally(rf"(?P<node>{IP}:\d+):Got exception while serving", (
+            "How many exceptions has datanode {node} hit while serving blocks?",), (
+            "When did {node} first fail to serve a block?",), (
+            "When did {node} last fail to serve a block?",)),
+    ), (
+        Values(r"^\S+ \S+ \d+ (?P<value>[A-Z]+) ", (
+            "Which log level is the most common?",), (
+            "Which log levels have appeared?",)),
+        Values(r"allocateBlock: /user/root/(?P<value>\w+)/", (
+            "Under which /user/root directory have the most blocks been allocated?",), (
+            "Which /user/root output directories have had blocks allocated?",)),
+        Values(r"^\S+ \S+ \d+ [A-Z]+ (?P<value>dfs\.[\w$]+):", (
+            "Which HDFS component has logged the most lines?",), (
+            "Which dfs components have written lines so far?",)),
+    ), split="fresh"),
+    LogSpec(FRESH + "loghub/Spark_2k.log", "plain", r"\d\d/\d\d/\d\d \d\d:\d\d:\d\d", (
+        Lookup("port", r"Successfully started service '(?P<svc>[^']+)' on port (?P<value>\d+)\.", (
+            "Which port did the service '{svc}' start on?",
+            "On what port is '{svc}' listening?")),
+        Lookup("port", rf"Connecting to driver: spark://CoarseGrainedScheduler@{IP}:(?P<value>\d+)", (
+            "What port is the driver's CoarseGrainedScheduler on?",
+            "Which port did the executor backend connect to the driver on?")),
+        Lookup("ip", rf"Connecting to driver: spark://CoarseGrainedScheduler@(?P<value>{IP}):", (
+            "What is the IP address of the Spark driver?",
+            "Which host address did the executor connect to as its driver?")),
+        Lookup("ip", rf"Input split: hdfs://(?P<value>{IP}):\d+/", (
+            "Which namenode IP do the input splits come from?",)),
+        Lookup("node", r"Starting executor ID (?P<id>\d+) on host (?P<value>[\w.-]+)", (
+            "On which host did executor {id} start?",
+            "Executor ID {id} runs on which machine?")),
+        Lookup("user", r"/usercache/(?P<value>\w+)/appcache/", (
+            "Whose usercache holds the block manager's local directory?",
+            "Which user does the application's local directory belong to?")),
+        Lookup("user", r"Changing modify acls to: (?P<value>[\w,]+)$", (
+            "Which users were given modify ACLs?",)),
+        Lookup("size", r"Block (?P<block>\w+) stored as (?:bytes|values) in memory \(estimated size "
+                       r"(?P<value>[\d.]+ [KMG]?B),", (
+            "What was the estimated size of {block} in memory?",
+            "How big was {block} when the MemoryStore stored it?",
+            "MemoryStore put {block} in memory: what estimated size?")),
+        Lookup("size", r"Finished task [\d.]+ in stage [\d.]+ \(TID (?P<tid>\d+)\)\. (?P<value>\d+) bytes result", (
+            "How many bytes of result did TID {tid} send to the driver?",
+            "What result size did task TID {tid} report when it finished?")),
+        Lookup("path", r"Input split: (?P<value>hdfs://\S+):(?P<range>\d+\+\d+)$", (
+            "Which file does the input split {range} come from?",)),
+        Lookup("id", r"Running task (?P<task>[\d.]+) in stage (?P<stage>[\d.]+) \(TID (?P<value>\d+)\)", (
+            "What TID did task {task} of stage {stage} run as?",
+            "Task {task} in stage {stage}: which TID?")),
+        Lookup("time", r"^(?P<value>{T}) .*Running task [\d.]+ in stage [\d.]+ \(TID (?P<tid>\d+)\)", (
+            "When did TID {tid} start running?",
+            "At what time did the executor begin running TID {tid}?")),
+        Lookup("time", r"^(?P<value>{T}) .*Started reading broadcast variable (?P<var>\d+)$", (
+            "When did the executor start reading broadcast variable {var}?",)),
+    ), (
+        Tally(r"Found block (?P<rdd>rdd_\d+_\d+) locally", (
+            "How many times was {rdd} found locally?",
+            "How often has the BlockManager found {rdd} on this executor?"), (
+            "When was {rdd} first found locally?",), (
+            "When was {rdd} last found locally?",)),
+        Tally(r"Finished task [\d.]+ in stage (?P<stage>[\d.]+) ", (
+            "How many tasks of stage {stage} have finished?",
+            "Count the finished tasks in stage {stage}."), (
+            "When did the first task of stage {stage} finish?",), (
+            "When did the last task of stage {stage} finish?",)),
+        Tally(r"Configuration\.deprecation: ", (
+            "How many configuration deprecation notices have been logged?",), (
+            "When was the first deprecated configuration key reported?",), (
+            "When was a deprecated configuration key last reported?",)),
+        Tally(r"Partition (?P<rdd>rdd_\d+_\d+) not found, computing it", (
+            "How many times did the CacheManager have to compute {rdd}?",), (
+            "When was {rdd} first missing from the cache?",), (
+            "When was {rdd} last computed because it was not cached?",)),
+        Tally(r"Started reading broadcast variable", (
+            "How many broadcast variables has the executor started reading?",), (
+            "When did the executor first read a broadcast variable?",), (
+            "When did it last start reading a broadcast variable?",)),
+    ), (
+        Values(r"Running task [\d.]+ in stage (?P<value>[\d.]+) ", (
+            "Which stage has had the most tasks run here?",), (
+            "Which stages have had tasks run so far?",)),
+        Values(r"INFO (?P<value>[\w.]+): ", (
+            "Which logger has written the most lines?",), (
+            "Which loggers have written lines so far?",)),
+        Values(r"Found block (?P<value>rdd_\d+_\d+) locally", (
+            "Which RDD block has been found locally most often?",), (
+            "Which RDD blocks have been found locally?",)),
+    ), split="fresh"),
+    LogSpec(FRESH + "loghub/Proxifier_2k.log", "plain", r"\d\d\.\d\d \d\d:\d\d:\d\d", (
+        Lookup("size", r"^\[(?P<t>{T})\] (?P<app>\S+)(?: \*64)? - \S+ close, (?P<value>\d+) bytes", (
+            "How many bytes did {app} send over the connection it closed at {t}?",
+            "At {t}, {app} closed a connection: how many bytes had it sent?")),
+        Lookup("id", r"^\[(?P<t>{T})\] (?P<value>\S+)(?: \*64)? - \S+ close, .* lifetime (?P<life>\d\d:\d\d)$", (
+            "Which program closed a connection at {t} after a lifetime of {life}?",
+            "At {t}, whose connection ended after {life}?")),
+        Lookup("time", r"^\[(?P<value>{T})\] (?P<app>\S+)(?: \*64)? - \S+ close, (?P<sent>\d+) bytes", (
+            "When did {app} close the connection that had sent {sent} bytes?",
+            "At what time did the {app} connection with {sent} bytes sent close?")),
+        Lookup("port", r"\] (?P<app>\S+)(?: \*64)? - (?P<host>[\w.-]+):(?P<value>\d+) (?:close|open|error)", (
+            "Which port did {app} reach {host} on?",
+            "{app} talked to {host}: on what port?")),
+        Lookup("node", r"^\[(?P<t>{T})\] (?P<app>\S+) - \S+ open through proxy (?P<value>[\w.-]+):\d+ ", (
+            "Which proxy server did {app} open its connection through at {t}?",
+            "At {t}, {app} opened a connection: through which proxy host?")),
+        Lookup("status", r"^\[(?P<t>{T})\] (?P<app>\S+) - \S+ open through proxy \S+ (?P<value>[A-Z0-9]+)$", (
+            "Which proxy protocol did {app} use for the connection it opened at {t}?",)),
+        Lookup("ip", rf"\] (?P<app>\S+) - (?P<value>{IP}):\d+ open through proxy", (
+            "Which IP address did {app} open a connection to?",
+            "What was the destination IP of {app}'s proxied connection?")),
+        Lookup("size", r"^\[(?P<t>{T})\] (?P<app>\S+)(?: \*64)? - \S+ close, .* sent, (?P<value>\d+) bytes", (
+            "How many bytes did {app} receive on the connection closed at {t}?",
+            "The connection {app} closed at {t}: bytes received?")),
+        Lookup("time", r"^\[(?P<value>{T})\] (?P<app>\S+)(?: \*64)? - \S+ close, .* lifetime (?P<life>\d\d:\d\d)$", (
+            "When did {app} close a connection that had lasted {life}?",
+            "At what time did a {app} connection end after a lifetime of {life}?")),
+    ), (
+        Tally(r"\] (?P<app>\S+)(?: \*64)? - \S+ close, ", (
+            "How many connections has {app} closed?",
+            "How many close lines are there for {app}?"), (
+            "When did {app} first close a connection?",), (
+            "When did {app} last close a connection?",)),
+        Tally(r"close, 0 bytes sent, 0 bytes received", (
+            "How many connections closed without sending or receiving a byte?",
+            "How many empty connections (0 bytes each way) have been closed?"), (
+            "When did the first empty connection close?",), (
+            "When was the latest connection closed with 0 bytes sent and received?",)),
+        Tally(r"lifetime (?P<life>\d\d:\d\d)$", (
+            "How many connections closed after a lifetime of exactly {life}?",), (
+            "When did a connection with a lifetime of {life} first close?",), (
+            "When did the latest connection with a lifetime of {life} close?",)),
+        Tally(r"lifetime (?!00:)\d\d:\d\d$", (
+            "How many connections have lasted a minute or more?",
+            "How many proxied connections stayed open for at least a minute?"), (
+            "When did the first connection of a minute or longer close?",), (
+            "When did a connection lasting a minute or more last close?",)),
+    ), (
+        Values(r"\] (?P<value>(?!chrome\.exe )\S+)(?: \*64)? - ", (
+            "Apart from chrome.exe, which program has used the proxy the most?",), (
+            "Besides chrome.exe, which programs have gone through the proxy so far?",)),
+        Values(r"lifetime (?P<value>(?!00:)\d\d:\d\d)$", (
+            "Among connections lasting a minute or more, which lifetime is the most common?",), (
+            "Which lifetimes of a minute or more have connections had?",)),
+    ), split="fresh"),
+    LogSpec(FRESH + "loghub/Apache_2k.log", "plain", r"[A-Z][a-z]{2} [A-Z][a-z]{2} \d\d \d\d:\d\d:\d\d \d{4}", (
+        Lookup("id", r"jk2_init\(\) Found child (?P<child>\d+) in scoreboard slot (?P<value>\d+)", (
+            "In which scoreboard slot was child {child} found?",
+            "jk2_init found child {child}: which slot?")),
+        Lookup("id", r"^\[(?P<t>{T})\] \[notice\] jk2_init\(\) Found child (?P<value>\d+) in scoreboard slot "
+                     r"(?P<slot>\d+)", (
+            "Which child process was found in scoreboard slot {slot} at {t}?",
+            "At {t}, jk2_init found which child in slot {slot}?")),
+        Lookup("time", r"^\[(?P<value>{T})\] \[notice\] jk2_init\(\) Found child (?P<child>\d+) in", (
+            "When was child {child} found in the scoreboard?",
+            "At what time did jk2_init report child {child}?")),
+        Lookup("status", r"^\[(?P<t>{T})\] \[(?P<value>[a-z]+)\] ", (
+            "What severity did httpd log at {t}?",
+            "Which log level are the entries of {t}?")),
+        Lookup("status", r"^\[(?P<t>{T})\] \[error\] mod_jk child workerEnv in error state (?P<value>\d+)$", (
+            "Which error state did mod_jk's workerEnv report at {t}?",
+            "At {t}, which error state did mod_jk report for its workerEnv child?")),
+        Lookup("path", r"workerEnv\.init\(\) ok (?P<value>\S+)$", (
+            "Which properties file does workerEnv.init() load?",
+            "What workers configuration file did mod_jk initialise from?")),
+        Lookup("path", rf"\[client (?P<ip>{IP})\] Directory index forbidden by rule: (?P<value>\S+)$", (
+            "Which directory's index was {ip} forbidden to list?",)),
+        Lookup("ip", rf"^\[(?P<t>{{T}})\] \[error\] \[client (?P<value>{IP})\]", (
+            "Which client got the error at {t}?",
+            "At {t}, which client address was refused?")),
+        Lookup("time", rf"^\[(?P<value>{{T}})\] \[error\] \[client (?P<ip>{IP})\]", (
+            "When was {ip} refused the directory index?",
+            "At what time did the client {ip} hit a forbidden directory index?")),
+    ), (
+        Tally(r"jk2_init\(\) Found child \d+ in scoreboard slot (?P<slot>\d+)", (
+            "How many times has a child been found in scoreboard slot {slot}?",
+            "How many jk2_init reports name scoreboard slot {slot}?"), (
+            "When was a child first found in slot {slot}?",), (
+            "When was a child last found in slot {slot}?",)),
+        Tally(r"mod_jk child workerEnv in error state (?P<state>\d+)$", (
+            "How many times has workerEnv been in error state {state}?",
+            "Count the mod_jk error state {state} messages."), (
+            "When did workerEnv first report error state {state}?",), (
+            "When did workerEnv last report error state {state}?",)),
+        Tally(r"workerEnv\.init\(\) ok ", (
+            "How many times has workerEnv.init() succeeded?",), (
+            "When did workerEnv.init() first succeed?",), (
+            "When did workerEnv.init() last succeed?",)),
+        Tally(r"\] \[error\] ", (
+            "How many error lines has httpd written?",
+            "How many [error] entries so far?"), (
+            "When was the first [error] entry?",), (
+            "When was the latest [error] logged?",)),
+        Tally(r"Directory index forbidden by rule", (
+            "How many directory index requests were forbidden?",), (
+            "When was a directory index first forbidden?",), (
+            "When was a directory index last forbidden?",)),
+    ), (
+        Values(r"mod_jk child workerEnv in error state (?P<value>\d+)$", (
+            "Which workerEnv error state is reported most often?",), (
+            "Which error states has workerEnv been in?",)),
+        Values(r"in scoreboard slot (?P<value>\d+)$", (
+            "Which scoreboard slot do children turn up in most often?",), (
+            "Which scoreboard slots have children been found in?",)),
+        Values(r"in scoreboard slot (?P<value>1[1-9]|[2-9]\d)$", (
+            "Of the slots above 10, which one has jk2_init found children in most often?",), (
+            "Which scoreboard slots above 10 have had children found in them?",)),
+        Values(r"^\[[^]]+\] \[(?P<value>[a-z]+)\] ", (
+            "Which severity is the most common?",), (
+            "Which severities have been logged?",)),
+    ), split="fresh"),
+)
+
+def log_path(log: str) -> Path:
+    """Where a question set's log lies: FRESH... in the checkout, any other under ../shared/data."""
+    return ROOT / log if log.startswith(FRESH) else DATA / log
+
 
 def _clock(timestamp: str) -> str:
     """'2024-05-01 01:32:20.000000000' -> '01:32:20': the clock a TEP row shows in the stream."""
@@ -687,16 +1060,17 @@ def _take(pools: list[list[dict]], n: int, rng: random.Random) -> list[dict]:
 def build_log(spec: LogSpec, seed: int = SEED) -> list[Question]:
     """The questions over one log, deterministic for a seed."""
     rng = random.Random(f"{seed}:{spec.path}")
-    lines = lines_of(DATA / spec.path, spec.fmt)
+    quota = FRESH_QUOTA if spec.split == "fresh" else QUOTA
+    lines = lines_of(log_path(spec.path), spec.fmt)
     window = lines[:MAX_ASK + SLACK]           # later lines never bear on a gold
-    picked = _take([lookup_candidates(window, spec, r, rng) for r in spec.lookups], QUOTA["lookup"], rng)
+    picked = _take([lookup_candidates(window, spec, r, rng) for r in spec.lookups], quota["lookup"], rng)
     tallies = [tally_candidates(window, spec, r, rng) for r in spec.tallies]
     values = [values_candidates(window, spec, r, rng) for r in spec.values]
     for kind in ("count", "first", "last"):
-        picked += _take([t[kind] for t in tallies], QUOTA[kind], rng)
+        picked += _take([t[kind] for t in tallies], quota[kind], rng)
     for kind in ("most_frequent", "which"):
-        picked += _take([v[kind] for v in values], QUOTA[kind], rng)
-    picked += _take([[c] for c in not_found_candidates(lines, spec, rng)], QUOTA["not_found"], rng)
+        picked += _take([v[kind] for v in values], quota[kind], rng)
+    picked += _take([[c] for c in not_found_candidates(lines, spec, rng)], quota["not_found"], rng)
     out, seen = [], set()
     stem = Path(spec.path).stem
     for c in picked:
@@ -707,7 +1081,8 @@ def build_log(spec: LogSpec, seed: int = SEED) -> list[Question]:
             continue
         seen.add(text)
         out.append(Question("", spec.path, spec.fmt, c["ask_after"], text, c["route"], c["kind"], c["gold"],
-                            tuple(c["gold_lines"]), c["stable_through"], split_of(spec.path, c["ask_after"], text),
+                            tuple(c["gold_lines"]), c["stable_through"],
+                            spec.split or split_of(spec.path, c["ask_after"], text),
                             c.get("absent")))
     out.sort(key=lambda q: (q.ask_after, q.text))
     return [Question(f"{stem}-{i:02d}", *list(asdict(q).values())[1:]) for i, q in enumerate(out, start=1)]

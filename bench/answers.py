@@ -41,13 +41,14 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from bench.answer_questions import DATA, Question, lines_of, load
+from bench.answer_questions import Question, lines_of, load, log_path
 from bench.operators import _Server
 from pipeline.config import ServeSection
 from pipeline.report import Report
 from pipeline.watch import wait_for
 
 READERS = ("cited", "free")
+SPLITS = ("dev", "heldout", "fresh", "all")     # a question set's split (answer_questions.py), or every question
 ROUTES = ("lookup", "aggregate", "not_found")
 MAX_TOKENS = 48            # enough for any gold here (the longest, a jar path, is about 40 tokens)
 NO_ASSESSMENTS = ("--every", "100000000")   # the bench measures answers, not the stream's assessments
@@ -202,9 +203,9 @@ def run_log(log: str, questions: list[Question], reader: str, rate: float, max_t
     serve = {"reader": reader} if READER_KEY else {}
     rows = []
     with tempfile.TemporaryDirectory(prefix="ringspec_answers_") as tmp:
-        server = _Server(str(DATA / log), rate, retrieve, config, tmp, warm_lines=1, loop=False, serve=serve,
+        server = _Server(str(log_path(log)), rate, retrieve, config, tmp, warm_lines=1, loop=False, serve=serve,
                          args=("--format", fmt, *NO_ASSESSMENTS))
-        total = len(lines_of(DATA / log, fmt))            # a question set may ask after the log's last line: then
+        total = len(lines_of(log_path(log), fmt))         # a question set may ask after the log's last line: then
         try:                                              # it is asked at the end (its gold is over every line)
             for i, q in enumerate(sorted(questions, key=lambda q: (q.ask_after, q.id))):
                 wait_for(lambda n=min(q.ask_after, total): _archived(server) >= n, f"{log}: {q.ask_after} lines ingested",
@@ -277,7 +278,7 @@ def progress_line(reader, log, i, n, q, row) -> None:
 
 
 def select(questions: list[Question], split: str, logs: str = "", per_log: int = 0) -> dict[str, list[Question]]:
-    """The questions of `split` (dev, heldout, all) per log; `logs`: comma-separated stems (Linux_2k) to keep;
+    """The questions of `split` (dev, heldout, fresh, all) per log; `logs`: comma-separated stems (Linux_2k) to keep;
     per_log: at most this many per log (the first by ask_after; 0: all)."""
     keep = {s.strip() for s in logs.split(",") if s.strip()}
     out: dict[str, list[Question]] = {}
@@ -297,8 +298,8 @@ def run_answers_bench(cfg, profile: str | None, split: str = "heldout", readers:
     """Ask every question of `split` of the committed sets (over `logs`, at most `per_log` each) to a real `serve`
     per log and reader, while the log streams at `rate` lines/s; score each reply (module docstring)."""
     chosen = [r.strip() for r in readers.split(",") if r.strip()]
-    if split not in ("dev", "heldout", "all") or not chosen or set(chosen) - set(READERS) or rate <= 0:
-        raise ValueError(f"--split dev|heldout|all, --readers of {', '.join(READERS)}, --rate > 0")
+    if split not in SPLITS or not chosen or set(chosen) - set(READERS) or rate <= 0:
+        raise ValueError(f"--split {'|'.join(SPLITS)}, --readers of {', '.join(READERS)}, --rate > 0")
     if not READER_KEY and len(chosen) > 1:
         raise ValueError("this server has no serve.reader: run one reader (its only one) at a time")
     sets = select(load(), split, logs, per_log)

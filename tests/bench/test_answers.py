@@ -16,7 +16,9 @@ pytestmark = pytest.mark.skipif(not aq.DATA.is_dir(), reason="../shared/data is 
 
 QUESTIONS = aq.load()
 SPECS = {spec.path: spec for spec in aq.SPECS}
-LINES = {spec.path: aq.lines_of(aq.DATA / spec.path, spec.fmt) for spec in aq.SPECS}
+LINES = {spec.path: aq.lines_of(aq.log_path(spec.path), spec.fmt)    # a missing log: the module is skipped
+         for spec in aq.SPECS if aq.log_path(spec.path).is_file()}
+FRESH_LOGS = {"OpenSSH_2k", "HDFS_2k", "Spark_2k", "Proxifier_2k", "Apache_2k"}
 
 
 def _question(**over) -> aq.Question:
@@ -38,8 +40,18 @@ def test_committed_sets_are_what_the_gold_script_builds_now():
 def test_line_numbers_and_texts_are_the_streams_archive_seqs():
     from pipeline.stream.records import read_log       # the project's parser: only to check the numbering agrees
     for spec in aq.SPECS:
-        records = read_log(aq.DATA / spec.path, spec.fmt)
+        records = read_log(aq.log_path(spec.path), spec.fmt)
         assert [r.text for r in records] == LINES[spec.path], spec.path
+
+
+def test_fresh_logs_are_the_vendored_2k_logs_in_the_checkout():
+    fresh = [spec for spec in aq.SPECS if spec.split == "fresh"]
+    assert {Path(spec.path).stem for spec in fresh} == FRESH_LOGS
+    for spec in fresh:
+        path = aq.log_path(spec.path)
+        assert path.is_file() and path.parent.parent == aq.ROOT / "bench" / "data", spec.path
+        assert len(LINES[spec.path]) == 2000, spec.path
+    assert all(not aq.log_path(spec.path).is_relative_to(aq.ROOT) for spec in aq.SPECS if spec.split is None)
 
 
 def test_every_lookup_gold_is_in_each_of_its_gold_lines():
@@ -94,21 +106,51 @@ def test_not_found_identifiers_occur_in_no_line_of_the_log():
 
 
 def test_split_is_deterministic_disjoint_and_near_sixty_percent_heldout():
-    again = {q.id: aq.split_of(q.log, q.ask_after, q.text) for q in QUESTIONS}
-    assert again == {q.id: q.split for q in QUESTIONS}
-    dev = {q.id for q in QUESTIONS if q.split == "dev"}
-    held = {q.id for q in QUESTIONS if q.split == "heldout"}
-    assert not dev & held and len(dev | held) == len(QUESTIONS) == len({q.id for q in QUESTIONS})
-    assert 0.5 <= len(held) / len(QUESTIONS) <= 0.7
-    routes = Counter((q.route, q.kind == "count") for q in QUESTIONS if q.split == "heldout")
+    hashed = [q for q in QUESTIONS if q.split != "fresh"]
+    again = {q.id: aq.split_of(q.log, q.ask_after, q.text) for q in hashed}
+    assert again == {q.id: q.split for q in hashed}
+    dev = {q.id for q in hashed if q.split == "dev"}
+    held = {q.id for q in hashed if q.split == "heldout"}
+    assert not dev & held and len(dev | held) == len(hashed)
+    assert len(QUESTIONS) == len({q.id for q in QUESTIONS})
+    assert 0.5 <= len(held) / len(hashed) <= 0.7
+    routes = Counter((q.route, q.kind == "count") for q in hashed if q.split == "heldout")
     assert routes[("lookup", False)] >= 60 and routes[("aggregate", True)] >= 30
 
 
+def test_fresh_split_is_every_question_of_the_fresh_logs_and_shares_no_log_with_dev_or_heldout():
+    fresh = [q for q in QUESTIONS if q.split == "fresh"]
+    assert {Path(q.log).stem for q in fresh} == FRESH_LOGS
+    assert all(q.split == "fresh" for q in QUESTIONS if Path(q.log).stem in FRESH_LOGS)
+    assert not {q.log for q in fresh} & {q.log for q in QUESTIONS if q.split != "fresh"}
+    per_log = Counter(Path(q.log).stem for q in fresh)
+    lookups = Counter(Path(q.log).stem for q in fresh if q.route == "lookup")
+    assert all(24 <= per_log[s] <= 30 and lookups[s] >= 12 for s in FRESH_LOGS), (per_log, lookups)
+
+
+def test_every_fresh_gold_is_in_its_gold_lines_as_written():
+    """A span (lookup, first, last, most_frequent) is in each gold line; a which's every value is in one; a count is
+    how many gold lines; a not_found has none, and its identifier is in no line of the whole log."""
+    for q in (q for q in QUESTIONS if q.split == "fresh"):
+        lines = LINES[q.log]
+        assert all(1 <= n <= q.ask_after for n in q.gold_lines) and list(q.gold_lines) == sorted(set(q.gold_lines))
+        assert q.ask_after + aq.MIN_SLACK <= q.stable_through, q.id
+        if q.route == "not_found":
+            assert q.gold is None and not q.gold_lines and not any(q.absent in line for line in lines), q.id
+        elif q.kind == "count":
+            assert int(q.gold) == len(q.gold_lines), q.id
+        elif q.kind == "which":
+            assert all(any(v in lines[n - 1] for n in q.gold_lines) for v in q.gold.split(", ")), q.id
+        else:
+            assert q.gold and all(q.gold in lines[n - 1] for n in q.gold_lines), q.id
+
+
 def test_sets_cover_every_value_kind_and_aggregate():
-    kinds = {q.kind for q in QUESTIONS}
-    assert {"port", "ip", "size", "path", "id", "user", "status", "node", "time",
-            "count", "first", "last", "most_frequent", "which"} <= kinds
-    assert 150 <= len(QUESTIONS) <= 300
+    for fresh in (False, True):
+        sets = [q for q in QUESTIONS if (q.split == "fresh") == fresh]
+        assert {"port", "ip", "size", "path", "id", "user", "status", "node", "time",
+                "count", "first", "last", "most_frequent", "which"} <= {q.kind for q in sets}
+        assert 120 <= len(sets) <= 300
     texts = Counter((q.log, q.text) for q in QUESTIONS)
     assert max(texts.values()) == 1
 
@@ -216,6 +258,11 @@ def test_select_filters_split_logs_and_caps_per_log():
     assert all(q.split == "dev" for q in sets["loghub/Linux_2k.log"])
     with pytest.raises(ValueError):
         select(QUESTIONS, "dev", "Nope_2k")
+    fresh = select(QUESTIONS, "fresh")
+    assert {Path(log).stem for log in fresh} == FRESH_LOGS
+    assert all(aq.log_path(log).is_file() for log in fresh)
+    with pytest.raises(ValueError):
+        select(QUESTIONS, "heldout", "OpenSSH_2k")
 
 
 def test_question_files_hold_one_question_per_line():
