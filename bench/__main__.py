@@ -54,8 +54,8 @@ def parser() -> argparse.ArgumentParser:
                    "most this many per log, the earliest (default: all; a smoke run: 3)")
     p.add_argument("--split", choices=answers.SPLITS, default="heldout",
                    help="answers: the questions asked: dev or heldout (the 7 loghub logs and 3 TEP logs of "
-                   "../shared/data), fresh (5 more loghub logs in bench/data, every question held out), all "
-                   "(default %(default)s)")
+                   "../shared/data), fresh (5 more loghub logs in bench/data, every question held out), fresh2 (4 "
+                   "more there: HPC, Mac, OpenStack, Thunderbird, held out the same way), all (default %(default)s)")
     p.add_argument("--readers", default="cited", help="answers: comma-separated serve.reader values, one server per "
                    "log each: cited (answer copied from a cited line, or counted), free (the free-text baseline) "
                    "(default %(default)s)"),

@@ -38,8 +38,10 @@ MAX_CITED = 8
 _WORD = re.compile(r"\w+")
 _BEFORE = re.compile(r"([A-Za-z]\w*)[^A-Za-z]*$")   # the last word before a span, numbers skipped: "request /10.0.0.2:"
 _WORD_AT = re.compile(r"[A-Za-z]+")               # a line's words, split at case changes too: "onReceive" -> on, Receive
+_BYTES = re.compile(r"\d+(?=\s?(?:bytes?|B)$)")              # "301" of "301 bytes"
+_AFTER = re.compile(r"[^A-Za-z]{0,3}([A-Za-z]+)")         # the word just after a span: "344 bytes received"
 _GAP = re.compile(r"[^A-Za-z0-9]*(?:[A-Za-z]+[^A-Za-z0-9]*)?")   # between a naming word and its value: one word at most
-_LEVEL = re.compile(r"INFO|WARN|WARNING|ERROR|FATAL|SEVERE|DEBUG|TRACE|CRITICAL|[VDIWEF]")
+_LEVEL = re.compile(r"(?i:INFO|WARN|WARNING|ERROR|FATAL|SEVERE|DEBUG|TRACE|CRITICAL|NOTICE|ALERT|EMERG|CRIT)|[VDIWEF]")
 
 
 @dataclass(frozen=True)
@@ -81,19 +83,20 @@ def read(archive_path, question: str) -> Reply | Choice | None:
     if con is None:
         return None
     try:
-        lines = [ln for ln in evidence.holding(con, r.keys, r.roots) if _alarm_ok(ln, r.alarm)]
+        lines = [ln for ln in evidence.holding(con, r.keys, r.roots) if _alarm_ok(ln, r.alarm) and _written(ln, r)]
         if not r.keys and r.op == "span":         # found by words alone: a line must hold every one of them
             lines = [ln for ln in lines if ln.covers(r.roots) == len(r.roots)]
         if not r.keys and r.roots and not lines:
             if r.op not in ("most", "distinct") and not r.alarm:
                 return None
-            lines = [ln for ln in evidence.holding(con) if _alarm_ok(ln, r.alarm)]    # words the log never writes
+            lines = [ln for ln in evidence.holding(con) if _alarm_ok(ln, r.alarm) and _written(ln, r)]  # words the
+            #                                                                              log never writes
         first = evidence.oldest(con)
         scope = f"since line #{first.seq} ({first.when})" if first else "in an empty archive"
         if r.op == "count":
             return _count(r, lines, scope, lambda: _nearest(archive_path, question))
         if r.op in ("most", "distinct"):
-            return _values(r, lines, scope, con)
+            return _values(r, lines, scope)
         return _lookup(r, lines, scope, lambda: _nearest(archive_path, question))
     finally:
         con.close()
@@ -151,17 +154,19 @@ def _rank(r: Route, line: Line, found: tuple) -> tuple[int, int, int]:
 def _options(r: Route, line: Line, keys: set[str]) -> tuple[tuple[str, ...], int, int]:
     """The spans of `line` that may answer (distinct texts), their fit and tier (see `_rank`); () when none: the spans of
     the kinds asked best fitting the question (of equal fit, of the kind asked first); else the value right after a
-    word of the line naming what is asked ("instruction address: 0x00004ed8", "action: ...SCREEN_OFF"); else the value
+    word of the line naming what is asked (the words after "which", then the type nouns: "instruction address:
+    0x00004ed8", "action: ...SCREEN_OFF"); else the value
     right after a value the question names ("HRESULT = 0x80004005 - E_FAIL")."""
     spans = [(i, v) for i, kind in enumerate(r.want) for v in _spans(line, kind, keys, r)]
     if spans:
-        scored = [(_fit(r, line.text[:v.start], v.text), -i, v.text) for i, v in spans]
+        scored = [(_fit(r, line.text[:v.start], v.text, line.text[v.end:]), -i, v.text) for i, v in spans]
         best = max(s[:2] for s in scored)
         return tuple(dict.fromkeys(t for f, i, t in scored if (f, i) == best)), best[0], 2
     free = [v for v in line.values if v.kind not in ("time", "clock") and key_of(v.text) not in keys and
-            not _said_by_question(r, v)]
-    names = {*r.subject, *r.nouns} - {""}
-    for tier, starts in ((1, [m.end() for m in _WORD_AT.finditer(line.text) if _names(stem(m[0]), names)]),
+            not _said_by_question(r, v) and v.text not in r.besides]
+    words = list(_WORD_AT.finditer(line.text))
+    for tier, starts in ((1, [m.end() for m in words if _names(stem(m[0]), set(r.subject) - {""})]),
+                         (1, [m.end() for m in words if _names(stem(m[0]), set(r.nouns) - {""})]),
                          (0, [v.end for v in line.values if key_of(v.text) in keys])):
         for at in starts:
             after = [v for v in free if v.start >= at and _GAP.fullmatch(line.text, at, v.start)]
@@ -196,18 +201,29 @@ def _spans(line: Line, kind: str, keys: set[str], r: Route | None = None) -> lis
                  key_of(v.text) not in keys]
         return found
     found = [v for v in line.values if v.kind == kind and key_of(v.text) not in keys and
-             not (r and _said_by_question(r, v))]
+             not (r and (_said_by_question(r, v) or v.text in r.besides))]
+    if kind == "size" and r is not None and r.unit == "b":       # "how many bytes": the number of "301 bytes"
+        found = [Value("number", m[0], v.start, v.start + m.end()) if (m := _BYTES.match(v.text)) else v
+                 for v in found]
     if kind == "status" and r is not None:
         level = r.type_noun in ("level", "severity")
-        found = [v for v in found if bool(_LEVEL.fullmatch(v.text)) == level] or found
+        found = [v for v in found if _is_level(line, v) == level] or found
     return found[:1] if kind == "time" else found
 
 
-def _fit(r: Route, before: str, text: str) -> int:
+def _is_level(line: Line, v: Value) -> bool:
+    """A log level: in capitals (WARN), Android's letter, or in lower case between brackets ("[notice]")."""
+    if v.text.isupper():
+        return bool(_LEVEL.fullmatch(v.text))
+    return bool(_LEVEL.fullmatch(v.text)) and line.text[v.start - 1:v.start] == "[" and line.text[v.end:v.end + 1] == "]"
+
+
+def _fit(r: Route, before: str, text: str, after: str | None = None) -> int:
     """How well a span fits the question: 2 points for each of the question's word roots and type nouns the word just
     before it holds ("onStandStepChanged 3601" for "the stand step count"), 2 if it starts with a type noun
     ("attempt_1445..." for "which attempt"), 1 if its unit is the unit asked, 1 for each root among the 4 words before
-    that one ("Connection broken for id 1889..." against "my id = 1", asked which id the connection broke for)."""
+    that one ("Connection broken for id 1889..." against "my id = 1", asked which id the connection broke for) and
+    1 for each root the word just after it starts with ("344 bytes received" for "bytes received?")."""
     m = _BEFORE.search(before)
     word = m[1].casefold() if m else ""
     names = {*r.roots, *r.nouns, *([stem(r.type_noun)] if r.type_noun else ())} - {""}
@@ -215,6 +231,8 @@ def _fit(r: Route, before: str, text: str) -> int:
                                              len(n) >= 3 and n in word))
     context = _WORD.findall(before.casefold())[-5:-1]          # the words before that one: "broken for id 1889..."
     said = sum(1 for n in r.roots if any(w.startswith(n) for w in context))
+    if after is not None and (m := _AFTER.match(after)):      # the word just after: "344 bytes received"
+        said += sum(1 for n in r.roots if len(n) >= 3 and stem(m[1].casefold()).startswith(n))
     unit = bool(r.unit) and text.casefold().replace(" ", "").endswith(r.unit)
     named = any(len(n) >= 3 and text.casefold().startswith(n)                # "attempt_..." for an attempt
                 for n in {*r.nouns, r.type_noun} - {""})
@@ -235,18 +253,21 @@ def _count(r: Route, lines: list[Line], scope: str, nearest) -> Reply:
     return Reply(r.kind, str(n), text, tuple(cite(ln) for ln in counted[:3]))
 
 
-def _values(r: Route, lines: list[Line], scope: str, con) -> Reply:
+def _values(r: Route, lines: list[Line], scope: str) -> Reply:
+    """The most frequent or the distinct values over the lines of the best word coverage: each line's value is what a
+    lookup would copy from it (`_options`: its one best span; a line whose spans tie gives none), so every value
+    listed is a span of a line cited."""
     best = max((ln.covers(r.roots) for ln in lines), default=0)
     lines = [ln for ln in lines if ln.covers(r.roots) == best]               # newest first
     keys = {key_of(k) for k in r.keys}
-    kind = next((k for k in r.want if any(_spans(ln, k, keys, r) for ln in lines)), None)
+    picked = [(ln, found) for ln in lines if len(found := _options(r, ln, keys)[0]) == 1]
+    tier = max((_options(r, ln, keys)[2] for ln, _ in picked), default=0)    # of a kind asked, if any line has one
     newest: dict[str, tuple[str, Line]] = {}
     counts: Counter = Counter()
-    for ln in lines:                             # no kind wanted: the lines' templates
-        seen = {key_of(v.text): v.text for v in _spans(ln, kind, keys, r)} if kind else {f"#{ln.template}": ""}
-        for key, text in seen.items():
-            counts[key] += 1
-            newest.setdefault(key, (text or evidence.pattern(con, ln.template), ln))
+    for ln, (text,) in picked:
+        if _options(r, ln, keys)[2] == tier:
+            counts[key_of(text)] += 1
+            newest.setdefault(key_of(text), (text, ln))
     if not counts:
         return Reply(r.kind, None, f"not found: no matching line with a {r.type_noun or 'value'} {scope}",
                      (), tuple(cite(ln) for ln in lines[:3]))
@@ -254,8 +275,8 @@ def _values(r: Route, lines: list[Line], scope: str, con) -> Reply:
         top = max(counts.values())
         key = next(k for k in newest if counts[k] == top)                    # ties: the newest
         text, line = newest[key]
-        return Reply(r.kind, text, f"{text}, in {top} of {len(lines)} matching lines {scope}; newest: line "
-                                   f"#{line.seq} at {line.when}: {line.text}", (cite(line),))
+        return Reply(r.kind, text, f"{text}, in {top} of {sum(counts.values())} matching lines {scope}; newest: "
+                                   f"line #{line.seq} at {line.when}: {line.text}", (cite(line),))
     listed = [newest[k][0] for k in newest]                                  # newest first
     answer = ", ".join(listed)
     noun = f"{r.type_noun} values" if r.type_noun else "values"
@@ -272,6 +293,19 @@ def _alarm_ok(line: Line, alarm: str) -> bool:
     recovered = line.has("status", "nr")
     return any(recovered if a == "NR" else line.has("status", a.casefold()) and not recovered
                for a in alarm.split("|"))
+
+
+def _written(line: Line, r: Route) -> bool:
+    """The line writes each quoted phrase, and each short number named with its noun right after that noun ("slot 9":
+    not "child 9")."""
+    text = line.text.casefold()
+    if not all(p in text for p in r.phrases):
+        return False
+    for noun, value in r.pairs:
+        if not any(key_of(v.text) == key_of(value) and (m := _BEFORE.search(line.text, 0, v.start)) and
+                   _names(stem(m[1]), {noun}) for v in line.values):
+            return False
+    return True
 
 
 def _nearest(archive_path, question: str) -> tuple[Citation, ...]:

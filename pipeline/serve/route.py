@@ -14,7 +14,10 @@ time); its remaining words, stemmed, rank lines. Rules, in order:
              hold every one of them);
   other      everything else.
 The noun asked is the type noun right after "which|what" (one word may come between: "which screen action"), else
-the question's first; the words after "which|what" are the `subject` a line may name just before the value asked.
+the question's first; the words after "which|what" are the `subject` a line may name just before the value asked. A short number after a noun
+("slot 9", "stage 1.0", "TID 56") is a key written with its noun (`pairs`); an address is its IP and its port; a
+quoted phrase is held by the line as written; a value after "apart from", "besides", "except" or "other than" is
+left out of the answers, not looked up. Asked "how many bytes", a size's number is the answer ("301" of "301 bytes").
 No model is asked to route: where these rules find no aggregate and no named value, the question is "other", and the
 free reader (the model over retrieved lines) answers it, as before issue 47. On a TEP alarm log a question naming a
 tag asks an alarm type too ("high high" -> HH, "low" -> L, "recovered" -> NR), and its state is the line's whole alarm
@@ -30,13 +33,15 @@ from dataclasses import dataclass
 from pipeline.stream.identifiers import TAG
 from pipeline.stream.values import stem, values_of
 
-KEY_KINDS = ("id", "ip", "addr", "port", "path", "user", "size", "time", "clock")
+KEY_KINDS = ("id", "ip", "addr", "port", "path", "host", "user", "size", "time", "clock")
 KEY_DIGITS = 3                      # a plain number the question names is a key from this many digits on ("pid 2227")
 # a type noun -> the value kinds it wants, best first
 WANTS = {
-    "port": ("port",), "ip": ("ip", "addr"), "address": ("ip", "addr", "path"), "host": ("ip", "id"),
+    "port": ("port",), "ip": ("ip", "addr"), "address": ("ip", "addr", "path"), "host": ("host", "ip", "id"),
     "client": ("ip", "addr"), "source": ("ip", "addr"), "remote": ("ip", "addr"),
-    "node": ("addr", "ip", "id"), "server": ("addr", "ip", "id"), "datanode": ("addr", "ip", "id"),
+    "node": ("addr", "ip", "host", "id"), "server": ("addr", "ip", "host", "id"),
+    "datanode": ("addr", "ip", "host", "id"), "machine": ("host", "ip", "id"), "hostname": ("host",),
+    "program": ("path", "id"), "code": ("status", "number", "id"),
     "size": ("size", "number"), "bytes": ("size", "number"), "memory": ("size", "number"),
     "path": ("path",), "file": ("path",), "directory": ("path",), "dir": ("path",), "folder": ("path",),
     "user": ("user",), "username": ("user",), "account": ("user",), "who": ("user",), "login": ("user",),
@@ -54,7 +59,8 @@ PLURALS = {"ports": "port", "ips": "ip", "addresses": "address", "hosts": "host"
            "users": "user", "usernames": "username", "accounts": "account", "blocks": "block", "ids": "id",
            "containers": "container", "tasks": "task", "attempts": "attempt", "jobs": "job", "sessions": "session",
            "tags": "tag", "statuses": "status", "states": "state", "levels": "level", "values": "value",
-           "times": "time"}
+           "times": "time", "machines": "machine", "programs": "program", "codes": "code",
+           "hostnames": "hostname", "directories": "directory", "dirs": "dir", "folders": "folder"}
 UNITS = {"kb": "kb", "kib": "kib", "mb": "mb", "mib": "mib", "gb": "gb", "gib": "gib", "bytes": "b", "byte": "b",
          "b": "b"}
 STOP = frozenset("""
@@ -64,7 +70,7 @@ STOP = frozenset("""
     many much often count number times time first last latest earliest recent recently most least frequent frequently
     common commonly ever go goes went gone going come came get got happen happens happened occur occurred show tell
     give list name line lines log logs entry entries message messages event events record records mention mentions
-    mentioned appear appears appeared any all each every some same one
+    mentioned appear appears appeared any all each every some same one apart besides except other than so far
 """.split())
 # verbs saying only that a line holds something, after "lines|that|which": "lines that report X" ("the report
 # receiver" keeps its word)
@@ -74,7 +80,11 @@ HOLDERS = frozenset("line lines entry entries message messages event events reco
 ALARM_WORDS = {"hh": "HH", "ll": "LL", "h": "H", "l": "L", "nr": "NR", "high": "H", "low": "L", "recover": "NR",
                "recovers": "NR", "recovered": "NR", "recovery": "NR", "normal": "NR"}
 NOT_USERS = frozenset("failed failure logged connected tried attempted login logins logon name names account accounts "
-                      "did was is has had that who which with fail fails succeeded".split())
+                      "did was is has had that who which with fail fails succeeded attempt attempts session sessions "
+                      "from for on at in by to of".split())
+_PAIRED = re.compile(r"([A-Za-z]\w*) (\d{1,2}(?:\.\d+)?)(?![\w.]|:\d)")      # "slot 9", "stage 1.0", "TID 56"
+_BESIDES = re.compile(r"\b(?:apart from|besides|except|other than)\s+$", re.IGNORECASE)
+_QUOTED = re.compile(r"'([^']{3,})'|\"([^\"]{3,})\"")
 _WORD = re.compile(r"\w+")
 
 
@@ -88,6 +98,10 @@ class Route:
     unit: str = ""                  # a size unit the question names ("kb"), lower case
     alarm: str = ""                 # a TEP alarm type asked of a named tag (H, HH, L, LL, NR)
     type_noun: str = ""             # the noun `want` came from ("port")
+    pairs: tuple[tuple[str, str], ...] = ()   # (noun root, value) a line writes together: "slot 9" (both keys too)
+    phrases: tuple[str, ...] = ()   # quoted in the question, case folded: a line holds each as written
+    besides: tuple[str, ...] = ()   # values named after "apart from|besides|except|other than": never the answer, and
+                                    # no key
     subject: tuple[str, ...] = ()   # the words after "which|what", stemmed ("screen", "action"): a line names the
                                     # value asked right after one of them ("action: ...SCREEN_OFF")
     nouns: tuple[str, ...] = ()     # every type noun of the question, stemmed ("container", "id")
@@ -97,19 +111,28 @@ def route(question: str) -> Route:
     q = question.casefold()
     vals = [v for v in values_of(question) if (v.kind in KEY_KINDS or v.kind == "number" and
                                                 v.text.lstrip("-").isdigit() and len(v.text) >= KEY_DIGITS + (v.text[0] == "-"))
-            and not (v.kind == "user" and v.text.casefold() in NOT_USERS)]
+            and not (v.kind == "user" and (v.text.casefold() in NOT_USERS or v.text.casefold() in STOP))]
     vals += [v for v in values_of(question) if v.kind == "status" and "_" in v.text and v.text.isupper()]
-    keys = tuple(dict.fromkeys(v.text for v in vals))
+    pairs = tuple((stem(m[1]), m[2]) for m in _PAIRED.finditer(question)
+                  if m[1].casefold() not in STOP and not any(v.start <= m.start(2) < v.end for v in vals))
+    vals += [v for v in values_of(question) if any(v.start == m.start(2) and v.text == m[2]
+                                                   for m in _PAIRED.finditer(question)
+                                                   if m[1].casefold() not in STOP)]
     spans = [(v.start, v.end) for v in vals]
+    besides = tuple(v.text for v in vals if _BESIDES.search(question, 0, v.start))
+    vals = [v for v in vals if v.text not in besides]
+    clocked = {(v.start, v.end) for v in vals if v.kind == "time" and any(c.kind == "clock" for c in vals)}
+    keys = tuple(dict.fromkeys(k for v in vals if (v.start, v.end) not in clocked for k in _keys(v, question)))
     words = [m[0].casefold() for m in _WORD.finditer(question)
              if not any(a <= m.start() < b for a, b in spans)]
     tagged = any(TAG.fullmatch(k) for k in keys)
     alarm = _alarm(words) if tagged else _alarm_named(question, words)
     naming = {m[1].casefold() for k in keys for m in re.finditer(rf"(\w+)[\s:=#]*{re.escape(k)}", question)}
+    paired = {w for w in naming if stem(w) in {n for n, _ in pairs}}       # "slot" of "slot 9": the key's, not a word
     noun, plural = _type_noun([w for w in words if w not in naming])     # "pid 23403" names a key, not the answer
     unit = next((UNITS[w] for w in words if w in UNITS and w != "b"), "")
     words = [w for i, w in enumerate(words) if not (w in HOLDING and i and words[i - 1] in HOLDERS)]
-    content = [w for w in words if w not in STOP and w not in WANTS and w not in PLURALS and w not in UNITS
+    content = [w for w in words if w not in paired and w not in STOP and w not in WANTS and w not in PLURALS and w not in UNITS
                and not (alarm and w in ALARM_WORDS) and len(w) > 1]
     # the value a line writes after "NAME=" when the question names NAME (its type noun first), then the noun's kinds
     fields = tuple(dict.fromkeys(f"field:{w}" for w in ([noun] if noun else []) + content))
@@ -118,7 +141,9 @@ def route(question: str) -> Route:
         want = ("alarm",) + want
     roots = tuple(dict.fromkeys(stem(w) for w in content))
     asked = _asked(words)
-    base = dict(keys=keys, roots=roots, want=want, unit=unit, alarm=alarm, type_noun=noun,
+    phrases = tuple(m[m.lastindex].casefold() for m in _QUOTED.finditer(question))
+    base = dict(keys=keys, roots=roots, want=want, unit=unit, alarm=alarm, type_noun=noun, pairs=pairs,
+                phrases=phrases, besides=besides,
                 subject=tuple(stem(w) for w in asked if w not in STOP), nouns=tuple(
                     dict.fromkeys(stem(PLURALS.get(w, w)) for w in words if w in WANTS or w in PLURALS)))
     timed = any(v.kind in ("time", "clock") for v in vals)      # one line's moment: a value of it, not a count
@@ -147,6 +172,15 @@ def _aggregate(q: str, words: list[str], plural: bool, unit: str, timed: bool = 
     return ""
 
 
+def _keys(v, question: str) -> tuple[str, ...]:
+    """The keys a named value gives: an address names its IP and its port (a line may write "ip port 22"); a time
+    with a date is looked up by its time of day (its clock key: the line may write the date another way)."""
+    if v.kind == "addr":
+        ip, _, port = v.text.rpartition(":")
+        return ip, port
+    return (v.text,)
+
+
 def _asked(words: list[str]) -> list[str]:
     """The two words after the first "which" or "what" ("which screen action" -> screen, action)."""
     at = next((i for i, w in enumerate(words) if w in ("which", "what")), None)
@@ -155,10 +189,14 @@ def _asked(words: list[str]) -> list[str]:
 
 def _type_noun(words: list[str]) -> tuple[str, bool]:
     """The type noun asked (singular) and whether it was written as a plural: the one right after "which|what" (a word
-    may come between), else the first; of two in a row, the second ("source port": a port)."""
-    asked = [w for w in _asked(words) if w in WANTS or w in PLURALS]
+    may come between), none when a word of no known kind is there ("which stage ..."), else the first; of two in a
+    row, the second ("source port": a port)."""
+    after = _asked(words)
+    asked = [w for w in after if w in WANTS or w in PLURALS]
     if asked:
         words = words[words.index(asked[0]):]
+    elif after and after[0] not in STOP:           # "which stage has the most tasks": a stage, of no kind known
+        return "", len(after[0]) > 3 and after[0].endswith("s") and not after[0].endswith("ss")   # "which stages"
     for i, w in enumerate(words):
         if w in WANTS and i + 1 < len(words) and (words[i + 1] in WANTS or words[i + 1] in PLURALS) and \
                 words[i + 1] not in ("time", "times", "when"):

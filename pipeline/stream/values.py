@@ -7,7 +7,8 @@ compiled once and a line costs a handful of regex scans. Never touches SQLite, t
 
 Kinds: `time` (the line's first timestamp), `clock` (its time of day, when the timestamp has a date too: "19:18:14,511"
 of "2015-07-29 19:18:14,511"), `alarm` (a TEP line's whole alarm type: "H", "HH NR"), `addr` (IPv4:port), `ip`, `port` ("10.0.0.1:22", "host:8030",
-"port 22"), `path` (/unix/like, C:\\windows\\like, a URL: hdfs://host:9000, file:/D:/x.jar), `size` (a number with a byte unit: "1024 kB", "28.0 KB"),
+"port 22"), `path` (/unix/like, C:\\windows\\like, a URL: hdfs://host:9000, file:/D:/x.jar, a bare file name: chrome.exe),
+`host` (a host name before ":port", a name ending in a top-level domain: ns.example.com), `size` (a number with a byte unit: "1024 kB", "28.0 KB"),
 `number` (any other number, decimals kept: "28.0", "0.32285523", "1000 ms" with its unit), `id` (block, task,
 attempt, container ids, hex ids, TEP tags, anything of letters, digits, `_`, `-`, `.`, `:` holding a letter and a
 digit: "broadcast_3", "FIR123", "blk_-1608999687919862906"), `user` (the name after "user", or after "for" in a line
@@ -38,15 +39,23 @@ _TIME = re.compile(
     r"|\b\d{6} \d{6}\b"                                                 # HDFS: 081109 203615
     r"|\b\d{2}/\d{2}/\d{2} \d{2}:\d{2}:\d{2}"                              # Spark: 17/06/09 20:10:46
     r"|\b\d{8}-\d{1,2}:\d{1,2}:\d{1,2}(?::\d{1,3})?"                    # HealthApp: 20171223-22:15:29:606
+    r"|\b[A-Z][a-z]{2} [A-Z][a-z]{2} {1,2}\d{1,2} \d{2}:\d{2}:\d{2} \d{4}"  # ctime: Sun Dec 04 04:47:44 2005
     r"|\b[A-Z][a-z]{2} {1,2}\d{1,2} \d{2}:\d{2}:\d{2}"                  # syslog: Jun 14 15:16:01
+    r"|\b\d{2}\.\d{2} \d{2}:\d{2}:\d{2}"                                # month.day: 10.30 16:49:06
     r"|\b\d{2}-\d{2} \d{2}:\d{2}:\d{2}(?:\.\d+)?"                       # Android: 03-17 16:13:38.811
     r"|\b\d{2}:\d{2}:\d{2}(?:[.,]\d+)?")                                # a clock: 01:32:20 (TEP)
-_URL = re.compile(r"\b[A-Za-z][A-Za-z0-9+.-]*:/{1,2}[^\s\]\)'\",;]+")        # scheme:/... (hdfs://, file:/D:/)
+_URL = re.compile(r"\b[A-Za-z][A-Za-z0-9+.-]*:/{1,2}[^\s\]\)'\",;+]+?(?=:\d+\+|[.:]?(?:[\s\]\)'\",;+]|$))")
+#   scheme:/... (hdfs://host:9000/x, file:/D:/x.jar), a trailing "." or ":" and an ":offset+length" left out
+_SPLIT = re.compile(r":(\d+)\+(\d+)\b")
 _ADDR = re.compile(r"(?<![\w.])(\d{1,3}(?:\.\d{1,3}){3}):(\d{1,5})\b")
 _IP = re.compile(r"(?<![\w.])\d{1,3}(?:\.\d{1,3}){3}(?![\w.])")
-_HOST_PORT = re.compile(r"(?<![\w.:/-])([A-Za-z][\w.-]*):(\d{2,5})\b(?![.:]\d)")
+_HOST_PORT = re.compile(r"(?<![\w.:/-])([A-Za-z0-9][\w.-]*[A-Za-z][\w.-]*):(\d{2,5})\b(?![.:]\d)")
+_FQDN = re.compile(r"(?<![\w.@/-])[A-Za-z0-9][\w-]*(?:\.[\w-]+)*\.(?:com|net|org|edu|gov|mil|int|io|info|biz|hk|cn|br|"
+                   r"de|uk|jp|kr|ru|fr|nl|in|au|ca|us|local|lan|internal)(?![\w.-])")   # a host name: ns.example.com
 _PORT = re.compile(r"\bport[ =:#]?(\d{1,5})\b", re.IGNORECASE)
-_PATH = re.compile(r"(?<![\w/.:-])(?:/[\w.~+@$%-]+)+/?|\b[A-Za-z]:\\[^\s,;\]\)'\"]+")
+_PATH = re.compile(r"(?<![\w/.:-])(?:/[\w.~+@$%-]*[\w~+@$%-])+/?|\b[A-Za-z]:\\[^\s,;\]\)'\"]*[^\s,;\]\)'\".:]"
+                   r"|(?<![\w./\\-])[A-Za-z][\w-]*\.(?:exe|dll|sys|so|jar|sh|py|bin|conf|cfg|ini|xml|json|properties"
+                   r"|log|txt)\b(?![.\w/\\-])")                                   # and a bare file name: chrome.exe
 _SIZE = re.compile(r"(?<![\w.])\d+(?:\.\d+)?\s?(?:[kKMGT]i?B|[kKMGT]b|bytes?|B)\b")
 _NUMBER = re.compile(r"(?<![\w.:/@-])-?\d+(?:\.\d+)?(?:\s?(?:ms|us|ns|s|sec|secs|seconds|%))?(?![\w.])")
 _ID = re.compile(r"(?<![\w.:-])[A-Za-z0-9_][\w.:-]*[\w]|(?<![\w.:-])[A-Za-z]\d(?![\w.:-])")
@@ -56,7 +65,7 @@ _FOR_USER = re.compile(r"\bfor (?:invalid user |illegal user )?([\w.@$-]*[\w$])(
                        re.IGNORECASE)
 _LOGIN_WORDS = re.compile(r"password|login|logon|authenticat|session|ssh", re.IGNORECASE)
 _STATUS = re.compile(
-    r"\b(?:INFO|WARN|WARNING|ERROR|FATAL|SEVERE|DEBUG|TRACE|CRITICAL|failure|failed|fail|success|succeeded|"
+    r"\b(?:INFO|WARN|WARNING|ERROR|FATAL|SEVERE|DEBUG|TRACE|CRITICAL|NOTICE|ALERT|EMERG|CRIT|failure|failed|fail|success|succeeded|"
     r"successful|OK|done|opened|closed|started|stopped|running|killed|terminated|aborted|timeout|denied|accepted|"
     r"rejected|refused|up|down|active|inactive|enabled|disabled|completed|finished|lost|interrupted|recovered)\b",
     re.IGNORECASE)
@@ -106,6 +115,9 @@ def values_of(text: str) -> list[Value]:
         for m in _URL.finditer(text):
             if _free(taken, m.start(), m.end()):
                 add("path", m.start(), m.end(), True)
+                if span := _SPLIT.match(text, m.end()):           # "...2kSOSP.log:29168+7292": offset and length
+                    add("number", span.start(1), span.end(1), True)
+                    add("number", span.start(2), span.end(2), True)
     for m in _ADDR.finditer(text):
         if _free(taken, m.start(), m.end()):
             add("addr", m.start(), m.end(), True)
@@ -117,14 +129,17 @@ def values_of(text: str) -> list[Value]:
     if ":" in text:
         for m in _HOST_PORT.finditer(text):
             if _free(taken, m.start(), m.end()):
-                if _DIGIT.search(m[1]):
-                    add("id", m.start(1), m.end(1), True)
+                add("host", m.start(1), m.end(1), True)
                 add("port", m.start(2), m.end(2))
                 taken.append((m.start(2) - 1, m.end(2)))
+    if "." in text:
+        for m in _FQDN.finditer(text):
+            if _free(taken, m.start(), m.end()):
+                add("host", m.start(), m.end(), True)
     for m in _PORT.finditer(text):
         if _free(taken, m.start(1), m.end(1)):
             add("port", m.start(1), m.end(1), True)
-    if "/" in text or "\\" in text:
+    if "/" in text or "\\" in text or "." in text:
         for m in _PATH.finditer(text):
             if _free(taken, m.start(), m.end()) and (m[0][0] != "/" or _LETTER.search(m[0])):
                 add("path", m.start(), m.end(), True)

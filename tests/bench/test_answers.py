@@ -19,6 +19,8 @@ SPECS = {spec.path: spec for spec in aq.SPECS}
 LINES = {spec.path: aq.lines_of(aq.log_path(spec.path), spec.fmt)    # a missing log: the module is skipped
          for spec in aq.SPECS if aq.log_path(spec.path).is_file()}
 FRESH_LOGS = {"OpenSSH_2k", "HDFS_2k", "Spark_2k", "Proxifier_2k", "Apache_2k"}
+FRESH2_LOGS = {"HPC_2k", "Mac_2k", "OpenStack_2k", "Thunderbird_2k"}
+VENDORED = {"fresh": FRESH_LOGS, "fresh2": FRESH2_LOGS}     # the splits over logs vendored in bench/data
 
 
 def _question(**over) -> aq.Question:
@@ -44,9 +46,10 @@ def test_line_numbers_and_texts_are_the_streams_archive_seqs():
         assert [r.text for r in records] == LINES[spec.path], spec.path
 
 
-def test_fresh_logs_are_the_vendored_2k_logs_in_the_checkout():
-    fresh = [spec for spec in aq.SPECS if spec.split == "fresh"]
-    assert {Path(spec.path).stem for spec in fresh} == FRESH_LOGS
+@pytest.mark.parametrize("split", sorted(VENDORED))
+def test_fresh_logs_are_the_vendored_2k_logs_in_the_checkout(split):
+    fresh = [spec for spec in aq.SPECS if spec.split == split]
+    assert {Path(spec.path).stem for spec in fresh} == VENDORED[split]
     for spec in fresh:
         path = aq.log_path(spec.path)
         assert path.is_file() and path.parent.parent == aq.ROOT / "bench" / "data", spec.path
@@ -106,7 +109,7 @@ def test_not_found_identifiers_occur_in_no_line_of_the_log():
 
 
 def test_split_is_deterministic_disjoint_and_near_sixty_percent_heldout():
-    hashed = [q for q in QUESTIONS if q.split != "fresh"]
+    hashed = [q for q in QUESTIONS if q.split not in VENDORED]
     again = {q.id: aq.split_of(q.log, q.ask_after, q.text) for q in hashed}
     assert again == {q.id: q.split for q in hashed}
     dev = {q.id for q in hashed if q.split == "dev"}
@@ -118,20 +121,21 @@ def test_split_is_deterministic_disjoint_and_near_sixty_percent_heldout():
     assert routes[("lookup", False)] >= 60 and routes[("aggregate", True)] >= 30
 
 
-def test_fresh_split_is_every_question_of_the_fresh_logs_and_shares_no_log_with_dev_or_heldout():
-    fresh = [q for q in QUESTIONS if q.split == "fresh"]
-    assert {Path(q.log).stem for q in fresh} == FRESH_LOGS
-    assert all(q.split == "fresh" for q in QUESTIONS if Path(q.log).stem in FRESH_LOGS)
-    assert not {q.log for q in fresh} & {q.log for q in QUESTIONS if q.split != "fresh"}
+@pytest.mark.parametrize("split", sorted(VENDORED))
+def test_fresh_split_is_every_question_of_the_fresh_logs_and_shares_no_log_with_any_other_split(split):
+    fresh = [q for q in QUESTIONS if q.split == split]
+    assert {Path(q.log).stem for q in fresh} == VENDORED[split]
+    assert all(q.split == split for q in QUESTIONS if Path(q.log).stem in VENDORED[split])
+    assert not {q.log for q in fresh} & {q.log for q in QUESTIONS if q.split != split}
     per_log = Counter(Path(q.log).stem for q in fresh)
     lookups = Counter(Path(q.log).stem for q in fresh if q.route == "lookup")
-    assert all(24 <= per_log[s] <= 30 and lookups[s] >= 12 for s in FRESH_LOGS), (per_log, lookups)
+    assert all(24 <= per_log[s] <= 30 and lookups[s] >= 12 for s in VENDORED[split]), (per_log, lookups)
 
 
 def test_every_fresh_gold_is_in_its_gold_lines_as_written():
     """A span (lookup, first, last, most_frequent) is in each gold line; a which's every value is in one; a count is
     how many gold lines; a not_found has none, and its identifier is in no line of the whole log."""
-    for q in (q for q in QUESTIONS if q.split == "fresh"):
+    for q in (q for q in QUESTIONS if q.split in VENDORED):
         lines = LINES[q.log]
         assert all(1 <= n <= q.ask_after for n in q.gold_lines) and list(q.gold_lines) == sorted(set(q.gold_lines))
         assert q.ask_after + aq.MIN_SLACK <= q.stable_through, q.id
@@ -146,11 +150,11 @@ def test_every_fresh_gold_is_in_its_gold_lines_as_written():
 
 
 def test_sets_cover_every_value_kind_and_aggregate():
-    for fresh in (False, True):
-        sets = [q for q in QUESTIONS if (q.split == "fresh") == fresh]
+    for splits, least, most in ((("dev", "heldout"), 120, 300), (("fresh",), 120, 300), (("fresh2",), 96, 120)):
+        sets = [q for q in QUESTIONS if q.split in splits]
         assert {"port", "ip", "size", "path", "id", "user", "status", "node", "time",
-                "count", "first", "last", "most_frequent", "which"} <= {q.kind for q in sets}
-        assert 120 <= len(sets) <= 300
+                "count", "first", "last", "most_frequent", "which"} <= {q.kind for q in sets}, splits
+        assert least <= len(sets) <= most, splits
     texts = Counter((q.log, q.text) for q in QUESTIONS)
     assert max(texts.values()) == 1
 
@@ -258,11 +262,15 @@ def test_select_filters_split_logs_and_caps_per_log():
     assert all(q.split == "dev" for q in sets["loghub/Linux_2k.log"])
     with pytest.raises(ValueError):
         select(QUESTIONS, "dev", "Nope_2k")
-    fresh = select(QUESTIONS, "fresh")
-    assert {Path(log).stem for log in fresh} == FRESH_LOGS
-    assert all(aq.log_path(log).is_file() for log in fresh)
-    with pytest.raises(ValueError):
-        select(QUESTIONS, "heldout", "OpenSSH_2k")
+    for split, stems in VENDORED.items():
+        fresh = select(QUESTIONS, split)
+        assert {Path(log).stem for log in fresh} == stems
+        assert all(aq.log_path(log).is_file() for log in fresh)
+        assert all(q.split == split for qs in fresh.values() for q in qs)
+    assert list(select(QUESTIONS, "fresh2", "Mac_2k", 2)) == ["bench/data/loghub/Mac_2k.log"]
+    for split, log in (("heldout", "OpenSSH_2k"), ("fresh", "HPC_2k"), ("fresh2", "Apache_2k")):
+        with pytest.raises(ValueError):
+            select(QUESTIONS, split, log)
 
 
 def test_question_files_hold_one_question_per_line():

@@ -269,6 +269,43 @@ def test_an_alarm_type_named_without_a_tag_selects_the_lines_and_unknown_words_l
     assert read(path, "Which tag has raised the most alarms?").answer == "FIR123"      # the log writes ALM
 
 
+def test_a_short_number_named_with_its_noun_is_a_key_the_line_writes_after_that_noun(tmp_path):
+    path = archive_of(tmp_path / "a.sqlite", [
+        "04:51:08 jk2_init() Found child 9 in scoreboard slot 8", "04:51:09 jk2_init() Found child 8 in scoreboard slot 9",
+        "04:51:10 jk2_init() Found child 7 in scoreboard slot 9", "04:51:11 mod_jk child workerEnv in error state 9"])
+    reply = read(path, "How many times has a child been found in scoreboard slot 9?")
+    assert reply.answer == "2" and {c.seq for c in reply.citations} == {2, 3}
+    assert read(path, "When was a child first found in slot 8?").answer == "04:51:08"
+    assert route("What did process 12 do?").kind == "other"          # a noun naming a key asks nothing by itself
+
+
+def test_a_quoted_phrase_is_held_as_written_and_a_value_after_besides_is_never_the_answer(tmp_path):
+    path = archive_of(tmp_path / "a.sqlite", [
+        "[10.30 16:49:06] chrome.exe - proxy.cse.cuhk.edu.hk:5070 open through proxy proxy.cse.cuhk.edu.hk:5070 HTTPS",
+        "[10.30 16:49:07] svchost.exe - proxy.cse.cuhk.edu.hk:5070 open through proxy proxy.cse.cuhk.edu.hk:5070 HTTPS",
+        "[10.30 16:49:08] chrome.exe - proxy.cse.cuhk.edu.hk:5070 open through proxy proxy.cse.cuhk.edu.hk:5070 HTTPS",
+        "[10.30 16:49:09] Dropbox.exe - proxy.cse.cuhk.edu.hk:5070 open through proxy proxy.cse.cuhk.edu.hk:5070 HTTPS",
+        "[10.30 16:49:10] Dropbox.exe - proxy.cse.cuhk.edu.hk:5070 close, 301 bytes sent, 344 bytes received",
+        "081109 203615 148 INFO dfs.DataNode$DataXceiver: 10.251.35.1:50010 Served block blk_1 to /10.251.122.38",
+        "081109 203616 149 INFO dfs.DataNode$DataXceiver: 10.251.35.1:50010 Serving block blk_2 to /10.251.122.39"])
+    assert read(path, "How many 'Served block' lines have the DataXceivers written?").answer == "1"
+    assert set(read(path, "Besides chrome.exe, which programs have gone through the proxy?").answer.split(", ")) == \
+        {"svchost.exe", "Dropbox.exe"}
+    assert read(path, "How many bytes did Dropbox.exe send over the connection it closed at 10.30 16:49:10?").answer \
+        == "301"                                              # asked in bytes: the number, a span of "301 bytes"
+
+
+def test_most_frequent_and_distinct_values_are_spans_of_the_lines_they_cite(tmp_path):
+    lines = [f"20:10:{i:02d} INFO executor.Executor: Running task {i}.0 in stage {s}.0 (TID {i})"
+             for i, s in enumerate([0, 0, 1, 0, 2])]
+    path = archive_of(tmp_path / "a.sqlite", lines)
+    most = read(path, "Which stage has had the most tasks run here?")
+    assert most.answer == "0.0" and supported(most)
+    listed = read(path, "Which stages have had tasks run so far?")
+    assert set(listed.answer.split(", ")) == {"0.0", "1.0", "2.0"}
+    assert all(any(v in c.text for c in listed.citations) for v in listed.answer.split(", "))
+
+
 def test_a_count_of_a_value_no_line_holds_is_not_found_and_an_aggregate_of_unknown_words_is_the_models(ssh):
     zero = read(ssh, "how many times did user zed fail?")
     assert zero.answer is None and zero.citations == () and zero.text.startswith("not found: no line since line #1")

@@ -56,6 +56,16 @@ def test_ips_and_ports_are_whole_values():
     ("JobImpl: Default file system [hdfs://msra-sa-41:9000]", ("path", "hdfs://msra-sa-41:9000")),
     ("Extract jar:file:/D:/hadoop/yarn-common.jar!/webapps/mapreduce to C:\\Temp\\x",
      ("path", "file:/D:/hadoop/yarn-common.jar!/webapps/mapreduce")),
+    ("[Sun Dec 04 04:47:44 2005] [notice] workerEnv.init() ok", ("time", "Sun Dec 04 04:47:44 2005")),
+    ("[10.30 16:49:06] chrome.exe - proxy.cse.cuhk.edu.hk:5070 open through proxy", ("time", "10.30 16:49:06")),
+    ("[10.30 16:49:06] chrome.exe - proxy.cse.cuhk.edu.hk:5070 open through proxy", ("path", "chrome.exe")),
+    ("[10.30 16:49:06] chrome.exe - proxy.cse.cuhk.edu.hk:5070 open through proxy", ("host", "proxy.cse.cuhk.edu.hk")),
+    ("reverse mapping checking getaddrinfo for ns.marryaldkfaczcz.com [173.234.31.186] failed",
+     ("host", "ns.marryaldkfaczcz.com")),
+    ("INFO rdd.HadoopRDD: Input split: hdfs://10.10.34.11:9000/pjhe/logs/2kSOSP.log:29168+7292",
+     ("path", "hdfs://10.10.34.11:9000/pjhe/logs/2kSOSP.log")),
+    ("INFO rdd.HadoopRDD: Input split: hdfs://10.10.34.11:9000/pjhe/logs/2kSOSP.log:29168+7292", ("number", "29168")),
+    ("NameSystem.allocateBlock: /user/root/rand/_temporary/part-00296. blk_-66201", ("path", "/user/root/rand/_temporary/part-00296")),
 ])
 def test_each_kind_is_read_as_the_line_writes_it(text, value):
     assert value in kinds(text)
