@@ -17,9 +17,9 @@ value of the wanted kind (or template), distinct values, first/last line, over t
 "since line #a (time)", the archive's oldest line (serve.archive_max_lines bounds its history). A count of no line
 is "not found" (answer null: no answer without a citation; the text says 0 lines, the nearest lines are given); a
 list of distinct values cites a line for every value it lists. An aggregate naming no value whose words match no
-line is not the archive's to answer (None: the free reader answers it), except the most frequent or distinct values
-of a kind, or the lines of an alarm type asked, taken over every line then ("which tag alarms most often?" on a log
-writing ALM). A lookup naming no value
+line is not the archive's to answer (None: the free reader answers it), except the most frequent value of a kind, or
+the lines of an alarm type asked, taken over every line then ("which tag alarms most often?" on a log writing ALM;
+not "which tags are alarming now?": a list of every tag would answer another question). A lookup naming no value
 stands on the lines holding every word root of the question; none: the free reader's.
 """
 from __future__ import annotations
@@ -87,7 +87,7 @@ def read(archive_path, question: str) -> Reply | Choice | None:
         if not r.keys and r.op == "span":         # found by words alone: a line must hold every one of them
             lines = [ln for ln in lines if ln.covers(r.roots) == len(r.roots)]
         if not r.keys and r.roots and not lines:
-            if r.op not in ("most", "distinct") and not r.alarm:
+            if r.op != "most" and not r.alarm:
                 return None
             lines = [ln for ln in evidence.holding(con) if _alarm_ok(ln, r.alarm) and _written(ln, r)]  # words the
             #                                                                              log never writes
