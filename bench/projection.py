@@ -68,6 +68,16 @@ SERIAL = {"target_only": System("target_only", "ringspec"),
           "suffix_serial": System("suffix_serial", "ringspec", "suffix"),
           "draft_serial": System("draft_serial", "ringspec", "model", "default-draft", 3),
           "hybrid_serial": System("hybrid_serial", "ringspec", "hybrid", "default-draft", 6)}
+
+
+def serial(profile: str | None) -> dict[str, System]:
+    """The serial systems with the profile's draft model (as `bench` takes it: configs/pair.toml's 0.5B), the
+    distilled default draft when the profile names none."""
+    draft = config.load(profile).draft.model
+    if draft in ("", "none", "default-draft"):
+        return SERIAL
+    return {name: dataclasses.replace(system, draft_gguf=draft) if system.draft_gguf else system
+            for name, system in SERIAL.items()}
 DEFERRED = {"pipelined": "suffix_serial", "pipelined_hybrid": "hybrid_serial",      # bench system: the trace it runs
             "pipelined_model": "draft_serial"}
 
@@ -153,7 +163,7 @@ def trace_bench(profile: str | None, log: str, offsets: int, repeats: int, threa
     interleaved as `bench` runs them (each prompt by every system, who goes first rotating), so that the host's drift
     over the run falls on all systems alike; each system's tokens must be target_only's."""
     engines = {name: make_engine(config.load(profile, settings(system, threads, window)))
-               for name, system in SERIAL.items()}
+               for name, system in serial(profile).items()}
     traces = {name: _Trace(engine) for name, engine in engines.items()}
     out: dict = {name: {task: [] for task in TASKS} for name in SERIAL}
     names = list(SERIAL)
@@ -308,8 +318,8 @@ def round_trips(profile: str | None = None, T: int = 7, P: int = 640, m: int = 1
 def _busy_draft(profile: str | None, window: int, go, stop, cpus: str = "") -> None:
     """A draft model's single-token passes back to back while `go` is set (the contention's other side), on `cpus`
     when given (the draft actor's)."""
+    cfg = config.load(profile, settings(serial(profile)["draft_serial"], 1, window))  # checked against every CPU
     pin(cpus)
-    cfg = config.load(profile, settings(SERIAL["draft_serial"], 1, window))
     runner = make_draft(cfg, ring_spec(cfg)).runner
     P = runner.spec.sink + 608
     mask, ids, pos = np.zeros((1, P + 1), np.float32), np.zeros(1, np.int64), np.array([P], np.int64)
@@ -330,6 +340,8 @@ def contention(runner, profile: str | None, window: int, draft_cpus: str = "", r
     child = ctx.Process(target=_busy_draft, args=(profile, window, go, stop, draft_cpus), daemon=True)
     child.start()
     while stop.is_set():                            # the child clears it once its model is loaded
+        if not child.is_alive():
+            raise RuntimeError(f"the contention's draft process died (exit code {child.exitcode})")
         time.sleep(0.1)
     S = runner.spec.sink
     mask, ids, pos = np.zeros((7, S + 640 + 7), np.float32), np.zeros(7, np.int64), np.arange(S + 640, S + 647)
