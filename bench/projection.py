@@ -315,10 +315,13 @@ def round_trips(profile: str | None = None, T: int = 7, P: int = 640, m: int = 1
     return {"verify": statistics.median(hops[n // 10:]), "restart": statistics.median(redrafts[n // 10:])}
 
 
-def _busy_draft(profile: str | None, window: int, go, stop, cpus: str = "") -> None:
+def _busy_draft(profile: str | None, window: int, go, stop, cpus: str = "", everywhere=None) -> None:
     """A draft model's single-token passes back to back while `go` is set (the contention's other side), on `cpus`
-    when given (the draft actor's)."""
-    cfg = config.load(profile, settings(serial(profile)["draft_serial"], 1, window))  # checked against every CPU
+    when given (the draft actor's). `everywhere`: the CPUs the measuring process had before it pinned itself (a
+    spawned process inherits the pin; the profile's CPU split is checked against every CPU)."""
+    if everywhere:
+        os.sched_setaffinity(0, everywhere)
+    cfg = config.load(profile, settings(serial(profile)["draft_serial"], 1, window))
     pin(cpus)
     runner = make_draft(cfg, ring_spec(cfg)).runner
     P = runner.spec.sink + 608
@@ -329,7 +332,7 @@ def _busy_draft(profile: str | None, window: int, go, stop, cpus: str = "") -> N
             runner.forward(ids, pos, mask)
 
 
-def contention(runner, profile: str | None, window: int, draft_cpus: str = "", rounds: int = 8,
+def contention(runner, profile: str | None, window: int, draft_cpus: str = "", everywhere=None, rounds: int = 8,
                passes: int = 12) -> dict:
     """kappa: the target's median pass (7 rows, 640 columns) with a draft model passing back to back in another
     process (on the same cores, or on the draft actor's `draft_cpus`), over the same pass alone; alternated in
@@ -337,7 +340,7 @@ def contention(runner, profile: str | None, window: int, draft_cpus: str = "", r
     ctx = mp.get_context("spawn")
     go, stop = ctx.Event(), ctx.Event()
     stop.set()
-    child = ctx.Process(target=_busy_draft, args=(profile, window, go, stop, draft_cpus), daemon=True)
+    child = ctx.Process(target=_busy_draft, args=(profile, window, go, stop, draft_cpus, everywhere), daemon=True)
     child.start()
     while stop.is_set():                            # the child clears it once its model is loaded
         if not child.is_alive():
@@ -397,7 +400,7 @@ def measure(profile: str | None, log: str, pipeline_log: str, offsets: int = 5, 
                                 "cpus": cfg.actors.target_cpus}
             progress(f"  pass grid on cpus {cfg.actors.target_cpus}: fit within "
                      f"{passes['pinned']['fit']['max_rel_error']:.1%} (max)")
-            kappa = contention(runner, profile, window, cfg.actors.draft_cpus)
+            kappa = contention(runner, profile, window, cfg.actors.draft_cpus, everywhere)
         finally:
             os.sched_setaffinity(0, everywhere)
     else:
