@@ -13,7 +13,7 @@ newest first. The newest line's spans are narrowed by the word just before each 
 free?") and by the size unit asked; one left: the answer, no model call. Lines of the same rank whose one span
 differs from the answer: "other lines say otherwise", each cited, newest first (the answer stays the newest line's).
 No such line: answer null, "not found", with the `nearest` lines (not citations). Aggregates: count, most frequent
-value of the wanted kind (or template), distinct values, first/last line, over the same lines; each says its scope,
+value of the wanted kind, distinct values, first/last line, over the same lines; each says its scope,
 "since line #a (time)", the archive's oldest line (serve.archive_max_lines bounds its history). A count of no line
 is "not found" (answer null: no answer without a citation; the text says 0 lines, the nearest lines are given); a
 list of distinct values cites a line for every value it lists. An aggregate naming no value whose words match no
@@ -131,16 +131,16 @@ def _lookup(r: Route, lines: list[Line], scope: str, nearest) -> Reply | Choice:
     if len(options) > 1:
         return Choice(r, line, options, lead)
     answer = options[0]
-    others: dict[str, Line] = {}
+    others: dict[str, tuple[str, Line]] = {}
     if r.op == "span":
         for ln, (theirs, _, _) in fitting[1:]:
             if len(theirs) == 1 and key_of(theirs[0]) != key_of(answer) and key_of(theirs[0]) not in others:
-                others[key_of(theirs[0])] = ln
+                others[key_of(theirs[0])] = (theirs[0], ln)
     text = _said(r, answer, line, lead)
-    listed = list(others.items())[:MAX_CITED - 1]
+    listed = list(others.values())[:MAX_CITED - 1]
     if listed:
         text += "\nother lines say otherwise, newest first: " + "; ".join(
-            f"{_options(r, ln, keys)[0][0]} on line #{ln.seq} at {ln.when}" for _, ln in listed)
+            f"{theirs} on line #{ln.seq} at {ln.when}" for theirs, ln in listed)
     return Reply(r.kind, answer, text, (cite(line), *(cite(ln) for _, ln in listed)))
 
 
@@ -260,12 +260,12 @@ def _values(r: Route, lines: list[Line], scope: str) -> Reply:
     best = max((ln.covers(r.roots) for ln in lines), default=0)
     lines = [ln for ln in lines if ln.covers(r.roots) == best]               # newest first
     keys = {key_of(k) for k in r.keys}
-    picked = [(ln, found) for ln in lines if len(found := _options(r, ln, keys)[0]) == 1]
-    tier = max((_options(r, ln, keys)[2] for ln, _ in picked), default=0)    # of a kind asked, if any line has one
+    picked = [(ln, found) for ln in lines if len((found := _options(r, ln, keys))[0]) == 1]
+    tier = max((found[2] for _, found in picked), default=0)                 # of a kind asked, if any line has one
     newest: dict[str, tuple[str, Line]] = {}
     counts: Counter = Counter()
-    for ln, (text,) in picked:
-        if _options(r, ln, keys)[2] == tier:
+    for ln, ((text,), _, their_tier) in picked:
+        if their_tier == tier:
             counts[key_of(text)] += 1
             newest.setdefault(key_of(text), (text, ln))
     if not counts:

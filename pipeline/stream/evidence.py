@@ -2,9 +2,8 @@
 
 Owns the cited reader's queries over the archive (pipeline/stream/archive.py owns the file and its schema): the lines
 holding every given value key (exact match on `vals.key`), or matching any given word root (FTS5 prefix query), each
-with its values re-made from their spans; the archive's oldest line (the scope an aggregate speaks for); a template's
-pattern. Every line is a candidate, those still inside the model's window included. Never writes, never ranks by
-meaning: the caller (pipeline/serve/cited.py) decides what a question wants.
+with its values re-made from their spans; the archive's oldest line (the scope an aggregate speaks for). Every line
+is a candidate, those still inside the model's window included. Never writes, never ranks by meaning: the caller (pipeline/serve/cited.py) decides what a question wants.
 """
 from __future__ import annotations
 
@@ -94,8 +93,3 @@ def oldest(con: sqlite3.Connection) -> Line | None:
     row = con.execute("SELECT rowid FROM lines ORDER BY rowid LIMIT 1").fetchone()
     found = lines(con, [row[0]]) if row else []
     return found[0] if found else None
-
-
-def pattern(con: sqlite3.Connection, template: int) -> str:
-    row = con.execute("SELECT pattern FROM templates WHERE id = ?", (template,)).fetchone()
-    return row[0] if row else ""
