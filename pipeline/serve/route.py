@@ -109,15 +109,14 @@ class Route:
 
 def route(question: str) -> Route:
     q = question.casefold()
-    vals = [v for v in values_of(question) if (v.kind in KEY_KINDS or v.kind == "number" and
-                                                v.text.lstrip("-").isdigit() and len(v.text) >= KEY_DIGITS + (v.text[0] == "-"))
+    found = values_of(question)
+    vals = [v for v in found if (v.kind in KEY_KINDS or v.kind == "number" and
+                                 v.text.lstrip("-").isdigit() and len(v.text) >= KEY_DIGITS + (v.text[0] == "-"))
             and not (v.kind == "user" and (v.text.casefold() in NOT_USERS or v.text.casefold() in STOP))]
-    vals += [v for v in values_of(question) if v.kind == "status" and "_" in v.text and v.text.isupper()]
-    pairs = tuple((stem(m[1]), m[2]) for m in _PAIRED.finditer(question)
-                  if m[1].casefold() not in STOP and not any(v.start <= m.start(2) < v.end for v in vals))
-    vals += [v for v in values_of(question) if any(v.start == m.start(2) and v.text == m[2]
-                                                   for m in _PAIRED.finditer(question)
-                                                   if m[1].casefold() not in STOP)]
+    vals += [v for v in found if v.kind == "status" and "_" in v.text and v.text.isupper()]
+    paired = [m for m in _PAIRED.finditer(question) if m[1].casefold() not in STOP]
+    pairs = tuple((stem(m[1]), m[2]) for m in paired if not any(v.start <= m.start(2) < v.end for v in vals))
+    vals += [v for v in found if any(v.start == m.start(2) and v.text == m[2] for m in paired)]
     spans = [(v.start, v.end) for v in vals]
     besides = tuple(v.text for v in vals if _BESIDES.search(question, 0, v.start))
     vals = [v for v in vals if v.text not in besides]
