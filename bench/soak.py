@@ -1,9 +1,9 @@
 """The soak: a real log looped through the full pipeline at full speed while memory and quality are sampled.
 
-Owns the sampling (every actor's resident and anonymous memory, open descriptors and threads from /proc, and the
-shared-memory segments, every `every_tokens` stream tokens) and the verdict figures: slopes and spread after a
-warm-up, growth of descriptors, threads and segments, the PPL of the first and the last complete loop period, the
-KV pool against its formula. Runs the local launcher in this process and listens to the output actor's zmq PUB
+Owns the sampling (every actor's resident and anonymous memory, resident memory by mapping, open descriptors and
+threads from /proc, and the shared-memory segments, every `every_tokens` stream tokens) and the verdict figures:
+slopes and spread after a warm-up, the mappings that grew, growth of descriptors, threads and segments, the PPL of the
+first and the last complete loop period, the KV pool against its formula. Runs the local launcher in this process and listens to the output actor's zmq PUB
 socket; never touches an actor's state. `run_soak` is the `soak` verb: samples on stderr as they come, the figures in
 `SoakReport`.
 """
@@ -73,9 +73,27 @@ def _read(pid: int) -> dict | None:
             if key in ("VmRSS", "RssAnon", "Threads"):
                 fields[key] = int(value.split()[0])
         return {"rss_kb": fields["VmRSS"], "anon_kb": fields["RssAnon"], "threads": fields["Threads"],
-                "fds": len(os.listdir(f"/proc/{pid}/fd")), "pss_kb": _pss_kb(pid)}
+                "fds": len(os.listdir(f"/proc/{pid}/fd")), "pss_kb": _pss_kb(pid), "mapped_kb": _mapped_kb(pid)}
     except (OSError, KeyError):
         return None
+
+
+def _mapped_kb(pid: int) -> dict[str, int]:
+    """Resident KiB by what backs it (/proc/PID/smaps): each mapped file by its path (a model's weights, a library,
+    a shared-memory segment under /dev/shm), and "[anon]" for the heap, stacks and anonymous mappings; mappings
+    with nothing resident are left out."""
+    out: dict[str, int] = {}
+    name = "[anon]"
+    for line in Path(f"/proc/{pid}/smaps").read_text().splitlines():
+        head = line.split(None, 5)
+        if len(head) >= 5 and "-" in head[0] and not head[0].endswith(":"):      # a mapping's header
+            path = head[5].strip() if len(head) == 6 else ""
+            name = path if path.startswith("/") else "[anon]"
+        elif line.startswith("Rss:"):
+            kb = int(line.split()[1])
+            if kb:
+                out[name] = out.get(name, 0) + kb
+    return out
 
 
 def _pss_kb(pid: int) -> int:
@@ -158,6 +176,16 @@ def _slope(x: np.ndarray, y: np.ndarray) -> float:
     return float(np.polyfit(x, y, 1)[0])
 
 
+def _grown(rows: list[tuple[int, dict]], top: int = 3) -> dict[str, int]:
+    """What backs an actor's resident growth after warm-up: the `top` mappings whose resident KiB grew most from the
+    first sample to the last (`_mapped_kb`), largest first; {} when the samples carry no mappings."""
+    if len(rows) < 2 or "mapped_kb" not in rows[0][1] or "mapped_kb" not in rows[-1][1]:
+        return {}
+    first, last = rows[0][1]["mapped_kb"], rows[-1][1]["mapped_kb"]
+    grown = {k: last.get(k, 0) - first.get(k, 0) for k in first.keys() | last.keys()}
+    return dict(sorted(((k, v) for k, v in grown.items() if v > 0), key=lambda kv: -kv[1])[:top])
+
+
 def _floor_growth(values: np.ndarray) -> int:
     """How far the floor rose: the least value of the last quarter of the samples minus the least of the first. A
     leak raises the floor; a connection or a thread alive at one sample (a question being answered) does not."""
@@ -195,7 +223,8 @@ def report(samples: list[dict], loops: dict, tokens: int, kv_pool_bytes: int, kv
                            "anon_slope_kib_per_1k_tokens": _slope(x, get("anon_kb")),
                            "rss_spread_kib": float(np.ptp(get("rss_kb"))) if rows else 0.0,
                            "rss_last_mb": float(get("rss_kb")[-1]) / 1024 if rows else 0.0,
-                           "fds_growth": _floor_growth(get("fds")), "threads_growth": _floor_growth(get("threads"))}
+                           "fds_growth": _floor_growth(get("fds")), "threads_growth": _floor_growth(get("threads")),
+                           "grown_kib": _grown(rows)}
     x = np.array([s["tokens"] for s in warm], float) / 1000.0
     total = np.array([sum(a["rss_kb"] for a in s["actors"].values()) for s in warm], float)
     complete = sorted(k for k in loops if k + 1 in loops)              # the last loop is partial
@@ -440,6 +469,9 @@ class SoakReport(Report):
             lines.append(f"{name:12s} {a['rss_last_mb']:7.1f} {a['rss_slope_kib_per_1k_tokens']:17.3f} "
                          f"{a['anon_slope_kib_per_1k_tokens']:11.3f} {a['rss_spread_kib']:11.0f} "
                          f"{a['fds_growth']:6d} {a['threads_growth']:6d}")
+            if a.get("grown_kib"):
+                lines.append(f"{'':12s} grew most: " + ", ".join(f"{os.path.basename(k) or k} +{v:,} KiB"
+                                                                  for k, v in a["grown_kib"].items()))
         ratio = out["ppl_last_over_first"]
         lines.append(f"all actors: slope {out['rss_slope_kib_per_1k_tokens']:.3f} KiB per 1,000 tokens, spread "
                      f"{out['rss_spread_kib']:.0f} KiB; segments {out['segments_growth']:+d}; PPL first loop "

@@ -82,6 +82,19 @@ def test_a_descriptor_open_at_one_sample_is_not_growth_but_a_rising_floor_is():
     assert not report(leaking, {}, 100_000, 0, 0)["goals"]["no_growth_in_fds_threads_segments"]
 
 
+def test_the_growth_is_attributed_to_the_mappings_that_grew_after_warm_up():
+    """Resident memory that grows is named by what backs it: a model file whose pages are touched for the first time
+    is told apart from a heap that grows (the warm-up's changes do not count)."""
+    rows = samples(0.0)
+    for i, s in enumerate(rows):
+        for name, a in s["actors"].items():
+            a["mapped_kb"] = {"[anon]": 40_000 + (i < 10) * 9_000, "/m/model.onnx.data": 1_000 + 8 * i,
+                              "/usr/lib/libc.so.6": 700}
+    out = report(rows, {}, 100_000, 0, 0)
+    assert out["actors"]["target"]["grown_kib"] == {"/m/model.onnx.data": 8 * (len(rows) - 1 - 10)}
+    assert report(samples(0.0), {}, 100_000, 0, 0)["actors"]["target"]["grown_kib"] == {}      # not sampled: none
+
+
 def test_the_archive_figures_start_when_it_first_filled():
     rows = samples(0.0)
     for i, s in enumerate(rows):
