@@ -12,7 +12,8 @@ with a span of the wanted kind (other than the named values), those covering the
 newest first. The newest line's spans are narrowed by the word just before each span ("free 317.1 MB" for "...
 free?") and by the size unit asked; one left: the answer, no model call. Lines of the same rank whose one span
 differs from the answer: "other lines say otherwise", each cited, newest first (the answer stays the newest line's).
-No such line: answer null, "not found", with the `nearest` lines (not citations). Aggregates: count, most frequent
+No line with a span of the kind asked but lines holding the values named: the best of them offers all its spans
+(`_spread`) and the model picks one. No line: answer null, "not found", with the `nearest` lines (not citations). Aggregates: count, most frequent
 value of the wanted kind, distinct values, first/last line, over the same lines; each says its scope,
 "since line #a (time)", the archive's oldest line (serve.archive_max_lines bounds its history). A count of no line
 is "not found" (answer null: no answer without a citation; the text says 0 lines, the nearest lines are given); a
@@ -28,17 +29,19 @@ import re
 from collections import Counter
 from dataclasses import dataclass
 
-from pipeline.serve.route import Route, route
+from pipeline.serve.route import DURATIONS, Route, route
 from pipeline.stream import evidence
 from pipeline.stream.archive import open_reader, search
 from pipeline.stream.evidence import Line
 from pipeline.stream.values import Value, key_of, stem
 
 MAX_CITED = 8
+MAX_OPTIONS = 8                     # spans a line offers the model when none is of the kind asked
 _WORD = re.compile(r"\w+")
 _BEFORE = re.compile(r"([A-Za-z]\w*)[^A-Za-z]*$")   # the last word before a span, numbers skipped: "request /10.0.0.2:"
 _WORD_AT = re.compile(r"[A-Za-z]+")               # a line's words, split at case changes too: "onReceive" -> on, Receive
 _BYTES = re.compile(r"\d+(?=\s?(?:bytes?|B)$)")              # "301" of "301 bytes"
+_TIMED = re.compile(r"(-?\d+(?:\.\d+)?)\s?([A-Za-z]+)\b")             # "1938 ms": the number and its unit
 _AFTER = re.compile(r"[^A-Za-z]{0,3}([A-Za-z]+)")         # the word just after a span: "344 bytes received"
 _GAP = re.compile(r"[^A-Za-z0-9]*(?:[A-Za-z]+[^A-Za-z0-9]*)?")   # between a naming word and its value: one word at most
 _LEVEL = re.compile(r"(?i:INFO|WARN|WARNING|ERROR|FATAL|SEVERE|DEBUG|TRACE|CRITICAL|NOTICE|ALERT|EMERG|CRIT)|[VDIWEF]")
@@ -117,6 +120,8 @@ def _lookup(r: Route, lines: list[Line], scope: str, nearest) -> Reply | Choice:
     keys = {key_of(k) for k in r.keys}
     ranked = [(_rank(r, ln, found), ln, found) for ln in lines if (found := _options(r, ln, keys))[0]] \
         if r.want else [((ln.covers(r.roots),), ln, ((ln.text,), 0, 0)) for ln in lines]
+    if not ranked and r.want and lines and (spread := _spread(r, lines, keys)):
+        return spread
     if not ranked:
         held = "" if not r.keys else f" holding {', '.join(r.keys)}"
         what = f" with a {r.type_noun or '/'.join(r.want)}" if r.want and lines else ""
@@ -144,6 +149,22 @@ def _lookup(r: Route, lines: list[Line], scope: str, nearest) -> Reply | Choice:
     return Reply(r.kind, answer, text, (cite(line), *(cite(ln) for _, ln in listed)))
 
 
+def _spread(r: Route, lines: list[Line], keys: set[str]) -> Choice | None:
+    """No line has a span of the kind asked, or one after a word naming it: the line covering the most of the
+    question's roots (the newest; the oldest asked "first") offers every span it holds but the values named and its
+    time, and the model picks one; None when it holds no other span."""
+    top = max(ln.covers(r.roots) for ln in lines)
+    best = [ln for ln in lines if ln.covers(r.roots) == top]
+    line = best[-1] if r.op == "first" else best[0]
+    options = tuple(dict.fromkeys(
+        v.text for v in sorted(line.values, key=lambda v: v.start) if v.kind not in ("time", "clock")
+        and key_of(v.text) not in keys and not _said_by_question(r, v) and v.text not in r.besides))[:MAX_OPTIONS]
+    if not options:
+        return None
+    lead = "" if r.op == "span" else f"the {r.op} of {len(best)} matching lines"
+    return Choice(r, line, options, lead)
+
+
 def _rank(r: Route, line: Line, found: tuple) -> tuple[int, int, int]:
     """How well a line answers: the question's word roots it covers, then how its best spans fit, then whether they
     are of a kind asked (2) or the value after a word naming what is asked (1) or after a value named (0)."""
@@ -157,6 +178,10 @@ def _options(r: Route, line: Line, keys: set[str]) -> tuple[tuple[str, ...], int
     word of the line naming what is asked (the words after "which", then the type nouns: "instruction address:
     0x00004ed8", "action: ...SCREEN_OFF"); else the value
     right after a value the question names ("HRESULT = 0x80004005 - E_FAIL")."""
+    if r.alternatives:                              # "Up or Down?": the line's word among the answers offered
+        offered = [m for m in _WORD_AT.finditer(line.text) if m[0].casefold() in r.alternatives]
+        if offered:
+            return tuple(dict.fromkeys(m[0] for m in offered)), 1, 2
     spans = [(i, v) for i, kind in enumerate(r.want) for v in _spans(line, kind, keys, r)]
     if spans:
         scored = [(_fit(r, line.text[:v.start], v.text, line.text[v.end:]), -i, v.text) for i, v in spans]
@@ -205,6 +230,10 @@ def _spans(line: Line, kind: str, keys: set[str], r: Route | None = None) -> lis
     if kind == "size" and r is not None and r.unit == "b":       # "how many bytes": the number of "301 bytes"
         found = [Value("number", m[0], v.start, v.start + m.end()) if (m := _BYTES.match(v.text)) else v
                  for v in found]
+    if kind == "number" and r is not None and r.unit in DURATIONS.values():   # "how many ms?": the number of "1938 ms"
+        timed = [Value("number", m[1], v.start, v.start + len(m[1])) for v in found
+                 if (m := _TIMED.match(line.text, v.start)) and DURATIONS.get(m[2].casefold()) == r.unit]
+        found = timed or found
     if kind == "status" and r is not None:
         level = r.type_noun in ("level", "severity")
         found = [v for v in found if _is_level(line, v) == level] or found

@@ -17,7 +17,9 @@ The noun asked is the type noun right after "which|what" (one word may come betw
 the question's first; the words after "which|what" are the `subject` a line may name just before the value asked. A short number after a noun
 ("slot 9", "stage 1.0", "TID 56") is a key written with its noun (`pairs`); an address is its IP and its port; a
 quoted phrase is held by the line as written; a value after "apart from", "besides", "except" or "other than" is
-left out of the answers, not looked up. Asked "how many bytes", a size's number is the answer ("301" of "301 bytes").
+left out of the answers, not looked up. Asked "how many bytes", a size's number is the answer ("301" of "301 bytes");
+asked "how many ms|seconds|...", a duration's number in that unit ("1938" of "1938 ms"), not a count. A lookup may
+offer its answers ("did en0 go Up or Down?", "which action (boot, wait, halt, ...)"): the line's word among them.
 No model is asked to route: where these rules find no aggregate and no named value, the question is "other", and the
 free reader (the model over retrieved lines) answers it, as before issue 47. On a TEP alarm log a question naming a
 tag asks an alarm type too ("high high" -> HH, "low" -> L, "recovered" -> NR), and its state is the line's whole alarm
@@ -63,6 +65,10 @@ PLURALS = {"ports": "port", "ips": "ip", "addresses": "address", "hosts": "host"
            "hostnames": "hostname", "directories": "directory", "dirs": "dir", "folders": "folder"}
 UNITS = {"kb": "kb", "kib": "kib", "mb": "mb", "mib": "mib", "gb": "gb", "gib": "gib", "bytes": "b", "byte": "b",
          "b": "b"}
+# a duration's unit, as a question or a line writes it -> one name: "how many ms?" asks the number of "1938 ms"
+DURATIONS = {"ms": "ms", "msec": "ms", "msecs": "ms", "millisecond": "ms", "milliseconds": "ms", "us": "us",
+             "microsecond": "us", "microseconds": "us", "ns": "ns", "s": "s", "sec": "s", "secs": "s", "second": "s",
+             "seconds": "s", "min": "min", "mins": "min", "minute": "min", "minutes": "min"}
 STOP = frozenset("""
     a an the and or but not no of to in on at by for from with about into than then there this that these those it its
     is are was were be been being do does did done has have had can could will would should shall may might must
@@ -105,6 +111,8 @@ class Route:
     subject: tuple[str, ...] = ()   # the words after "which|what", stemmed ("screen", "action"): a line names the
                                     # value asked right after one of them ("action: ...SCREEN_OFF")
     nouns: tuple[str, ...] = ()     # every type noun of the question, stemmed ("container", "id")
+    alternatives: tuple[str, ...] = ()  # the answers the question offers, case folded: "Up or Down?", "(boot, wait,
+                                        # halt, ...)": the line's word among them is the answer
 
 
 def route(question: str) -> Route:
@@ -130,26 +138,30 @@ def route(question: str) -> Route:
     paired = {w for w in naming if stem(w) in {n for n, _ in pairs}}       # "slot" of "slot 9": the key's, not a word
     noun, plural = _type_noun([w for w in words if w not in naming])     # "pid 23403" names a key, not the answer
     unit = next((UNITS[w] for w in words if w in UNITS and w != "b"), "")
+    duration = re.search(r"\bhow many (\w+)\b", q)
+    duration = DURATIONS.get(duration[1], "") if duration and not unit else ""
     words = [w for i, w in enumerate(words) if not (w in HOLDING and i and words[i - 1] in HOLDERS)]
+    alternatives = () if alarm else _alternatives(question)         # offered answers: not words to find lines by
     content = [w for w in words if w not in paired and w not in STOP and w not in WANTS and w not in PLURALS and w not in UNITS
-               and not (alarm and w in ALARM_WORDS) and len(w) > 1]
+               and not (alarm and w in ALARM_WORDS) and not (duration and DURATIONS.get(w) == duration) and len(w) > 1
+               and w not in alternatives]
     # the value a line writes after "NAME=" when the question names NAME (its type noun first), then the noun's kinds
     fields = tuple(dict.fromkeys(f"field:{w}" for w in ([noun] if noun else []) + content))
-    want = ("size",) if unit else fields + WANTS.get(noun, ())
+    want = ("size",) if unit else ("number",) if duration else fields + WANTS.get(noun, ())
     if tagged and noun in ("state", "status", "type"):           # a TEP line's state: its whole alarm type, "H NR"
         want = ("alarm",) + want
     roots = tuple(dict.fromkeys(stem(w) for w in content))
     asked = _asked(words)
     phrases = tuple(m[m.lastindex].casefold() for m in _QUOTED.finditer(question))
-    base = dict(keys=keys, roots=roots, want=want, unit=unit, alarm=alarm, type_noun=noun, pairs=pairs,
-                phrases=phrases, besides=besides,
+    base = dict(keys=keys, roots=roots, want=want, unit=unit or duration, alarm=alarm, type_noun=noun, pairs=pairs,
+                phrases=phrases, besides=besides, alternatives=alternatives,
                 subject=tuple(stem(w) for w in asked if w not in STOP), nouns=tuple(
                     dict.fromkeys(stem(PLURALS.get(w, w)) for w in words if w in WANTS or w in PLURALS)))
     timed = any(v.kind in ("time", "clock") for v in vals)      # one line's moment: a value of it, not a count
-    op = _aggregate(q, words, plural, unit, timed)
-    if op:
-        return Route("aggregate", op, **base)
-    if want and (keys or asked and noun and roots):
+    op = _aggregate(q, words, plural, unit or duration, timed)
+    if op:                                      # "which interfaces went up or down?" offers no answer
+        return Route("aggregate", op, **{**base, "alternatives": ()})
+    if want and (keys or asked and noun and roots) or alternatives and keys:
         return Route("lookup", "span", **base)
     return Route("other", **base)
 
@@ -169,6 +181,21 @@ def _aggregate(q: str, words: list[str], plural: bool, unit: str, timed: bool = 
     if plural and re.search(r"\b(which|what)\b", q):
         return "distinct"
     return ""
+
+
+_OR = re.compile(r"\b([A-Za-z][\w-]*) or ([A-Za-z][\w-]*)\s*\?")                     # "go Up or Down?"
+_LISTED = re.compile(r"\(([A-Za-z][\w-]*(?:, [A-Za-z][\w-]*)+)(?:,? (?:\.\.\.|etc\.?|or \w+))?\)")  # "(boot, wait, ...)"
+
+
+def _alternatives(question: str) -> tuple[str, ...]:
+    """The answers a question offers itself: "X or Y?" at its end, or a list in parentheses."""
+    if m := _OR.search(question):
+        found = [m[1], m[2]]
+    elif m := _LISTED.search(question):
+        found = m[1].split(", ")
+    else:
+        return ()
+    return tuple(w.casefold() for w in found if w.casefold() not in STOP)
 
 
 def _keys(v, question: str) -> tuple[str, ...]:

@@ -7,7 +7,8 @@ compiled once and a line costs a handful of regex scans. Never touches SQLite, t
 
 Kinds: `time` (the line's first timestamp), `clock` (its time of day, when the timestamp has a date too: "19:18:14,511"
 of "2015-07-29 19:18:14,511"), `alarm` (a TEP line's whole alarm type: "H", "HH NR"), `addr` (IPv4:port), `ip`, `port` ("10.0.0.1:22", "host:8030",
-"port 22"), `path` (/unix/like, C:\\windows\\like, a URL: hdfs://host:9000, file:/D:/x.jar, a bare file name: chrome.exe),
+"port 22"), `path` (/unix/like, C:\\windows\\like, a URL: hdfs://host:9000, file:/D:/x.jar, a bare file name: chrome.exe;
+a URL's host and port are read too, as `host` or `ip` and `port`),
 `host` (a host name before ":port", a name ending in a top-level domain: ns.example.com), `size` (a number with a byte unit: "1024 kB", "28.0 KB"),
 `number` (any other number, decimals kept: "28.0", "0.32285523", "1000 ms" with its unit), `id` (block, task,
 attempt, container ids, hex ids, TEP tags, anything of letters, digits, `_`, `-`, `.`, `:` holding a letter and a
@@ -47,6 +48,7 @@ _TIME = re.compile(
 _URL = re.compile(r"\b[A-Za-z][A-Za-z0-9+.-]*:/{1,2}[^\s\]\)'\",;+]+?(?=:\d+\+|[.:]?(?:[\s\]\)'\",;+]|$))")
 #   scheme:/... (hdfs://host:9000/x, file:/D:/x.jar), a trailing "." or ":" and an ":offset+length" left out
 _SPLIT = re.compile(r":(\d+)\+(\d+)\b")
+_AUTHORITY = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*://(?:[^@/\s]*@)?([A-Za-z0-9][\w.-]*)(?::(\d{1,5}))?(?![\w.-])")
 _ADDR = re.compile(r"(?<![\w.])(\d{1,3}(?:\.\d{1,3}){3}):(\d{1,5})\b")
 _IP = re.compile(r"(?<![\w.])\d{1,3}(?:\.\d{1,3}){3}(?![\w.])")
 _HOST_PORT = re.compile(r"(?<![\w.:/-])([A-Za-z0-9][\w.-]*[A-Za-z][\w.-]*):(\d{2,5})\b(?![.:]\d)")
@@ -115,6 +117,10 @@ def values_of(text: str) -> list[Value]:
         for m in _URL.finditer(text):
             if _free(taken, m.start(), m.end()):
                 add("path", m.start(), m.end(), True)
+                if (at := _AUTHORITY.match(text, m.start(), m.end())) and at[1]:   # its host and port, read too
+                    add("ip" if _IP.fullmatch(at[1]) else "host", at.start(1), at.end(1))
+                    if at[2]:
+                        add("port", at.start(2), at.end(2))
                 if span := _SPLIT.match(text, m.end()):           # "...2kSOSP.log:29168+7292": offset and length
                     add("number", span.start(1), span.end(1), True)
                     add("number", span.start(2), span.end(2), True)

@@ -194,6 +194,37 @@ def test_spans_the_words_cannot_tell_apart_go_to_the_model_as_closed_options(tmp
     assert chosen(choice, "30 kB").answer is None                 # cut short: nothing the line does not hold
 
 
+def test_a_line_with_no_span_of_the_kind_asked_offers_the_model_every_span_it_holds_but_the_named_ones(tmp_path):
+    path = archive_of(tmp_path / "a.sqlite", [
+        "33697 node-251 action start 1076435713 1 clusterAddMember  (command 2110)",
+        "33698 node-252 action start 1076435799 1 boot  (command 2111)"])
+    choice = read(path, "When did node-251 start an action?")          # no timestamp the reader knows: an epoch
+    assert isinstance(choice, Choice) and choice.line.seq == 1
+    assert choice.options == ("33697", "1076435713", "1", "2110")        # in line order; node-251 is the key named
+    assert chosen(choice, "1076435713").answer == "1076435713" and supported(chosen(choice, "1076435713"))
+    assert read(path, "When did node-999 start an action?").answer is None          # no line: not found, no choice
+
+
+def test_a_duration_asked_in_its_unit_is_the_number_the_line_writes_with_that_unit(tmp_path):
+    path = archive_of(tmp_path / "a.sqlite", [
+        "Jul  1 11:48:43 host kernel[0]: PM response took 1938 ms (54, powerd) after 2 tries",
+        "Jul  1 11:48:44 host kernel[0]: PM response took 12 s (55, powerd)"])
+    r = route("At Jul  1 11:48:43 the kernel timed a PM response: how many ms?")
+    assert (r.kind, r.want, r.unit) == ("lookup", ("number",), "ms")       # a duration, not a count
+    assert read(path, "At Jul  1 11:48:43 the kernel timed a PM response: how many ms?").answer == "1938"
+    assert read(path, "At Jul  1 11:48:44, how many seconds did the PM response take?").answer == "12"
+
+
+def test_the_answers_a_question_offers_pick_the_lines_word_among_them(tmp_path):
+    path = archive_of(tmp_path / "a.sqlite", [
+        "Jul  1 11:55:14 host kernel[0]: AirPort: Link Down on en0. Reason 8 (Disassociated).",
+        "Jul  1 11:55:20 host kernel[0]: AirPort: Link Up on en0",
+        "1120 node-129 action start 1079069377 1 boot (command 2602)"])
+    assert read(path, "At Jul  1 11:55:14, did the AirPort link on en0 go Up or Down?").answer == "Down"
+    assert read(path, "Which action (boot, wait, halt, ...) did node-129 begin for command 2602?").answer == "boot"
+    assert route("On which interfaces has AirPort reported a link going up or down?").alternatives == ()   # a list
+
+
 @settings(max_examples=60, deadline=None)
 @given(st.lists(st.tuples(st.sampled_from(["ann", "bob", "cy", "dee"]), st.integers(1, 65535),
                           st.sampled_from(["Failed", "Accepted"])), min_size=1, max_size=12),

@@ -66,6 +66,9 @@ def test_ips_and_ports_are_whole_values():
      ("path", "hdfs://10.10.34.11:9000/pjhe/logs/2kSOSP.log")),
     ("INFO rdd.HadoopRDD: Input split: hdfs://10.10.34.11:9000/pjhe/logs/2kSOSP.log:29168+7292", ("number", "29168")),
     ("NameSystem.allocateBlock: /user/root/rand/_temporary/part-00296. blk_-66201", ("path", "/user/root/rand/_temporary/part-00296")),
+    ("Connecting to driver: spark://CoarseGrainedScheduler@10.10.34.11:48069", ("ip", "10.10.34.11")),   # a URL's
+    ("Connecting to driver: spark://CoarseGrainedScheduler@10.10.34.11:48069", ("port", "48069")),       # parts
+    ("Remoting started; listening on [akka.tcp://sparkExecutor@mesos-slave-07:55904]", ("host", "mesos-slave-07")),
 ])
 def test_each_kind_is_read_as_the_line_writes_it(text, value):
     assert value in kinds(text)
