@@ -228,8 +228,8 @@ def _spans(line: Line, kind: str, keys: set[str], r: Route | None = None) -> lis
     found = [v for v in line.values if v.kind == kind and key_of(v.text) not in keys and
              not (r and (_said_by_question(r, v) or v.text in r.besides))]
     if kind == "size" and r is not None and r.unit == "b":       # "how many bytes": the number of "301 bytes"
-        found = [Value("number", m[0], v.start, v.start + m.end()) if (m := _BYTES.match(v.text)) else v
-                 for v in found]
+        found = [Value("number", m[0], v.start, v.start + m.end()) for v in found if (m := _BYTES.match(v.text))] \
+            or found                                             # written in bytes first, not "(1.16 KB)"
     if kind == "number" and r is not None and r.unit in DURATIONS.values():   # "how many ms?": the number of "1938 ms"
         timed = [Value("number", m[1], v.start, v.start + len(m[1])) for v in found
                  if (m := _TIMED.match(line.text, v.start)) and DURATIONS.get(m[2].casefold()) == r.unit]

@@ -316,14 +316,14 @@ def test_a_quoted_phrase_is_held_as_written_and_a_value_after_besides_is_never_t
         "[10.30 16:49:07] svchost.exe - proxy.cse.cuhk.edu.hk:5070 open through proxy proxy.cse.cuhk.edu.hk:5070 HTTPS",
         "[10.30 16:49:08] chrome.exe - proxy.cse.cuhk.edu.hk:5070 open through proxy proxy.cse.cuhk.edu.hk:5070 HTTPS",
         "[10.30 16:49:09] Dropbox.exe - proxy.cse.cuhk.edu.hk:5070 open through proxy proxy.cse.cuhk.edu.hk:5070 HTTPS",
-        "[10.30 16:49:10] Dropbox.exe - proxy.cse.cuhk.edu.hk:5070 close, 301 bytes sent, 344 bytes received",
+        "[10.30 16:49:10] Dropbox.exe - proxy.cse.cuhk.edu.hk:5070 close, 2437 bytes (2.37 KB) sent, 344 bytes received",
         "081109 203615 148 INFO dfs.DataNode$DataXceiver: 10.251.35.1:50010 Served block blk_1 to /10.251.122.38",
         "081109 203616 149 INFO dfs.DataNode$DataXceiver: 10.251.35.1:50010 Serving block blk_2 to /10.251.122.39"])
     assert read(path, "How many 'Served block' lines have the DataXceivers written?").answer == "1"
     assert set(read(path, "Besides chrome.exe, which programs have gone through the proxy?").answer.split(", ")) == \
         {"svchost.exe", "Dropbox.exe"}
     assert read(path, "How many bytes did Dropbox.exe send over the connection it closed at 10.30 16:49:10?").answer \
-        == "301"                                              # asked in bytes: the number, a span of "301 bytes"
+        == "2437"                                  # asked in bytes: the number of "2437 bytes", not "(2.37 KB)"
 
 
 def test_most_frequent_and_distinct_values_are_spans_of_the_lines_they_cite(tmp_path):
