@@ -5,7 +5,9 @@ its own reading of each log (the 7 loghub logs line by line, TEP alarm CSVs row 
 shows a row), its own regexes per log format, seeded choices, the development / held-out split, and the fresh split:
 five more loghub logs vendored in bench/data, written by someone who never read the reader, every question of them
 `fresh`; the fresh2 split is four more vendored the same way (HPC, Mac, OpenStack, Thunderbird), every question of them
-`fresh2`. Never imports the reader, the server or the project's parsers (a test only checks that its line numbers and
+`fresh2`; the fresh3 split is four logs of other kinds vendored the same way (a web shop's access log, an IIS W3C
+log and a Zeek http.log from lnav's test data, a PostgreSQL log from quellog's), every question of them `fresh3`.
+Never imports the reader, the server or the project's parsers (a test only checks that its line numbers and
 texts are the stream's); never runs a model.
 
 Line n (1-based) of a log is its n-th line (a CSV: its n-th data row, the header excluded): the archive seq of that
@@ -38,7 +40,7 @@ MIN_SLACK = 20             # ... and must be at least ask_after + MIN_SLACK (5 s
 MIN_ASK, MAX_ASK = 24, 200     # questions are asked after 24..200 lines: about 50 s of stream at 4 lines/s
 HELDOUT_PERCENT = 60
 QUOTA = {"lookup": 12, "count": 6, "first": 1, "last": 1, "most_frequent": 1, "which": 1, "not_found": 2}
-FRESH_QUOTA = {**QUOTA, "lookup": 14, "first": 2, "last": 2}    # a fresh(2) log's set stands alone: a few more each
+FRESH_QUOTA = {**QUOTA, "lookup": 14, "first": 2, "last": 2}    # a fresh(2,3) log's set stands alone: a few more each
 TIME_GROUPS = ("t", "clock", "when")    # the groups that hold a time in the patterns below
 WHICH_MAX = 6              # a "which" question lists at most this many distinct values
 
@@ -65,7 +67,7 @@ class Question:
     gold: str | None             # None: not in the log
     gold_lines: tuple[int, ...]  # lines holding the gold (a lookup: every agreeing line, newest last; count: all)
     stable_through: int          # the gold (and gold_lines) is the same over lines[:n], ask_after <= n <= this
-    split: str                   # dev | heldout | fresh | fresh2
+    split: str                   # dev | heldout | fresh | fresh2 | fresh3
     absent: str | None = None    # not_found: the identifier in the text that occurs in no line of the log
 
 
@@ -103,7 +105,8 @@ class LogSpec:
     lookups: tuple[Lookup, ...]
     tallies: tuple[Tally, ...]
     values: tuple[Values, ...]
-    split: str | None = None     # every question's split (fresh, fresh2); None: dev or heldout by a hash (`split_of`)
+    split: str | None = None     # every question's split (fresh, fresh2, fresh3); None: dev or heldout by a hash
+                                 # (`split_of`)
 
 
 IP = r"\d+\.\d+\.\d+\.\d+"
@@ -1275,6 +1278,304 @@ SPECS += (
     ), split="fresh2"),
 )
 
+# The fresh3 split: four logs of kinds no other set has (a web shop's access log, an IIS W3C log, a Zeek http.log, a
+# PostgreSQL server log with auto_explain plans), vendored in bench/data from lnav's and quellog's test data
+# (bench/data/README.md), written like the fresh ones without reading the reader; every question over them is
+# `fresh3`, none dev, held-out, fresh or fresh2.
+SHOP_T = r"\d\d/[A-Z][a-z]{2}/\d{4}:\d\d:\d\d:\d\d \+0330"     # the access log's [time], without the brackets
+SHOP = rf"^(?P<ip>{IP}) - - \[(?P<t>{{T}})\] "                     # client and time of an access line
+W3C_T = r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d"                        # IIS: the date and time fields
+W3C = rf"^(?P<t>{{T}}) {IP} GET (?P<stem>\S+) \S+ \d+ \S+ "        # ... then s-ip, method, uri stem, query, port, user
+BRO_T = r"1\d{9}\.\d{6}"                                          # Zeek: ts, epoch seconds
+BRO_UID = r"\t(?P<uid>C\w+)\t"                                    # Zeek: the connection's uid, after ts
+PG_T = r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d\.\d{3} UTC"                # PostgreSQL: log_line_prefix %m
+PG_PID = r"UTC \[(?P<pid>\d+)\] \d+: "                            # ... the backend's pid and the SQLSTATE
+SPECS += (
+    LogSpec(FRESH + "lnav/logfile_shop_access_log.0", "plain", SHOP_T, (
+        Lookup("status", r'"GET (?P<path>/product/\d+) HTTP/1\.1" (?P<value>\d{3}) ', (
+            "What status code came back for GET {path}?",
+            "Did {path} load? Which HTTP status did the shop answer with?")),
+        Lookup("size", r'"GET (?P<path>/image/\d+/productModel/\d+x\d+) HTTP/1\.1" 200 (?P<value>\d+) ', (
+            "How many bytes was the response for {path}?",
+            "What response size did the shop log for {path}?")),
+        Lookup("ip", rf'^(?P<value>{IP}) - - \[[^\]]+\] "GET (?P<path>/image/\d+/productModel/\d+x\d+) ', (
+            "Which client downloaded the image {path}?",
+            "Who (which address) fetched {path}?")),
+        Lookup("time", rf'^(?P<ip>{IP}) - - \[(?P<value>{{T}})\] "GET (?P<path>/product/\d+) ', (
+            "When did {ip} ask for {path}?",
+            "At what time was {path} requested by {ip}?")),
+        Lookup("path", SHOP + r'"POST (?P<value>/ajaxFilter/\S+) ', (
+            "Which ajaxFilter URL did {ip} post to at {t}?",
+            "{ip} sent a POST at {t}: to which URL?")),
+        Lookup("status", SHOP + r'"HEAD \S+ HTTP/1\.1" (?P<value>\d{3}) ', (
+            "What status did the HEAD request from {ip} at {t} get?",)),
+        Lookup("size", SHOP + r'"POST /m/updateVariation\S* HTTP/1\.1" \d{3} (?P<value>\d+) ', (
+            "How large was the updateVariation response sent to {ip} at {t}?",
+            "At {t}, how many bytes did {ip} get back from /m/updateVariation?")),
+        Lookup("id", SHOP + r'"GET /product/(?P<value>\d+)', (
+            "Which product number did {ip} open at {t}?",)),
+        Lookup("path", SHOP + r'"GET (?P<value>/static/\S+) ', (
+            "Which static file did {ip} load at {t}?",
+            "What file under /static was requested by {ip} at {t}?")),
+        Lookup("ip", rf'^(?P<value>{IP}) - - \[(?P<t>{{T}})\] "GET \S+ HTTP/1\.1" 404 ', (
+            "Which client got a 404 at {t}?",
+            "At {t} somebody asked for a page that does not exist: from which IP?")),
+        Lookup("status", SHOP + r'"GET \S+ HTTP/1\.1" (?P<value>30[12]) ', (
+            "Was {ip} redirected with a 301 or a 302 at {t}?",)),
+        Lookup("size", SHOP + r'"GET /settings/\S+ HTTP/1\.1" 200 (?P<value>\d+) ', (
+            "How big was the settings response {ip} received at {t}?",)),
+        Lookup("path", SHOP + r'"GET \S+ HTTP/1\.1" \d{3} \d+ "(?P<value>https?://[^"%]+)" ', (
+            "Which page referred {ip} at {t}?",
+            "What referrer came with the request of {ip} at {t}?")),
+    ), (
+        Tally(r"^(?P<ip>\d+\.\d+\.\d+\.\d+) - - ", (
+            "How many requests has {ip} sent?",
+            "Count the hits from {ip}."), (
+            "When did {ip} first show up?",
+            "What time was the earliest request from {ip}?"), (
+            "When was the most recent request from {ip}?",
+            "When did {ip} last hit the shop?")),
+        Tally(r'HTTP/1\.1" 404 ', (
+            "How many requests have ended in a 404?",
+            "How many not-found responses so far?"), (
+            "When was the first 404?",), (
+            "When did the shop last answer 404?",)),
+        Tally(r"compatible; (?P<bot>bingbot|Googlebot|AhrefsBot)/", (
+            "How many requests did {bot} make?",
+            "How often has {bot} crawled a page so far?"), (
+            "When did {bot} first crawl the shop?",), (
+            "When was {bot}'s latest request?",)),
+        Tally(r'"POST /m/updateVariation', (
+            "How many POSTs to /m/updateVariation have there been?",), (
+            "When was /m/updateVariation first posted to?",), (
+            "When was the last POST to /m/updateVariation?",)),
+        Tally(r'"HEAD ', (
+            "How many HEAD requests has the shop had?",), (
+            "When did the first HEAD request come in?",), (
+            "When was the latest HEAD request?",)),
+        Tally(r'HTTP/1\.1" (?P<code>30[12]) ', (
+            "How many {code} redirects were sent?",), (
+            "When was a {code} first returned?",), (
+            "When was a {code} last returned?",)),
+    ), (
+        Values(r'HTTP/1\.1" (?P<value>\d{3}) ', (
+            "Which status code is most common?",), (
+            "Which status codes has the shop returned?",)),
+        Values(r'"(?P<value>[A-Z]+) /\S* HTTP/1\.1"', (
+            "Which HTTP method do clients use most?",), (
+            "Which request methods have clients used?",)),
+        Values(r"\(compatible; (?P<value>\w+)/[\d.]+; \+http", (
+            "Which crawler hits the shop most often?",), (
+            "Which crawlers have visited so far?",)),
+        Values(r"/productModel/(?P<value>\d+x\d+) ", (
+            "Which product thumbnail size is requested most?",), (
+            "Which product image sizes have been requested?",)),
+        Values(r'HTTP/1\.1" (?P<value>(?!200)\d{3}) ', (
+            "Apart from 200, which status has the shop sent most often?",), (
+            "Which statuses other than 200 have come back so far?",)),
+    ), split="fresh3"),
+    LogSpec(FRESH + "lnav/logfile_w3c_big.0", "plain", W3C_T, (
+        Lookup("ip", rf"^(?P<t>{{T}}) {IP} GET (?P<stem>\S+) \S+ \d+ \S+ (?P<value>{IP}) ", (
+            "Which client requested {stem} at {t}?",
+            "At {t}, who asked the IIS server for {stem}?")),
+        Lookup("status", rf"^{{T}} {IP} GET (?P<stem>\S+) \S+ \d+ \S+ {IP} \S+ \S+ (?P<value>\d{{3}}) ", (
+            "What status did IIS return for {stem}?",
+            "Which HTTP status do requests for {stem} get?")),
+        Lookup("size", W3C + r"(?:\S+ ){6}(?P<value>\d+) \d+ \d+$", (
+            "How many bytes did the server send for {stem} at {t}?",
+            "What was sc-bytes for the request of {stem} at {t}?")),
+        Lookup("size", W3C + r"(?:\S+ ){8}(?P<value>\d+)$", (
+            "How many milliseconds did the request for {stem} at {t} take?",
+            "What time-taken did IIS log for {stem} at {t}?")),
+        Lookup("port", rf"^(?P<t>{{T}}) {IP} GET (?P<stem>\S+) \S+ (?P<value>\d+) ", (
+            "On which server port was {stem} requested at {t}?",)),
+        Lookup("node", rf"^(?P<t>{{T}}) (?P<value>{IP}) GET (?P<stem>\S+) ", (
+            "Which server address answered the request for {stem} at {t}?",)),
+        Lookup("time", rf"^(?P<value>{{T}}) {IP} GET (?P<stem>\S+) \S+ \d+ \S+ (?P<ip>{IP}) ", (
+            "When did {ip} request {stem}?",
+            "At what time did {ip} fetch {stem}?")),
+        Lookup("path", rf"^(?P<t>{{T}}) {IP} GET (?P<value>\S+) \S+ \d+ \S+ (?P<ip>{IP}) ", (
+            "Which path did {ip} request at {t}?",
+            "What URI stem did {ip} ask for at {t}?")),
+        Lookup("path", rf"^(?P<t>{{T}}) {IP} GET (?P<stem>\S+) (?P<value>(?!-)\S+) ", (
+            "What query string came with {stem} at {t}?",)),
+        Lookup("size", W3C + r"(?:\S+ ){7}(?P<value>\d+) \d+$", (
+            "How many bytes did the client send when it asked for {stem} at {t}?",)),
+        Lookup("status", W3C + r"(?:\S+ ){5}(?P<value>\d+) \d+ \d+ \d+$", (
+            "Which win32 status was logged for {stem} at {t}?",)),
+    ), (
+        Tally(rf"^{{T}} {IP} \S+ \S+ \S+ \d+ \S+ (?P<ip>{IP}) ", (
+            "How many requests has {ip} sent?",
+            "How many log entries are from client {ip}?"), (
+            "When did {ip} first appear?",), (
+            "When did {ip} last send a request?",)),
+        Tally(r" 404 \d+ \d+ \d+ \d+ \d+$", (
+            "How many 404 responses so far?",
+            "How many requests found nothing (404)?"), (
+            "When was the first 404?",), (
+            "When was the latest 404 logged?",)),
+        Tally(r" GET (?P<stem>/[\w-]+/) ", (
+            "How many times was {stem} requested?",
+            "How often has someone probed {stem}?"), (
+            "When was {stem} first requested?",), (
+            "When was {stem} last requested?",)),
+        Tally(r"bingbot", (
+            "How many requests came from bingbot?",), (
+            "When did bingbot first visit?",), (
+            "When did bingbot last visit?",)),
+        Tally(r" GET /robots\.txt ", (
+            "How many times has robots.txt been fetched?",), (
+            "When was robots.txt first fetched?",), (
+            "When was robots.txt last fetched?",)),
+        Tally(r" 200 \d+ \d+ \d+ \d+ \d+$", (
+            "How many requests succeeded with 200?",), (
+            "When did a request first succeed?",), (
+            "When did the last successful (200) request happen?",)),
+    ), (
+        Values(rf"^{{T}} {IP} \S+ \S+ \S+ \d+ \S+ (?P<value>{IP}) ", (
+            "Which client sent the most requests?",), (
+            "Which client addresses have made requests?",)),
+        Values(r" (?P<value>[1-5]\d\d) \d+ \d+ \d+ \d+ \d+$", (
+            "Which HTTP status is the most common?",), (
+            "Which HTTP statuses has the server returned?",)),
+        Values(r" GET (?P<value>/[\w-]+/) ", (
+            "Which directory has been requested most often?",), (
+            "Which directories have been requested?",)),
+        Values(r"\+\(compatible;\+(?P<value>\w+)/", (
+            "Which crawler has made the most requests?",), (
+            "Which crawlers have visited the server?",)),
+    ), split="fresh3"),
+    LogSpec(FRESH + "lnav/logfile_bro_http.log.0", "plain", BRO_T, (
+        Lookup("ip", BRO_UID + rf"{IP}\t\d+\t(?P<value>{IP})\t", (
+            "Which server address did connection {uid} talk to?",
+            "Connection {uid}: what was the responder's IP?")),
+        Lookup("port", BRO_UID + rf"{IP}\t(?P<value>\d+)\t", (
+            "Which source port did connection {uid} use?",
+            "From which client port was connection {uid} opened?")),
+        Lookup("node", BRO_UID + r"(?:[^\t]*\t){6}(?P<value>[^\t]+)\t/", (
+            "Which web site was requested over connection {uid}?",
+            "What Host header was sent on {uid}?")),
+        Lookup("path", BRO_UID + r"(?:[^\t]*\t){7}(?P<value>/[^\t]*)\t", (
+            "Which URI was fetched over connection {uid}?",
+            "What path did the request on {uid} ask for?")),
+        Lookup("status", BRO_UID + r"(?:[^\t]*\t){13}(?P<value>\d{3})\t", (
+            "What status code did the server answer on connection {uid}?",
+            "Which HTTP status came back on {uid}?")),
+        Lookup("size", BRO_UID + r"(?:[^\t]*\t){12}(?P<value>\d+)\t\d{3}\t", (
+            "How many response body bytes came back on {uid}?",
+            "How big was the response body on connection {uid}?")),
+        Lookup("time", rf"^(?P<value>{{T}})" + BRO_UID, (
+            "When was the request on connection {uid} logged?",
+            "At what time did Zeek log the HTTP request of {uid}?")),
+        Lookup("id", BRO_UID + r".*\t(?P<value>F\w+)\t[^\t]*\t[^\t]*$", (
+            "Which file id did Zeek give the response on {uid}?",)),
+        Lookup("id", rf"^(?P<t>{{T}})\t(?P<value>C\w+)\t", (
+            "Which connection uid is on the request logged at {t}?",
+            "What is the uid of the HTTP request Zeek logged at {t}?")),
+        Lookup("ip", BRO_UID + rf"(?P<value>{IP})\t", (
+            "Which local host opened connection {uid}?",)),
+    ), (
+        Tally(r"\tGET\t(?P<host>[^\t]+)\t", (
+            "How many requests went to {host}?",
+            "How many GETs has {host} received?"), (
+            "When was {host} first requested?",), (
+            "When was {host} last requested?",)),
+        Tally(r"\t304\tNot Modified\t", (
+            "How many 304 Not Modified answers so far?",
+            "How many responses said Not Modified?"), (
+            "When was the first 304?",), (
+            "When was the latest Not Modified response?",)),
+        Tally(rf"\t(?P<ip>{IP})\t80\t", (
+            "How many requests were sent to {ip}?",), (
+            "When was {ip} first contacted?",), (
+            "When was {ip} last contacted?",)),
+        Tally(r"\timage/png$", (
+            "How many PNG images were downloaded?",), (
+            "When was the first PNG downloaded?",), (
+            "When was the last PNG downloaded?",)),
+        Tally(r"\tapplication/x-shockwave-flash$", (
+            "How many Flash files have been downloaded?",), (
+            "When was the first Flash file fetched?",), (
+            "When was a Flash file last fetched?",)),
+    ), (
+        Values(r"\t(?P<value>[a-z]+/[\w.+-]+)$", (
+            "Which MIME type is downloaded most often?",), (
+            "Which MIME types have responses had?",)),
+        Values(r"\t(?P<value>\d{3})\t[A-Z][\w ]+\t", (
+            "Which status code is the most common?",), (
+            "Which status codes have servers returned?",)),
+        Values(r"\tGET\t(?P<value>[^\t]+)\t", (
+            "Which host gets the most requests?",), (
+            "Which hosts have been requested so far?",)),
+        Values(r"\t(?P<value>(?!200)\d{3})\t[A-Z][\w ]+\t", (
+            "Other than 200, which status code shows up most?",), (
+            "Which status codes besides 200 have been seen?",)),
+    ), split="fresh3"),
+    LogSpec(FRESH + "quellog/autoexplain_stderr.log", "plain", PG_T, (
+        Lookup("size", PG_PID + r"\S+ LOG:  duration: (?P<value>[\d.]+ ms)  statement: ", (
+            "How long did the statement of backend {pid} take?",
+            "What duration did PostgreSQL log for the statement run by process {pid}?")),
+        Lookup("size", PG_PID + r".*LOG:  disconnection: session time: (?P<value>[\d:.]+) ", (
+            "How long did session {pid} last?",
+            "What session time was logged when backend {pid} disconnected?")),
+        Lookup("time", rf"^(?P<value>{{T}}) \[(?P<pid>\d+)\] .*LOG:  connection received", (
+            "When did connection {pid} arrive?",
+            "At what time was the connection of backend {pid} received?")),
+        Lookup("time", rf"^(?P<value>{{T}}) \[(?P<pid>\d+)\] .*LOG:  disconnection: ", (
+            "When did process {pid} disconnect?",)),
+        Lookup("user", PG_PID + r".*connection authorized: user=(?P<value>\w+) ", (
+            "Which user did backend {pid} log in as?",
+            "As which database user was session {pid} authorized?")),
+        Lookup("status", PG_PID + r'.*connection authenticated: user="\w+" method=(?P<value>\w+) ', (
+            "Which authentication method admitted session {pid}?",)),
+        Lookup("path", PG_PID + r".*method=\w+ \((?P<value>/[^:]+):\d+\)", (
+            "Which hba file authenticated connection {pid}?",)),
+        Lookup("id", PG_PID + r".*pg_hba\.conf:(?P<value>\d+)\)", (
+            "Which pg_hba.conf line matched connection {pid}?",)),
+        Lookup("size", PG_PID + r"\S+ LOG:  duration: (?P<value>[\d.]+ ms)  plan:", (
+            "What duration is on the auto_explain plan logged by backend {pid}?",)),
+        Lookup("id", PG_PID + r".*statement: SELECT \* FROM users WHERE id = (?P<value>\d+);", (
+            "Which user id did backend {pid} look up?",)),
+        Lookup("status", PG_PID + r"db=[^,]*,user=[^,]*,app=[^,]*,client=\S+ (?P<value>[A-Z]+):  disconnection", (
+            "At which level did PostgreSQL log the disconnection of backend {pid}?",)),
+        Lookup("node", PG_PID + r".*disconnection: .* host=(?P<value>\S+)$", (
+            "From which host did session {pid} connect?",)),
+    ), (
+        Tally(r"LOG:  connection received: ", (
+            "How many connections have been received?",
+            "How many times did a client connect?"), (
+            "When was the first connection received?",), (
+            "When was the latest connection received?",)),
+        Tally(r"LOG:  disconnection: ", (
+            "How many sessions have ended?",), (
+            "When did the first session end?",), (
+            "When did a session last end?",)),
+        Tally(r"LOG:  duration: [\d.]+ ms  plan:", (
+            "How many plans has auto_explain logged?",
+            "How many execution plans are in the log so far?"), (
+            "When was the first plan logged?",), (
+            "When was the latest plan logged?",)),
+        Tally(r"LOG:  duration: [\d.]+ ms  statement: .*JOIN orders", (
+            "How many logged statements join the orders table?",), (
+            "When was a join on orders first logged?",), (
+            "When was a join on orders last logged?",)),
+        Tally(r"application_name=(?P<app>\w+)$", (
+            "How many sessions did {app} open?",), (
+            "When did {app} first connect?",), (
+            "When did {app} last connect?",)),
+    ), (
+        Values(r"LOG:  duration: [\d.]+ ms  (?P<value>plan|statement):", (
+            "Which kind of duration line is the most common, plan or statement?",), (
+            "Which kinds of duration lines have been logged?",)),
+        Values(r"UTC \[\d+\] \d+: db=(?P<value>[^,]+),", (
+            "Which database name appears most often in the line prefixes?",), (
+            "Which database names have appeared in the line prefixes?",)),
+        Values(r"LOG:  (?P<value>connection \w+|disconnection)", (
+            "Which connection event is logged most often?",), (
+            "Which connection events have been logged?",)),
+    ), split="fresh3"),
+)
+
 def log_path(log: str) -> Path:
     """Where a question set's log lies: FRESH... in the checkout, any other under ../shared/data."""
     return ROOT / log if log.startswith(FRESH) else DATA / log
@@ -1428,7 +1729,7 @@ def not_found_candidates(lines: list[str], spec: LogSpec, rng: random.Random) ->
         name = next(k for k, v in sorted(subject.items()) if _identifier(k, v))
         other = _absent_variant(subject[name], whole, rng)
         if other is not None:
-            ask_after = rng.randint(MIN_ASK, MAX_ASK)
+            ask_after = rng.randint(MIN_ASK, min(MAX_ASK, len(lines) - MIN_SLACK))   # a short log: MIN_SLACK to come
             out.append({"ask_after": ask_after, "subject": {**subject, name: other}, "route": "not_found",
                         "kind": rule.kind, "gold": None, "gold_lines": [], "stable_through": len(lines),
                         "templates": rule.templates, "absent": other})
