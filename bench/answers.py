@@ -20,7 +20,8 @@ Scoring rules (one reply, `score`):
 - citation accuracy (answers with a gold): at least one citation, and every cited seq is one of the gold lines.
 - citation support (answers other than counts): the answer, stripped, is a non-empty substring of a cited line's
   text ("which": every value is); an answer without citations is unsupported. Must be 100%.
-- a reply that is an error (a deadline) is not exact and is no abstention; errors are counted per route.
+- a reply that is an error (a deadline, an HTTP error status) is not exact and is no abstention; errors are counted
+  per route.
 - no citation: answers (non-null) that carry no citation. Must be 0.
 - not-found precision: of null answers, the share whose gold is null; recall: of null golds, the share answered null.
 - timings from the client: TTFT (request to the first content delta, or to the final chunk when none came) and time
@@ -42,7 +43,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from bench.answer_questions import Question, lines_of, load, log_path
-from bench.operators import _Server
+from bench.operators import Refused, _Server
 from pipeline.config import ServeSection
 from pipeline.report import Report
 from pipeline.watch import wait_for
@@ -215,8 +216,11 @@ def run_log(log: str, questions: list[Question], reader: str, rate: float, max_t
                 if before > q.stable_through:
                     row = {**score(q, Reply(None, "", (), None, None, None, False), reader), "late": True}
                 else:
-                    asked = server.ask(q.text, max_tokens)
-                    row = {**score(q, reply_of(asked), reader), "late": _archived(server) > q.stable_through}
+                    try:
+                        reply = reply_of(server.ask(q.text, max_tokens))
+                    except Refused as exc:           # an operator refused a reply: counted, the run goes on
+                        reply = Reply(None, "", (), None, None, None, False, str(exc))
+                    row = {**score(q, reply, reader), "late": _archived(server) > q.stable_through}
                 row.update(ask_after=q.ask_after, archived_at_ask=before, ring_at_ask=ring)
                 rows.append(row)
                 progress(reader, log, i + 1, len(questions), q, row)

@@ -36,6 +36,10 @@ QUESTIONS = [        # about 30 tokens each with SmolLM2's tokenizer
 ]
 
 
+class Refused(RuntimeError):
+    """The server answered a question with an HTTP error status (the message holds the status and the body)."""
+
+
 class _Server:
     """`run.py serve` on a free port, replaying `log` at `rate` lines per second over and over."""
 
@@ -93,7 +97,7 @@ class _Server:
         conn.request("POST", "/v1/chat/completions", body, {"Content-Type": "application/json"})
         resp = conn.getresponse()
         if resp.status != 200:
-            raise RuntimeError(f"HTTP {resp.status}: {resp.read()[:300]!r}")
+            raise Refused(f"HTTP {resp.status}: {resp.read()[:300]!r}")
         first = last = None
         final, text = {}, []
         for raw in resp:

@@ -110,9 +110,14 @@ def chosen(choice: Choice, written: str) -> Reply:
     pick = written.strip()
     r = choice.routed
     if pick not in choice.options:
-        return Reply(r.kind, None, f"not decided: the model chose none of {', '.join(choice.options)} "
-                                   f"on line #{choice.line.seq}", (cite(choice.line),))
+        return undecided(choice, "the model chose none of them")
     return Reply(r.kind, pick, _said(r, pick, choice.line, choice.lead), (cite(choice.line),))
+
+
+def undecided(choice: Choice, why: str) -> Reply:
+    """No option taken (answer null): the options and why, citing the line they are spans of."""
+    return Reply(choice.routed.kind, None, f"not decided between {', '.join(choice.options)} on line "
+                                           f"#{choice.line.seq}: {why}", (cite(choice.line),))
 
 
 # -- lookups, first and last ---------------------------------------------------------------------------------------

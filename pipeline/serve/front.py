@@ -188,6 +188,12 @@ class Front:
                 messages = [*messages[:-1], {"role": "user", "content": f"{question}\nAnswer with one of: "
                                                                         f"{', '.join(read.options)}"}]
                 span = self._span(self.tok, words, messages, [read.line.text])
+                if len(span) > s.max_prompt_tokens:      # a long line: the options alone, else no choice to ask
+                    span = self._span(self.tok, words, messages, [])
+                if len(span) > s.max_prompt_tokens:
+                    return self._direct(client, question, cited.undecided(
+                        read, f"the choice takes {len(span)} tokens, more than serve.max_prompt_tokens "
+                              f"({s.max_prompt_tokens})"), view, t0)
                 max_tokens = min(max_tokens, max(len(self.tok.encode(o)) for o in read.options) + 2)
             retrieved = self.retrieve(question, view) if len(span) <= s.max_prompt_tokens and read is None else []
             if retrieved:

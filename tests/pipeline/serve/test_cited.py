@@ -426,6 +426,21 @@ def test_a_choice_goes_to_the_owner_under_an_options_rule_and_the_reader_free_se
     assert sent["rule"] is None and answer.route == "other" and answer.citations[0]["seq"] == 1
 
 
+def test_a_choice_too_long_to_ask_drops_its_line_then_is_answered_undecided_never_refused(tmp_path):
+    """A long line (a Zeek record) makes the choice's prompt longer than serve.max_prompt_tokens: the options are asked
+    without the line; options that alone do not fit get a reply citing the line, answer null (no HTTP 400)."""
+    filler = " ".join(f"field{i}" for i in range(40))
+    path = archive_of(tmp_path / "a.sqlite", [f"10:00:01 job_7 moved 10 kB and 20 kB {filler}",
+                                              "10:00:02 job_8 moved " + " ".join(f"{i} kB" for i in range(1, 13))])
+    front = front_on(path, max_prompt_tokens=24)
+    front.ask("ann", messages=[{"role": "user", "content": "how many kB did job_7 have?"}])
+    (sent,) = sent_of(front)
+    assert sent["rule"]["options"] == ["10 kB", "20 kB"]
+    answer = front.ask("ann", messages=[{"role": "user", "content": "how many kB did job_8 have?"}])
+    assert len(sent_of(front)) == 1 and answer.finished                  # nothing more sent: answered here
+    assert answer.citations[0]["seq"] == 2 and answer.text.startswith("not decided between 1 kB, 2 kB")
+
+
 def test_serve_reader_is_cited_or_free():
     assert config.parse({}).serve.reader == "cited"
     with pytest.raises(config.ConfigError, match="serve.reader"):
