@@ -13,7 +13,8 @@ newest first. The newest line's spans are narrowed by the word just before each 
 free?") and by the size unit asked; one left: the answer, no model call. Lines of the same rank whose one span
 differs from the answer: "other lines say otherwise", each cited, newest first (the answer stays the newest line's).
 No line with a span of the kind asked but lines holding the values named: the best of them offers all its spans
-(`_spread`) and the model picks one. No line: answer null, "not found", with the `nearest` lines (not citations). Aggregates: count, most frequent
+(`_spread`) and the model picks one; so does a line whose only candidate is the value right after a value named (a
+guess, "HRESULT = 0x80004005 - E_FAIL", wrong on positional formats such as access logs). No line: answer null, "not found", with the `nearest` lines (not citations). Aggregates: count, most frequent
 value of the wanted kind, distinct values, first/last line, over the same lines; each says its scope,
 "since line #a (time)", the archive's oldest line (serve.archive_max_lines bounds its history). A count of no line
 is "not found" (answer null: no answer without a citation; the text says 0 lines, the nearest lines are given); a
@@ -134,10 +135,12 @@ def _lookup(r: Route, lines: list[Line], scope: str, nearest) -> Reply | Choice:
                      tuple(cite(ln) for ln in lines[:3]) or nearest())
     top = max(rank for rank, _, _ in ranked)
     fitting = [(ln, found) for rank, ln, found in ranked if rank == top]             # newest first
-    line, (options, _, _) = fitting[-1] if r.op == "first" else fitting[0]
+    line, (options, _, tier) = fitting[-1] if r.op == "first" else fitting[0]
     lead = "" if r.op == "span" else f"the {r.op} of {len(fitting)} matching lines {scope}"
     if not r.want:                               # no kind wanted: the line itself (its time, asked "when")
         return Reply(r.kind, line.text, _said(r, line.text, line, lead), (cite(line),))
+    if tier == 0 and len(spans := _every_span(r, line, keys)) > 1:   # only "after the value named": a guess
+        return Choice(r, line, spans, lead)
     if len(options) > 1:
         return Choice(r, line, options, lead)
     answer = options[0]
@@ -161,13 +164,19 @@ def _spread(r: Route, lines: list[Line], keys: set[str]) -> Choice | None:
     top = max(ln.covers(r.roots) for ln in lines)
     best = [ln for ln in lines if ln.covers(r.roots) == top]
     line = best[-1] if r.op == "first" else best[0]
-    options = tuple(dict.fromkeys(
-        v.text for v in sorted(line.values, key=lambda v: v.start) if v.kind not in ("time", "clock")
-        and key_of(v.text) not in keys and not _said_by_question(r, v) and v.text not in r.besides))[:MAX_OPTIONS]
+    options = _every_span(r, line, keys)
     if not options:
         return None
     lead = "" if r.op == "span" else f"the {r.op} of {len(best)} matching lines"
     return Choice(r, line, options, lead)
+
+
+def _every_span(r: Route, line: Line, keys: set[str]) -> tuple[str, ...]:
+    """A line's spans in line order (distinct texts, at most MAX_OPTIONS) but its time, the values the question
+    names and those it says are not the answer."""
+    return tuple(dict.fromkeys(
+        v.text for v in sorted(line.values, key=lambda v: v.start) if v.kind not in ("time", "clock")
+        and key_of(v.text) not in keys and not _said_by_question(r, v) and v.text not in r.besides))[:MAX_OPTIONS]
 
 
 def _rank(r: Route, line: Line, found: tuple) -> tuple[int, int, int]:

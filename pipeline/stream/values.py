@@ -5,7 +5,7 @@ as the line writes it), a value's lookup key (`key_of`) and the suffix stemmer q
 (`stem`). Runs once per line in the ingest actor (pipeline/stream/archive.py stores the values), so every pattern is
 compiled once and a line costs a handful of regex scans. Never touches SQLite, the ring or a model.
 
-Kinds: `time` (the line's first timestamp), `clock` (its time of day, when the timestamp has a date too: "19:18:14,511"
+Kinds: `time` (the line's first timestamp: ISO with a zone, syslog, ctime, an access log's, epoch seconds...), `clock` (its time of day, when the timestamp has a date too: "19:18:14,511"
 of "2015-07-29 19:18:14,511"), `alarm` (a TEP line's whole alarm type: "H", "HH NR"), `addr` (IPv4:port), `ip`, `port` ("10.0.0.1:22", "host:8030",
 "port 22"), `path` (/unix/like, C:\\windows\\like, a URL: hdfs://host:9000, file:/D:/x.jar, a bare file name: chrome.exe;
 a URL's host and port are read too, as `host` or `ip` and `port`),
@@ -14,7 +14,7 @@ a URL's host and port are read too, as `host` or `ip` and `port`),
 attempt, container ids, hex ids, TEP tags, anything of letters, digits, `_`, `-`, `.`, `:` holding a letter and a
 digit: "broadcast_3", "FIR123", "blk_-1608999687919862906"), `user` (the name after "user", or after "for" in a line
 about logins), `status` (a level or outcome word: ERROR, failed, closed; on a TEP alarm line its type H/HH/L/LL and
-NR; Android logcat's level letter; a code in capitals with an underscore: E_FAIL, SCREEN_OFF; a state in capitals a
+NR; Android logcat's level letter; an access log's HTTP status after its request, whose byte count is a `size`; a code in capitals with an underscore: E_FAIL, SCREEN_OFF; a state in capitals a
 transition enters: UNASSIGNED of "from NEW to UNASSIGNED"), `field:NAME` (the value written after "NAME=", quotes left out: "rhost=10.0.0.1",
 'tag="View Lock"'; read beside the value's own kind). A span taken by a stronger kind (time, addr, ip, path, size) is
 not read again as a weaker one (id, number).
@@ -36,7 +36,9 @@ class Value:
 
 
 _TIME = re.compile(
-    r"\d{4}-\d{2}-\d{2}[ T-]\d{2}[:.]\d{2}[:.]\d{2}(?:[.,]\d+)?"       # 2015-10-18 18:01:47,978 / BGL's 15.42.50.67
+    r"\d{4}-\d{2}-\d{2}[ T-]\d{2}[:.]\d{2}[:.]\d{2}(?:[.,]\d+)?(?: ?(?:UTC|GMT|Z|[+-]\d{2}:?\d{2})\b)?"
+    #   2015-10-18 18:01:47,978 / BGL's 15.42.50.67 / PostgreSQL's 2026-04-13 19:38:44.684 UTC
+    r"|\b\d{2}/[A-Z][a-z]{2}/\d{4}:\d{2}:\d{2}:\d{2}(?: [+-]\d{4})?"       # an access log's 22/Jan/2019:03:56:14 +0330
     r"|\b\d{6} \d{6}\b"                                                 # HDFS: 081109 203615
     r"|\b\d{2}/\d{2}/\d{2} \d{2}:\d{2}:\d{2}"                              # Spark: 17/06/09 20:10:46
     r"|\b\d{8}-\d{1,2}:\d{1,2}:\d{1,2}(?::\d{1,3})?"                    # HealthApp: 20171223-22:15:29:606
@@ -45,6 +47,8 @@ _TIME = re.compile(
     r"|\b\d{2}\.\d{2} \d{2}:\d{2}:\d{2}"                                # month.day: 10.30 16:49:06
     r"|\b\d{2}-\d{2} \d{2}:\d{2}:\d{2}(?:\.\d+)?"                       # Android: 03-17 16:13:38.811
     r"|\b\d{2}:\d{2}:\d{2}(?:[.,]\d+)?")                                # a clock: 01:32:20 (TEP)
+_EPOCH = re.compile(r"(?<![\w.-])1\d{9}(?:\.\d{1,6})?(?![\w.-])")   # seconds since 1970 (2001-2033): 1320279566.452687,
+#                                                                    the line's time only when it writes no other
 _URL = re.compile(r"\b[A-Za-z][A-Za-z0-9+.-]*:/{1,2}[^\s\]\)'\",;+]+?(?=:\d+\+|[.:]?(?:[\s\]\)'\",;+]|$))")
 #   scheme:/... (hdfs://host:9000/x, file:/D:/x.jar), a trailing "." or ":" and an ":offset+length" left out
 _SPLIT = re.compile(r":(\d+)\+(\d+)\b")
@@ -74,7 +78,9 @@ _STATUS = re.compile(
 _TEP = re.compile(rf"^\d{{2}}:\d{{2}}:\d{{2}} {TAG.pattern} (HH|H|LL|L)( NR)?\b")
 _LOGCAT = re.compile(r"^\d{2}-\d{2} \d{2}:\d{2}:\d{2}\.\d+\s+\d+\s+\d+ ([VDIWEF]) ")   # Android's level letter
 _FIELD = re.compile(r"(?<![\w.])([A-Za-z][\w.]*)=(?:\"([^\"]*)\"|([^\s,;\"\])]+))")        # name=value, name="a b"
-_CLOCK = re.compile(r"\d{2}[:.]\d{2}[:.]\d{2}(?:[.,:]\d+)?")
+_CLOCK = re.compile(r"(?<!\d)\d{2}[:.]\d{2}[:.]\d{2}(?:[.,:]\d+)?")
+_REQUEST = re.compile(r'"(?:GET|POST|HEAD|PUT|DELETE|PATCH|OPTIONS|CONNECT) [^"]*" ([1-5]\d\d) (\d+)\b')
+#   an access log's request, then its HTTP status and the bytes sent: "GET /x HTTP/1.1" 200 5667
 _CODE = re.compile(r"\b[A-Z][A-Z0-9]*(?:_[A-Z0-9]+)+\b")             # a code: CBS_E_INVALID_PACKAGE, E_FAIL
 _STATE = re.compile(r"\bto ([A-Z][A-Z_]{2,})\b")                      # a state entered: "from NEW to RUNNING"
 _DIGIT = re.compile(r"\d")
@@ -95,7 +101,7 @@ def values_of(text: str) -> list[Value]:
         if strong:
             taken.append((start, end))
 
-    m = _TIME.search(text)
+    m = _TIME.search(text) or _EPOCH.search(text)
     if m:
         add("time", m.start(), m.end(), True)
         clock = _CLOCK.search(text, m.start(), m.end())
@@ -108,6 +114,9 @@ def values_of(text: str) -> list[Value]:
             add("status", m.start(2) + 1, m.end(2))
     if m := _LOGCAT.match(text):
         add("status", m.start(1), m.end(1))
+    if '" ' in text and (m := _REQUEST.search(text)):
+        add("status", m.start(1), m.end(1), True)
+        add("size", m.start(2), m.end(2), True)
     if "=" in text:                               # a field's value under its name's kind, beside its own kind
         for m in _FIELD.finditer(text):
             group = 2 if m[2] is not None else 3

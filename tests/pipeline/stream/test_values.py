@@ -66,6 +66,15 @@ def test_ips_and_ports_are_whole_values():
      ("path", "hdfs://10.10.34.11:9000/pjhe/logs/2kSOSP.log")),
     ("INFO rdd.HadoopRDD: Input split: hdfs://10.10.34.11:9000/pjhe/logs/2kSOSP.log:29168+7292", ("number", "29168")),
     ("NameSystem.allocateBlock: /user/root/rand/_temporary/part-00296. blk_-66201", ("path", "/user/root/rand/_temporary/part-00296")),
+    ('54.36.149.41 - - [22/Jan/2019:03:56:14 +0330] "GET /x HTTP/1.1" 404 30577 "-"',
+     ("time", "22/Jan/2019:03:56:14 +0330")),                                               # an access log's time,
+    ('54.36.149.41 - - [22/Jan/2019:03:56:14 +0330] "GET /x HTTP/1.1" 404 30577 "-"', ("clock", "03:56:14")),
+    ('54.36.149.41 - - [22/Jan/2019:03:56:14 +0330] "GET /x HTTP/1.1" 404 30577 "-"', ("status", "404")),  # status
+    ('54.36.149.41 - - [22/Jan/2019:03:56:14 +0330] "GET /x HTTP/1.1" 404 30577 "-"', ("size", "30577")),   # bytes
+    ("2026-04-13 19:38:44.684 UTC [89] 00000: LOG:  connection received", ("time", "2026-04-13 19:38:44.684 UTC")),
+    ("33697 node-251 action start 1076435713 1 boot (command 2110)", ("time", "1076435713")),   # epoch seconds ...
+    ("- 1117838570 2005.06.03 R02-M1-N0-C:J12-U11 2005-06-03-15.42.50.675872 R02-M1-N0-C:J12-U11 RAS KERNEL INFO",
+     ("time", "2005-06-03-15.42.50.675872")),                                 # ... only where no other time is
     ("Connecting to driver: spark://CoarseGrainedScheduler@10.10.34.11:48069", ("ip", "10.10.34.11")),   # a URL's
     ("Connecting to driver: spark://CoarseGrainedScheduler@10.10.34.11:48069", ("port", "48069")),       # parts
     ("Remoting started; listening on [akka.tcp://sparkExecutor@mesos-slave-07:55904]", ("host", "mesos-slave-07")),
