@@ -18,7 +18,8 @@ Owns four steps over plain dicts (JSON between runs):
             row checks that the traced speedup holds in another run; a deferred system's row checks the model
   project   after a validation passed: RK3588 pairs from published per-token costs (`BOARD`, each with its source);
             for the pair's profile (configs/pair.toml) the pair's own measurements and traces at the board's
-            published 1.5B-class costs, beside RKLLM's and the article's published figures (`BOARD_PEERS`)
+            published 1.5B-class costs, beside RKLLM's and the article's published figures (`BOARD_PEERS`), for
+            the figures the checked runs vouch for (`trusted`: within 15%) when not all are
 
 The model, per verify step s (a step's tokens: its accepted proposals + 1; tokens/s = (generated - 1) / sum of
 step times, per prompt, the median over prompts as `bench` reports, or summed over assessments as `pipeline-bench`):
@@ -566,6 +567,26 @@ def validated(rows: list[dict]) -> bool:
     return bool(checked) and all(r["within"] for r in checked)
 
 
+def trusted(rows: list[dict]) -> set[str]:
+    """The figures the checked runs vouch for, as "<task> <system>" ("log suffix_serial", "pipeline-bench
+    pipelined"): within the tolerance, or a reference; a figure with no row is not among them."""
+    return {" ".join(w for w in r["figure"].split() if w not in ("bench", "fixed")) for r in rows
+            if r["within"] is not False}
+
+
+def _only(board: list[dict], keep: set[str]) -> list[dict]:
+    """A board's rows with the figures outside `keep` left out."""
+    return [{**r, "bench": {task: {n: v for n, v in figures.items() if f"{task} {n}" in keep}
+                            for task, figures in r["bench"].items()},
+             "pipeline-bench": {side: v for side, v in r["pipeline-bench"].items() if f"pipeline-bench {side}" in keep}}
+            for r in board]
+
+
+def _figures(board: list[dict]) -> set[str]:
+    return {f"{task} {n}" for task, figures in board[0]["bench"].items() for n in figures} | \
+        {f"pipeline-bench {side}" for side in board[0]["pipeline-bench"]}
+
+
 # -- the board -------------------------------------------------------------------------------------------------------
 @dataclass(frozen=True)
 class Input:
@@ -713,7 +734,8 @@ def project_pair(m: dict, here_llama: dict) -> list[dict]:
 
 @dataclass
 class ProjectionReport(Report):
-    """The validation first; the board only when every figure was within the tolerance."""
+    """The validation first; the board only when every figure was within the tolerance (the pair's: for the figures
+    that were)."""
 
     def as_dict(self):
         return {k: v for k, v in self.data.items() if k != "measurements"}
@@ -776,8 +798,10 @@ class ProjectionReport(Report):
                f"  {'task':9s} {'system':17s} " + " ".join(f"{r['tg']:5.1f}tg x{r['cpu_scale']:<3g}" for r in rows)]
         for task, name in names:
             out.append(f"  {task:9s} {name:17s} " + " ".join(f"{r['bench'][task][name]:12.1f}" for r in rows))
-        for side in ("serial", "pipelined"):
+        for side in rows[0]["pipeline-bench"]:
             out.append(f"  {'replay':9s} {side:17s} " + " ".join(f"{r['pipeline-bench'][side]:12.1f}" for r in rows))
+        if board.get("withheld"):
+            out.append("not projected (outside 15% or not in the checked runs): " + ", ".join(board["withheld"]))
         out.append("beside it, published: " + "; ".join(f"{v['value']} {v['unit']} ({v['source']})"
                                                          for v in board["peers"].values()))
         out.append(f"reads: {board['reads']}; inputs: " + "; ".join(
@@ -831,9 +855,15 @@ def run_project(profile: str | None, log: str | None, pipeline_log: str, measure
         drift = predicted["bench"]["log"]["target_only"] / bench["log"]["target_only"]["tokens_per_s"]
         llama = {**llama, "tg": llama["tg"] * drift, "pp": llama["pp"] * drift}
     checked = validated(rows) and pipe is not None
-    if checked and llama and model != "default":           # the pair: its own traces on the board
-        out["board"] = {"pair": project_pair(m, llama), "peers": {k: vars(v) for k, v in BOARD_PEERS.items()},
-                        "inputs": {k: vars(v) for k, v in BOARD.items()}, "reads": READS[model][2]}
+    vouched = trusted(rows) if pipe is not None else set()
+    if (checked or {v for v in vouched if not v.endswith((" target_only", " serial"))}) and llama and \
+            model != "default":
+        # the pair: its own traces on the board, for the systems the checked run vouches for
+        board = project_pair(m, llama)
+        out["board"] = {"pair": board if checked else _only(board, vouched),
+                        "peers": {k: vars(v) for k, v in BOARD_PEERS.items()},
+                        "inputs": {k: vars(v) for k, v in BOARD.items()}, "reads": READS[model][2],
+                        "withheld": [] if checked else sorted(_figures(board) - vouched)}
     elif checked and llama:
         out["board"] = {"small": project_small(m, llama), "large": project_large(m),
                         "inputs": {k: vars(v) for k, v in BOARD.items()}}

@@ -151,6 +151,32 @@ def test_the_board_is_withheld_unless_every_checked_figure_is_within_15_percent(
     assert "OUTSIDE 15%" in bad.text() and "PROJECTION" not in bad.text()
 
 
+def test_the_pairs_board_projects_only_the_systems_whose_checked_figures_are_within_15_percent(tmp_path):
+    """configs/pair.toml: a figure outside the tolerance, or missing from the checked runs, is withheld and named; the
+    figures the checked runs vouch for are projected (exit code 1 all the same: not everything validated)."""
+    m = _measurements()
+    predicted = pj.predict(m)
+    bench = {task: {name: {"tokens_per_s": v} for name, v in figures.items()}
+             for task, figures in predicted["bench"].items()}
+    bench["log"]["llama_cpp_plain"] = {"tokens_per_s": 30.0, "ttft_ms": 1000.0}
+    bench["log"]["pipelined_model"]["tokens_per_s"] *= 1.4              # measured 40% faster than modelled
+    del bench["analysis"]["pipelined_hybrid"]                          # not in the checked run for one task
+    pipe = {"fixed": {side: {"decode_tok_s": v} for side, v in predicted["pipeline-bench"].items()}}
+    for name, data in (("m", {"measurements": m}), ("b", bench), ("p", pipe)):
+        (tmp_path / f"{name}.json").write_text(json.dumps(data))
+    got = pj.run_project("configs/pair.toml", "data/tep_demo.csv", "unused", str(tmp_path / "m.json"),
+                         str(tmp_path / "b.json"), str(tmp_path / "p.json"))
+    assert got.exit_code == 1
+    board = got.data["board"]
+    assert board["withheld"] == ["analysis pipelined_hybrid", "log pipelined_model"]
+    projected = {f"{task} {n}" for r in board["pair"] for task, figures in r["bench"].items() for n in figures}
+    assert not projected & set(board["withheld"]) and {"log target_only", "log suffix_serial", "log pipelined_hybrid",
+                                                         "analysis pipelined_model"} <= projected
+    assert "not projected (outside 15% or not in the checked runs): analysis pipelined_hybrid, log pipelined_model" \
+        in got.text()
+    assert "16.7 tok/s" in got.text()
+
+
 def test_a_round_trip_runs_between_real_actor_processes_and_leaves_no_segment(default_gguf):
     got = pj.round_trips(n=20)
     assert 0 < got["verify"] < 1.0 and 0 < got["restart"] < 1.0
