@@ -573,4 +573,6 @@ def test_operator_bench_measures_answers_and_ingestion_against_a_real_server(def
     assert [r["retrieve"] for r in out["latency"]] == [0, 2]
     for r in out["latency"]:
         assert len(r["rows"]) == 2 and r["ttft_p50_ms"] > 0 and r["tokens_per_s_p50"] > 0
+        assert all(row["prompt_tokens"] > 0 and row["final"]["ringspec"]["model_call"] for row in r["rows"])  # the
+        #                                                        model's answers, not the archive's direct ones
     assert out["keeps_up"][0]["rate"] == 4 and out["keeps_up"][0]["questions"] >= 1
