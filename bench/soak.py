@@ -2,10 +2,10 @@
 
 Owns the sampling (every actor's resident and anonymous memory, resident memory by mapping, open descriptors and
 threads from /proc, and the shared-memory segments, every `every_tokens` stream tokens) and the verdict figures:
-slopes and spread after a warm-up, the mappings that grew, growth of descriptors, threads and segments, the PPL of the
-first and the last complete loop period, the KV pool against its formula. Runs the local launcher in this process and listens to the output actor's zmq PUB
-socket; never touches an actor's state. `run_soak` is the `soak` verb: samples on stderr as they come, the figures in
-`SoakReport`.
+slopes and spread after a warm-up, the mappings that grew, growth of descriptors, threads and segments, the PPL of
+the first and the last complete loop period, the KV pool against its formula. Runs the local launcher in this
+process and listens to the output actor's zmq PUB socket; never touches an actor's state. `run_soak` is the `soak`
+verb: samples on stderr as they come, the figures in `SoakReport`.
 """
 from __future__ import annotations
 

@@ -14,15 +14,16 @@ free?") and by the size unit asked; one left: the answer, no model call. Lines o
 differs from the answer: "other lines say otherwise", each cited, newest first (the answer stays the newest line's).
 No line with a span of the kind asked but lines holding the values named: the best of them offers all its spans
 (`_spread`) and the model picks one; so does a line whose only candidate is the value right after a value named (a
-guess, "HRESULT = 0x80004005 - E_FAIL", wrong on positional formats such as access logs). No line: answer null, "not found", with the `nearest` lines (not citations). Aggregates: count, most frequent
-value of the wanted kind, distinct values, first/last line, over the same lines; each says its scope,
-"since line #a (time)", the archive's oldest line (serve.archive_max_lines bounds its history). A count of no line
-is "not found" (answer null: no answer without a citation; the text says 0 lines, the nearest lines are given); a
-list of distinct values cites a line for every value it lists. An aggregate naming no value whose words match no
-line is not the archive's to answer (None: the free reader answers it), except the most frequent value of a kind, or
-the lines of an alarm type asked, taken over every line then ("which tag alarms most often?" on a log writing ALM;
-not "which tags are alarming now?": a list of every tag would answer another question). A lookup naming no value
-stands on the lines holding every word root of the question; none: the free reader's.
+guess, "HRESULT = 0x80004005 - E_FAIL", wrong on positional formats such as access logs). No line: answer null, "not
+found", with the `nearest` lines (not citations). Aggregates: count, most frequent value of the wanted kind,
+distinct values, first/last line, over the same lines; each says its scope, "since line #a (time)", the archive's
+oldest line (serve.archive_max_lines bounds its history). A count of no line is "not found" (answer null: no answer
+without a citation; the text says 0 lines, the nearest lines are given); a list of distinct values cites a line for
+every value it lists. An aggregate naming no value whose words match no line is not the archive's to answer (None:
+the free reader answers it), except the most frequent value of a kind, or the lines of an alarm type asked, taken
+over every line then ("which tag alarms most often?" on a log writing ALM; not "which tags are alarming now?": a
+list of every tag would answer another question). A lookup naming no value stands on the lines holding every word
+root of the question; none: the free reader's.
 """
 from __future__ import annotations
 

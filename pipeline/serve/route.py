@@ -101,7 +101,7 @@ class Route:
     keys: tuple[str, ...] = ()      # values the question names (as written): a line must hold every one
     roots: tuple[str, ...] = ()     # stemmed content words: they rank lines (and narrow an aggregate's lines)
     want: tuple[str, ...] = ()      # value kinds the answer is, best first (empty: the whole line, or a count)
-    unit: str = ""                  # a size unit the question names ("kb"), lower case
+    unit: str = ""                  # a size unit the question names ("kb"), lower case, or a duration's ("ms", "s")
     alarm: str = ""                 # a TEP alarm type asked of a named tag (H, HH, L, LL, NR)
     type_noun: str = ""             # the noun `want` came from ("port")
     pairs: tuple[tuple[str, str], ...] = ()   # (noun root, value) a line writes together: "slot 9" (both keys too)

@@ -5,19 +5,21 @@ as the line writes it), a value's lookup key (`key_of`) and the suffix stemmer q
 (`stem`). Runs once per line in the ingest actor (pipeline/stream/archive.py stores the values), so every pattern is
 compiled once and a line costs a handful of regex scans. Never touches SQLite, the ring or a model.
 
-Kinds: `time` (the line's first timestamp: ISO with a zone, syslog, ctime, an access log's, epoch seconds...), `clock` (its time of day, when the timestamp has a date too: "19:18:14,511"
-of "2015-07-29 19:18:14,511"), `alarm` (a TEP line's whole alarm type: "H", "HH NR"), `addr` (IPv4:port), `ip`, `port` ("10.0.0.1:22", "host:8030",
-"port 22"), `path` (/unix/like, C:\\windows\\like, a URL: hdfs://host:9000, file:/D:/x.jar, a bare file name: chrome.exe;
-a URL's host and port are read too, as `host` or `ip` and `port`),
-`host` (a host name before ":port", a name ending in a top-level domain: ns.example.com), `size` (a number with a byte unit: "1024 kB", "28.0 KB"),
-`number` (any other number, decimals kept: "28.0", "0.32285523", "1000 ms" with its unit), `id` (block, task,
-attempt, container ids, hex ids, TEP tags, anything of letters, digits, `_`, `-`, `.`, `:` holding a letter and a
-digit: "broadcast_3", "FIR123", "blk_-1608999687919862906"), `user` (the name after "user", or after "for" in a line
-about logins), `status` (a level or outcome word: ERROR, failed, closed; on a TEP alarm line its type H/HH/L/LL and
-NR; Android logcat's level letter; an access log's HTTP status after its request, whose byte count is a `size`; a code in capitals with an underscore: E_FAIL, SCREEN_OFF; a state in capitals a
-transition enters: UNASSIGNED of "from NEW to UNASSIGNED"), `field:NAME` (the value written after "NAME=", quotes left out: "rhost=10.0.0.1",
-'tag="View Lock"'; read beside the value's own kind). A span taken by a stronger kind (time, addr, ip, path, size) is
-not read again as a weaker one (id, number).
+Kinds: `time` (the line's first timestamp: ISO with a zone, syslog, ctime, an access log's, epoch seconds...),
+`clock` (its time of day, when the timestamp has a date too: "19:18:14,511" of "2015-07-29 19:18:14,511"), `alarm`
+(a TEP line's whole alarm type: "H", "HH NR"), `addr` (IPv4:port), `ip`, `port` ("10.0.0.1:22", "host:8030", "port
+22"), `path` (/unix/like, C:\\windows\\like, a URL: hdfs://host:9000, file:/D:/x.jar, a bare file name: chrome.exe;
+a URL's host and port are read too, as `host` or `ip` and `port`), `host` (a host name before ":port", a name ending
+in a top-level domain: ns.example.com), `size` (a number with a byte unit: "1024 kB", "28.0 KB"), `number` (any
+other number, decimals kept: "28.0", "0.32285523", "1000 ms" with its unit), `id` (block, task, attempt, container
+ids, hex ids, TEP tags, anything of letters, digits, `_`, `-`, `.`, `:` holding a letter and a digit: "broadcast_3",
+"FIR123", "blk_-1608999687919862906"), `user` (the name after "user", or after "for" in a line about logins),
+`status` (a level or outcome word: ERROR, failed, closed; on a TEP alarm line its type H/HH/L/LL and NR; Android
+logcat's level letter; an access log's HTTP status after its request, whose byte count is a `size`; a code in
+capitals with an underscore: E_FAIL, SCREEN_OFF; a state in capitals a transition enters: UNASSIGNED of "from NEW to
+UNASSIGNED"), `field:NAME` (the value written after "NAME=", quotes left out: "rhost=10.0.0.1", 'tag="View Lock"';
+read beside the value's own kind). A span taken by a stronger kind (time, addr, ip, path, size) is not read again as
+a weaker one (id, number).
 """
 from __future__ import annotations
 
