@@ -191,8 +191,9 @@ def _options(r: Route, line: Line, keys: set[str]) -> tuple[tuple[str, ...], int
     """The spans of `line` that may answer (distinct texts), their fit and tier (see `_rank`); () when none: the spans of
     the kinds asked best fitting the question (of equal fit, of the kind asked first); else the value right after a
     word of the line naming what is asked (the words after "which", then the type nouns: "instruction address:
-    0x00004ed8", "action: ...SCREEN_OFF"); else the value
-    right after a value the question names ("HRESULT = 0x80004005 - E_FAIL")."""
+    0x00004ed8", "action: ...SCREEN_OFF"); else the value right after a value the question names ("HRESULT =
+    0x80004005 - E_FAIL": tier 0, a guess `_lookup` hands to the model). Before all, the line's word among the
+    answers the question offers ("Up or Down?")."""
     if r.alternatives:                              # "Up or Down?": the line's word among the answers offered
         offered = [m for m in _WORD_AT.finditer(line.text) if m[0].casefold() in r.alternatives]
         if offered:
