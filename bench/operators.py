@@ -248,10 +248,10 @@ def run_operator_bench(cfg, profile: str | None, log: str | None = None, rate: f
                        rates: str = "4,6,8,10,20", seconds: float = 40.0,
                        warm_lines: int = WARM_LINES) -> OperatorReport:
     """TTFT and answer speed of 30-token questions the model answers (`serve.reader = "free"`) to a real `serve`
-    while the log replays at `rate` lines/s, with
-    no retrieval and with the profile's serve.retrieve lines; then, at each of `rates` (comma-separated lines/s) for
-    `seconds`, with a question every 5 s: does ingestion keep up? `profile` (the path of `cfg`) is the servers';
-    `log` defaults to the profile's replay.log; `warm_lines`: lines in the ring before questions are timed."""
+    while the log replays at `rate` lines/s, with no retrieval and with the profile's serve.retrieve lines; then, at
+    each of `rates` (comma-separated lines/s) for `seconds`, with a question every 5 s: does ingestion keep up?
+    `profile` (the path of `cfg`) is the servers'; `log` defaults to the profile's replay.log; `warm_lines`: lines in
+    the ring before questions are timed."""
     ladder = [float(r) for r in rates.split(",") if r.strip()]
     if n_questions < 2 or rate <= 0 or not ladder or min(ladder) <= 0:
         raise ValueError("--questions must be >= 2, --rate and every --rates value > 0")

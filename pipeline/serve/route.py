@@ -138,8 +138,8 @@ def route(question: str) -> Route:
     paired = {w for w in naming if stem(w) in {n for n, _ in pairs}}       # "slot" of "slot 9": the key's, not a word
     noun, plural = _type_noun([w for w in words if w not in naming])     # "pid 23403" names a key, not the answer
     unit = next((UNITS[w] for w in words if w in UNITS and w != "b"), "")
-    duration = re.search(r"\bhow many (\w+)\b", q)
-    duration = DURATIONS.get(duration[1], "") if duration and not unit else ""
+    many = re.search(r"\bhow many (\w+)\b", q)
+    duration = DURATIONS.get(many[1], "") if many and not unit else ""         # "how many ms": a duration's unit
     words = [w for i, w in enumerate(words) if not (w in HOLDING and i and words[i - 1] in HOLDERS)]
     alternatives = () if alarm else _alternatives(question)         # offered answers: not words to find lines by
     content = [w for w in words if w not in paired and w not in STOP and w not in WANTS and w not in PLURALS and w not in UNITS
