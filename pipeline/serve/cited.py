@@ -34,6 +34,7 @@ from dataclasses import dataclass
 from pipeline.serve.route import DURATIONS, Route, route
 from pipeline.stream import evidence
 from pipeline.stream.archive import open_reader, search
+from pipeline.stream.columns import header_of, meaning
 from pipeline.stream.evidence import Line
 from pipeline.stream.values import Value, key_of, stem
 
@@ -46,7 +47,8 @@ _BYTES = re.compile(r"\d+(?=\s?(?:bytes?|B)$)")              # "301" of "301 byt
 _TIMED = re.compile(r"(-?\d+(?:\.\d+)?)\s?([A-Za-z]+)\b")             # "1938 ms": the number and its unit
 _AFTER = re.compile(r"[^A-Za-z]{0,3}([A-Za-z]+)")         # the word just after a span: "344 bytes received"
 _GAP = re.compile(r"[^A-Za-z0-9]*(?:[A-Za-z]+[^A-Za-z0-9]*)?")   # between a naming word and its value: one word at most
-_LEVEL = re.compile(r"(?i:INFO|WARN|WARNING|ERROR|FATAL|SEVERE|DEBUG|TRACE|CRITICAL|NOTICE|ALERT|EMERG|CRIT)|[VDIWEF]")
+_LEVEL = re.compile(r"(?i:INFO|WARN|WARNING|ERROR|FATAL|SEVERE|DEBUG|TRACE|CRITICAL|NOTICE|ALERT|EMERG|CRIT)|[VDIWEF]"
+                    r"|LOG|PANIC|DEBUG[1-5]")                      # and PostgreSQL's own levels, in capitals
 
 
 @dataclass(frozen=True)
@@ -88,14 +90,13 @@ def read(archive_path, question: str) -> Reply | Choice | None:
     if con is None:
         return None
     try:
-        lines = [ln for ln in evidence.holding(con, r.keys, r.roots) if _alarm_ok(ln, r.alarm) and _written(ln, r)]
+        lines = [ln for ln in evidence.holding(con, r.keys, r.roots) if _fits(ln, r)]
         if not r.keys and r.op == "span":         # found by words alone: a line must hold every one of them
             lines = [ln for ln in lines if ln.covers(r.roots) == len(r.roots)]
         if not r.keys and r.roots and not lines:
             if r.op != "most" and not r.alarm:
                 return None
-            lines = [ln for ln in evidence.holding(con) if _alarm_ok(ln, r.alarm) and _written(ln, r)]  # words the
-            #                                                                              log never writes
+            lines = [ln for ln in evidence.holding(con) if _fits(ln, r)]       # words the log never writes
         first = evidence.oldest(con)
         scope = f"since line #{first.seq} ({first.when})" if first else "in an empty archive"
         if r.op == "count":
@@ -177,7 +178,7 @@ def _every_span(r: Route, line: Line, keys: set[str]) -> tuple[str, ...]:
     names and those it says are not the answer."""
     return tuple(dict.fromkeys(
         v.text for v in sorted(line.values, key=lambda v: v.start) if v.kind not in ("time", "clock")
-        and key_of(v.text) not in keys and not _said_by_question(r, v) and v.text not in r.besides))[:MAX_OPTIONS]
+        and not v.kind.startswith("col:") and key_of(v.text) not in keys and not _said_by_question(r, v) and v.text not in r.besides))[:MAX_OPTIONS]
 
 
 def _rank(r: Route, line: Line, found: tuple) -> tuple[int, int, int]:
@@ -198,12 +199,15 @@ def _options(r: Route, line: Line, keys: set[str]) -> tuple[tuple[str, ...], int
         offered = [m for m in _WORD_AT.finditer(line.text) if m[0].casefold() in r.alternatives]
         if offered:
             return tuple(dict.fromkeys(m[0] for m in offered)), 1, 2
+    if (named := _columns(r, line, keys))[0]:        # a row whose header (or format) names its cells
+        return named
     spans = [(i, v) for i, kind in enumerate(r.want) for v in _spans(line, kind, keys, r)]
     if spans:
         scored = [(_fit(r, line.text[:v.start], v.text, line.text[v.end:]), -i, v.text) for i, v in spans]
         best = max(s[:2] for s in scored)
         return tuple(dict.fromkeys(t for f, i, t in scored if (f, i) == best)), best[0], 2
-    free = [v for v in line.values if v.kind not in ("time", "clock") and key_of(v.text) not in keys and
+    free = [v for v in line.values if v.kind not in ("time", "clock") and not v.kind.startswith("col:") and
+            key_of(v.text) not in keys and
             not _said_by_question(r, v) and v.text not in r.besides]
     words = list(_WORD_AT.finditer(line.text))
     for tier, starts in ((1, [m.end() for m in words if _names(stem(m[0]), set(r.subject) - {""})]),
@@ -215,6 +219,33 @@ def _options(r: Route, line: Line, keys: set[str]) -> tuple[tuple[str, ...], int
                 first = min(after, key=lambda v: (v.start, -v.end))
                 return (first.text,), 0, tier
     return (), 0, 0
+
+
+def _columns(r: Route, line: Line, keys: set[str]) -> tuple[tuple[str, ...], int, int]:
+    """The cells of the columns whose names say most of what the question asks (pipeline/stream/columns.py: "which
+    source port" -> Zeek's id.orig_p, "bytes the client sent" -> W3C's cs-bytes); of equal say, those holding a value
+    of a kind asked, then the names saying least else ("status" -> sc-status, not sc-win32-status). () when no name
+    says a word of the question, or when the best are the line's time itself (asked "when": the time, not its date
+    and clock cells). A name saying the noun asked ("uid", "which client") weighs twice a word the line is found by."""
+    cols = [v for v in line.values if v.kind.startswith("col:") and key_of(v.text) not in keys and
+            v.text not in r.besides]
+    named = {*r.nouns, *r.subject, stem(r.type_noun)} - {""}            # what is asked: 2 points a word
+    asked = {*r.roots} - named                                            # words to find the line by: 1
+    if not cols or not (named or asked):
+        return (), 0, 0
+    kinds = {(v.start, v.end): v.kind for v in line.values if not v.kind.startswith("col:")}
+    scored = []
+    for v in cols:
+        said = meaning(v.kind[4:])
+        hits = sum((2 if a in named else 1) for a in named | asked
+                   if any(a == w or len(a) >= 3 and w.startswith(a) for w in said))
+        scored.append(((hits, kinds.get((v.start, v.end)) in r.want, -len(said)), v))
+    best = max(s for s, _ in scored)
+    chosen = [v for s, v in scored if s == best]
+    when = next((v for v in line.values if v.kind == "time"), None)
+    if best[0] == 0 or when and all(when.start <= v.start and v.end <= when.end for v in chosen):
+        return (), 0, 0
+    return tuple(dict.fromkeys(v.text for v in chosen)), best[0], 2
 
 
 def _names(word: str, names: set[str]) -> bool:
@@ -331,6 +362,12 @@ def _values(r: Route, lines: list[Line], scope: str) -> Reply:
 
 
 # -- shared ------------------------------------------------------------------------------------------------------------
+def _fits(line: Line, r: Route) -> bool:
+    """A line the question may stand on: of the alarm type asked, writing what it must, and not a header line (it
+    names columns: no event of its own)."""
+    return _alarm_ok(line, r.alarm) and _written(line, r) and not header_of(line.text)
+
+
 def _alarm_ok(line: Line, alarm: str) -> bool:
     """A TEP line of the alarm type asked (a recovery only when a recovery is asked)."""
     if not alarm:

@@ -24,6 +24,7 @@ import unicodedata
 from dataclasses import dataclass
 from pathlib import Path
 
+from pipeline.stream.columns import Header, cells, header_of
 from pipeline.stream.templates import Miner
 from pipeline.stream.values import key_of, values_of
 
@@ -141,6 +142,7 @@ class Archive:
                 self._create(state)
             last = self.con.execute("SELECT rowid FROM lines ORDER BY rowid DESC LIMIT 1").fetchone()
             self.miner = Miner(patterns=dict(self.con.execute("SELECT id, pattern FROM templates")))
+            self.header = _newest_header(self.con)
         except BaseException:
             self.con.close()
             raise
@@ -160,9 +162,10 @@ class Archive:
             for sql in (*TABLES.values(), *INDEXES):
                 self.con.execute(sql)
             if state == "old":
-                miner = Miner()
+                miner, header = Miner(), None
                 for seq, text in self.con.execute("SELECT rowid, text FROM lines ORDER BY rowid").fetchall():
-                    vals, template = _derived(seq, text, miner)
+                    header = header_of(text) or header
+                    vals, template = _derived(seq, text, miner, header)
                     self.con.executemany("INSERT INTO vals VALUES (?, ?, ?, ?, ?)", vals)
                     self.con.execute("INSERT INTO line_templates VALUES (?, ?, ?)", template)
                 self.con.executemany("INSERT OR REPLACE INTO templates VALUES (?, ?)", miner.take_changed().items())
@@ -175,7 +178,8 @@ class Archive:
         seq, self._next = self._next, self._next + 1
         text = _clean(text)
         self.pending.append((seq, text, _clean(time), int(offset)))
-        vals, template = _derived(seq, text, self.miner)
+        self.header = header_of(text) or self.header
+        vals, template = _derived(seq, text, self.miner, self.header)
         self.pending_values += vals
         self.pending_templates.append(template)
         self.stats["added"] += 1
@@ -213,6 +217,7 @@ class Archive:
             self.con.execute("BEGIN IMMEDIATE")
             self._forget(">=", seq)
         self._next = seq
+        self.header = _newest_header(self.con)
 
     def close(self) -> None:
         if self.con is not None:
@@ -227,11 +232,20 @@ class Archive:
         self.close()
 
 
-def _derived(seq: int, text: str, miner: Miner) -> tuple[list[tuple], tuple]:
-    """A line's rows in `vals` and `line_templates`."""
-    vals = [(seq, v.kind, key_of(v.text), v.start, v.end) for v in values_of(text)]
+def _derived(seq: int, text: str, miner: Miner, header: Header | None) -> tuple[list[tuple], tuple]:
+    """A line's rows in `vals` (its values, and its cells named by `header`, the newest header line before it) and
+    `line_templates`."""
+    vals = [(seq, v.kind, key_of(v.text), v.start, v.end) for v in (*values_of(text), *cells(text, header))]
     tid, params = miner.add(text)
     return vals, (seq, tid, "\t".join(params))
+
+
+def _newest_header(con: sqlite3.Connection) -> Header | None:
+    """The column layout of the archive's newest header line ("#Fields: ...", "#fields..."), None when it has none."""
+    for (text,) in con.execute("SELECT text FROM lines WHERE lines MATCH '^fields' ORDER BY rowid DESC"):
+        if header := header_of(text):
+            return header
+    return None
 
 
 def open_reader(path) -> sqlite3.Connection | None:

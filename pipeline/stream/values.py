@@ -15,7 +15,7 @@ other number, decimals kept: "28.0", "0.32285523", "1000 ms" with its unit), `id
 ids, hex ids, TEP tags, anything of letters, digits, `_`, `-`, `.`, `:` holding a letter and a digit: "broadcast_3",
 "FIR123", "blk_-1608999687919862906"), `user` (the name after "user", or after "for" in a line about logins),
 `status` (a level or outcome word: ERROR, failed, closed; on a TEP alarm line its type H/HH/L/LL and NR; Android
-logcat's level letter; an access log's HTTP status after its request, whose byte count is a `size`; a code in
+logcat's level letter; PostgreSQL's LOG, PANIC, DEBUG1-5 before its ":  "; an access log's HTTP status after its request, whose byte count is a `size`; a code in
 capitals with an underscore: E_FAIL, SCREEN_OFF; a state in capitals a transition enters: UNASSIGNED of "from NEW to
 UNASSIGNED"), `field:NAME` (the value written after "NAME=", quotes left out: "rhost=10.0.0.1", 'tag="View Lock"';
 read beside the value's own kind). A span taken by a stronger kind (time, addr, ip, path, size) is not read again as
@@ -77,6 +77,7 @@ _STATUS = re.compile(
     r"successful|OK|done|opened|closed|started|stopped|running|killed|terminated|aborted|timeout|denied|accepted|"
     r"rejected|refused|up|down|active|inactive|enabled|disabled|completed|finished|lost|interrupted|recovered)\b",
     re.IGNORECASE)
+_PG_LEVEL = re.compile(r"\b(?:LOG|PANIC|DEBUG[1-5])(?=:  )")      # PostgreSQL's own levels: "LOG:  connection received"
 _TEP = re.compile(rf"^\d{{2}}:\d{{2}}:\d{{2}} {TAG.pattern} (HH|H|LL|L)( NR)?\b")
 _LOGCAT = re.compile(r"^\d{2}-\d{2} \d{2}:\d{2}:\d{2}\.\d+\s+\d+\s+\d+ ([VDIWEF]) ")   # Android's level letter
 _FIELD = re.compile(r"(?<![\w.])([A-Za-z][\w.]*)=(?:\"([^\"]*)\"|([^\s,;\"\])]+))")        # name=value, name="a b"
@@ -184,6 +185,8 @@ def values_of(text: str) -> list[Value]:
     for m in _STATUS.finditer(text):
         if _free(taken, m.start(), m.end()):
             add("status", m.start(), m.end())
+    for m in _PG_LEVEL.finditer(text):
+        add("status", m.start(), m.end())
     for m in _CODE.finditer(text):
         if _free(taken, m.start(), m.end()):
             add("status", m.start(), m.end())

@@ -460,3 +460,41 @@ def test_the_question_message_carries_a_rule_through_its_encoding():
     wire = Wire()
     send(wire, q)
     assert decode(wire).rule == q.rule
+
+
+# -- positional rows: the cell the header names -----------------------------------------------------------------------
+W3C = ["#Software: Microsoft Internet Information Services 8.5",
+       "#Fields: date time s-ip cs-method cs-uri-stem cs-uri-query s-port cs-username c-ip cs(User-Agent) "
+       "cs(Referer) sc-status sc-substatus sc-win32-status sc-bytes cs-bytes time-taken",
+       "2015-01-13 22:30:30 100.79.192.81 GET /iwebshop/ - 80 - 183.60.244.30 Mozilla/5.0 - 404 0 2 1405 246 282",
+       "2015-01-13 22:30:31 100.79.192.81 GET /store/ - 80 - 183.60.244.30 Mozilla/5.0 - 404 0 2 1405 244 407",
+       "2015-01-13 22:30:33 100.79.192.81 GET /robots.txt - 80 - 157.55.39.146 bingbot - 200 0 0 1020 170 31"]
+ZEEK = ["#separator \\x09",
+        "#fields\tts\tuid\tid.orig_h\tid.orig_p\tid.resp_h\tid.resp_p\tmethod\thost\tresponse_body_len\tstatus_code"
+        "\tresp_mime_types",
+        "1320279566.452687\tCwFs1P2UcUdlSxD2La\t192.168.2.76\t52026\t132.235.215.119\t80\tGET\twww.reddit.com\t109712"
+        "\t200\ttext/html",
+        "1320279566.831619\tCJxSUgkInyKSHiju1\t192.168.2.76\t52030\t72.21.211.173\t80\tGET\te.thumbs.redditmedia.com"
+        "\t2300\t200\timage/jpeg",
+        "1320279567.012345\tCaP2LpLGvsmX7yJO\t192.168.2.76\t52031\t72.21.211.173\t80\tGET\te.thumbs.redditmedia.com"
+        "\t0\t304\timage/jpeg"]
+
+
+@pytest.mark.parametrize("log, question, answer", [
+    (W3C, "How many bytes did the client send for /store/?", "244"),
+    (W3C, "How many bytes did the server send for /store/?", "1405"),
+    (W3C, "Which client asked for /store/?", "183.60.244.30"),
+    (W3C, "What status did IIS return for /robots.txt?", "200"),
+    (W3C, "What time-taken did IIS log for /store/?", "407"),
+    (W3C, "When was /store/ requested?", "2015-01-13 22:30:31"),        # the line's time, not its date cell
+    (ZEEK, "Which source port did connection CJxSUgkInyKSHiju1 use?", "52030"),
+    (ZEEK, "Connection CwFs1P2UcUdlSxD2La: what was the responder's IP?", "132.235.215.119"),
+    (ZEEK, "What is the uid of the request logged at 1320279566.831619?", "CJxSUgkInyKSHiju1"),
+    (ZEEK, "How big was the response body on connection CwFs1P2UcUdlSxD2La?", "109712"),
+    (ZEEK, "Which MIME type is downloaded most often?", "image/jpeg"),     # over the rows, not the "#fields" line
+])
+def test_a_positional_rows_answer_is_the_cell_its_header_names_with_the_words_asked(tmp_path, log, question, answer):
+    reply = read(archive_of(tmp_path / "rows.sqlite", log), question)
+    assert isinstance(reply, Reply) and reply.answer == answer, reply
+    assert supported(reply) and not any(c.text.startswith("#") for c in reply.citations)
+

@@ -1,0 +1,95 @@
+"""Columns: a row's cells named by the header its log declared, or by the layout its format fixes.
+
+Owns `Header` (a log's column names and separator), `header_of` (a W3C extended log's "#Fields: ..." line, a Zeek
+log's "#fields<TAB>..." line), `cells` (a row's cells as `col:NAME` values, each with its span; a cell written "-" or
+"(empty)" left out; a row of another width than its header has none), the NCSA common/combined access log's fixed
+layout (read with no header: client, ident, user, time, method, path, protocol, status, bytes, referrer, agent), and
+`meaning`: the words a column's name stands for, so an operator's "which source port" finds Zeek's `id.orig_p`.
+Positional formats write no word beside a value; their header or their standard is what names it. The archive's
+writer (pipeline/stream/archive.py) keeps the newest header line read, so a row is named by the header above it.
+Never touches SQLite or a model.
+"""
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+from pipeline.stream.values import Value, stem
+
+EMPTY = frozenset({"-", "(empty)", ""})        # a cell saying "no value" (W3C and NCSA "-", Zeek's "(empty)")
+# What the parts of a column's name stand for; a part not listed stands for itself. Sources: the W3C Extended Log File
+# Format (W3C Working Draft WD-logfile-960323, "Fields": prefix c client, s server, r remote, cs client to server, sc
+# server to client, sr server to remote, rs remote to server); Zeek's log fields (docs.zeek.org, `conn_id`: id.orig_h
+# and id.orig_p the connection's originator, the client, id.resp_h and id.resp_p its responder; `*_fuids` file
+# unique ids; `*_len` lengths in bytes; `ts` the time); the NCSA log format (Apache httpd, mod_log_config: %h %l %u
+# %t "%r" %>s %b "%{Referer}i" "%{User-agent}i").
+PARTS = {
+    "c": "client who", "s": "server", "r": "remote", "cs": "client sent send", "sc": "server sent send response return",
+    "sr": "server sent send", "rs": "remote sent send",
+    "orig": "client source originator local who", "resp": "server responder destination remote response",
+    "h": "host ip address", "p": "port", "ip": "ip address", "port": "port",
+    "uid": "uid id connection", "fuid": "file id", "fuids": "file id", "mime": "mime type", "types": "type",
+    "len": "length size bytes big", "bytes": "bytes size big length", "ts": "time when timestamp",
+    "date": "date day when", "time": "time when", "taken": "taken took duration long",
+    "uri": "uri url path", "stem": "path file page", "query": "query string parameters", "path": "path url uri file page",
+    "username": "user name who", "user": "user name who", "ident": "ident identity",
+    "user_agent": "agent browser", "user-agent": "agent browser", "agent": "agent browser",
+    "referer": "referrer referer", "referrer": "referrer referer", "method": "method verb",
+    "host": "host header site name", "status": "status code", "code": "code status", "msg": "message reason",
+    "version": "version protocol", "protocol": "protocol version", "sitename": "site name",
+    "computername": "computer host name", "trans": "transaction", "depth": "depth",
+}
+NCSA = ("client", "ident", "user", "time", "method", "path", "protocol", "status", "bytes", "referrer", "user-agent")
+_NCSA = re.compile(r'^(\S+) (\S+) (\S+) \[([^\]]+)\] "(\S+) (\S+)(?: (\S+))?" (\d{3}) (\d+|-)'
+                   r'(?: "((?:[^"\\]|\\.)*)" "((?:[^"\\]|\\.)*)")?')
+_PART = re.compile(r"[A-Za-z0-9]+")
+
+
+@dataclass(frozen=True)
+class Header:
+    names: tuple[str, ...]
+    sep: str                       # the cells' separator: " " (W3C) or "\t" (Zeek)
+
+
+def header_of(text: str) -> Header | None:
+    """The column layout a header line declares, or None when `text` is not one."""
+    if text.startswith("#Fields:"):
+        return Header(tuple(text[8:].split()), " ")
+    if text.startswith("#fields\t"):
+        return Header(tuple(text.split("\t")[1:]), "\t")
+    return None
+
+
+def cells(text: str, header: Header | None) -> list[Value]:
+    """The row's cells as `col:NAME` values (empty ones left out): by `header` when the row has its width, else by the
+    NCSA layout when the row is an access log line, else none. A header or comment line ("#...") has none."""
+    if text.startswith("#"):
+        return []
+    if header is not None:
+        spans, at = [], 0
+        for part in text.split(header.sep):
+            spans.append((at, at + len(part)))
+            at += len(part) + len(header.sep)
+        if len(spans) == len(header.names):
+            return [Value(f"col:{name}", text[a:b], a, b) for name, (a, b) in zip(header.names, spans)
+                    if text[a:b] not in EMPTY]
+    if m := _NCSA.match(text):
+        return [Value(f"col:{name}", m[i], m.start(i), m.end(i)) for i, name in enumerate(NCSA, start=1)
+                if m[i] is not None and m[i] not in EMPTY]
+    return []
+
+
+def meaning(name: str) -> frozenset[str]:
+    """The stemmed words a column's name stands for: its parts (split at every non-alphanumeric), each as `PARTS`
+    reads it, two parts together first ("user_agent")."""
+    parts = [p.casefold() for p in _PART.findall(name)]
+    words, i = [], 0
+    while i < len(parts):
+        pair = f"{parts[i]}_{parts[i + 1]}" if i + 1 < len(parts) else ""
+        if pair in PARTS:
+            words += PARTS[pair].split()
+            i += 2
+            continue
+        words += PARTS.get(parts[i], parts[i]).split()
+        i += 1
+    return frozenset(stem(w) for w in words)
