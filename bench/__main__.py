@@ -56,8 +56,10 @@ def parser() -> argparse.ArgumentParser:
                    help="answers: the questions asked: dev or heldout (the 7 loghub logs and 3 TEP logs of "
                    "../shared/data), fresh (5 more loghub logs in bench/data), fresh2 (4 more there: HPC, Mac, "
                    "OpenStack, Thunderbird), fresh3 (4 logs of other kinds there: a web shop's access log, an IIS W3C "
-                   "log, a Zeek http.log, a PostgreSQL log), all (default %(default)s). Each fresh split was written "
-                   "apart from the reader and held out until it was measured once (README, Operators)")
+                   "log, a Zeek http.log, a PostgreSQL log), fresh4 (4 more kinds there: a WinCC S7 channel log, a "
+                   "TeamViewer log, a Windows setupapi log, an SSH honeypot log), all (default %(default)s). Each "
+                   "fresh split was written apart from the reader and held out until it was measured once (README, "
+                   "Operators)")
     p.add_argument("--readers", default="cited", help="answers: comma-separated serve.reader values, one server per "
                    "log each: cited (answer copied from a cited line, or counted), free (the free-text baseline) "
                    "(default %(default)s)"),

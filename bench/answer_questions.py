@@ -6,7 +6,10 @@ shows a row), its own regexes per log format, seeded choices, the development / 
 five more loghub logs vendored in bench/data, written by someone who never read the reader, every question of them
 `fresh`; the fresh2 split is four more vendored the same way (HPC, Mac, OpenStack, Thunderbird), every question of them
 `fresh2`; the fresh3 split is four logs of other kinds vendored the same way (a web shop's access log, an IIS W3C
-log and a Zeek http.log from lnav's test data, a PostgreSQL log from quellog's), every question of them `fresh3`.
+log and a Zeek http.log from lnav's test data, a PostgreSQL log from quellog's), every question of them `fresh3`;
+the fresh4 split is four more kinds vendored the same way (a Siemens WinCC S7 channel log, a TeamViewer log and a
+Windows setupapi device-install log from plaso's test data, an sshesame SSH honeypot log from crowdsec's hub), every
+question of them `fresh4`.
 Never imports the reader, the server or the project's parsers (a test only checks that its line numbers and
 texts are the stream's); never runs a model.
 
@@ -40,7 +43,7 @@ MIN_SLACK = 20             # ... and must be at least ask_after + MIN_SLACK (5 s
 MIN_ASK, MAX_ASK = 24, 200     # questions are asked after 24..200 lines: about 50 s of stream at 4 lines/s
 HELDOUT_PERCENT = 60
 QUOTA = {"lookup": 12, "count": 6, "first": 1, "last": 1, "most_frequent": 1, "which": 1, "not_found": 2}
-FRESH_QUOTA = {**QUOTA, "lookup": 14, "first": 2, "last": 2}    # a fresh(2,3) log's set stands alone: a few more each
+FRESH_QUOTA = {**QUOTA, "lookup": 14, "first": 2, "last": 2}    # a fresh(2-4) log's set stands alone: a few more each
 TIME_GROUPS = ("t", "clock", "when")    # the groups that hold a time in the patterns below
 WHICH_MAX = 6              # a "which" question lists at most this many distinct values
 
@@ -67,7 +70,7 @@ class Question:
     gold: str | None             # None: not in the log
     gold_lines: tuple[int, ...]  # lines holding the gold (a lookup: every agreeing line, newest last; count: all)
     stable_through: int          # the gold (and gold_lines) is the same over lines[:n], ask_after <= n <= this
-    split: str                   # dev | heldout | fresh | fresh2 | fresh3
+    split: str                   # dev | heldout | fresh | fresh2 | fresh3 | fresh4
     absent: str | None = None    # not_found: the identifier in the text that occurs in no line of the log
 
 
@@ -105,8 +108,8 @@ class LogSpec:
     lookups: tuple[Lookup, ...]
     tallies: tuple[Tally, ...]
     values: tuple[Values, ...]
-    split: str | None = None     # every question's split (fresh, fresh2, fresh3); None: dev or heldout by a hash
-                                 # (`split_of`)
+    split: str | None = None     # every question's split (fresh, fresh2, fresh3, fresh4); None: dev or heldout by
+                                 # a hash (`split_of`)
 
 
 IP = r"\d+\.\d+\.\d+\.\d+"
@@ -1574,6 +1577,311 @@ SPECS += (
             "Which connection event is logged most often?",), (
             "Which connection events have been logged?",)),
     ), split="fresh3"),
+)
+
+# The fresh4 split: four logs of kinds no other set has (a Siemens WinCC SIMATIC S7 protocol suite log, a TeamViewer
+# service log and a Windows setupapi device-install log from plaso's test data, an sshesame SSH honeypot log from
+# crowdsec's hub tests), vendored in bench/data (bench/data/README.md), written like the fresh ones without reading the
+# reader; every question over them is `fresh4`, none dev, held-out, fresh, fresh2 or fresh3.
+S7_T = r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3}"                     # S7 suite: date, time, comma, milliseconds
+S7 = r"^(?P<t>{T}) "                                              # ... the time of an S7 line
+TV_T = r"\d{4}/\d\d/\d\d \d\d:\d\d:\d\d\.\d{3}"                   # TeamViewer: date and time with milliseconds
+TV = r"^(?P<t>{T}) +\d+ +\d+ +\S+ +"                               # ... then the process id, thread id, process tag
+SA_T = r"(?:\d{4}/\d\d/\d\d )?\d\d:\d\d:\d\d\.\d{3}"               # setupapi: a section's date and time, else a clock
+SSH_T = r"\d{4}/\d\d/\d\d \d\d:\d\d:\d\d"                          # sshesame: date and time
+SSH = rf"^(?P<t>{{T}}) \[(?P<ip>{IP}):(?P<port>\d+)\] "            # ... then the client's address and source port
+SSH_PEER = rf"\[(?P<ip>{IP}):(?P<port>\d+)\] "                     # the client without the time
+SPECS += (
+    LogSpec(FRESH + "plaso/wincc_simatic_s7_proto_suite.log", "plain", S7_T, (
+        Lookup("id", S7 + r"INFO +\| Process-ID +: (?P<value>[0-9a-f]{8})$", (
+            "Which process ID did the S7 channel log at {t}?",
+            "S7 log restart at {t}: what Process-ID?")),
+        Lookup("time", r"^(?P<value>{T}) INFO +\| Process-ID +: (?P<pid>[0-9a-f]{8})$", (
+            "When did the S7 channel with process ID {pid} start its log?",
+            "At what time was Process-ID {pid} written to the S7 log?")),
+        Lookup("status", S7 + r'ERROR +Cannot connect to "(?P<plc>PLC-\d+)": Errorcode (?P<value>0x[0-9A-F]{4} '
+                              r'[0-9A-F]{4})!', (
+            "Which error code did the failed connect to {plc} at {t} give?",
+            "{plc} could not be reached at {t} - errorcode?")),
+        Lookup("status", S7 + r'ERROR +Connectionerror (?P<n>\d+) "(?P<plc>PLC-\d+)": Errorcode '
+                              r'(?P<value>0x[0-9A-F]{4} [0-9A-F]{4})!', (
+            "What errorcode came with connection error {n} of {plc} at {t}?",
+            "At {t} {plc} had connection error {n}: which error code?")),
+        Lookup("node", S7 + r'ERROR +Connectionerror (?P<n>\d+) "(?P<value>PLC-\d+)"', (
+            "Which PLC had connection error number {n} at {t}?",
+            "Connection error {n} logged at {t} - on which PLC?")),
+        Lookup("node", S7 + r'ERROR +Cannot connect to "(?P<value>PLC-\d+)": Errorcode 0x[0-9A-F]{4} '
+                            r'(?P<code>[0-9A-F]{4})!', (
+            "Which PLC could the S7 channel not connect to at {t} (code {code})?",)),
+        Lookup("time", r'^(?P<value>{T}) ERROR +Connectionerror (?P<n>\d+) "(?P<plc>PLC-\d+)"', (
+            "When did {plc} log connection error {n}?",
+            "What time was connection error {n} on {plc}?")),
+        Lookup("status", S7 + r'INFO +S7 channel unit "(?P<unit>[^"]+)" (?P<value>activated|deactivated)!', (
+            "Was the S7 channel unit {unit} activated or deactivated at {t}?",)),
+        Lookup("size", S7 + r"INFO +\| LogFileSize +: (?P<value>\d+)$", (
+            "What LogFileSize did the S7 suite log at {t}?",
+            "How large may an S7 log file grow, as logged at {t}?")),
+        Lookup("path", S7 + r"INFO +\| LogFileName +: (?P<value>.+\.LOG)$", (
+            "Which log file name did the S7 channel write at {t}?",)),
+        Lookup("id", S7 + r"INFO +\| TraceFlags +: (?P<value>[0-9a-f]+)$", (
+            "Which trace flags were set at {t}?",)),
+        Lookup("id", S7 + r"INFO +S7DOS version: (?P<value>V[\d.]+ / \d+)$", (
+            "Which S7DOS version was reported at {t}?",)),
+    ), (
+        Tally(r'Cannot connect to "(?P<plc>PLC-\d+)"', (
+            "How many times could the channel not connect to {plc}?",
+            "Count the failed connects to {plc}."), (
+            "When did a connect to {plc} first fail?",), (
+            "When did the last failed connect to {plc} happen?",)),
+        Tally(r'Connectionerror \d+ "(?P<plc>PLC-\d+)"', (
+            "How many connection errors has {plc} had?",
+            "How often did {plc} report a Connectionerror?"), (
+            "When was {plc}'s first connection error?",), (
+            "When was {plc}'s latest connection error?",)),
+        Tally(r"Errorcode (?P<code>0x[0-9A-F]{4} [0-9A-F]{4})!", (
+            "How many times has errorcode {code} shown up?",
+            "How many lines carry error code {code}?"), (
+            "When was errorcode {code} first logged?",), (
+            "When was errorcode {code} last seen?",)),
+        Tally(r"INFO +Log starting \.\.\.", (
+            "How many times has the S7 log been started?",), (
+            "When did the S7 log first start?",), (
+            "When did the S7 log last start?",)),
+        Tally(r'Error in EventVariable "(?P<var>[^"]+)"', (
+            "How many errors were logged for event variable {var}?",), (
+            "When was the first error in {var}?",), (
+            "When was the last error in {var}?",)),
+        Tally(r"INFO +S7 channel DLL terminated!", (
+            "How many times has the S7 channel DLL terminated?",
+            "How many DLL shutdowns so far?"), (
+            "When did the S7 channel DLL first terminate?",), (
+            "When did the S7 channel DLL last terminate?",)),
+    ), (
+        Values(r"Errorcode (?P<value>0x[0-9A-F]{4} [0-9A-F]{4})!", (
+            "Which error code is the most frequent?",), (
+            "Which error codes have been logged?",)),
+        Values(r'ERROR +(?:Cannot connect to|Connectionerror \d+) "(?P<value>PLC-\d+)"', (
+            "Which PLC has the most connection problems?",), (
+            "Which PLCs have had connection problems?",)),
+        Values(r"^{T} (?P<value>[A-Z]+) ", (
+            "Which log level shows up most in the S7 log?",), (
+            "Which log levels appear in the S7 log?",)),
+    ), split="fresh4"),
+    LogSpec(FRESH + "plaso/TeamViewer15_Logfile.log", "plain", TV_T, (
+        Lookup("id", r"Start GUI process in session (?P<session>\d+), pid (?P<value>\d+)$", (
+            "Which pid did the TeamViewer GUI started in session {session} get?",
+            "GUI process for session {session}: pid?")),
+        Lookup("id", TV + r"IpcLoaderProcessHandlerWin: Loader process started, pid = (?P<value>\d+)$", (
+            "What pid did the loader process started at {t} have?",)),
+        Lookup("port", TV + r"AcceptServer::HandleAccept: new connection from 127\.0\.0\.1:(?P<value>\d+)$", (
+            "From which local port came the connection TeamViewer accepted at {t}?",
+            "Accepted connection at {t}: source port?")),
+        Lookup("ip", TV + rf"ConnectEndpoint\(\): Connecting to endpoint (?P<value>{IP}):\d+$", (
+            "Which endpoint address did TeamViewer connect to at {t}?",
+            "At {t}, what IP did TeamViewer dial?")),
+        Lookup("port", TV + rf"ConnectEndpoint\(\): Connecting to endpoint {IP}:(?P<value>\d+)$", (
+            "Which port was the endpoint TeamViewer connected to at {t}?",)),
+        Lookup("node", TV + r"CTcpConnectionBase\[\d+\]::HandleResolveSuccess\(\): Connecting to (?P<value>[\w.-]+)$", (
+            "Which router host did TeamViewer connect to at {t}?",
+            "Router TeamViewer resolved and connected to at {t}?")),
+        Lookup("id", TV + r"TeamViewerIDTracker::UpdateMachineID: New machineID = (?P<value>\d+)$", (
+            "Which machine ID did TeamViewer get at {t}?",)),
+        Lookup("user", r"SessionID = (?P<session>\d+), username = (?P<value>[^,\s]+),", (
+            "Which user is logged on in Windows session {session}?",
+            "Session {session}: whose session is it?")),
+        Lookup("status", TV + r"TeamViewer-Onlinestate changed to (?P<value>\w+)$", (
+            "What did the TeamViewer online state change to at {t}?",
+            "At {t}, online or offline?")),
+        Lookup("size", TV + r"PrintingPrinterManager::CleanupPrinters: allocating (?P<value>\d+) bytes$", (
+            "How many bytes did the printer cleanup allocate at {t}?",)),
+        Lookup("path", r"^{T} +(?P<pid>\d+) +\d+ +L\d\d +Loader started with: \"(?P<value>[^\"]+)\"", (
+            "Which executable did loader process {pid} start with?",
+            "What exe is loader pid {pid} running?")),
+        Lookup("status", TV + r"DriverInstalled: (?P<call>\w+) failed with error code (?P<value>\d+),", (
+            "Which error code did {call} fail with at {t}?",)),
+        Lookup("time", r"^(?P<value>{T}) +(?P<pid>\d+) +\d+ +\S+ +Logger started\.$", (
+            "When did the logger of process {pid} start?",
+            "What time did process {pid} start logging?")),
+        Lookup("id", r"^{T} +(?P<pid>\d+) +\d+ +\S+ +MainBaseWin::ExecuteMain: MainThread-Id = (?P<value>\d+)$", (
+            "Which main thread id did process {pid} report?",)),
+        Lookup("id", TV + r"IpcInitConnection::Received_Control_InitIPC: Connecting process: (?P<value>\d+)$", (
+            "Which process connected over IPC at {t}?",)),
+    ), (
+        Tally(r", Errorcode=(?P<code>\d+)$", (
+            "How many times has Errorcode={code} been logged?",
+            "Count the lines ending in Errorcode={code}."), (
+            "When was Errorcode={code} first logged?",), (
+            "When was Errorcode={code} last logged?",)),
+        Tally(r"InterProcessBase::ProcessControlCommand Command (?P<cmd>\d+) not handled", (
+            "How many times was IPC command {cmd} not handled?",), (
+            "When was command {cmd} first left unhandled?",), (
+            "When was command {cmd} last left unhandled?",)),
+        Tally(r"SecureNetworkCallbackHandle created", (
+            "How many secure network callback handles have been created?",), (
+            "When was the first secure network callback handle created?",), (
+            "When was the last secure network callback handle created?",)),
+        Tally(r"SendBCommandToMaster: CC=(?P<cc>\d+) CT=(?P<ct>\d+)$", (
+            "How many commands with CC={cc} CT={ct} went to the master?",), (
+            "When was a CC={cc} CT={ct} command first sent to the master?",), (
+            "When was a CC={cc} CT={ct} command last sent to the master?",)),
+        Tally(r"Logger started\.$", (
+            "How many times has the TeamViewer logger started?",
+            "How many logger starts so far?"), (
+            "When did the logger first start?",), (
+            "When did the logger last start?",)),
+        Tally(r"WorkingProxyResultHandler failed", (
+            "How many times did the working-proxy check fail?",), (
+            "When did the working-proxy check first fail?",), (
+            "When did the working-proxy check last fail?",)),
+        Tally(r"^{T} +(?P<pid>\d+) +\d+ +\S+!! ", (
+            "How many error lines (!!) has process {pid} written?",), (
+            "When did process {pid} log its first error?",), (
+            "When did process {pid} log its latest error?",)),
+    ), (
+        Values(r"^{T} +(?P<value>\d+) +\d+ ", (
+            "Which process id writes the most lines?",), (
+            "Which process ids have written to the log?",)),
+        Values(r", Errorcode=(?P<value>\d+)$", (
+            "Which Errorcode is logged most often?",), (
+            "Which Errorcode values have appeared?",)),
+        Values(r"SendBCommandToMaster: CC=(?P<value>\d+) ", (
+            "Which CC value is sent to the master most often?",), (
+            "Which CC values have been sent to the master?",)),
+    ), split="fresh4"),
+    LogSpec(FRESH + "plaso/setupapi.setup.log", "plain", SA_T, (
+        Lookup("path", r"set: (?P<dev>\S+) -> Configured(?: and started)? \[(?P<value>[\w.]+\.inf):", (
+            "Which INF file configured device {dev}?",
+            "{dev}: which .inf was used?")),
+        Lookup("status", r"set: (?P<dev>\S+) -> (?P<value>Configured and started|Configured(?= \[)|Setting "
+                         r"CONFIGFLAG_REINSTALL)", (
+            "What did setup report for device {dev}?",
+            "Was {dev} configured and started?")),
+        Lookup("id", r"set: (?P<dev>\S+) -> .*\(ConfigFlags = (?P<value>0x[0-9a-f]{8})\)", (
+            "Which ConfigFlags does {dev} have?",
+            "ConfigFlags of {dev}?")),
+        Lookup("time", r"\{Installing device - (?!exit\()(?P<dev>[^}]+)\} (?P<value>{T})$", (
+            "When did setup start installing {dev}?",
+            "At what time did the install of {dev} begin?")),
+        Lookup("status", r"\{(?P<step>DIF_[A-Z_]+) - exit\((?P<value>0x[0-9a-f]{8})\)\} (?P<t>{T})$", (
+            "What exit code did {step} return at {t}?",
+            "{step} finished at {t}: with which exit code?")),
+        Lookup("path", r"Install Device: Configuring device \((?P<value>[\w.]+\.inf):[^,]+,(?P<sec>[\w.]+)\)\. "
+                       r"(?P<t>{T})$", (
+            "Which INF did setup configure a device from at {t} (section {sec})?",)),
+        Lookup("id", r"not referenced from \[(?P<sec>[\w.]+)\]\. Code = \d+, Line = (?P<value>\d+)$", (
+            "On which INF line is the section needed by [{sec}]?",)),
+        Lookup("node", r"\{Configure Driver: (?P<value>[^}]+)\}$", (
+            "Which driver was configured?",)),
+        Lookup("time", r"Boot Session: (?P<value>{T})\]", (
+            "When did the boot session start?",)),
+    ), (
+        Tally(r"\{Installing device - (?!exit\()", (
+            "How many device installs have started?",
+            "How many devices has setup begun installing?"), (
+            "When did the first device install start?",), (
+            "When did the latest device install start?",)),
+        Tally(r"\{(?P<step>DIF_[A-Z_]+)\} ", (
+            "How many times has {step} run?",
+            "Count the {step} calls."), (
+            "When did {step} first run?",), (
+            "When did {step} last run?",)),
+        Tally(r" - exit\((?P<code>0x[0-9a-f]{8})\)\} ", (
+            "How many steps exited with {code}?",), (
+            "When did a step first exit with {code}?",), (
+            "When did a step last exit with {code}?",)),
+        Tally(r">>>  Section start ", (
+            "How many setup sections have started?",), (
+            "When did the first section start?",), (
+            "When did the latest section start?",)),
+        Tally(r"Waiting for previous device install to complete\.", (
+            "How many times did an install wait for a previous one?",), (
+            "When did an install first wait for a previous one?",), (
+            "When did an install last wait for a previous one?",)),
+    ), (
+        Values(r"set: \S+ -> Configured(?: and started)? \[(?P<value>[\w.]+\.inf):", (
+            "Which INF file configured the most devices?",), (
+            "Which INF files have configured devices?",)),
+        Values(r"\{(?P<value>DIF_[A-Z_]+)\} ", (
+            "Which DIF step runs most often?",), (
+            "Which DIF steps have run?",)),
+        Values(r" - exit\((?P<value>0x[0-9a-f]{8})\)\} ", (
+            "Which exit code is the most common?",), (
+            "Which exit codes have steps returned?",)),
+        Values(r"^(?:!+\s+)?(?P<value>[a-z]{3}): ", (
+            "Which setupapi component writes the most lines?",), (
+            "Which setupapi components have written lines?",)),
+    ), split="fresh4"),
+    LogSpec(FRESH + "crowdsec/sshesame.log", "plain", SSH_T, (
+        Lookup("user", SSH_PEER + r'authentication for user "(?P<value>[^"]+)" with password "[^"]*" accepted', (
+            "Which user name did {ip} log in with from port {port}?",
+            "{ip}:{port} logged in - as which user?")),
+        Lookup("ip", SSH_PEER + rf"\[channel (?P<ch>\d+)\] direct TCP/IP forwarding from \S+ to (?P<value>{IP}):\d+ ", (
+            "Which address did channel {ch} of {ip}:{port} ask to forward to?",
+            "Where did {ip} (port {port}) try to tunnel on channel {ch}?")),
+        Lookup("port", SSH_PEER + r"\[channel (?P<ch>\d+)\] direct TCP/IP forwarding from \S+ to \S+:(?P<value>\d+) ", (
+            "Which destination port did channel {ch} of {ip}:{port} request?",)),
+        Lookup("port", rf"^(?P<t>{{T}}) \[(?P<ip>{IP}):(?P<value>\d+)\] connection with client version", (
+            "From which source port did {ip} connect at {t}?",
+            "{ip} connected at {t}: what was its port?")),
+        Lookup("ip", rf"^(?P<t>{{T}}) \[(?P<value>{IP}):\d+\] authentication for user \"(?P<user>[^\"]+)\" with "
+                     r'password "[^"]*" accepted', (
+            "Which address logged in as {user} at {t}?",
+            "Who got in as {user} at {t}?")),
+        Lookup("node", SSH_PEER + r'\[channel (?P<ch>\d+)\] input: "GET \S+ HTTP/1\.\d\\r\\nHost: (?P<value>[\w.-]+)', (
+            "Which host did {ip}:{port} request on channel {ch}?",
+            "What Host header did {ip} (port {port}) send on channel {ch}?")),
+        Lookup("path", SSH_PEER + r'\[channel (?P<ch>\d+)\] input: "GET (?P<value>/\S*) HTTP', (
+            "Which path did {ip}:{port} GET on channel {ch}?",)),
+        Lookup("time", rf"^(?P<value>{{T}}) \[(?P<ip>{IP}):(?P<port>\d+)\] connection closed$", (
+            "When did the connection from {ip}:{port} close?",
+            "What time did {ip} (port {port}) disconnect?")),
+        Lookup("id", SSH_PEER + r'connection with client version "(?P<value>[^"]+)" established', (
+            "Which SSH client version did {ip}:{port} announce?",
+            "Client version string of {ip} on port {port}?")),
+        Lookup("path", SSH_PEER + r'\[channel (?P<ch>\d+)\] command "(?P<value>[^"]+)" requested', (
+            "Which command did {ip}:{port} run on channel {ch}?",)),
+    ), (
+        Tally(rf"\[(?P<ip>{IP}):\d+\] connection with client version", (
+            "How many SSH connections has {ip} established?",
+            "How many times did {ip} connect?"), (
+            "When did {ip} first connect?",), (
+            "When did {ip} last connect?",)),
+        Tally(r'authentication for user "(?P<user>[^"]+)" with password "[^"]*" accepted', (
+            "How many logins as {user} were accepted?",
+            "How often did someone log in as {user}?"), (
+            "When did someone first log in as {user}?",), (
+            "When was the latest login as {user}?",)),
+        Tally(r"direct TCP/IP forwarding from ", (
+            "How many port-forwarding requests so far?",
+            "How many direct TCP/IP forwards have been requested?"), (
+            "When was the first forwarding request?",), (
+            "When was the latest forwarding request?",)),
+        Tally(r"\\r\\nHost: (?P<host>[\w.-]+)\\r\\n", (
+            "How many tunnelled requests went to {host}?",), (
+            "When was {host} first requested through a tunnel?",), (
+            "When was {host} last requested through a tunnel?",)),
+        Tally(r"\] connection closed$", (
+            "How many connections have been closed?",), (
+            "When was the first connection closed?",), (
+            "When was the latest connection closed?",)),
+        Tally(r'authentication for user "(?P<user>[^"]+)" without credentials rejected', (
+            "How many credential-less attempts for {user} were rejected?",), (
+            "When was {user} first tried without credentials?",), (
+            "When was {user} last tried without credentials?",)),
+    ), (
+        Values(r'authentication for user "(?P<value>[^"]+)" with password', (
+            "Which user name is tried most often?",), (
+            "Which user names have attackers tried?",)),
+        Values(r'client version "(?P<value>[^"]+)"', (
+            "Which SSH client version is most common?",), (
+            "Which SSH client versions have connected?",)),
+        Values(rf"^{{T}} \[(?P<value>{IP}):\d+\]", (
+            "Which address is the most active?",), (
+            "Which client addresses have shown up?",)),
+        Values(r"\\r\\nHost: (?P<value>[\w.-]+)\\r\\n", (
+            "Which host is requested most through the tunnels?",), (
+            "Which hosts have been requested through tunnels?",)),
+    ), split="fresh4"),
 )
 
 def log_path(log: str) -> Path:
