@@ -9,7 +9,8 @@ turns its pick into the Reply). Never runs a model; never writes an answer that 
 
 Lookups: the lines holding every value the question names (exact match), of its TEP alarm type when it asks one,
 with a span of the wanted kind (other than the named values), those covering the most of the question's word roots,
-newest first. The newest line's spans are narrowed by the word just before each span ("free 317.1 MB" for "...
+newest first. A positional row (W3C, Zeek, an NCSA access log: pipeline/stream/columns.py) answers with the cell
+whose column name says most of the question's words ("which source port" -> id.orig_p); a header line is no event. The newest line's spans are narrowed by the word just before each span ("free 317.1 MB" for "...
 free?") and by the size unit asked; one left: the answer, no model call. Lines of the same rank whose one span
 differs from the answer: "other lines say otherwise", each cited, newest first (the answer stays the newest line's).
 No line with a span of the kind asked but lines holding the values named: the best of them offers all its spans
@@ -47,6 +48,9 @@ _BYTES = re.compile(r"\d+(?=\s?(?:bytes?|B)$)")              # "301" of "301 byt
 _TIMED = re.compile(r"(-?\d+(?:\.\d+)?)\s?([A-Za-z]+)\b")             # "1938 ms": the number and its unit
 _AFTER = re.compile(r"[^A-Za-z]{0,3}([A-Za-z]+)")         # the word just after a span: "344 bytes received"
 _GAP = re.compile(r"[^A-Za-z0-9]*(?:[A-Za-z]+[^A-Za-z0-9]*)?")   # between a naming word and its value: one word at most
+# a direction word before a span -> the roots of the nouns that ask for it: "from 127.0.0.1:22 to 142.93.136.142:80"
+_DIRECTION = {"to": ("destin", "target", "dest", "dst"), "dst": ("destin", "dest"), "dest": ("destin",),
+              "from": ("source", "origin", "src"), "src": ("source",)}
 _LEVEL = re.compile(r"(?i:INFO|WARN|WARNING|ERROR|FATAL|SEVERE|DEBUG|TRACE|CRITICAL|NOTICE|ALERT|EMERG|CRIT)|[VDIWEF]"
                     r"|LOG|PANIC|DEBUG[1-5]")                      # and PostgreSQL's own levels, in capitals
 
@@ -269,8 +273,8 @@ def _spans(line: Line, kind: str, keys: set[str], r: Route | None = None) -> lis
     (INFO, WARN) is a status only when a level is asked, and then only a level is."""
     if kind.startswith("field:"):              # a field whose name holds the word asked: "calories", totalCalories=
         root = stem(kind[6:])
-        found = [v for v in line.values if v.kind.startswith("field:") and root in v.kind[6:] and
-                 key_of(v.text) not in keys]
+        found = [v for v in line.values if v.kind.startswith("field:") and key_of(v.text) not in keys and
+                 (root == v.kind[6:] or len(root) >= 3 and root in v.kind[6:])]     # "as" is no "password"
         return found
     found = [v for v in line.values if v.kind == kind and key_of(v.text) not in keys and
              not (r and (_said_by_question(r, v) or v.text in r.besides))]
@@ -296,7 +300,7 @@ def _is_level(line: Line, v: Value) -> bool:
 
 def _fit(r: Route, before: str, text: str, after: str | None = None) -> int:
     """How well a span fits the question: 2 points for each of the question's word roots and type nouns the word just
-    before it holds ("onStandStepChanged 3601" for "the stand step count"), 2 if it starts with a type noun
+    before it holds ("onStandStepChanged 3601" for "the stand step count"; "to" holds a destination, "from" a source), 2 if it starts with a type noun
     ("attempt_1445..." for "which attempt"), 1 if its unit is the unit asked, 1 for each root among the 4 words before
     that one ("Connection broken for id 1889..." against "my id = 1", asked which id the connection broke for) and
     1 for each root the word just after it starts with ("344 bytes received" for "bytes received?")."""
@@ -304,7 +308,7 @@ def _fit(r: Route, before: str, text: str, after: str | None = None) -> int:
     word = m[1].casefold() if m else ""
     names = {*r.roots, *r.nouns, *([stem(r.type_noun)] if r.type_noun else ())} - {""}
     near = sum(1 for n in names if word and (stem(word).startswith(n) or n.startswith(stem(word)) or
-                                             len(n) >= 3 and n in word))
+                                             len(n) >= 3 and n in word or n in _DIRECTION.get(word, ())))
     context = _WORD.findall(before.casefold())[-5:-1]          # the words before that one: "broken for id 1889..."
     said = sum(1 for n in r.roots if any(w.startswith(n) for w in context))
     if after is not None and (m := _AFTER.match(after)):      # the word just after: "344 bytes received"

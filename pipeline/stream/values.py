@@ -5,21 +5,23 @@ as the line writes it), a value's lookup key (`key_of`) and the suffix stemmer q
 (`stem`). Runs once per line in the ingest actor (pipeline/stream/archive.py stores the values), so every pattern is
 compiled once and a line costs a handful of regex scans. Never touches SQLite, the ring or a model.
 
-Kinds: `time` (the line's first timestamp: ISO with a zone, syslog, ctime, an access log's, epoch seconds...),
-`clock` (its time of day, when the timestamp has a date too: "19:18:14,511" of "2015-07-29 19:18:14,511"), `alarm`
-(a TEP line's whole alarm type: "H", "HH NR"), `addr` (IPv4:port), `ip`, `port` ("10.0.0.1:22", "host:8030", "port
-22"), `path` (/unix/like, C:\\windows\\like, a URL: hdfs://host:9000, file:/D:/x.jar, a bare file name: chrome.exe;
-a URL's host and port are read too, as `host` or `ip` and `port`), `host` (a host name before ":port", a name ending
-in a top-level domain: ns.example.com), `size` (a number with a byte unit: "1024 kB", "28.0 KB"), `number` (any
-other number, decimals kept: "28.0", "0.32285523", "1000 ms" with its unit), `id` (block, task, attempt, container
-ids, hex ids, TEP tags, anything of letters, digits, `_`, `-`, `.`, `:` holding a letter and a digit: "broadcast_3",
-"FIR123", "blk_-1608999687919862906"), `user` (the name after "user", or after "for" in a line about logins),
-`status` (a level or outcome word: ERROR, failed, closed; on a TEP alarm line its type H/HH/L/LL and NR; Android
-logcat's level letter; PostgreSQL's LOG, PANIC, DEBUG1-5 before its ":  "; an access log's HTTP status after its request, whose byte count is a `size`; a code in
+Kinds: `time` (the line's first timestamp: ISO with a zone, 2024/02/16 06:05:22.113, syslog, ctime, an access
+log's, epoch seconds...), `clock` (its time of day, when the timestamp has a date too: "19:18:14,511" of "2015-07-29
+19:18:14,511"), `alarm` (a TEP line's whole alarm type: "H", "HH NR"), `addr` (IPv4:port), `ip`, `port`
+("10.0.0.1:22", "host:8030", "port 22"), `path` (/unix/like, C:\\windows\\like, a URL: hdfs://host:9000,
+file:/D:/x.jar, a bare file name: chrome.exe, machine.inf; a URL's host and port are read too, as `host` or `ip` and
+`port`), `host` (a host name before ":port", a name ending in a top-level domain: ns.example.com), `size` (a number
+with a byte unit: "1024 kB", "28.0 KB"), `number` (any other number, decimals kept: "28.0", "0.32285523", "1000 ms"
+with its unit), `id` (block, task, attempt, container ids, hex ids, TEP tags, anything of letters, digits, `_`, `-`,
+`.`, `:` holding a letter and a digit: "broadcast_3", "FIR123", "blk_-1608999687919862906"), `user` (the name after
+"user", quoted or not, or after "for" in a line about logins), `status` (a level or outcome word: ERROR, failed,
+closed; on a TEP alarm line its type H/HH/L/LL and NR; Android logcat's level letter; PostgreSQL's LOG, PANIC,
+DEBUG1-5 before its ":  "; an access log's HTTP status after its request, whose byte count is a `size`; a code in
 capitals with an underscore: E_FAIL, SCREEN_OFF; a state in capitals a transition enters: UNASSIGNED of "from NEW to
-UNASSIGNED"), `field:NAME` (the value written after "NAME=", quotes left out: "rhost=10.0.0.1", 'tag="View Lock"';
-read beside the value's own kind). A span taken by a stronger kind (time, addr, ip, path, size) is not read again as
-a weaker one (id, number).
+UNASSIGNED"), `field:NAME` (the value written after "NAME=" or "NAME = ", quotes left out: "rhost=10.0.0.1",
+'tag="View Lock"', "ConfigFlags = 0x0"; or quoted right after the word NAME: 'version "SSH-2.0-Go"'; read beside the
+value's own kind). A span taken by a stronger kind (time, addr, ip, path, size) is not read again as a weaker one
+(id, number). A positional row's cells, named by its header, are pipeline/stream/columns.py's.
 """
 from __future__ import annotations
 
@@ -40,6 +42,7 @@ class Value:
 _TIME = re.compile(
     r"\d{4}-\d{2}-\d{2}[ T-]\d{2}[:.]\d{2}[:.]\d{2}(?:[.,]\d+)?(?: ?(?:UTC|GMT|Z|[+-]\d{2}:?\d{2})\b)?"
     #   2015-10-18 18:01:47,978 / BGL's 15.42.50.67 / PostgreSQL's 2026-04-13 19:38:44.684 UTC
+    r"|\b\d{4}/\d{2}/\d{2}[ T]\d{2}:\d{2}:\d{2}(?:[.,]\d+)?"                # 2024/02/16 06:05:22.113
     r"|\b\d{2}/[A-Z][a-z]{2}/\d{4}:\d{2}:\d{2}:\d{2}(?: [+-]\d{4})?"       # an access log's 22/Jan/2019:03:56:14 +0330
     r"|\b\d{6} \d{6}\b"                                                 # HDFS: 081109 203615
     r"|\b\d{2}/\d{2}/\d{2} \d{2}:\d{2}:\d{2}"                              # Spark: 17/06/09 20:10:46
@@ -63,12 +66,12 @@ _FQDN = re.compile(r"(?<![\w.@/-])[A-Za-z0-9][\w-]*(?:\.[\w-]+)*\.(?:com|net|org
 _PORT = re.compile(r"\bport[ =:#]?(\d{1,5})\b", re.IGNORECASE)
 _PATH = re.compile(r"(?<![\w/.:-])(?:/[\w.~+@$%-]*[\w~+@$%-])+/?|\b[A-Za-z]:\\[^\s,;\]\)'\"]*[^\s,;\]\)'\".:]"
                    r"|(?<![\w./\\-])[A-Za-z][\w-]*\.(?:exe|dll|sys|so|jar|sh|py|bin|conf|cfg|ini|xml|json|properties"
-                   r"|log|txt)\b(?![.\w/\\-])")                                   # and a bare file name: chrome.exe
+                   r"|log|txt|inf|msi|cab|bat|cmd|ps1)\b(?![.\w/\\-])")                                   # and a bare file name: chrome.exe
 _SIZE = re.compile(r"(?<![\w.])\d+(?:\.\d+)?\s?(?:[kKMGT]i?B|[kKMGT]b|bytes?|B)\b")
 _NUMBER = re.compile(r"(?<![\w.:/@-])-?\d+(?:\.\d+)?(?:\s?(?:ms|us|ns|s|sec|secs|seconds|%))?(?![\w.])")
 _ID = re.compile(r"(?<![\w.:-])[A-Za-z0-9_][\w.:-]*[\w]|(?<![\w.:-])[A-Za-z]\d(?![\w.:-])")
 _HEX = re.compile(r"\b0x[0-9a-fA-F]+\b")
-_USER = re.compile(r"\buser[ =:]+(?!unknown\b)([\w.@$-]*[\w$])", re.IGNORECASE)
+_USER = re.compile(r"\buser[ =:]+\"?(?!unknown\b)([\w.@$-]*[\w$])", re.IGNORECASE)
 _FOR_USER = re.compile(r"\bfor (?:invalid user |illegal user )?([\w.@$-]*[\w$])(?= from\b| port\b|\s*$)",
                        re.IGNORECASE)
 _LOGIN_WORDS = re.compile(r"password|login|logon|authenticat|session|ssh", re.IGNORECASE)
@@ -80,7 +83,8 @@ _STATUS = re.compile(
 _PG_LEVEL = re.compile(r"\b(?:LOG|PANIC|DEBUG[1-5])(?=:  )")      # PostgreSQL's own levels: "LOG:  connection received"
 _TEP = re.compile(rf"^\d{{2}}:\d{{2}}:\d{{2}} {TAG.pattern} (HH|H|LL|L)( NR)?\b")
 _LOGCAT = re.compile(r"^\d{2}-\d{2} \d{2}:\d{2}:\d{2}\.\d+\s+\d+\s+\d+ ([VDIWEF]) ")   # Android's level letter
-_FIELD = re.compile(r"(?<![\w.])([A-Za-z][\w.]*)=(?:\"([^\"]*)\"|([^\s,;\"\])]+))")        # name=value, name="a b"
+_FIELD = re.compile(r"(?<![\w.])([A-Za-z][\w.]*)(?:=| = )(?:\"([^\"]*)\"|([^\s,;\"\])]+))")        # name=value, name="a b"
+_QUOTED = re.compile(r"(?<![\w.])([A-Za-z][\w.]*):? \"([^\"\\]{1,200})\"")     # name "value": user "admin"
 _CLOCK = re.compile(r"(?<!\d)\d{2}[:.]\d{2}[:.]\d{2}(?:[.,:]\d+)?")
 _REQUEST = re.compile(r'"(?:GET|POST|HEAD|PUT|DELETE|PATCH|OPTIONS|CONNECT) [^"]*" ([1-5]\d\d) (\d+)\b')
 #   an access log's request, then its HTTP status and the bytes sent: "GET /x HTTP/1.1" 200 5667
@@ -125,6 +129,9 @@ def values_of(text: str) -> list[Value]:
             group = 2 if m[2] is not None else 3
             if m.end(group) > m.start(group):
                 add(f"field:{m[1].casefold()}", m.start(group), m.end(group))
+    if '"' in text:                               # a quoted value under the word before it
+        for m in _QUOTED.finditer(text):
+            add(f"field:{m[1].casefold()}", m.start(2), m.end(2))
     if ":/" in text:
         for m in _URL.finditer(text):
             if _free(taken, m.start(), m.end()):

@@ -186,6 +186,21 @@ def test_the_words_before_a_span_pick_it_among_several_of_its_kind(ssh):
     assert read(ssh, "what was the estimated size of broadcast_3?").answer == "28.0 KB"
 
 
+def test_to_names_a_destination_and_from_a_source(tmp_path):
+    path = archive_of(tmp_path / "a.sqlite", [
+        "2022/05/06 04:53:57 [190.2.139.67:58629] [channel 106] direct TCP/IP forwarding from 127.0.0.1:22 to "
+        "142.93.136.142:80 requested"])
+    assert read(path, "Which destination port did channel 106 of 190.2.139.67:58629 request?").answer == "80"
+    assert read(path, "Which source port did channel 106 of 190.2.139.67:58629 forward from?").answer == "22"
+
+
+def test_a_field_is_named_by_its_whole_name_or_a_root_of_three_letters_in_it(tmp_path):
+    path = archive_of(tmp_path / "a.sqlite", [
+        '2022/05/06 05:40:30 [186.78.209.242:47338] authentication for user "pi" with password "raspberry9" accepted'])
+    assert read(path, "When did someone first log in as pi?").answer == "2022/05/06 05:40:30"   # "as": no "password"
+    assert read(path, "Which password did 186.78.209.242:47338 log in with?").answer == "raspberry9"
+
+
 def test_spans_the_words_cannot_tell_apart_go_to_the_model_as_closed_options(tmp_path):
     path = archive_of(tmp_path / "a.sqlite", ["10:00:01 job_7 moved 10 kB and 20 kB"])
     choice = read(path, "how many kB did job_7 have?")

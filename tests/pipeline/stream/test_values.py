@@ -78,6 +78,15 @@ def test_ips_and_ports_are_whole_values():
     ("Connecting to driver: spark://CoarseGrainedScheduler@10.10.34.11:48069", ("ip", "10.10.34.11")),   # a URL's
     ("Connecting to driver: spark://CoarseGrainedScheduler@10.10.34.11:48069", ("port", "48069")),       # parts
     ("Remoting started; listening on [akka.tcp://sparkExecutor@mesos-slave-07:55904]", ("host", "mesos-slave-07")),
+    ("2024/02/16 06:05:22.113  2136       3728 S0   AcceptServer::HandleAccept", ("time", "2024/02/16 06:05:22.113")),
+    ('2022/05/06 05:10:03 [195.3.147.60:28696] authentication for user "admin" with password "x" accepted',
+     ("user", "admin")),                                                     # a quoted user name
+    ('[195.3.147.60:28696] connection with client version "SSH-2.0-OpenSSH_5.9" established',
+     ("field:version", "SSH-2.0-OpenSSH_5.9")),                              # a quoted value, named by the word before
+    ("set: ACPI\\PNP0200\\4&E03A844&0 -> Configured [machine.inf:*PNP0200,NO_DRV_X] (ConfigFlags = 0x00000000).",
+     ("field:configflags", "0x00000000")),                                  # "name = value"
+    ("set: ACPI\\PNP0200\\4&E03A844&0 -> Configured [machine.inf:*PNP0200,NO_DRV_X]", ("path", "machine.inf")),
+    ("2026-04-13 19:38:44.689 UTC [103] 00000: db=postgres LOG:  disconnection", ("status", "LOG")),  # PostgreSQL's
 ])
 def test_each_kind_is_read_as_the_line_writes_it(text, value):
     assert value in kinds(text)
@@ -88,6 +97,11 @@ def test_every_value_is_exactly_the_span_it_names_on_every_loghub_line():
         for rec in read_log(path)[:400]:
             for v in values_of(rec.text):
                 assert rec.text[v.start:v.end] == v.text and v.text, (path.name, rec.text, v)
+
+
+def test_an_empty_field_does_not_take_the_next_one_as_its_value():
+    found = kinds("authentication failure; logname= uid=0 euid=0 tty=ssh ruser= rhost=5.36.59.76  user=root")
+    assert ("field:rhost", "5.36.59.76") in found and not {v for k, v in found if k in ("field:ruser", "field:logname")}
 
 
 def test_the_stemmer_gives_fail_failed_and_failure_one_root():
