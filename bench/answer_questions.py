@@ -9,7 +9,8 @@ five more loghub logs vendored in bench/data, written by someone who never read 
 log and a Zeek http.log from lnav's test data, a PostgreSQL log from quellog's), every question of them `fresh3`;
 the fresh4 split is four more kinds vendored the same way (a Siemens WinCC S7 channel log, a TeamViewer log and a
 Windows setupapi device-install log from plaso's test data, an sshesame SSH honeypot log from crowdsec's hub), every
-question of them `fresh4`.
+question of them `fresh4`; the fresh5 split is two more kinds vendored the same way (a MongoDB mongod log from mtools'
+test data, a Kafka broker server.log from Elastic's examples), every question of them `fresh5`.
 Never imports the reader, the server or the project's parsers (a test only checks that its line numbers and
 texts are the stream's); never runs a model.
 
@@ -43,7 +44,7 @@ MIN_SLACK = 20             # ... and must be at least ask_after + MIN_SLACK (5 s
 MIN_ASK, MAX_ASK = 24, 200     # questions are asked after 24..200 lines: about 50 s of stream at 4 lines/s
 HELDOUT_PERCENT = 60
 QUOTA = {"lookup": 12, "count": 6, "first": 1, "last": 1, "most_frequent": 1, "which": 1, "not_found": 2}
-FRESH_QUOTA = {**QUOTA, "lookup": 14, "first": 2, "last": 2}    # a fresh(2-4) log's set stands alone: a few more each
+FRESH_QUOTA = {**QUOTA, "lookup": 14, "first": 2, "last": 2}    # a fresh(2-5) log's set stands alone: a few more each
 TIME_GROUPS = ("t", "clock", "when")    # the groups that hold a time in the patterns below
 WHICH_MAX = 6              # a "which" question lists at most this many distinct values
 
@@ -70,7 +71,7 @@ class Question:
     gold: str | None             # None: not in the log
     gold_lines: tuple[int, ...]  # lines holding the gold (a lookup: every agreeing line, newest last; count: all)
     stable_through: int          # the gold (and gold_lines) is the same over lines[:n], ask_after <= n <= this
-    split: str                   # dev | heldout | fresh | fresh2 | fresh3 | fresh4
+    split: str                   # dev | heldout | fresh | fresh2 | fresh3 | fresh4 | fresh5
     absent: str | None = None    # not_found: the identifier in the text that occurs in no line of the log
 
 
@@ -108,7 +109,7 @@ class LogSpec:
     lookups: tuple[Lookup, ...]
     tallies: tuple[Tally, ...]
     values: tuple[Values, ...]
-    split: str | None = None     # every question's split (fresh, fresh2, fresh3, fresh4); None: dev or heldout by
+    split: str | None = None     # every question's split (fresh, fresh2, ..., fresh5); None: dev or heldout by
                                  # a hash (`split_of`)
 
 
@@ -1882,6 +1883,173 @@ SPECS += (
             "Which host is requested most through the tunnels?",), (
             "Which hosts have been requested through tunnels?",)),
     ), split="fresh4"),
+)
+
+# The fresh5 split: two logs of kinds no other set has (a production MongoDB 4.2 mongod log from mtools' test data, a
+# Kafka broker's server.log with Java stack traces from Elastic's examples), vendored in bench/data
+# (bench/data/README.md), written like the fresh ones without reading the reader; every question over them is
+# `fresh5`, none of any other split.
+MG_T = r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}\+0000"            # mongod: ISO time with milliseconds and offset
+MG = r"^(?P<t>{T}) [A-Z] +[A-Z]+ +"                                # ... then severity and component
+KF_T = r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3}"                    # Kafka: date, time, comma, milliseconds
+KF = r"^\[(?P<t>{T})\] [A-Z]+ "                                    # ... in brackets, then the level
+SPECS += (
+    LogSpec(FRESH + "mtools/mongod_4.2.11.log", "plain", MG_T, (
+        Lookup("ip", rf"\[listener\] connection accepted from (?P<value>{IP}):\d+ #(?P<conn>\d+) ", (
+            "Which client address opened connection #{conn}?",
+            "conn{conn} - accepted from which IP?",
+            "What IP did mongod accept connection number {conn} from?")),
+        Lookup("port", rf"\[listener\] connection accepted from {IP}:(?P<value>\d+) #(?P<conn>\d+) ", (
+            "From which source port did connection #{conn} come?",
+            "Client port of conn{conn}?")),
+        Lookup("id", rf"\[listener\] connection accepted from (?P<ip>{IP}):(?P<port>\d+) #(?P<value>\d+) ", (
+            "Which connection number did mongod give the client {ip}:{port}?",
+            "{ip}:{port} connected - which conn id?")),
+        Lookup("user", rf"\[conn(?P<conn>\d+)\] Successfully authenticated as principal (?P<value>[\w-]+) on ", (
+            "Which principal did conn{conn} authenticate as?",
+            "Who logged in on connection {conn}?",
+            "conn{conn} authenticated - which user?")),
+        Lookup("user", rf"Successfully authenticated as principal (?P<value>[\w-]+) on \w+ from client "
+                       rf"(?P<ip>{IP}):(?P<port>\d+)$", (
+            "Which user authenticated from client {ip}:{port}?",)),
+        Lookup("node", rf"\[conn(?P<conn>\d+)\] Successfully authenticated as principal [\w-]+ on (?P<value>\w+) "
+                       r"from", (
+            "Against which database did conn{conn} authenticate?",
+            "Auth database used by connection {conn}?")),
+        Lookup("id", r'\[conn(?P<conn>\d+)\] received client metadata from .*driver: \{ name: "(?P<value>[^"]+)"', (
+            "Which driver did conn{conn} report in its client metadata?",
+            "What client driver is connection {conn} using?")),
+        Lookup("id", r'\[conn(?P<conn>\d+)\] received client metadata from .*driver: \{ name: "[^"]+", version: '
+                     r'"(?P<value>[^"]+)"', (
+            "Which driver version did conn{conn} send?",)),
+        Lookup("size", rf"\[conn(?P<conn>\d+)\] end connection {IP}:\d+ \((?P<value>\d+) connections now open\)", (
+            "How many connections were open after conn{conn} ended?",
+            "Open connection count logged when connection {conn} closed?")),
+        Lookup("time", rf"^(?P<value>{{T}}) I +NETWORK +\[conn(?P<conn>\d+)\] end connection ", (
+            "When did connection {conn} end?",
+            "At what time was conn{conn} closed?")),
+        Lookup("time", rf"^(?P<value>{{T}}) I +NETWORK +\[listener\] connection accepted from {IP}:\d+ "
+                       r"#(?P<conn>\d+) ", (
+            "When was connection #{conn} accepted?",)),
+        Lookup("status", r"Replica Set Member State: (?P<value>[A-Z]+)$", (
+            "What replica set member state did mongod report at start?",)),
+        Lookup("port", r"\] pid=(?P<pid>\d+) port=(?P<value>\d+) ", (
+            "Which port is mongod pid {pid} listening on?",)),
+        Lookup("node", r"\] pid=(?P<pid>\d+) port=\d+ 64-bit host=(?P<value>\S+)$", (
+            "On which host does mongod process {pid} run?",)),
+    ), (
+        Tally(rf"\[listener\] connection accepted from (?P<ip>{IP}):", (
+            "How many connections has {ip} opened?",
+            "Count the connections accepted from {ip}."), (
+            "When did {ip} first connect?",), (
+            "When did {ip} last connect?",)),
+        Tally(r"Successfully authenticated as principal (?P<user>[\w-]+) on ", (
+            "How many times has {user} authenticated?",
+            "How many successful logins for principal {user}?"), (
+            "When did {user} first authenticate?",), (
+            "When did {user} last authenticate?",)),
+        Tally(rf"\] end connection (?P<ip>{IP}):\d+ ", (
+            "How many connections from {ip} have ended?",), (
+            "When did a connection from {ip} first end?",), (
+            "When did a connection from {ip} last end?",)),
+        Tally(r'received client metadata from .*driver: \{ name: "(?P<driver>[^"]+)"', (
+            "How many client metadata lines name the {driver} driver?",
+            "How often has a {driver} client announced itself?"), (
+            "When did a {driver} client first announce itself?",), (
+            "When did a {driver} client last announce itself?",)),
+    ), (
+        Values(rf"\[listener\] connection accepted from (?P<value>{IP}):", (
+            "Which client address opens the most connections?",), (
+            "Which client addresses have connected?",)),
+        Values(r"Successfully authenticated as principal (?P<value>[\w-]+) on ", (
+            "Which principal authenticates most often?",), (
+            "Which principals have authenticated?",)),
+        Values(r'driver: \{ name: "(?P<value>[^"]+)"', (
+            "Which driver shows up most in client metadata?",), (
+            "Which drivers have connected?",)),
+    ), split="fresh5"),
+    LogSpec(FRESH + "elastic/kafka1_server_2016-12-19-20.log", "plain", KF_T, (
+        Lookup("id", KF + r"Scheduling log segment (?P<value>\d+) for log (?P<log>test-\d+) for deletion\.", (
+            "Which segment of {log} was scheduled for deletion at {t}?",
+            "{t}: segment of {log} queued for deletion?")),
+        Lookup("node", KF + r"Scheduling log segment \d+ for log (?P<value>test-\d+) for deletion\.", (
+            "Which log had a segment scheduled for deletion at {t}?",)),
+        Lookup("time", r"^\[(?P<value>{T})\] INFO Deleting segment (?P<seg>\d+) from log (?P<log>test-\d+)\.", (
+            "When was segment {seg} deleted from {log}?",
+            "At what time did Kafka delete segment {seg} of {log}?")),
+        Lookup("size", KF + r"Rolled new log segment for '(?P<log>test-\d+)' in (?P<value>\d+) ms\.", (
+            "How many ms did rolling the new segment of {log} take at {t}?",
+            "Roll time of {log} at {t}?")),
+        Lookup("path", KF + r"Deleting index (?P<value>/tmp/kafka-logs/\S+\.timeindex\.deleted) ", (
+            "Which time index file was deleted at {t}?",)),
+        Lookup("path", KF + r"Deleting index (?P<value>/tmp/kafka-logs/\S+/\d+\.index\.deleted) ", (
+            "Which offset index file did Kafka delete at {t}?",)),
+        Lookup("id", KF + r"\[ReplicaFetcherThread-0-(?P<value>\d+)\], Error in fetch ", (
+            "Which broker id's fetcher thread failed to fetch at {t}?",)),
+        Lookup("id", r"^\[(?P<t>{T})\] WARN \[ReplicaFetcherThread-\d+-\d+\], Error in fetch kafka\.server\."
+                     r"ReplicaFetcherThread\$FetchRequest@(?P<value>[0-9a-f]+) ", (
+            "Which FetchRequest object failed at {t}?",)),
+        Lookup("time", r"^\[(?P<value>{T})\] INFO Truncating log (?P<log>__consumer_offsets-\d+) to offset 0\.", (
+            "When was {log} truncated?",
+            "At what time was log {log} truncated to offset 0?")),
+        Lookup("size", r"Finished loading offsets from \[__consumer_offsets,(?P<p>\d+)\] in (?P<value>\d+) "
+                       r"milliseconds\.", (
+            "How many milliseconds did loading offsets from __consumer_offsets partition {p} take?",
+            "Offsets load time for [__consumer_offsets,{p}]?")),
+        Lookup("time", r"^\[(?P<value>{T})\] INFO \[Group Metadata Manager on Broker \d+\]: Loading offsets and "
+                       r"group metadata from \[__consumer_offsets,(?P<p>\d+)\]", (
+            "When did the broker start loading offsets of __consumer_offsets partition {p}?",)),
+        Lookup("status", r"Expanding ISR for partition \[(?P<topic>[\w]+),(?P<p>\d+)\] from [\d,]+ to "
+                         r"(?P<value>[\d,]+) ", (
+            "To which replica set was the ISR of [{topic},{p}] expanded?",
+            "New ISR of {topic} partition {p}?")),
+        Lookup("time", r"^\[(?P<value>{T})\] INFO Partition \[(?P<topic>\w+),(?P<p>\d+)\] on broker \d+: Expanding "
+                       r"ISR", (
+            "When was the ISR of [{topic},{p}] expanded?",)),
+        Lookup("status", r"^\[(?P<t>{T})\] (?P<value>[A-Z]+) \[ReplicaFetcherThread-(?P<thread>\d+-\d+)\], ", (
+            "At what level did ReplicaFetcherThread-{thread} log at {t}?",)),
+    ), (
+        Tally(r"Rolled new log segment for '(?P<log>test-\d+)'", (
+            "How many new segments have been rolled for {log}?",
+            "Count the segment rolls of {log}."), (
+            "When was a segment of {log} first rolled?",), (
+            "When was a segment of {log} last rolled?",)),
+        Tally(r"Scheduling log segment \d+ for log (?P<log>test-\d+) for deletion", (
+            "How many segments of {log} have been scheduled for deletion?",), (
+            "When was a segment of {log} first scheduled for deletion?",), (
+            "When was a segment of {log} last scheduled for deletion?",)),
+        Tally(r"Deleting segment \d+ from log (?P<log>test-\d+)\.", (
+            "How many segments have been deleted from {log}?",
+            "Count the segment deletions on {log}."), (
+            "When was a segment first deleted from {log}?",), (
+            "When was a segment last deleted from {log}?",)),
+        Tally(r"Error in fetch ", (
+            "How many fetch errors has the broker logged?",
+            "How many 'Error in fetch' warnings so far?"), (
+            "When was the first fetch error?",), (
+            "When was the latest fetch error?",)),
+        Tally(r"Expanding ISR for partition \[(?P<topic>\w+),", (
+            "How many ISR expansions has topic {topic} had?",), (
+            "When was an ISR of {topic} first expanded?",), (
+            "When was an ISR of {topic} last expanded?",)),
+        Tally(r"Truncating log __consumer_offsets-\d+ to offset 0\.", (
+            "How many __consumer_offsets logs were truncated?",), (
+            "When was the first __consumer_offsets log truncated?",), (
+            "When was the last __consumer_offsets log truncated?",)),
+    ), (
+        Values(r"Rolled new log segment for '(?P<value>test-\d+)'", (
+            "Which log has rolled the most segments?",), (
+            "Which logs have rolled new segments?",)),
+        Values(r"Scheduling log segment \d+ for log (?P<value>test-\d+) for deletion", (
+            "Which log has the most segments scheduled for deletion?",), (
+            "Which logs have had segments scheduled for deletion?",)),
+        Values(r"^\[{T}\] (?P<value>[A-Z]+) ", (
+            "Which log level is most common?",), (
+            "Which log levels have appeared?",)),
+        Values(r"Deleting index /tmp/kafka-logs/\S+\.(?P<value>index|timeindex)\.deleted", (
+            "Which kind of index file is deleted most often?",), (
+            "Which kinds of index files have been deleted?",)),
+    ), split="fresh5"),
 )
 
 def log_path(log: str) -> Path:
