@@ -10,8 +10,9 @@ turns its pick into the Reply). Never runs a model; never writes an answer that 
 Lookups: the lines holding every value the question names (exact match), of its TEP alarm type when it asks one,
 with a span of the wanted kind (other than the named values), those covering the most of the question's word roots,
 newest first. A positional row (W3C, Zeek, an NCSA access log: pipeline/stream/columns.py) answers with the cell
-whose column name says most of the question's words ("which source port" -> id.orig_p); a header line is no event. The newest line's spans are narrowed by the word just before each span ("free 317.1 MB" for "...
-free?") and by the size unit asked; one left: the answer, no model call. Lines of the same rank whose one span
+whose column name says most of the question's words ("which source port" -> id.orig_p); a header line is no event.
+The newest line's spans are narrowed by the word just before each span ("free 317.1 MB" for "... free?") and by the
+size unit asked; one left: the answer, no model call. Lines of the same rank whose one span
 differs from the answer: "other lines say otherwise", each cited, newest first (the answer stays the newest line's).
 No line with a span of the kind asked but lines holding the values named: the best of them offers all its spans
 (`_spread`) and the model picks one; so does a line whose only candidate is the value right after a value named (a
@@ -182,7 +183,8 @@ def _every_span(r: Route, line: Line, keys: set[str]) -> tuple[str, ...]:
     names and those it says are not the answer."""
     return tuple(dict.fromkeys(
         v.text for v in sorted(line.values, key=lambda v: v.start) if v.kind not in ("time", "clock")
-        and not v.kind.startswith("col:") and key_of(v.text) not in keys and not _said_by_question(r, v) and v.text not in r.besides))[:MAX_OPTIONS]
+        and not v.kind.startswith("col:") and key_of(v.text) not in keys and not _said_by_question(r, v)
+        and v.text not in r.besides))[:MAX_OPTIONS]
 
 
 def _rank(r: Route, line: Line, found: tuple) -> tuple[int, int, int]:
@@ -211,8 +213,7 @@ def _options(r: Route, line: Line, keys: set[str]) -> tuple[tuple[str, ...], int
         best = max(s[:2] for s in scored)
         return tuple(dict.fromkeys(t for f, i, t in scored if (f, i) == best)), best[0], 2
     free = [v for v in line.values if v.kind not in ("time", "clock") and not v.kind.startswith("col:") and
-            key_of(v.text) not in keys and
-            not _said_by_question(r, v) and v.text not in r.besides]
+            key_of(v.text) not in keys and not _said_by_question(r, v) and v.text not in r.besides]
     words = list(_WORD_AT.finditer(line.text))
     for tier, starts in ((1, [m.end() for m in words if _names(stem(m[0]), set(r.subject) - {""})]),
                          (1, [m.end() for m in words if _names(stem(m[0]), set(r.nouns) - {""})]),
@@ -300,10 +301,11 @@ def _is_level(line: Line, v: Value) -> bool:
 
 def _fit(r: Route, before: str, text: str, after: str | None = None) -> int:
     """How well a span fits the question: 2 points for each of the question's word roots and type nouns the word just
-    before it holds ("onStandStepChanged 3601" for "the stand step count"; "to" holds a destination, "from" a source), 2 if it starts with a type noun
-    ("attempt_1445..." for "which attempt"), 1 if its unit is the unit asked, 1 for each root among the 4 words before
-    that one ("Connection broken for id 1889..." against "my id = 1", asked which id the connection broke for) and
-    1 for each root the word just after it starts with ("344 bytes received" for "bytes received?")."""
+    before it holds ("onStandStepChanged 3601" for "the stand step count"; "to" holds a destination, "from" a
+    source), 2 if it starts with a type noun ("attempt_1445..." for "which attempt"), 1 if its unit is the unit asked,
+    1 for each root among the 4 words before that one ("Connection broken for id 1889..." against "my id = 1", asked
+    which id the connection broke for) and 1 for each root the word just after it starts with ("344 bytes received"
+    for "bytes received?")."""
     m = _BEFORE.search(before)
     word = m[1].casefold() if m else ""
     names = {*r.roots, *r.nouns, *([stem(r.type_noun)] if r.type_noun else ())} - {""}

@@ -66,7 +66,7 @@ _FQDN = re.compile(r"(?<![\w.@/-])[A-Za-z0-9][\w-]*(?:\.[\w-]+)*\.(?:com|net|org
 _PORT = re.compile(r"\bport[ =:#]?(\d{1,5})\b", re.IGNORECASE)
 _PATH = re.compile(r"(?<![\w/.:-])(?:/[\w.~+@$%-]*[\w~+@$%-])+/?|\b[A-Za-z]:\\[^\s,;\]\)'\"]*[^\s,;\]\)'\".:]"
                    r"|(?<![\w./\\-])[A-Za-z][\w-]*\.(?:exe|dll|sys|so|jar|sh|py|bin|conf|cfg|ini|xml|json|properties"
-                   r"|log|txt|inf|msi|cab|bat|cmd|ps1)\b(?![.\w/\\-])")                                   # and a bare file name: chrome.exe
+                   r"|log|txt|inf|msi|cab|bat|cmd|ps1)\b(?![.\w/\\-])")                # and a bare file name: chrome.exe
 _SIZE = re.compile(r"(?<![\w.])\d+(?:\.\d+)?\s?(?:[kKMGT]i?B|[kKMGT]b|bytes?|B)\b")
 _NUMBER = re.compile(r"(?<![\w.:/@-])-?\d+(?:\.\d+)?(?:\s?(?:ms|us|ns|s|sec|secs|seconds|%))?(?![\w.])")
 _ID = re.compile(r"(?<![\w.:-])[A-Za-z0-9_][\w.:-]*[\w]|(?<![\w.:-])[A-Za-z]\d(?![\w.:-])")
@@ -83,7 +83,7 @@ _STATUS = re.compile(
 _PG_LEVEL = re.compile(r"\b(?:LOG|PANIC|DEBUG[1-5])(?=:  )")      # PostgreSQL's own levels: "LOG:  connection received"
 _TEP = re.compile(rf"^\d{{2}}:\d{{2}}:\d{{2}} {TAG.pattern} (HH|H|LL|L)( NR)?\b")
 _LOGCAT = re.compile(r"^\d{2}-\d{2} \d{2}:\d{2}:\d{2}\.\d+\s+\d+\s+\d+ ([VDIWEF]) ")   # Android's level letter
-_FIELD = re.compile(r"(?<![\w.])([A-Za-z][\w.]*)(?:=| = )(?:\"([^\"]*)\"|([^\s,;\"\])]+))")        # name=value, name="a b"
+_FIELD = re.compile(r"(?<![\w.])([A-Za-z][\w.]*)(?:=| = )(?:\"([^\"]*)\"|([^\s,;\"\])]+))")  # name=value, name = "a b"
 _QUOTED = re.compile(r"(?<![\w.])([A-Za-z][\w.]*):? \"([^\"\\]{1,200})\"")     # name "value": user "admin"
 _CLOCK = re.compile(r"(?<!\d)\d{2}[:.]\d{2}[:.]\d{2}(?:[.,:]\d+)?")
 _REQUEST = re.compile(r'"(?:GET|POST|HEAD|PUT|DELETE|PATCH|OPTIONS|CONNECT) [^"]*" ([1-5]\d\d) (\d+)\b')
