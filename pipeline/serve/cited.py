@@ -181,10 +181,14 @@ def _spread(r: Route, lines: list[Line], keys: set[str]) -> Choice | None:
 def _every_span(r: Route, line: Line, keys: set[str]) -> tuple[str, ...]:
     """A line's spans in line order (distinct texts, at most MAX_OPTIONS) but its time, the values the question
     names and those it says are not the answer."""
-    return tuple(dict.fromkeys(
-        v.text for v in sorted(line.values, key=lambda v: v.start) if v.kind not in ("time", "clock")
-        and not v.kind.startswith("col:") and key_of(v.text) not in keys and not _said_by_question(r, v)
-        and v.text not in r.besides))[:MAX_OPTIONS]
+    return tuple(dict.fromkeys(v.text for v in sorted(_free(r, line, keys), key=lambda v: v.start)))[:MAX_OPTIONS]
+
+
+def _free(r: Route, line: Line, keys: set[str]) -> list[Value]:
+    """The line's values that may be an answer: not its time, not a value the question names or says is not the
+    answer."""
+    return [v for v in line.values if v.kind not in ("time", "clock") and key_of(v.text) not in keys and
+            not _said_by_question(r, v) and v.text not in r.besides]
 
 
 def _rank(r: Route, line: Line, found: tuple) -> tuple[int, int, int]:
@@ -212,8 +216,7 @@ def _options(r: Route, line: Line, keys: set[str]) -> tuple[tuple[str, ...], int
         scored = [(_fit(r, line.text[:v.start], v.text, line.text[v.end:]), -i, v.text) for i, v in spans]
         best = max(s[:2] for s in scored)
         return tuple(dict.fromkeys(t for f, i, t in scored if (f, i) == best)), best[0], 2
-    free = [v for v in line.values if v.kind not in ("time", "clock") and not v.kind.startswith("col:") and
-            key_of(v.text) not in keys and not _said_by_question(r, v) and v.text not in r.besides]
+    free = _free(r, line, keys)
     words = list(_WORD_AT.finditer(line.text))
     for tier, starts in ((1, [m.end() for m in words if _names(stem(m[0]), set(r.subject) - {""})]),
                          (1, [m.end() for m in words if _names(stem(m[0]), set(r.nouns) - {""})]),
@@ -232,13 +235,12 @@ def _columns(r: Route, line: Line, keys: set[str]) -> tuple[tuple[str, ...], int
     of a kind asked, then the names saying least else ("status" -> sc-status, not sc-win32-status). () when no name
     says a word of the question, or when the best are the line's time itself (asked "when": the time, not its date
     and clock cells). A name saying the noun asked ("uid", "which client") weighs twice a word the line is found by."""
-    cols = [v for v in line.values if v.kind.startswith("col:") and key_of(v.text) not in keys and
-            v.text not in r.besides]
+    cols = [v for v in line.cells if key_of(v.text) not in keys and v.text not in r.besides]
     named = {*r.nouns, *r.subject, stem(r.type_noun)} - {""}            # what is asked: 2 points a word
     asked = {*r.roots} - named                                            # words to find the line by: 1
     if not cols or not (named or asked):
         return (), 0, 0
-    kinds = {(v.start, v.end): v.kind for v in line.values if not v.kind.startswith("col:")}
+    kinds = {(v.start, v.end): v.kind for v in line.values}
     scored = []
     for v in cols:
         said = meaning(v.kind[4:])

@@ -2,7 +2,7 @@
 
 Owns the cited reader's queries over the archive (pipeline/stream/archive.py owns the file and its schema): the lines
 holding every given value key (exact match on `vals.key`), or matching any given word root (FTS5 prefix query), each
-with its values re-made from their spans; the archive's oldest line (the scope an aggregate speaks for). Every line
+with its values (and a positional row's cells, apart) re-made from their spans; the archive's oldest line (the scope an aggregate speaks for). Every line
 is a candidate, those still inside the model's window included. Never writes, never ranks by meaning: the caller (pipeline/serve/cited.py) decides what a question wants.
 """
 from __future__ import annotations
@@ -25,6 +25,7 @@ class Line:
     text: str
     values: tuple[Value, ...]
     template: int
+    cells: tuple[Value, ...] = ()    # a positional row's cells, kind "col:NAME" (pipeline/stream/columns.py)
 
     @property
     def clock(self) -> str:
@@ -83,8 +84,9 @@ def lines(con: sqlite3.Connection, seqs: list[int]) -> list[Line]:
         for s in part:
             if s in rows:
                 offset, time, text = rows[s]
-                values = tuple(Value(k, text[a:b], a, b) for k, a, b in spans.get(s, ()))
-                out.append(Line(s, int(offset), time, text, values, templates.get(s, 0)))
+                found = [Value(k, text[a:b], a, b) for k, a, b in spans.get(s, ())]
+                out.append(Line(s, int(offset), time, text, tuple(v for v in found if not v.kind.startswith("col:")),
+                                templates.get(s, 0), tuple(v for v in found if v.kind.startswith("col:"))))
     return out
 
 

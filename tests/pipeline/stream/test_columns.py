@@ -79,4 +79,4 @@ def test_the_archive_names_rows_by_the_newest_header_even_after_it_is_reopened(t
         rows = lines_of(con, [2, 3])
     finally:
         con.close()
-    assert [next(v.text for v in ln.values if v.kind == "col:c-ip") for ln in rows] == ["183.60.244.30", "10.0.0.9"]
+    assert [next(v.text for v in ln.cells if v.kind == "col:c-ip") for ln in rows] == ["183.60.244.30", "10.0.0.9"]
