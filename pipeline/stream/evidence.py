@@ -2,8 +2,9 @@
 
 Owns the cited reader's queries over the archive (pipeline/stream/archive.py owns the file and its schema): the lines
 holding every given value key (exact match on `vals.key`), or matching any given word root (FTS5 prefix query), each
-with its values (and a positional row's cells, apart) re-made from their spans; the archive's oldest line (the scope an aggregate speaks for). Every line
-is a candidate, those still inside the model's window included. Never writes, never ranks by meaning: the caller (pipeline/serve/cited.py) decides what a question wants.
+with its values (and a positional row's cells, apart) re-made from their spans; the archive's oldest line (the scope
+an aggregate speaks for). Every line is a candidate, those still inside the model's window included. Never writes,
+never ranks by meaning: the caller (pipeline/serve/cited.py) decides what a question wants.
 """
 from __future__ import annotations
 
