@@ -57,8 +57,8 @@ def parser() -> argparse.ArgumentParser:
                    "../shared/data), fresh (5 more loghub logs in bench/data), fresh2 (4 more there: HPC, Mac, "
                    "OpenStack, Thunderbird), fresh3 (4 logs of other kinds there: a web shop's access log, an IIS W3C "
                    "log, a Zeek http.log, a PostgreSQL log), fresh4 (4 more kinds there: a WinCC S7 channel log, a "
-                   "TeamViewer log, a Windows setupapi log, an SSH honeypot log), fresh5 (2 more kinds there: a MongoDB "
-                   "mongod log, a Kafka broker server.log), all (default %(default)s). Each "
+                   "TeamViewer log, a Windows setupapi log, an SSH honeypot log), fresh5 (2 more kinds there: a "
+                   "MongoDB mongod log, a Kafka broker server.log), all (default %(default)s). Each "
                    "fresh split was written apart from the reader and held out until it was measured once (README, "
                    "Operators)")
     p.add_argument("--readers", default="cited", help="answers: comma-separated serve.reader values, one server per "

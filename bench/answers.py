@@ -283,8 +283,8 @@ def progress_line(reader, log, i, n, q, row) -> None:
 
 
 def select(questions: list[Question], split: str, logs: str = "", per_log: int = 0) -> dict[str, list[Question]]:
-    """The questions of `split` (dev, heldout, fresh, fresh2, fresh3, fresh4, fresh5, all) per log; `logs`: comma-separated
-    stems (Linux_2k) to keep; per_log: at most this many per log (the first by ask_after; 0: all)."""
+    """The questions of `split` (dev, heldout, fresh, fresh2, fresh3, fresh4, fresh5, all) per log; `logs`:
+    comma-separated stems (Linux_2k) to keep; per_log: at most this many per log (the first by ask_after; 0: all)."""
     keep = {s.strip() for s in logs.split(",") if s.strip()}
     out: dict[str, list[Question]] = {}
     for q in questions:

@@ -66,7 +66,7 @@ _FQDN = re.compile(r"(?<![\w.@/-])[A-Za-z0-9][\w-]*(?:\.[\w-]+)*\.(?:com|net|org
 _PORT = re.compile(r"\bport[ =:#]?(\d{1,5})\b", re.IGNORECASE)
 _PATH = re.compile(r"(?<![\w/.:-])(?:/[\w.~+@$%-]*[\w~+@$%-])+/?|\b[A-Za-z]:\\[^\s,;\]\)'\"]*[^\s,;\]\)'\".:]"
                    r"|(?<![\w./\\-])[A-Za-z][\w-]*\.(?:exe|dll|sys|so|jar|sh|py|bin|conf|cfg|ini|xml|json|properties"
-                   r"|log|txt|inf|msi|cab|bat|cmd|ps1)\b(?![.\w/\\-])")                # and a bare file name: chrome.exe
+                   r"|log|txt|inf|msi|cab|bat|cmd|ps1)\b(?![.\w/\\-])")       # and a bare file name: chrome.exe
 _SIZE = re.compile(r"(?<![\w.])\d+(?:\.\d+)?\s?(?:[kKMGT]i?B|[kKMGT]b|bytes?|B)\b")
 _NUMBER = re.compile(r"(?<![\w.:/@-])-?\d+(?:\.\d+)?(?:\s?(?:ms|us|ns|s|sec|secs|seconds|%))?(?![\w.])")
 _ID = re.compile(r"(?<![\w.:-])[A-Za-z0-9_][\w.:-]*[\w]|(?<![\w.:-])[A-Za-z]\d(?![\w.:-])")
