@@ -161,6 +161,9 @@ class ServeSection:
                                      # gets before questions and analyses go first again (0 = questions always first)
     archive: str = ""                # SQLite FTS5 file of every line ("" = $RINGSPEC_HOME/archive/stream.sqlite)
     archive_max_lines: int = 1_000_000
+    question_budget_s: float = 1.0   # a cited question's work over the archive at most (past it: a partial answer
+                                     # saying its bound, or "too broad"; pipeline/stream/evidence.py Budget)
+    question_max_lines: int = 10_000    # ... and the archive's lines it reads at most (the newest candidates)
     site: str = ""                   # streams served on several nodes: the host their output actors reach the site's
                                      # one front at ("" = 127.0.0.1 with the local launcher, the launcher's Ray node
                                      # address with ray); its two link ports are picked at start (actors/site.py)
@@ -341,7 +344,8 @@ _MIN = {("model", "threads"): 1, ("model", "max_rows"): 2, ("model", "prefill_ro
         ("supervise", "journal_keep"): 1,
         ("replay", "line_rate"): 0.0, ("serve", "stream_share"): 0.0, ("board", "ram_mb"): 0,
         ("board", "reserve_mb"): 0, ("board", "npu_domain_mb"): 1,
-        ("serve", "max_waiting_per_operator"): 0}
+        ("serve", "max_waiting_per_operator"): 0, ("serve", "question_budget_s"): 0.01,
+        ("serve", "question_max_lines"): 1}
 
 
 # a pass's rows: the graph's softmax width (models/graph.py SOFTMAX_ROWS) and doctor's probes (1..64 rows); a slot
