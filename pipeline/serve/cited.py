@@ -33,6 +33,7 @@ import re
 from collections import Counter
 from dataclasses import dataclass
 
+from pipeline.config import ServeSection
 from pipeline.serve.route import DURATIONS, Route, route
 from pipeline.stream import evidence
 from pipeline.stream.archive import open_reader, search
@@ -42,6 +43,7 @@ from pipeline.stream.values import Value, key_of, stem
 
 MAX_CITED = 8
 MAX_OPTIONS = 8                     # spans a line offers the model when none is of the kind asked
+_SERVE = ServeSection()             # a question's budget when none is given: serve.question_budget_s, ...max_lines
 _WORD = re.compile(r"\w+")
 _BEFORE = re.compile(r"([A-Za-z]\w*)[^A-Za-z]*$")   # the last word before a span, numbers skipped: "request /10.0.0.2:"
 _WORD_AT = re.compile(r"[A-Za-z]+")               # a line's words, split at case changes too: "onReceive" -> on, Receive
@@ -85,30 +87,42 @@ def cite(line: Line) -> Citation:
     return Citation(line.seq, line.when, line.text)
 
 
-def read(archive_path, question: str) -> Reply | Choice | None:
+def read(archive_path, question: str, budget_s: float | None = None, max_lines: int | None = None,
+         budget: evidence.Budget | None = None) -> Reply | Choice | None:
     """The cited reader's answer to `question`, or None when it is not a lookup or an aggregate (or there is no
-    archive yet): the free reader answers those."""
+    archive yet): the free reader answers those. Its work is bounded by `budget` (default: `budget_s` seconds and
+    `max_lines` lines read, each None: serve.question_budget_s, serve.question_max_lines); past it the reply says
+    its bound (`_bound`), or that the question is too broad."""
     r = route(question)
     if r.kind == "other" or not archive_path:
         return None
     con = open_reader(archive_path)
     if con is None:
         return None
+    if budget is None:
+        budget = evidence.Budget(_SERVE.question_budget_s if budget_s is None else budget_s,
+                                 _SERVE.question_max_lines if max_lines is None else max_lines)
+    budget.watch(con)
     try:
-        lines = [ln for ln in evidence.holding(con, r.keys, r.roots) if _fits(ln, r)]
+        first = evidence.oldest(con)          # the scope first: one row, before the budget is spent
+        scope = f"since line #{first.seq} ({first.when})" if first else "in an empty archive"
+        early = r.op == "first"               # the first: the oldest candidates read, the newest otherwise
+        lines = [ln for ln in evidence.holding(con, r.keys, r.roots, budget, early) if _fits(ln, r)]
         if not r.keys and r.op == "span":         # found by words alone: a line must hold every one of them
             lines = [ln for ln in lines if ln.covers(r.roots) == len(r.roots)]
-        if not r.keys and r.roots and not lines:
+        if not r.keys and r.roots and not lines and not budget.cut:
             if r.op != "most" and not r.alarm:
                 return None
-            lines = [ln for ln in evidence.holding(con) if _fits(ln, r)]       # words the log never writes
-        first = evidence.oldest(con)
-        scope = f"since line #{first.seq} ({first.when})" if first else "in an empty archive"
+            lines = [ln for ln in evidence.holding(con, budget=budget, oldest_first=early) if _fits(ln, r)]
+        if early:
+            lines.reverse()                       # newest first, as every rule reads them
+        if not lines and budget.cut:
+            return _too_broad(r, budget, scope)
         if r.op == "count":
-            return _count(r, lines, scope, lambda: _nearest(archive_path, question))
+            return _count(r, lines, scope, lambda: _nearest(archive_path, question), budget)
         if r.op in ("most", "distinct"):
-            return _values(r, lines, scope)
-        return _lookup(r, lines, scope, lambda: _nearest(archive_path, question))
+            return _values(r, lines, scope, budget)
+        return _lookup(r, lines, scope, lambda: _nearest(archive_path, question), budget)
     finally:
         con.close()
 
@@ -129,21 +143,33 @@ def undecided(choice: Choice, why: str) -> Reply:
 
 
 # -- lookups, first and last ---------------------------------------------------------------------------------------
-def _lookup(r: Route, lines: list[Line], scope: str, nearest) -> Reply | Choice:
+def _lookup(r: Route, lines: list[Line], scope: str, nearest, budget: evidence.Budget) -> Reply | Choice:
     keys = {key_of(k) for k in r.keys}
-    ranked = [(_rank(r, ln, found), ln, found) for ln in lines if (found := _options(r, ln, keys))[0]] \
-        if r.want else [((ln.covers(r.roots),), ln, ((ln.text,), 0, 0)) for ln in lines]
-    if not ranked and r.want and lines and (spread := _spread(r, lines, keys)):
+    weighed: list[Line] = []                     # the lines weighed before the budget ran out (newest first)
+    ranked = []
+    for ln in budget.each(lines if r.op != "first" else reversed(lines)):   # the first: weighed from the oldest
+        weighed.append(ln)
+        if not r.want:
+            ranked.append(((ln.covers(r.roots),), ln, ((ln.text,), 0, 0)))
+        elif (found := _options(r, ln, keys))[0]:
+            ranked.append((_rank(r, ln, found), ln, found))
+    if r.op == "first":
+        weighed.reverse()
+        ranked.reverse()
+    bound = _bound(budget, weighed)
+    lines = weighed
+    if not ranked and r.want and lines and (spread := _spread(r, lines, keys, bound)):
         return spread
     if not ranked:
         held = "" if not r.keys else f" holding {', '.join(r.keys)}"
         what = f" with a {r.type_noun or '/'.join(r.want)}" if r.want and lines else ""
-        return Reply(r.kind, None, f"not found: no line{held}{what} {scope}", (),
-                     tuple(cite(ln) for ln in lines[:3]) or nearest())
+        return Reply(r.kind, None, f"not found: no line{held}{what} {scope}{bound}", (),
+                     tuple(cite(ln) for ln in lines[:3]) or (() if budget.cut else nearest()))
     top = max(rank for rank, _, _ in ranked)
     fitting = [(ln, found) for rank, ln, found in ranked if rank == top]             # newest first
     line, (options, _, tier) = fitting[-1] if r.op == "first" else fitting[0]
-    lead = "" if r.op == "span" else f"the {r.op} of {len(fitting)} matching lines {scope}"
+    lead = "" if r.op == "span" and not bound else f"the {r.op} of {len(fitting)} matching lines {scope}{bound}" \
+        if r.op != "span" else bound[2:]
     if not r.want:                               # no kind wanted: the line itself (its time, asked "when")
         return Reply(r.kind, line.text, _said(r, line.text, line, lead), (cite(line),))
     if tier == 0 and len(spans := _every_span(r, line, keys)) > 1:   # only "after the value named": a guess
@@ -164,7 +190,7 @@ def _lookup(r: Route, lines: list[Line], scope: str, nearest) -> Reply | Choice:
     return Reply(r.kind, answer, text, (cite(line), *(cite(ln) for _, ln in listed)))
 
 
-def _spread(r: Route, lines: list[Line], keys: set[str]) -> Choice | None:
+def _spread(r: Route, lines: list[Line], keys: set[str], bound: str = "") -> Choice | None:
     """No line has a span of the kind asked, or one after a word naming it: the line covering the most of the
     question's roots (the newest; the oldest asked "first") offers every span it holds but the values named and its
     time, and the model picks one; None when it holds no other span."""
@@ -174,7 +200,7 @@ def _spread(r: Route, lines: list[Line], keys: set[str]) -> Choice | None:
     options = _every_span(r, line, keys)
     if not options:
         return None
-    lead = "" if r.op == "span" else f"the {r.op} of {len(best)} matching lines"
+    lead = bound[2:] if r.op == "span" else f"the {r.op} of {len(best)} matching lines{bound}"
     return Choice(r, line, options, lead)
 
 
@@ -324,27 +350,39 @@ def _fit(r: Route, before: str, text: str, after: str | None = None) -> int:
 
 
 # -- aggregates ------------------------------------------------------------------------------------------------------
-def _count(r: Route, lines: list[Line], scope: str, nearest) -> Reply:
-    best = max((ln.covers(r.roots) for ln in lines), default=0)
-    counted = [ln for ln in lines if ln.covers(r.roots) == best]
+def _count(r: Route, lines: list[Line], scope: str, nearest, budget: evidence.Budget) -> Reply:
+    covered = [(ln, ln.covers(r.roots)) for ln in budget.each(lines)]      # newest first, while the budget lasts
+    bound = _bound(budget, [ln for ln, _ in covered])
+    best = max((c for _, c in covered), default=0)
+    counted = [ln for ln, c in covered if c == best]
     criteria = [*r.keys, *([f"type {r.alarm}"] if r.alarm else []),
                 *(f"{root}*" for root in r.roots if best and any(ln.covers([root]) for ln in counted[:1]))]
     what = f", counting lines with {', '.join(criteria)}" if criteria else ", counting every line"
     n = len(counted)
-    text = f"{n} time{'s' if n != 1 else ''} {scope}{what}"
     if not counted:                              # nothing to cite: not found (no answer without a citation)
-        return Reply(r.kind, None, f"not found: no line {scope}{what}", (), nearest())
+        return Reply(r.kind, None, f"not found: no line {scope}{what}{bound}", (), () if budget.cut else nearest())
+    if bound:                                    # a partial count: a lower bound, and the lines it was taken over
+        return Reply(r.kind, f"at least {n}", f"at least {n} time{'s' if n != 1 else ''} {scope}{what}{bound}",
+                     tuple(cite(ln) for ln in counted[:3]))
+    text = f"{n} time{'s' if n != 1 else ''} {scope}{what}"
     return Reply(r.kind, str(n), text, tuple(cite(ln) for ln in counted[:3]))
 
 
-def _values(r: Route, lines: list[Line], scope: str) -> Reply:
+def _values(r: Route, lines: list[Line], scope: str, budget: evidence.Budget) -> Reply:
     """The most frequent or the distinct values over the lines of the best word coverage: each line's value is what a
     lookup would copy from it (`_options`: its one best span; a line whose spans tie gives none), so every value
-    listed is a span of a line cited."""
-    best = max((ln.covers(r.roots) for ln in lines), default=0)
-    lines = [ln for ln in lines if ln.covers(r.roots) == best]               # newest first
+    listed is a span of a line cited. Over the lines weighed before the budget ran out (newest first)."""
+    covered = [(ln, ln.covers(r.roots)) for ln in budget.each(lines)]
+    best = max((c for _, c in covered), default=0)
+    lines = [ln for ln, c in covered if c == best]                          # newest first
     keys = {key_of(k) for k in r.keys}
-    picked = [(ln, found) for ln in lines if len((found := _options(r, ln, keys))[0]) == 1]
+    weighed: list[Line] = []
+    picked = []
+    for ln in budget.each(lines):
+        weighed.append(ln)
+        if len((found := _options(r, ln, keys))[0]) == 1:
+            picked.append((ln, found))
+    bound = _bound(budget, weighed if len(weighed) < len(lines) else [ln for ln, _ in covered])
     tier = max((found[2] for _, found in picked), default=0)                 # of a kind asked, if any line has one
     newest: dict[str, tuple[str, Line]] = {}
     counts: Counter = Counter()
@@ -353,23 +391,41 @@ def _values(r: Route, lines: list[Line], scope: str) -> Reply:
             counts[key_of(text)] += 1
             newest.setdefault(key_of(text), (text, ln))
     if not counts:
-        return Reply(r.kind, None, f"not found: no matching line with a {r.type_noun or 'value'} {scope}",
+        return Reply(r.kind, None, f"not found: no matching line with a {r.type_noun or 'value'} {scope}{bound}",
                      (), tuple(cite(ln) for ln in lines[:3]))
     if r.op == "most":
         top = max(counts.values())
         key = next(k for k in newest if counts[k] == top)                    # ties: the newest
         text, line = newest[key]
-        return Reply(r.kind, text, f"{text}, in {top} of {sum(counts.values())} matching lines {scope}; newest: "
-                                   f"line #{line.seq} at {line.when}: {line.text}", (cite(line),))
+        return Reply(r.kind, text, f"{text}, in {top} of {sum(counts.values())} matching lines {scope}{bound}; "
+                                   f"newest: line #{line.seq} at {line.when}: {line.text}", (cite(line),))
     listed = [newest[k][0] for k in newest]                                  # newest first
     answer = ", ".join(listed)
     noun = f"{r.type_noun} values" if r.type_noun else "values"
     cited = {ln.seq: ln for _, ln in newest.values()}                        # every value listed stands on a line
-    return Reply(r.kind, answer, f"{len(listed)} different {noun} {scope}, newest first: {answer}",
+    return Reply(r.kind, answer, f"{len(listed)} different {noun} {scope}{bound}, newest first: {answer}",
                  tuple(cite(ln) for ln in cited.values()))
 
 
 # -- shared ------------------------------------------------------------------------------------------------------------
+def _bound(budget: evidence.Budget, weighed: list[Line]) -> str:
+    """What an answer cut short by its budget stands on, to append to its text ("" when nothing was cut): the lines
+    weighed, their seqs, and why no more were (serve.question_max_lines, serve.question_budget_s)."""
+    if not budget.cut:
+        return ""
+    why = f"serve.question_max_lines ({budget.max_lines}) reached" if budget.cut == "lines" else \
+        f"the question's budget (serve.question_budget_s, {budget.seconds:g} s) spent"
+    seqs = [ln.seq for ln in weighed]
+    over = f" (lines #{min(seqs)} to #{max(seqs)})" if seqs else ""
+    return f"; only {len(weighed)} candidate line{'s' if len(weighed) != 1 else ''} weighed{over}, {why}: too " \
+           f"broad, narrow it by a value or a time"
+
+
+def _too_broad(r: Route, budget: evidence.Budget, scope: str) -> Reply:
+    """No line weighed before the budget ran out: no answer (nothing to cite), and what would narrow the question."""
+    return Reply(r.kind, None, f"not found {scope}{_bound(budget, [])}", ())
+
+
 def _fits(line: Line, r: Route) -> bool:
     """A line the question may stand on: of the alarm type asked, writing what it must, and not a header line (it
     names columns: no event of its own)."""

@@ -1,8 +1,9 @@
 """The operators' front, inside the output actor: requests in flight, their framing, retrieval and their answers.
 
 Owns what the interfaces (HTTP in `pipeline/serve/http_api.py`, zmq in `pipeline/serve/zmq_api.py`) share: a question
-becomes a request to the cache owner (admitted within serve.max_waiting and its operator's share of it, bounded before
-the archive is searched, older lines retrieved, the span framed and bounded, a deadline), and the owner's answer
+becomes a request to the cache owner (admitted within serve.max_waiting and its operator's share of it, its slot held
+from before the archive is read until its answer ends, an answer the archive gives alone included; bounded before the
+archive is searched, older lines retrieved, the span framed and bounded, a deadline), and the owner's answer
 events become text deltas for whoever asked. With serve.reader = "cited" (pipeline/serve/cited.py) a lookup or an
 aggregate is answered here from the archive: directly, through the same deltas and end as a model's answer but
 without queueing on the owner, or, when several spans of a line fit, by the model choosing one under an options rule
@@ -132,6 +133,8 @@ class Front:
         self.answers: dict[str, Answer] = {}
         self.gone: dict[str, Answer] = {}             # cancelled by their askers, until the owner's Answer for each
         self.direct: deque = deque()                  # (stream, record) of answers the archive gave alone, to journal
+        self.reading: dict[int, str] = {}             # the clients of questions being framed or read from the archive
+        self._tickets = itertools.count(1)            # (and answered directly), by ticket: each holds a slot
         self.subscribers: list[queue.Queue] = []
         self.counts: Counter = Counter()               # requests by (endpoint, code), disconnects, dropped events
         self.ttft_ms: deque = deque(maxlen=LATENCIES_KEPT)
@@ -171,8 +174,20 @@ class Front:
         if not isinstance(deadline_s, (int, float)) or isinstance(deadline_s, bool) or not 0 < deadline_s <= \
                 s.deadline_s:
             raise RequestError(400, f"deadline_s must be a number in (0, {s.deadline_s:g}], got {deadline_s!r}")
-        with self._lock:                              # a refusal costs no framing and no search (again below)
+        with self._lock:                              # a refusal costs no framing and no search
             self._admit(client)
+            ticket = next(self._tickets)
+            self.reading[ticket] = client             # its slot, held from here: the archive is read within it
+        try:
+            return self._ask(ticket, client, view, messages, prompt, max_tokens, deadline_s, stop)
+        finally:
+            with self._lock:                          # refused, or answered directly (finished): the slot is free
+                self.reading.pop(ticket, None)
+
+    def _ask(self, ticket: int, client: str, view: StreamView, messages, prompt, max_tokens: int, deadline_s: float,
+             stop) -> Answer:
+        """`ask` within the slot it holds: framing, the archive's read (a direct answer finished here), the send."""
+        s = self.serve
         t0 = time.perf_counter()
         read = None
         if messages is not None:
@@ -181,7 +196,7 @@ class Front:
             # the conversation alone must fit before the archive is searched: a question too long costs no search
             span = self._span(self.tok, words, messages, [])
             if s.reader == "cited" and len(span) <= s.max_prompt_tokens:
-                read = cited.read(view.archive_path, question)
+                read = cited.read(view.archive_path, question, s.question_budget_s, s.question_max_lines)
             if isinstance(read, cited.Reply):
                 return self._direct(client, question, read, view, t0)
             if isinstance(read, cited.Choice):           # the model picks one of the line's spans, nothing else
@@ -208,8 +223,7 @@ class Front:
         if len(span) > s.max_prompt_tokens:
             raise RequestError(400, f"the prompt takes {len(span)} tokens; this server takes at most "
                                     f"{s.max_prompt_tokens} (serve.max_prompt_tokens)", "context_length_exceeded")
-        with self._lock:
-            self._admit(client)
+        with self._lock:                              # the slot `ask` took is this answer's from here
             answer = Answer(f"q{os.getpid()}-{next(self._ids)}", client, question, len(span),
                             [_cited(h.seq, h.time, h.text) for h in retrieved], time.monotonic(), tuple(stop),
                             frame_ms=(time.perf_counter() - t0) * 1e3, decoder=StreamDecoder(self.tok),
@@ -226,6 +240,7 @@ class Front:
                     "the cache owner takes no questions right now; retry shortly"
                 raise RequestError(503, why, "server_busy") from None
             self.answers[answer.id] = answer
+            self.reading.pop(ticket)                  # the slot is the answer's now (counted once)
         return answer
 
     def _direct(self, client: str, question: str, reply, view: StreamView, t0: float) -> Answer:
@@ -279,9 +294,10 @@ class Front:
 
     def _admit(self, client: str) -> None:
         """RequestError unless the server and `client` (the operator, the fair queue's identity) each have a slot
-        free for one more request (under the lock)."""
+        free for one more request (under the lock): the answers not finished and the questions still being framed or
+        read from the archive (`reading`) hold one each."""
         s = self.serve
-        held = [a.client for a in self.answers.values() if not a.finished]
+        held = [a.client for a in self.answers.values() if not a.finished] + list(self.reading.values())
         if len(held) >= s.max_waiting:
             raise RequestError(503, f"{s.max_waiting} requests are already waiting or being answered; retry "
                                     f"shortly", "server_busy")
@@ -438,7 +454,7 @@ class Front:
         and the first's at the top level (a console made for one stream shows that one)."""
         per = {name: self._stream_gauges(v) for name, v in self.views.items()}
         shared = {"resident_bytes": sum(self.resident_bytes().values()), "ttft_p50_ms": _quantile(self.ttft_ms, 0.5),
-                  "in_flight": sum(not a.finished for a in list(self.answers.values()))}
+                  "in_flight": sum(not a.finished for a in list(self.answers.values())) + len(self.reading)}
         return {**next(iter(per.values())), **shared, **({"streams": per} if self.several else {})}
 
     def health(self) -> dict:

@@ -5,17 +5,67 @@ holding every given value key (exact match on `vals.key`), or matching any given
 with its values (and a positional row's cells, apart) re-made from their spans; the archive's oldest line (the scope
 an aggregate speaks for). Every line is a candidate, those still inside the model's window included. Never writes,
 never ranks by meaning: the caller (pipeline/serve/cited.py) decides what a question wants.
+
+Bounded (issue 55): a question's reads go through its `Budget`, at most `max_lines` lines read and built (the newest
+candidates, or the oldest for a question about the first: LIMIT in SQL, the seqs streamed off the indexes, never every
+match) and at most `seconds` of work (SQLite's progress handler aborts a query past the deadline; the lines are built
+in chunks, the clock looked at between them); `cut` says why a read stopped short ("lines", "time"), for the answer to
+say its bound.
 """
 from __future__ import annotations
 
 import re
 import sqlite3
+import time
 from dataclasses import dataclass
 
 from pipeline.stream.values import Value, key_of
 
 _WORD = re.compile(r"\w+")
 _PART = re.compile(r"[A-Z]?[a-z]+|[A-Z]+(?![a-z])")     # a word's parts at case changes and underscores
+STEPS = 1000            # SQLite VM instructions between two looks at a question's clock (~0.1 ms here)
+CHUNK = 500             # lines built at once (one query per table for the chunk)
+
+
+class Budget:
+    """One question's bound on its work over the archive: at most `max_lines` lines read and built (over every read
+    of the question), until `seconds` from now, and, when given, at most `max_steps` SQLite VM instructions (a bound
+    in work rather than time: the fuzz target's). `cut` says why a read stopped short: "" (every candidate read),
+    "lines" (more candidates than the lines left), "time" (the deadline, or the steps)."""
+
+    def __init__(self, seconds: float, max_lines: int, max_steps: int | None = None, clock=time.monotonic):
+        self.seconds, self.max_lines, self.max_steps, self.clock = seconds, max_lines, max_steps, clock
+        self.deadline = clock() + seconds
+        self.examined = 0                # lines read and built
+        self.steps = 0                   # SQLite VM instructions run (in STEPS)
+        self.cut = ""
+
+    @property
+    def left(self) -> int:
+        return max(self.max_lines - self.examined, 0)
+
+    def over(self) -> bool:
+        """The time (or the steps) spent: marks the budget cut."""
+        if self.clock() >= self.deadline or self.max_steps is not None and self.steps >= self.max_steps:
+            self.cut = "time"
+        return self.cut == "time"
+
+    def watch(self, con: sqlite3.Connection) -> None:
+        """Abort any query of `con` past the budget (sqlite3.OperationalError "interrupted")."""
+        con.set_progress_handler(self._tick, STEPS)
+
+    def _tick(self) -> int:
+        self.steps += STEPS
+        return int(self.over())
+
+    def each(self, items):
+        """`items` while the budget lasts (the clock, and the steps, looked at before each): a Python loop's bound.
+        Once spent, nothing more."""
+        for item in items:
+            if self.over():
+                return
+            self.steps += STEPS              # a line weighed in Python: about as long as STEPS instructions
+            yield item
 
 
 @dataclass(frozen=True)
@@ -53,40 +103,65 @@ def _fts_prefix(roots) -> str:
     return " OR ".join('"' + r.replace('"', '""') + '"*' for r in roots)
 
 
-def holding(con: sqlite3.Connection, keys=(), roots=()) -> list[Line]:
+def holding(con: sqlite3.Connection, keys=(), roots=(), budget: Budget | None = None,
+            oldest_first: bool = False) -> list[Line]:
     """The lines holding every value key in `keys` (exact, case folded); with no keys, the lines matching any word
-    root in `roots` (a word starting with it); with neither, every line. Newest first."""
+    root in `roots` (a word starting with it); with neither, every line. Newest first (`oldest_first`: the oldest
+    first). With a `budget`, at most the lines it has left, and what it lets be read in its time (its `cut` says so
+    when there were more)."""
     keys = sorted({key_of(k) for k in keys})
-    if keys:
-        marks = ",".join("?" * len(keys))
-        seqs = [s for (s,) in con.execute(f"SELECT seq FROM vals WHERE key IN ({marks}) GROUP BY seq "
-                                          f"HAVING count(DISTINCT key) = ? ORDER BY seq DESC", (*keys, len(keys)))]
+    order = "ASC" if oldest_first else "DESC"
+    limit = -1 if budget is None else budget.left + 1          # one more than is read: whether there were more
+    if keys:                                                   # off the index (key, seq): streamed, no sort
+        query = "SELECT DISTINCT seq FROM vals AS v WHERE key = ?" + "".join(
+            " AND EXISTS (SELECT 1 FROM vals WHERE key = ? AND seq = v.seq)" for _ in keys[1:]) + \
+            f" ORDER BY seq {order} LIMIT ?"
+        args: tuple = (*keys, limit)
     elif roots:
-        seqs = [s for (s,) in con.execute("SELECT rowid FROM lines WHERE lines MATCH ? ORDER BY rowid DESC",
-                                          (_fts_prefix(roots),))]
+        query, args = f"SELECT rowid FROM lines WHERE lines MATCH ? ORDER BY rowid {order} LIMIT ?", \
+            (_fts_prefix(roots), limit)
     else:
-        seqs = [s for (s,) in con.execute("SELECT rowid FROM lines ORDER BY rowid DESC")]
-    return lines(con, seqs)
+        query, args = f"SELECT rowid FROM lines ORDER BY rowid {order} LIMIT ?", (limit,)
+    try:
+        seqs = [s for (s,) in con.execute(query, args)]
+    except sqlite3.OperationalError:
+        if budget is None or budget.cut != "time":            # aborted by the budget: nothing read
+            raise
+        return []
+    if budget is not None and len(seqs) > budget.left:
+        seqs = seqs[:budget.left]
+        budget.cut = budget.cut or "lines"
+    return lines(con, seqs, budget)
 
 
-def lines(con: sqlite3.Connection, seqs: list[int]) -> list[Line]:
-    """The lines of `seqs` (in that order; those evicted meanwhile left out), with their values and templates."""
-    out, chunk = [], 500
+def lines(con: sqlite3.Connection, seqs: list[int], budget: Budget | None = None) -> list[Line]:
+    """The lines of `seqs` (in that order; those evicted meanwhile left out), with their values and templates; with
+    a `budget`, those built before its time ran out (counted in its `examined`)."""
+    out, chunk = [], CHUNK
     for i in range(0, len(seqs), chunk):
         part = seqs[i:i + chunk]
+        if budget is not None and budget.over():
+            break
         marks = ",".join("?" * len(part))
-        rows = {s: (o, t, x) for s, o, t, x in con.execute(
-            f"SELECT rowid, offset, time, text FROM lines WHERE rowid IN ({marks})", part)}
-        spans: dict[int, list] = {}
-        for s, kind, start, stop in con.execute(
-                f"SELECT seq, kind, start, stop FROM vals WHERE seq IN ({marks}) ORDER BY seq, start", part):
-            spans.setdefault(s, []).append((kind, start, stop))
-        templates = dict(con.execute(f"SELECT seq, template FROM line_templates WHERE seq IN ({marks})", part))
+        try:
+            rows = {s: (o, t, x) for s, o, t, x in con.execute(
+                f"SELECT rowid, offset, time, text FROM lines WHERE rowid IN ({marks})", part)}
+            spans: dict[int, list] = {}
+            for s, kind, start, stop in con.execute(
+                    f"SELECT seq, kind, start, stop FROM vals WHERE seq IN ({marks}) ORDER BY seq, start", part):
+                spans.setdefault(s, []).append((kind, start, stop))
+            templates = dict(con.execute(f"SELECT seq, template FROM line_templates WHERE seq IN ({marks})", part))
+        except sqlite3.OperationalError:
+            if budget is None or budget.cut != "time":
+                raise
+            break
+        if budget is not None:
+            budget.examined += len(part)
         for s in part:
             if s in rows:
-                offset, time, text = rows[s]
+                offset, time_, text = rows[s]
                 found = [Value(k, text[a:b], a, b) for k, a, b in spans.get(s, ())]
-                out.append(Line(s, int(offset), time, text, tuple(v for v in found if not v.kind.startswith("col:")),
+                out.append(Line(s, int(offset), time_, text, tuple(v for v in found if not v.kind.startswith("col:")),
                                 templates.get(s, 0), tuple(v for v in found if v.kind.startswith("col:"))))
     return out
 
