@@ -60,6 +60,8 @@ _ENDPOINT_AT, _ENDPOINT_MAX = 264, _CONTROL_BYTES - 264
 _SEQ = struct.Struct("<Q")
 _LEN = struct.Struct("<I")
 _CREDIT = b"c"
+WAKE_MAX_BYTES = 256          # the wake-up socket's largest frame: a note is 8 bytes, but zmq's handshake commands
+                              # (READY and its properties, ~40 bytes) are held to the same limit
 _CREDIT_RECHECK_MS = 5
 _NAME_RE = re.compile(r"[A-Za-z0-9_.-]{1,64}")
 
@@ -154,7 +156,7 @@ class Channel:
             owner = np.frombuffer(mm, "<u8", count=_W_START + 1)       # whose it is, before anything can fail: a
             owner[_W_PID], owner[_W_START] = os.getpid(), _start_time(os.getpid())   # creator killed mid-way
             del owner                                                  # leaves a segment cleanup_stale can judge
-            sock = _socket()
+            sock = _queues(_socket(), spec.slots)
             sock.bind(endpoint)
             channel = cls(spec, mm, sock, endpoint, owner=True)
             ctl, raw = channel._ctl, endpoint.encode()
@@ -195,7 +197,7 @@ class Channel:
         if expected is not None and expected != spec:
             mm.close()
             raise ValueError(f"channel {name}: segment has {spec}, caller expected {expected}")
-        sock = _socket()
+        sock = _queues(_socket(), spec.slots)
         sock.connect(endpoint)
         return cls(spec, mm=mm, sock=sock, endpoint=endpoint, owner=False)
 
@@ -596,8 +598,19 @@ def _map_untracked(segment_name: str) -> mmap.mmap | None:
 
 
 def _socket() -> zmq.Socket:
+    """The wake-up PAIR: a peer sending a frame over WAKE_MAX_BYTES is cut off by zmq (an ipc peer of this user's
+    other than the channel's end)."""
     sock = zmq.Context.instance().socket(zmq.PAIR)
     sock.setsockopt(zmq.LINGER, 0)
+    sock.setsockopt(zmq.MAXMSGSIZE, WAKE_MAX_BYTES)
+    return sock
+
+
+def _queues(sock: zmq.Socket, slots: int) -> zmq.Socket:
+    """The wake-up PAIR's queues sized to its protocol (before it binds or connects): a note per slot written and
+    not yet read, and a credit per wait, so at most `slots` + a few of either are ever queued."""
+    sock.setsockopt(zmq.SNDHWM, 2 * slots + 16)
+    sock.setsockopt(zmq.RCVHWM, 2 * slots + 16)
     return sock
 
 
