@@ -30,6 +30,7 @@ root of the question; none: the free reader's.
 from __future__ import annotations
 
 import re
+import sqlite3
 from collections import Counter
 from dataclasses import dataclass
 
@@ -104,27 +105,35 @@ def read(archive_path, question: str, budget_s: float | None = None, max_lines: 
                                  _SERVE.question_max_lines if max_lines is None else max_lines)
     budget.watch(con)
     try:
-        first = evidence.oldest(con)          # the scope first: one row, before the budget is spent
-        scope = f"since line #{first.seq} ({first.when})" if first else "in an empty archive"
-        early = r.op == "first"               # the first: the oldest candidates read, the newest otherwise
-        lines = [ln for ln in evidence.holding(con, r.keys, r.roots, budget, early) if _fits(ln, r)]
-        if not r.keys and r.op == "span":         # found by words alone: a line must hold every one of them
-            lines = [ln for ln in lines if ln.covers(r.roots) == len(r.roots)]
-        if not r.keys and r.roots and not lines and not budget.cut:
-            if r.op != "most" and not r.alarm:
-                return None
-            lines = [ln for ln in evidence.holding(con, budget=budget, oldest_first=early) if _fits(ln, r)]
-        if early:
-            lines.reverse()                       # newest first, as every rule reads them
-        if not lines and budget.cut:
-            return _too_broad(r, budget, scope)
-        if r.op == "count":
-            return _count(r, lines, scope, lambda: _nearest(archive_path, question), budget)
-        if r.op in ("most", "distinct"):
-            return _values(r, lines, scope, budget)
-        return _lookup(r, lines, scope, lambda: _nearest(archive_path, question), budget)
+        return _read(con, r, archive_path, question, budget)
+    except sqlite3.OperationalError:
+        if budget.cut != "time":
+            raise
+        return _too_broad(r, budget, "in the archive")          # a query the budget aborted before any line
     finally:
         con.close()
+
+
+def _read(con, r: Route, archive_path, question: str, budget: evidence.Budget) -> Reply | Choice | None:
+    first = evidence.oldest(con)          # the scope first: one row, before the budget is spent
+    scope = f"since line #{first.seq} ({first.when})" if first else "in an empty archive"
+    early = r.op == "first"               # the first: the oldest candidates read, the newest otherwise
+    lines = [ln for ln in evidence.holding(con, r.keys, r.roots, budget, early) if _fits(ln, r)]
+    if not r.keys and r.op == "span":     # found by words alone: a line must hold every one of them
+        lines = [ln for ln in lines if ln.covers(r.roots) == len(r.roots)]
+    if not r.keys and r.roots and not lines and not budget.cut:
+        if r.op != "most" and not r.alarm:
+            return None
+        lines = [ln for ln in evidence.holding(con, budget=budget, oldest_first=early) if _fits(ln, r)]
+    if early:
+        lines.reverse()                       # newest first, as every rule reads them
+    if not lines and budget.cut:
+        return _too_broad(r, budget, scope)
+    if r.op == "count":
+        return _count(r, lines, scope, lambda: _nearest(archive_path, question), budget)
+    if r.op in ("most", "distinct"):
+        return _values(r, lines, scope, budget)
+    return _lookup(r, lines, scope, lambda: _nearest(archive_path, question), budget)
 
 
 def chosen(choice: Choice, written: str) -> Reply:
