@@ -32,7 +32,7 @@ def run(args: SiteArgs) -> None:
     cfg, stop = args.cfg, args.stop
     figures_on_request(Figures("site"))
     tok = Tokenizer.from_gguf(resolve_gguf(cfg.model.gguf))
-    hub = SiteHub(args.links.events, args.links.asks, args.links.key)
+    hub = SiteHub(args.links.events, args.links.asks, args.links.key, start=args.restarts)   # starts ordered
     with open(args.endpoints_file + ".tmp", "w") as f:
         json.dump(hub.endpoints, f)
     os.replace(args.endpoints_file + ".tmp", args.endpoints_file)

@@ -1,11 +1,15 @@
 """The site's wire (pipeline/serve/site.py) on real zmq sockets: events cross it as they left, a question reaches its
-own stream's group and no other, a group that is not connected fails a question at once (503 at the front), junk,
-hostile frames and strangers (on both links) are counted drops, a stranger claiming a group's id gets nothing, a
-forged or replayed hello ends nothing, and requests to a group started again end with an error instead of waiting.
+own stream's group and no other, a group that is not connected fails a question at once (503 at the front), a peer
+without the key is cut off in the handshake (a flood of it counted, never queued), junk and hostile frames from a
+key holder's socket (on both links) are counted drops, a stranger claiming a group's id gets nothing, a forged or
+replayed hello ends nothing, an earlier start's messages are refused both ways (the group's after a site restart,
+the site's after a newer site start), and requests to a group started again end with an error instead of waiting.
 End to end (a served run on two Ray nodes, one front) is tests/pipeline/test_launch.py's."""
 from __future__ import annotations
 
 import secrets
+import socket
+import struct
 import time
 
 import numpy as np
@@ -15,13 +19,18 @@ import zmq
 from pipeline import messages
 from pipeline.messages import AnswerDelta, Cancel, Line, Question, decode
 from pipeline.serve.site import (
+    ASKS_HWM,
     DOWN,
-    MAX_MESSAGE_BYTES,
+    EVENTS_HWM,
+    MAX_FRAME_BYTES,
+    STRANGERS_HWM,
     UP,
     NodeLink,
     SiteHub,
+    curve_keys,
     pack,
     seal,
+    secured,
 )
 
 PATIENCE_S = 120.0     # a loaded host may take long to connect; nothing here waits unless something is due
@@ -52,10 +61,13 @@ def site():
     hub.close()
 
 
-def raw(kind: int, endpoint: str, routing_id: bytes | None = None) -> zmq.Socket:
-    """A plain socket, as a stranger on the machine would open one."""
+def raw(kind: int, endpoint: str, routing_id: bytes | None = None, key: bytes | None = None) -> zmq.Socket:
+    """A plain socket, as a stranger on the machine would open one (`key`: the run's, for the links' handshake: a
+    key holder's socket sending what no group would)."""
     sock = zmq.Context.instance().socket(kind)
     sock.setsockopt(zmq.LINGER, 0)
+    if key is not None:
+        secured(sock, key, server=False)
     if routing_id is not None:
         sock.setsockopt(zmq.ROUTING_ID, routing_id)
     sock.connect(endpoint)
@@ -117,20 +129,22 @@ def test_a_group_not_connected_fails_a_question_at_once_naming_the_stream(site):
     assert hub.dropped["record_group_gone"] == 1
 
 
-def test_strangers_and_junk_on_both_links_are_counted_drops_and_the_links_go_on(site):
-    """Strangers (no key) write to the PULL and to the ROUTER; each message is a counted drop, none reaches the
-    front, and both directions still work after."""
+def test_junk_on_both_links_is_counted_drops_and_the_links_go_on(site):
+    """A key holder's sockets write junk to the PULL and to the ROUTER; each message is a counted drop, none reaches
+    the front, and both directions still work after."""
     hub, links, key = site
-    push, dealer = raw(zmq.PUSH, hub.endpoints["events"]), raw(zmq.DEALER, hub.endpoints["asks"], b"group0")
+    push = raw(zmq.PUSH, hub.endpoints["events"], key=key)
+    dealer = raw(zmq.DEALER, hub.endpoints["asks"], b"group0", key=key)
     try:
-        good = seal(key, UP, ["group0-s1", "x", 99], pack("event", "group0", "tep", {}, {}, None))
+        good = seal(key, UP, ["group0-s1", 0, "x", 99], pack("event", "group0", "tep", {}, {}, None))
         push.send_multipart([b"not a mac", *good[1:]])                                     # the old token's place
         push.send_multipart([secrets.token_bytes(32), b"event", b"group0", b"tep", b"\xc1", b"x"])
         push.send_multipart([b"hello"])                                                    # too few frames
         dealer.send_multipart([b"event", b"group0", b"tep", b"x"])                         # groups never write here
         dealer.send_multipart(good)                                                        # not even a MAC'd one
         until(lambda: sum(hub.dropped.values()) == 5 or hub.recv(0.1), "the junk counted")
-        assert hub.dropped == {"bad_mac": 2, "frames": 1, "on_the_asks_link": 2}, hub.dropped
+        assert hub.dropped == {"bad_mac": 1, "malformed: envelope": 1, "frames": 1, "on_the_asks_link": 2}, \
+            hub.dropped
         links["group0"].relay("tep", Cancel(id="after"))
         assert decode(until(lambda: hub.recv(0.1), "a good message after junk")).id == "after"
         asked(hub, "group0", "tep", Cancel(id="down"))
@@ -146,7 +160,7 @@ def test_hostile_frames_on_both_links_are_counted_drops_and_the_hub_goes_on(site
     unreadable header, arrays whose bytes lie, 100 frames, an envelope of the wrong shape; a frame over the size
     limit on either link (zmq cuts that peer off). Each is a counted drop; the hub then takes and sends as before."""
     hub, links, key = site
-    push = raw(zmq.PUSH, hub.endpoints["events"])
+    push = raw(zmq.PUSH, hub.endpoints["events"], key=key)
     try:
         for n, body in enumerate([
                 [b"event", b"group0", b"tep", messages_header([["ids", "zz", [1]]]), b"\x00" * 4],
@@ -154,15 +168,15 @@ def test_hostile_frames_on_both_links_are_counted_drops_and_the_hub_goes_on(site
                 [b"event", b"group0", b"tep", b"\xc1"],
                 [b"event", b"\xff", b"tep", messages_header([])],
                 [b"event", b"group0", b"tep", messages_header([]), *[b"x"] * 100]]):
-            push.send_multipart(seal(key, UP, ["group0-s1", "y", n + 1], body))
-        push.send_multipart(seal(key, UP, ["no", "list", "of", "three"], [b"event", b"group0", b"tep",
+            push.send_multipart(seal(key, UP, ["group0-s1", 0, "y", n + 1], body))
+        push.send_multipart(seal(key, UP, ["no", "list", "of", "four", "!"], [b"event", b"group0", b"tep",
                                                                           messages_header([])]))
         until(lambda: sum(hub.dropped.values()) == 6 or hub.recv(0.1), "the hostile messages counted")
         assert hub.dropped == {"malformed: TypeError": 1, "malformed: ValueError": 2, "malformed: envelope": 1,
                                "malformed: UnicodeDecodeError": 1, "frames": 1}, hub.dropped
         for endpoint, kind in ((hub.endpoints["events"], zmq.PUSH), (hub.endpoints["asks"], zmq.DEALER)):
-            huge = raw(kind, endpoint)
-            huge.send_multipart([b"\x00" * (MAX_MESSAGE_BYTES + 1)])
+            huge = raw(kind, endpoint, key=key)
+            huge.send_multipart([b"\x00" * (MAX_FRAME_BYTES + 1)])
             huge.close()
         links["group0"].relay("tep", Cancel(id="after"))
         assert decode(until(lambda: hub.recv(0.1), "a good message after the hostile ones")).id == "after"
@@ -173,18 +187,18 @@ def test_hostile_frames_on_both_links_are_counted_drops_and_the_hub_goes_on(site
 
 
 def test_a_stranger_claiming_a_groups_id_gets_no_question_and_never_the_key(site):
-    """Strangers on the ROUTER with the ids groups had before (`group0`) and with the real group's id itself
-    (connected after it: no handover) receive nothing; the group gets all 20 questions, and no frame it gets
-    carries the key."""
+    """Sockets through the handshake (a key holder's) on the ROUTER with the ids groups had before (`group0`) and
+    with the real group's id itself (connected after it: no handover) receive nothing; the group gets all 20
+    questions, and no frame it gets carries the key."""
     hub, _, key = site
-    tap = raw(zmq.DEALER, hub.endpoints["asks"], b"f" * 32)      # the real group, read frame by frame
-    push = raw(zmq.PUSH, hub.endpoints["events"])
-    push.send_multipart(seal(key, UP, ["group0-s2", "f" * 32, 1], pack("hello", "group0", "", {}, {}, {})))
+    tap = raw(zmq.DEALER, hub.endpoints["asks"], b"f" * 32, key)  # the real group, read frame by frame
+    push = raw(zmq.PUSH, hub.endpoints["events"], key=key)
+    push.send_multipart(seal(key, UP, ["group0-s2", 1, "f" * 32, 1], pack("hello", "group0", "", {}, {}, {})))
     assert until(lambda: hub.recv(0.1), "the group's hello").kind == "hello"
-    strangers = [raw(zmq.DEALER, hub.endpoints["asks"], name) for name in (b"group0", b"group1")]
+    strangers = [raw(zmq.DEALER, hub.endpoints["asks"], name, key) for name in (b"group0", b"group1")]
     try:
         asked(hub, "group0", "tep", Cancel(id="first"))
-        strangers.append(raw(zmq.DEALER, hub.endpoints["asks"], b"f" * 32))
+        strangers.append(raw(zmq.DEALER, hub.endpoints["asks"], b"f" * 32, key))
         time.sleep(0.2)                                             # connected: it would now take the id over
         for n in range(20):
             messages.send(hub.asks("group0", "tep"), Question(id=f"q{n}", client="op", max_tokens=1, deadline_s=1.0,
@@ -201,27 +215,28 @@ def test_a_stranger_claiming_a_groups_id_gets_no_question_and_never_the_key(site
 def test_a_forged_or_replayed_hello_ends_nothing_in_flight(site, default_gguf):
     """A question is in flight to group0 (started again once: s1, then s2). A hello with a new start id and a wrong
     MAC, a real hello captured in another run (another key), group0's hello from its earlier start s1 and its own
-    last hello replayed: each is a counted drop, and the question is still waiting."""
+    last hello replayed: each is a counted drop, and the question is still waiting. (The wire is tapped by a
+    socket holding the key: what a group sends is only readable past the handshake.)"""
     from actors.site import _hello
     from models.tokenizer import Tokenizer
     from pipeline.config import Config
     from pipeline.serve.front import Front
     hub, _, key = site
-    wire = zmq.Context.instance().socket(zmq.PULL)                  # a tap on the wire: what a group sent, raw
-    wire.setsockopt(zmq.LINGER, 0)
-    tapped = wire.bind_to_random_port("tcp://127.0.0.1")
-    push = raw(zmq.PUSH, hub.endpoints["events"])
+    push = raw(zmq.PUSH, hub.endpoints["events"], key=key)
     others = []
     try:
-        def captured(link_key: bytes, start: str) -> tuple[NodeLink, list]:
-            link = NodeLink({"events": f"tcp://127.0.0.1:{tapped}", "asks": hub.endpoints["asks"], "key": link_key,
-                             "group": "group0", "start": start})
+        def captured(link_key: bytes, start: str, restarts: dict) -> tuple[NodeLink, list]:
+            wire, link = tap(link_key), None
+            others.append(wire)
+            asks = hub.endpoints["asks"] if link_key == key else "tcp://127.0.0.1:9"   # another run's: elsewhere
+            link = NodeLink({"events": wire.getsockopt_string(zmq.LAST_ENDPOINT), "asks": asks,
+                             "key": link_key, "group": "group0", "start": start})
             others.append(link)
-            link.hello(start, {})
+            link.hello(start, restarts)
             assert wire.poll(int(PATIENCE_S * 1000))
             return link, wire.recv_multipart()
-        (_, old), (_, other_run) = captured(key, "group0-s1"), captured(secrets.token_bytes(32), "group0-s9")
-        group0, own = captured(key, "group0-s2")                   # group0 started again: its hello goes through
+        (_, old), (_, other_run) = captured(key, "group0-s1", {}), captured(secrets.token_bytes(32), "group0-s9", {})
+        group0, own = captured(key, "group0-s2", {"target": 1})    # group0 started again: its hello goes through
         push.send_multipart(own)
         front = Front(Config(), Tokenizer.from_gguf(default_gguf), [("tep", hub.asks("group0", "tep"), None, "a")])
         starts = {"group0": "group0-s1"}
@@ -234,7 +249,7 @@ def test_a_forged_or_replayed_hello_ends_nothing_in_flight(site, default_gguf):
         assert until(loop, "the new start's hello").record["start"] == "group0-s2"
         answer = until(lambda: _ask(front), "group0 connected")
         assert isinstance(decode(until(group0.take, "the question")[0]), Question)
-        forged = seal(secrets.token_bytes(32), UP, ["group0-s3", "z", 1],
+        forged = seal(secrets.token_bytes(32), UP, ["group0-s3", 5, "z", 1],
                       pack("hello", "group0", "", {}, {}, {"start": "group0-s3"}))
         for frames in (forged, other_run, old, own):
             push.send_multipart(frames)
@@ -244,15 +259,23 @@ def test_a_forged_or_replayed_hello_ends_nothing_in_flight(site, default_gguf):
     finally:
         for link in others:
             link.close()
-        wire.close()
         push.close()
+
+
+def tap(key: bytes) -> zmq.Socket:
+    """A PULL in the site's place, holding `key`: what a group sends, frame by frame, as a tap on the wire reads
+    it."""
+    wire = secured(zmq.Context.instance().socket(zmq.PULL), key, server=True)
+    wire.setsockopt(zmq.LINGER, 0)
+    wire.bind_to_random_port("tcp://127.0.0.1")
+    return wire
 
 
 def test_a_group_takes_only_its_own_starts_verified_questions(site):
     """At a group: a question MAC'd under another key, one for another start of the group, one replayed, and one
     whose array has dtype 'zz' are counted drops; the real question among them is taken."""
     _, _, key = site
-    fake = zmq.Context.instance().socket(zmq.ROUTER)               # the site's place, as a stranger could bind it
+    fake = secured(zmq.Context.instance().socket(zmq.ROUTER), key, server=True)   # the site's place, keyed
     fake.setsockopt(zmq.LINGER, 0)
     fake.setsockopt(zmq.ROUTER_MANDATORY, 1)
     port = fake.bind_to_random_port("tcp://127.0.0.1")
@@ -268,9 +291,9 @@ def test_a_group_takes_only_its_own_starts_verified_questions(site):
                 return True
             except zmq.ZMQError:                                    # not connected yet
                 return False
-        until(lambda: sent(seal(secrets.token_bytes(32), DOWN, ["group0-s5", "site", 1], ask)), "the group's DEALER")
-        for envelope, body in ((["group0-s4", "site", 2], ask), (["group0-s5", "site", 3], ask),
-                               (["group0-s5", "site", 3], ask), (["group0-s5", "site", 4], zz)):
+        until(lambda: sent(seal(secrets.token_bytes(32), DOWN, ["group0-s5", 0, 1], ask)), "the group's DEALER")
+        for envelope, body in ((["group0-s4", 0, 2], ask), (["group0-s5", 0, 3], ask),
+                               (["group0-s5", 0, 3], ask), (["group0-s5", 0, 4], zz)):
             assert sent(seal(key, DOWN, envelope, body))
         got: list = []
         until(lambda: got.extend(link.take()) or sum(link.dropped.values()) >= 4, "the group's drops")
@@ -340,3 +363,135 @@ def test_a_groups_hello_tells_the_site_its_streams_start_records_and_the_node_it
     _hello(front, "group0", ["tep", "bgl"], until(lambda: hub.recv(0.05), "the hello").record, starts)
     assert front.views["tep"].labels() == front.views["bgl"].labels() | {"stream": "tep"} == {"stream": "tep",
                                                                                               "node": "b"}
+
+
+def test_the_links_sockets_carry_their_queue_and_frame_caps_and_the_runs_curve_keys(site):
+    """Read back from the sockets themselves: every socket of both ends caps a frame at MAX_FRAME_BYTES and runs
+    CURVE (the site's the server; the keys, which zmq does not give back, are the run's: the other tests' links
+    work, another run's key fails the handshake), and the queues are sized as documented."""
+    hub, links, key = site
+    for sock in (hub._pull, hub._router):
+        assert sock.getsockopt(zmq.MAXMSGSIZE) == MAX_FRAME_BYTES
+        assert (sock.getsockopt(zmq.MECHANISM), sock.getsockopt(zmq.CURVE_SERVER)) == (zmq.CURVE, 1)
+    assert hub._pull.getsockopt(zmq.RCVHWM) == EVENTS_HWM
+    assert (hub._router.getsockopt(zmq.RCVHWM), hub._router.getsockopt(zmq.SNDHWM)) == (STRANGERS_HWM, ASKS_HWM)
+    link = links["group0"]
+    for sock in (link._push, link._dealer):
+        assert sock.getsockopt(zmq.MAXMSGSIZE) == MAX_FRAME_BYTES
+        assert (sock.getsockopt(zmq.MECHANISM), sock.getsockopt(zmq.CURVE_SERVER)) == (zmq.CURVE, 0)
+    assert link._dealer.getsockopt(zmq.RCVHWM) == ASKS_HWM
+    keys = curve_keys(key)
+    assert keys == curve_keys(key) and keys != curve_keys(secrets.token_bytes(32))     # the run's, and only its
+
+
+def zmtp_flood(endpoint: str, socket_type: bytes, most: int) -> tuple[int, bool]:
+    """A peer speaking ZMTP 3.0 by hand (NULL mechanism: no key) that sends one message that never ends, 60 KiB
+    frames flagged MORE, up to `most` bytes: (the bytes it got onto the connection, whether it was cut off)."""
+    host, port = endpoint.removeprefix("tcp://").rsplit(":", 1)
+    frame = b"\x03" + struct.pack(">Q", 60 << 10) + bytes(60 << 10)
+    written = 0
+    with socket.create_connection((host, int(port)), timeout=PATIENCE_S) as c:
+        try:
+            c.sendall(b"\xff" + bytes(8) + b"\x7f\x03\x00" + b"NULL".ljust(20, b"\0") + bytes(32))
+            body = b"\x05READY\x0bSocket-Type" + struct.pack(">I", len(socket_type)) + socket_type
+            c.sendall(b"\x04" + bytes([len(body)]) + body)
+            while written < most:
+                c.sendall(frame)
+                written += len(frame)
+        except OSError:
+            return written, True
+    return written, False
+
+
+def test_a_keyless_flood_is_cut_off_in_the_handshake_counted_and_the_group_still_served(site):
+    """Peers without the key flood both links: one message of endless 60 KiB MORE frames each (a receive
+    high-water mark counts whole messages, so without the handshake's refusal the hub's zmq would queue all 64 MB of
+    each), and plain zmq sockets sending 1 MiB messages. Each peer is cut off before 16 MB got onto its connection
+    (the kernel's buffers, never the hub's queues), each refusal is counted, nothing reaches the front, and the
+    group's event and question still cross."""
+    hub, links, _ = site
+    most = 64 << 20
+    cut = [zmtp_flood(hub.endpoints["events"], b"PUSH", most), zmtp_flood(hub.endpoints["asks"], b"DEALER", most)]
+    assert all(was_cut and written < 16 << 20 for written, was_cut in cut), cut
+    push, dealer = raw(zmq.PUSH, hub.endpoints["events"]), raw(zmq.DEALER, hub.endpoints["asks"])
+    try:
+        for sock in (push, dealer):
+            sock.setsockopt(zmq.SNDHWM, 4)
+            for _ in range(8):
+                try:
+                    sock.send_multipart([bytes(32), bytes(1 << 20)], flags=zmq.NOBLOCK)
+                except zmq.Again:                            # never connected: its own queue is full
+                    break
+        until(lambda: hub.recv(0.05) or hub.dropped["refused: handshake"] >= 4, "the refusals counted")
+        assert set(hub.dropped) == {"refused: handshake"}, hub.dropped
+        links["group0"].relay("tep", Cancel(id="after"))
+        assert decode(until(lambda: hub.recv(0.1), "the group's event after the flood")).id == "after"
+        asked(hub, "group0", "tep", Cancel(id="down"))
+        assert decode(until(links["group0"].take, "the group's question after the flood")[0]).id == "down"
+    finally:
+        push.close()
+        dealer.close()
+
+
+def test_an_earlier_group_starts_hello_replayed_after_a_site_restart_retires_nothing():
+    """group0's hello from its first start (s1) was captured on the wire. The site is started again (its start 1),
+    group0's live start s2 (its second: one restart) says hello, then the captured hello is replayed: it is a
+    counted stale start, and group0's questions still reach s2. (Before, the site took any start other than the
+    live one as the group's newest: the replay retired s2, whose every message was then stale.)"""
+    key = secrets.token_bytes(32)
+    wire = tap(key)
+    first = NodeLink({"events": wire.getsockopt_string(zmq.LAST_ENDPOINT), "asks": "tcp://127.0.0.1:9", "key": key,
+                      "group": "group0", "start": "group0-s1"})
+    first.hello("group0-s1", {})
+    assert wire.poll(int(PATIENCE_S * 1000))
+    captured = wire.recv_multipart()
+    hub = SiteHub("tcp://127.0.0.1:0", "tcp://127.0.0.1:0", key, start=1)          # the site, started again
+    live = NodeLink({**hub.endpoints, "key": key, "group": "group0", "start": "group0-s2"})
+    push = raw(zmq.PUSH, hub.endpoints["events"], key=key)
+    try:
+        live.hello("group0-s2", {"target": 1})
+        assert until(lambda: hub.recv(0.1), "the live start's hello").start == "group0-s2"
+        push.send_multipart(captured)
+        assert until(lambda: hub.recv(0.1) or hub.dropped["stale_start"], "the replay dropped") == 1, hub.dropped
+        asked(hub, "group0", "tep", Cancel(id="still"))
+        assert decode(until(live.take, "the question at the live start")[0]).id == "still"
+        assert hub.dropped == {"stale_start": 1}, hub.dropped
+    finally:
+        for end in (first, live, push, wire, hub):
+            end.close()
+
+
+def test_a_group_takes_no_earlier_site_starts_message_once_it_has_seen_a_newer_ones():
+    """Messages of two site starts (0 and 1), each MAC'd under the run's key, alternate at a group: once it has
+    taken one of start 1, start 0's are counted stale however their counters run. (Before, a group took any
+    message whose site id differed from the last one's: alternating the two replayed without end.)"""
+    key = secrets.token_bytes(32)
+    fake = secured(zmq.Context.instance().socket(zmq.ROUTER), key, server=True)
+    fake.setsockopt(zmq.LINGER, 0)
+    fake.setsockopt(zmq.ROUTER_MANDATORY, 1)
+    port = fake.bind_to_random_port("tcp://127.0.0.1")
+    link = NodeLink({"events": "tcp://127.0.0.1:9", "asks": f"tcp://127.0.0.1:{port}", "key": key,
+                     "group": "group0", "start": "group0-s1"})
+    dealer = link.socket.getsockopt(zmq.ROUTING_ID)
+
+    def cancel(site_start: int, count: int, name: str) -> list:
+        return [dealer, *seal(key, DOWN, ["group0-s1", site_start, count],
+                              pack("ask", "group0", "tep", {"kind": "cancel", "id": name}, {}, None))]
+
+    def sent(frames):
+        try:
+            fake.send_multipart(frames)
+            return True
+        except zmq.ZMQError:                                        # not connected yet
+            return False
+    try:
+        until(lambda: sent(cancel(0, 1, "a")), "the group's DEALER")
+        for frames in (cancel(1, 1, "b"), cancel(0, 2, "x"), cancel(1, 2, "c"), cancel(0, 3, "y")):
+            assert sent(frames)
+        got: list = []
+        until(lambda: got.extend(link.take()) or len(got) + sum(link.dropped.values()) >= 5, "all five")
+        assert [g.header["id"] for g in got] == ["a", "b", "c"]
+        assert link.dropped == {"stale_site": 2}, link.dropped
+    finally:
+        link.close()
+        fake.close()
