@@ -25,6 +25,13 @@ def wide(tmp_path):
     return archive_of(tmp_path / "wide.sqlite", CONNECTING)
 
 
+@pytest.fixture(scope="module")
+def small_and_large(tmp_path_factory):
+    """The 300 lines, and 20 copies of them (6,000 lines)."""
+    d = tmp_path_factory.mktemp("sizes")
+    return archive_of(d / "small.sqlite", CONNECTING), archive_of(d / "large.sqlite", CONNECTING * 20)
+
+
 @pytest.fixture
 def built(monkeypatch):
     """How many lines the archive's readers build, over every call of `evidence.lines` (a question's scope, the
@@ -64,6 +71,17 @@ def test_every_aggregate_and_lookup_reads_at_most_the_cap(wide, built, question)
     if isinstance(reply, Reply):
         assert reply.answer is None or all(any(part in c.text for c in reply.citations)
                                            for part in reply.answer.split(", "))     # a distinct list: each
+
+
+@pytest.mark.parametrize("question", ["how many lines say connecting?", "how many times did 10.0.0.4 connect?",
+                                      "which port is used most often?"])
+def test_a_capped_questions_work_in_sqlite_steps_does_not_grow_with_the_archive(small_and_large, question):
+    steps = []
+    for path in small_and_large:
+        budget = Budget(3600.0, 50)
+        read(path, question, budget=budget)
+        steps.append(budget.steps)
+    assert steps[1] <= steps[0] + STEPS                      # one look at the clock apart at most
 
 
 def test_the_first_reads_the_oldest_candidates_and_finds_the_first_line(wide, built):
