@@ -23,6 +23,10 @@ small one and printed. Each target runs the real code on real sockets and files:
               refused 401/404/405), two or conflicting Content-Lengths and Transfer-Encodings, and a few clients
               trickling a request slower than serve.request_timeout_s (0.5 s here) -> never a second answer on the
               connection, never a 500, a trickler cut in time and counted; a request on a fresh connection answered
+    budget    hostile questions (any text, long word lists, many roots, FTS5 syntax, every aggregate form) to the
+              cited reader over a prebuilt 3,000-line archive, under a small budget (200 lines, 200 x evidence.STEPS
+              steps) -> a Reply, a Choice or None, never an exception; the lines read and the steps within the
+              budget; every answer a span of a line it cites, or a count
 """
 from __future__ import annotations
 
@@ -60,7 +64,7 @@ from pipeline.serve.zmq_api import ZmqFront
 from pipeline.stream.records import render
 from pipeline.stream.sources import Stream, parse
 
-TARGETS = ("records", "config", "gguf", "http", "zmq", "site", "http_smuggle")
+TARGETS = ("records", "config", "gguf", "http", "zmq", "site", "http_smuggle", "budget")
 CONTROL = ("<|im_start|>", "<|im_end|>", "<|endoftext|>", "<s>", "</s>", "\x00", "\x1b[2J", "\u202e")
 CASE_TIMEOUT_S = 30.0                      # a case with no answer by then is a hang
 LENGTHS = ["exact", "short", "none", "twice", "-1", "+5", "1e3", " 12", "0x10", "\u0663", "99999999999"]
@@ -90,7 +94,8 @@ def run_fuzz(cfg, cases: int, targets: str = "", seed: int = 0) -> FuzzReport:
       http     request heads and bodies over a real socket to the real HTTP face and front
       zmq      msgpack and junk messages to the real zmq face
       site     hostile frames, wrong MACs and hostile array descriptions to the real site hub's two links
-      http_smuggle  smuggled requests in unread bodies, conflicting lengths, slow tricklers, to the real HTTP face"""
+      http_smuggle  smuggled requests in unread bodies, conflicting lengths, slow tricklers, to the real HTTP face
+      budget   hostile questions to the cited reader under a small budget -> bounded work, a cited answer or none"""
     chosen = [t.strip() for t in targets.split(",") if t.strip()] or list(TARGETS)
     unknown = set(chosen) - set(TARGETS)
     if unknown:
@@ -754,3 +759,40 @@ def _answers(data: bytes) -> list[bytes]:
 
 def _rmtree(path: Path) -> None:
     shutil.rmtree(path, ignore_errors=True)
+
+
+# ---- budget --------------------------------------------------------------------------------------------------------
+
+def _budget(cfg, st):
+    from bench.question_budget import build                # the archive the reproduction asks (bench/ imports bench/)
+    from pipeline.serve import cited
+    from pipeline.stream.evidence import STEPS, Budget
+    tmp = Path(tempfile.mkdtemp(prefix="ringspec_fuzz_"))
+    path = tmp / "archive.sqlite"
+    build(path, 3000)
+    max_lines, max_steps = 200, 200 * STEPS
+    vocabulary = ["connecting", "connect", "worker-3", "timeout", "closed", "session", "port", "ports", "users",
+                  "10.0.3.4", "10.0.3.4:1025", "blk_7919", "INFO", "WARN", "bytes", "ms", "sent", "as", "to", "a",
+                  "zebrafish", "HH", "LL", "NR", '"', "*", "NEAR", "AND", "OR", "NOT", "(", ")", "^", ":", "-", "'"]
+    forms = ["how many lines say", "how many times did", "which port is used most often", "which ports did",
+             "when was the first", "when did the last", "which", "what is the most frequent", "count", "how often",
+             "which users", "what port did", "when did", "number of"]
+    word = st.sampled_from(vocabulary) | st.text(alphabet=st.characters(codec="utf-8"), min_size=1, max_size=12)
+    words = st.lists(word, max_size=60).map(" ".join)
+    question = st.one_of(st.text(max_size=300), st.tuples(st.sampled_from(forms), words, st.sampled_from(
+        ["?", "", " ?", "??"])).map("".join), st.tuples(st.sampled_from(forms), words).map(" ".join))
+
+    def check(q):
+        budget = Budget(60.0, max_lines, max_steps=max_steps)
+        reply = cited.read(str(path), q, budget=budget)
+        assert reply is None or isinstance(reply, (cited.Reply, cited.Choice)), f"a {type(reply).__name__}"
+        assert budget.examined <= max_lines, f"{budget.examined} lines read, over {max_lines}"
+        assert budget.steps <= max_steps + STEPS, f"{budget.steps} steps, over {max_steps}"
+        if isinstance(reply, cited.Reply) and reply.answer is not None:
+            texts = [c.text for c in reply.citations]
+            assert texts, f"an answer without a citation: {reply.answer!r}"
+            counted = reply.answer.removeprefix("at least ").isdigit()
+            assert counted or all(any(part in t for t in texts) for part in reply.answer.split(", ")), \
+                f"an answer that is no span of a line it cites: {reply.answer!r}"
+
+    return check, question, lambda: _rmtree(tmp)
