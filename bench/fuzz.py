@@ -27,6 +27,11 @@ small one and printed. Each target runs the real code on real sockets and files:
               cited reader over a prebuilt 3,000-line archive, under a small budget (200 lines, 200 x evidence.STEPS
               steps) -> a Reply, a Choice or None, never an exception; the lines read and the steps within the
               budget; every answer a span of a line it cites, or a count
+    site_flood  floods of a real site hub in a child process (bench/flood.py), one per case, drawn: keyless zmq
+              peers sending 4 MiB messages, keyless raw ZMTP peers sending one endless multipart message, key
+              holders replaying an earlier start's hello and the live start's old counters -> the child's peak
+              resident size never over 64 MB above its size before the first flood, every replay refused (stale or
+              replayed), the real group's event and question crossing after every flood
 """
 from __future__ import annotations
 
@@ -49,6 +54,7 @@ import msgpack
 import numpy as np
 import zmq
 
+from bench.flood import Host
 from models.gguf import GGUFError, GGUFModel
 from models.registry import resolve_gguf
 from models.tokenizer import Tokenizer
@@ -64,7 +70,7 @@ from pipeline.serve.zmq_api import ZmqFront
 from pipeline.stream.records import render
 from pipeline.stream.sources import Stream, parse
 
-TARGETS = ("records", "config", "gguf", "http", "zmq", "site", "http_smuggle", "budget")
+TARGETS = ("records", "config", "gguf", "http", "zmq", "site", "http_smuggle", "budget", "site_flood")
 CONTROL = ("<|im_start|>", "<|im_end|>", "<|endoftext|>", "<s>", "</s>", "\x00", "\x1b[2J", "\u202e")
 CASE_TIMEOUT_S = 30.0                      # a case with no answer by then is a hang
 LENGTHS = ["exact", "short", "none", "twice", "-1", "+5", "1e3", " 12", "0x10", "\u0663", "99999999999"]
@@ -95,7 +101,8 @@ def run_fuzz(cfg, cases: int, targets: str = "", seed: int = 0) -> FuzzReport:
       zmq      msgpack and junk messages to the real zmq face
       site     hostile frames, wrong MACs and hostile array descriptions to the real site hub's two links
       http_smuggle  smuggled requests in unread bodies, conflicting lengths, slow tricklers, to the real HTTP face
-      budget   hostile questions to the cited reader under a small budget -> bounded work, a cited answer or none"""
+      budget   hostile questions to the cited reader under a small budget -> bounded work, a cited answer or none
+      site_flood  keyless and replaying peers flooding a real site hub -> its growth <= 64 MB, the group served"""
     chosen = [t.strip() for t in targets.split(",") if t.strip()] or list(TARGETS)
     unknown = set(chosen) - set(TARGETS)
     if unknown:
@@ -470,7 +477,9 @@ HUGE = [2**31, 2**32, 2**40, 2**62, 2**63 - 1, 2**64 - 1, -1, -2, -2**31, "x", 1
 
 def _site(cfg, st):
     """Strangers write to a real SiteHub's PULL (a PUSH) and ROUTER (a DEALER with a random id) while a real group
-    (NodeLink) is connected. A case is (link, frames). Messages under the run's key are built so that none can be
+    (NodeLink) is connected. A case is (link, frames). The strangers' sockets are past the links' handshake (its
+    keys are derived from the run's: a keyless peer never gets a frame queued, which `site_flood` floods), so what
+    they send reaches the MAC and the readers behind it. Messages under the run's key are built so that none can be
     valid (a key holder's bug, not a stranger's): each has an array that is not what it says, a header of the wrong
     shape, a bad envelope or a replayed counter; only the wrong-MAC messages may carry valid frames."""
     key = secrets.token_bytes(32)
@@ -482,6 +491,7 @@ def _site(cfg, st):
     dealer.setsockopt(zmq.ROUTING_ID, secrets.token_hex(16).encode())
     for sock, endpoint in ((push, hub.endpoints["events"]), (dealer, hub.endpoints["asks"])):
         sock.setsockopt(zmq.LINGER, 0)
+        site.secured(sock, key, server=False)
         sock.connect(endpoint)
     link.hello(START, {})
     got = _site_wait(lambda: hub.recv(0.05), "the group's hello")
@@ -525,14 +535,18 @@ def _site(cfg, st):
         st.tuples(lead, wrong_shape).map(lambda t: [*t[0], t[1]]),
         st.tuples(st.sampled_from([b"\xff", b"\xc3("]), name, name, st.builds(body, lead, header, st.lists(
             valid, max_size=2), record)).map(lambda t: [t[0], t[1], t[2], *t[3][3:]]))         # kind not UTF-8
-    envelope = st.tuples(st.text(max_size=10), st.text(max_size=10), st.integers(-2**63, 2**63 - 1)).map(list)
-    bad_envelope = st.sampled_from([["x", "y"], "str", [1, 2, 3], [START, "d", "1"], [START, "d", 1, 2], None])
+    envelope = st.tuples(st.text(max_size=10), st.integers(-2**63, 2**63 - 1), st.text(max_size=10),
+                         st.integers(-2**63, 2**63 - 1)).map(list)        # [start, its order, DEALER id, counter]
+    bad_envelope = st.sampled_from([["x", "y"], "str", [1, 2, 3], [START, "d", "1"], [START, "d", 1, 2], None,
+                                    [START, "d", 1], [START, 0, "d", "1"], [START, 0.5, "d", 1], [START, 0, "d", 1, 2],
+                                    [START, True, "d", 1]])
     keyed_arrays = st.tuples(envelope, st.builds(body, lead, header, arrays_bad, record)).map(
         lambda t: site.seal(key, site.UP, *t))                  # the likeliest to break a reader: drawn most
     keyed = st.one_of(
         st.tuples(envelope, bad_body),
         st.tuples(bad_envelope, st.builds(body, lead, header, st.lists(valid, max_size=2), record)),
-        st.tuples(st.tuples(st.just(START), st.text(max_size=10), st.integers(-5, 0)).map(list),     # replayed
+        st.tuples(st.tuples(st.just(START), st.integers(0, 3), st.text(max_size=10), st.integers(-5, 0)).map(list),
+                  # replayed: the live start's, an old counter
                   st.builds(body, st.just([b"event", GROUP.encode(), b"tep"]), header, st.lists(valid, max_size=2),
                             record))).map(lambda t: site.seal(key, site.UP, *t))
     other = secrets.token_bytes(32)
@@ -604,6 +618,31 @@ def _site_wait(get, what: str):
         if got:
             return got
     raise AssertionError(f"{what}: nothing within {CASE_TIMEOUT_S:.0f} s")
+
+
+FLOOD_GROWTH_MB = 64                        # issue 55's bound on any process's growth under a flood of a link
+
+
+def _site_flood(cfg, st):
+    """One child hosting a real SiteHub and a real group (bench/flood.py Host), flooded once per case: (how, peers,
+    twentieths of a second). The child's growth is its peak resident size over its size before the first flood, so
+    it accumulates over the cases."""
+    host = Host()
+    case = st.tuples(st.sampled_from(["messages", "multipart", "replay"]), st.integers(1, 4), st.integers(1, 4))
+    seen = [{}]                                             # the child's drops after the case before
+
+    def check(c):
+        how, peers, twentieths = c
+        before = seen[0]
+        got = host.flood(how, twentieths / 20, peers)
+        seen[0] = got["dropped"]
+        assert got["served"], f"the group was not served after {got}"
+        assert got["growth_mb"] <= FLOOD_GROWTH_MB, f"the hub's process grew {got['growth_mb']} MB: {got}"
+        refused = {k for k, v in got["dropped"].items() if v != before.get(k, 0)}    # (a replay's tail may land late)
+        assert refused <= {"refused: handshake", "stale_start", "replayed"}, f"a keyless peer got past: {got}"
+        assert how != "replay" or refused & {"stale_start", "replayed"}, f"replays not refused: {got}"
+
+    return check, case, host.close
 
 
 # ---- http_smuggle: requests hidden in bodies, lengths that disagree, clients that trickle -------------------------
