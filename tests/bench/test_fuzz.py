@@ -63,7 +63,7 @@ def test_the_site_property_catches_a_hub_that_delivers_a_message_with_a_wrong_ma
     assert fuzz._run("site", config.load(None), 25, 0) == {"cases": 25, "failures": 0}
     check, _, closing = fuzz._site(config.load(None), st)
     try:
-        forged = site.seal(secrets.token_bytes(32), site.UP, ["s9", "d9", 1],
+        forged = site.seal(secrets.token_bytes(32), site.UP, ["s9", 1, "d9", 1],      # a newer start's, if it passed
                            site.pack("event", fuzz.GROUP, "tep", {}, {}, None))
         check(("pull", forged))                                       # holds on the real hub: a bad_mac drop
         monkeypatch.setattr(site, "hmac", SimpleNamespace(new=real_hmac.new, compare_digest=lambda a, b: True))
