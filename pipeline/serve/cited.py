@@ -46,10 +46,13 @@ MAX_CITED = 8
 MAX_OPTIONS = 8                     # spans a line offers the model when none is of the kind asked
 _SERVE = ServeSection()             # a question's budget when none is given: serve.question_budget_s, ...max_lines
 _WORD = re.compile(r"\w+")
-_BEFORE = re.compile(r"([A-Za-z]\w*)[^A-Za-z]*$")   # the last word before a span, numbers skipped: "request /10.0.0.2:"
+_BEFORE = re.compile(r"(?<!\w)[^\WA-Za-z]*+([A-Za-z]\w*+)[^A-Za-z]*+$")   # the last word before a span (group 1),
+#   numbers skipped: "request /10.0.0.2:"; tried once a run of word characters, from its first letter (a word run ends
+#   where it ends from any start in it: `([A-Za-z]\w*)[^A-Za-z]*$` rescanned it from each: quadratic, finding 5)
+_NEAR = 256                         # characters before a span its naming words are read in (the last word and 4 more)
 _WORD_AT = re.compile(r"[A-Za-z]+")               # a line's words, split at case changes too: "onReceive" -> on, Receive
-_BYTES = re.compile(r"\d+(?=\s?(?:bytes?|B)$)")              # "301" of "301 bytes"
-_TIMED = re.compile(r"(-?\d+(?:\.\d+)?)\s?([A-Za-z]+)\b")             # "1938 ms": the number and its unit
+_BYTES = re.compile(r"(?<!\d)\d++(?=\s?(?:bytes?|B)$)")         # "301" of "301 bytes"
+_TIMED = re.compile(r"(?<!\d)(-?\d++(?:\.\d++)?+)\s?([A-Za-z]++)\b")     # "1938 ms": the number and its unit
 _AFTER = re.compile(r"[^A-Za-z]{0,3}([A-Za-z]+)")         # the word just after a span: "344 bytes received"
 _GAP = re.compile(r"[^A-Za-z0-9]*(?:[A-Za-z]+[^A-Za-z0-9]*)?")   # between a naming word and its value: one word at most
 # a direction word before a span -> the roots of the nouns that ask for it: "from 127.0.0.1:22 to 142.93.136.142:80"
@@ -130,10 +133,10 @@ def _read(con, r: Route, archive_path, question: str, budget: evidence.Budget) -
     if not lines and budget.cut:
         return _too_broad(r, budget, scope)
     if r.op == "count":
-        return _count(r, lines, scope, lambda: _nearest(archive_path, question), budget)
+        return _count(r, lines, scope, lambda: _nearest(archive_path, question, budget), budget)
     if r.op in ("most", "distinct"):
         return _values(r, lines, scope, budget)
-    return _lookup(r, lines, scope, lambda: _nearest(archive_path, question), budget)
+    return _lookup(r, lines, scope, lambda: _nearest(archive_path, question, budget), budget)
 
 
 def chosen(choice: Choice, written: str) -> Reply:
@@ -343,8 +346,8 @@ def _fit(r: Route, before: str, text: str, after: str | None = None) -> int:
     1 for each root among the 4 words before that one ("Connection broken for id 1889..." against "my id = 1", asked
     which id the connection broke for) and 1 for each root the word just after it starts with ("344 bytes received"
     for "bytes received?")."""
-    m = _BEFORE.search(before)
-    word = m[1].casefold() if m else ""
+    before = before[-_NEAR:]                                   # the words just before the span, not the whole prefix
+    word = _word_before(before, len(before)).casefold()
     names = {*r.roots, *r.nouns, *([stem(r.type_noun)] if r.type_noun else ())} - {""}
     near = sum(1 for n in names if word and (stem(word).startswith(n) or n.startswith(stem(word)) or
                                              len(n) >= 3 and n in word or n in _DIRECTION.get(word, ())))
@@ -457,11 +460,21 @@ def _written(line: Line, r: Route) -> bool:
     if not all(p in text for p in r.phrases):
         return False
     for noun, value in r.pairs:
-        if not any(key_of(v.text) == key_of(value) and (m := _BEFORE.search(line.text, 0, v.start)) and
-                   _names(stem(m[1]), {noun}) for v in line.values):
+        if not any(key_of(v.text) == key_of(value) and (word := _word_before(line.text, v.start)) and
+                   _names(stem(word), {noun}) for v in line.values):
             return False
     return True
 
 
-def _nearest(archive_path, question: str) -> tuple[Citation, ...]:
-    return tuple(Citation(h.seq, h.time, h.text) for h in search(archive_path, question, k=3))
+def _word_before(text: str, end: int) -> str:
+    """The last word before text[end:] ("port" of "... port 22"), read in the _NEAR characters before it: "" when
+    none."""
+    m = _BEFORE.search(text[max(0, end - _NEAR):end])
+    return m[1] if m else ""
+
+
+def _nearest(archive_path, question: str, budget: evidence.Budget) -> tuple[Citation, ...]:
+    """The lines closest to the question (not citations), within what is left of its budget (none when spent)."""
+    if budget.over():
+        return ()
+    return tuple(Citation(h.seq, h.time, h.text) for h in search(archive_path, question, k=3, watch=budget.watch))

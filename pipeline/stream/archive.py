@@ -273,9 +273,12 @@ def _open_reader(path: Path) -> sqlite3.Connection | None:
     return None
 
 
-def search(path, question: str, k: int = 8, before_seq: int | None = None, candidates: int = 200) -> list[Hit]:
+def search(path, question: str, k: int = 8, before_seq: int | None = None, candidates: int = 200,
+           watch=None) -> list[Hit]:
     """Reader side: the k lines most relevant to `question`, among lines with seq < before_seq when given (the lines
-    still inside the model's window are excluded by the caller passing the window's first seq). Ranking: see above."""
+    still inside the model's window are excluded by the caller passing the window's first seq). Ranking: see above.
+    watch: called with the reader's connection first (a question's budget, pipeline/stream/evidence.py
+    `Budget.watch`): a query it interrupts finds no lines."""
     terms, path = query_terms(question), Path(path)
     if not terms or k < 1 or not path.exists():
         return []
@@ -284,10 +287,16 @@ def search(path, question: str, k: int = 8, before_seq: int | None = None, candi
         return []
     bound = before_seq if before_seq is not None else 2**63 - 1
     try:
+        if watch is not None:
+            watch(con)
         rows = con.execute("SELECT rowid, offset, time, text FROM lines WHERE lines MATCH ? AND rowid < ? "
                            "ORDER BY bm25(lines), rowid DESC LIMIT ?", (_fts_query(terms), bound, candidates))
         hits = [Hit(seq, int(offset), time, text, len(set(terms) & set(_words(text))))
                 for seq, offset, time, text in rows]
+    except sqlite3.OperationalError as e:
+        if watch is None or "interrupted" not in str(e):
+            raise
+        hits = []
     finally:
         con.close()
     # coordinate match, then (when the question is not about recoveries) alarms before their recoveries, then recency

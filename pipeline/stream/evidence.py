@@ -9,8 +9,8 @@ never ranks by meaning: the caller (pipeline/serve/cited.py) decides what a ques
 Bounded (issue 55): a question's reads go through its `Budget`, at most `max_lines` lines read and built (the newest
 candidates, or the oldest for a question about the first: LIMIT in SQL, the seqs streamed off the indexes, never every
 match) and at most `seconds` of work (SQLite's progress handler aborts a query past the deadline; the lines are built
-in chunks, the clock looked at between them); `cut` says why a read stopped short ("lines", "time"), for the answer to
-say its bound.
+in chunks, the clock looked at between them, within the first half of the time: the rest is the caller's to weigh them
+in); `cut` says why a read stopped short ("lines", "time"), for the answer to say its bound.
 """
 from __future__ import annotations
 
@@ -25,6 +25,7 @@ _WORD = re.compile(r"\w+")
 _PART = re.compile(r"[A-Z]?[a-z]+|[A-Z]+(?![a-z])")     # a word's parts at case changes and underscores
 STEPS = 1000            # SQLite VM instructions between two looks at a question's clock (~0.1 ms here)
 CHUNK = 500             # lines built at once (one query per table for the chunk)
+READ_SHARE = 0.5        # of a question's time, what building its lines may take (the rest: weighing them)
 
 
 class Budget:
@@ -36,6 +37,7 @@ class Budget:
     def __init__(self, seconds: float, max_lines: int, max_steps: int | None = None, clock=time.monotonic):
         self.seconds, self.max_lines, self.max_steps, self.clock = seconds, max_lines, max_steps, clock
         self.deadline = clock() + seconds
+        self.read_until = clock() + seconds * READ_SHARE
         self.examined = 0                # lines read and built
         self.steps = 0                   # SQLite VM instructions run (in STEPS)
         self.cut = ""
@@ -44,11 +46,14 @@ class Budget:
     def left(self) -> int:
         return max(self.max_lines - self.examined, 0)
 
-    def over(self) -> bool:
-        """The time (or the steps) spent: marks the budget cut."""
-        if self.clock() >= self.deadline or self.max_steps is not None and self.steps >= self.max_steps:
+    def over(self, reading: bool = False) -> bool:
+        """The time (or the steps) spent: marks the budget cut. reading: the share of the time lines may be built in
+        (`READ_SHARE`) spent: no more lines (the budget cut too: there may have been more)."""
+        if self.clock() >= (self.read_until if reading else self.deadline) or \
+                self.max_steps is not None and self.steps >= self.max_steps * (READ_SHARE if reading else 1):
             self.cut = "time"
-        return self.cut == "time"
+            return True
+        return False
 
     def watch(self, con: sqlite3.Connection) -> None:
         """Abort any query of `con` past the budget (sqlite3.OperationalError "interrupted")."""
@@ -140,7 +145,7 @@ def lines(con: sqlite3.Connection, seqs: list[int], budget: Budget | None = None
     out, chunk = [], CHUNK
     for i in range(0, len(seqs), chunk):
         part = seqs[i:i + chunk]
-        if budget is not None and budget.over():
+        if budget is not None and budget.over(reading=True):
             break
         marks = ",".join("?" * len(part))
         try:
