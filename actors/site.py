@@ -5,10 +5,11 @@ Started by the launcher on its own host when a served run's streams are on sever
 before the groups, which connect to it. Each stream has its view in the front (pipeline/serve/front.py), labelled with
 its node; a question goes to its stream's node over the link and its answer's tokens come back as the owner's events,
 relayed by that node's output actor, which also gets the answer's finished record to journal. A group that says hello
-with a new start id was started again (an actor of it died): questions still waiting on its streams end with an error
-(their owner is gone). Holds no sequence state: when this actor dies the launcher starts it again on the same
-endpoints and the groups' links reconnect (askers in flight lose their connection). Never touches a model, a channel
-or a journal.
+with a new start id was started again (an actor of it died; the links pass only a newer start's, never an earlier
+one's replayed): questions still waiting on its streams end with an error (their owner is gone). Holds no sequence
+state: when this actor dies the launcher starts it again on the same endpoints, its restarts counted (`args.restarts`
+orders the site's starts on the links: a group then takes only the new start's messages), and the groups' links
+reconnect (askers in flight lose their connection). Never touches a model, a channel or a journal.
 """
 from __future__ import annotations
 

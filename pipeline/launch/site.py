@@ -31,7 +31,9 @@ class Site:
     is listed in the run directory's pids file."""
 
     def __init__(self, cfg, run: list[Group], run_dir: str, pub: str | None, host: str, signals: Signals):
-        # the key MACs every message on the links (pipeline/serve/site.py); it reaches both ends as an actor argument
+        # the key MACs every message on the links and their CURVE keys derive from it (pipeline/serve/site.py); it
+        # reaches both ends as an actor argument and serves every start of the site: the starts are told apart by
+        # `restarts` (handed to each start in _start), which the links carry so no earlier start's message is taken
         self.links = SiteLinks(f"tcp://{host}:0", f"tcp://{host}:0", secrets.token_bytes(32))
         self.file, self.run_dir, self.signals = f"{run_dir}/site.json", run_dir, signals
         self.stop = StopFlag(f"{run_dir}/site_stop", f"{run_dir}/stop")
