@@ -11,6 +11,7 @@ the fix). Never starts a server or a model.
 
     python -m bench.question_budget --lines 100000          # builds /tmp/question_budget-100000.sqlite once
     python -m bench.question_budget --lines 1000000 --keep  # keep the file for the next run
+    python -m bench.question_budget --together 4 --question "how many lines say connecting?"   # four at once
 """
 from __future__ import annotations
 
@@ -23,6 +24,7 @@ import resource
 import sqlite3
 import sys
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from pipeline.serve import cited
@@ -106,17 +108,17 @@ def _reset_peak() -> bool:
         return False
 
 
-def measure(path: Path, question: str) -> dict:
+def measure(path: Path, question: str, together: int = 1) -> dict:
     """One question's wall time, memory growth and the reply's first line, asked in a forked child (each question
     from the same heap, none reusing what an earlier one grew), else here."""
     if not hasattr(os, "fork"):
-        return _measure(path, question)
+        return _measure(path, question, together)
     r, w = os.pipe()
     pid = os.fork()
     if pid == 0:                                         # the child: one question, its figures down the pipe
         try:
             os.close(r)
-            os.write(w, json.dumps(_measure(path, question)).encode())
+            os.write(w, json.dumps(_measure(path, question, together)).encode())
         finally:
             os._exit(0)
     os.close(w)
@@ -127,12 +129,16 @@ def measure(path: Path, question: str) -> dict:
                                         "reply": "the child died"}
 
 
-def _measure(path: Path, question: str) -> dict:
+def _measure(path: Path, question: str, together: int = 1) -> dict:
     gc.collect()
     resettable = _reset_peak()
     before, maxrss = _status(), resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
     t0 = time.perf_counter()
-    reply = cited.read(str(path), question)
+    if together > 1:                                     # asked by several operators at once, one thread each
+        with ThreadPoolExecutor(together) as pool:
+            reply = list(pool.map(lambda _: cited.read(str(path), question), range(together)))[0]
+    else:
+        reply = cited.read(str(path), question)
     wall = time.perf_counter() - t0
     after = _status()
     if resettable and "VmHWM" in after:
@@ -151,12 +157,14 @@ def main(argv=None) -> int:
     p.add_argument("--archive", help="the archive file (default /tmp/question_budget-LINES.sqlite)")
     p.add_argument("--keep", action="store_true", help="keep the archive file afterwards (default: removed)")
     p.add_argument("--question", action="append", help="ask this instead of the built-in questions (repeatable)")
+    p.add_argument("--together", type=int, default=1, help="ask each question this many times at once, from as many "
+                   "threads (the wall time is the last one's; default %(default)s)")
     p.add_argument("--json", action="store_true", help="print the figures as JSON")
     a = p.parse_args(argv)
     path = Path(a.archive or f"/tmp/question_budget-{a.lines}.sqlite")
     built = build(path, a.lines)
     budgeted = "budget_s" in inspect.signature(cited.read).parameters
-    rows = [measure(path, q) for q in (a.question or QUESTIONS)]
+    rows = [measure(path, q, a.together) for q in (a.question or QUESTIONS)]
     if a.json:
         print(json.dumps({"lines": a.lines, "build_s": round(built, 1), "budgeted": budgeted, "questions": rows}))
     else:

@@ -26,6 +26,7 @@ _PART = re.compile(r"[A-Z]?[a-z]+|[A-Z]+(?![a-z])")     # a word's parts at case
 STEPS = 1000            # SQLite VM instructions between two looks at a question's clock (~0.1 ms here)
 CHUNK = 500             # lines built at once (one query per table for the chunk)
 READ_SHARE = 0.5        # of a question's time, what building its lines may take (the rest: weighing them)
+MIN_WEIGHED = 32        # lines a loop of the reader weighs whatever the budget says: lines read get an answer
 
 
 class Budget:
@@ -64,10 +65,10 @@ class Budget:
         return int(self.over())
 
     def each(self, items):
-        """`items` while the budget lasts (the clock, and the steps, looked at before each): a Python loop's bound.
-        Once spent, nothing more."""
-        for item in items:
-            if self.over():
+        """`items` while the budget lasts (the clock, and the steps, looked at before each), the first MIN_WEIGHED
+        whatever it says (a bound in work: the lines read were read to be weighed): a Python loop's bound."""
+        for i, item in enumerate(items):
+            if self.over() and i >= MIN_WEIGHED:
                 return
             self.steps += STEPS              # a line weighed in Python: about as long as STEPS instructions
             yield item
