@@ -161,7 +161,8 @@ def _open_archive(source: SourceSpec, rewind: int | None):
     if not source.archive:
         return None
     Path(source.archive).parent.mkdir(parents=True, exist_ok=True)
-    archive = Archive(source.archive, max_lines=source.archive_max_lines, flush_every=64)
+    archive = Archive(source.archive, max_lines=source.archive_max_lines, flush_every=64,
+                      max_values=source.archive_max_values, max_templates=source.archive_max_templates)
     if rewind is not None:
         archive.rewind(rewind)
     return archive

@@ -161,6 +161,8 @@ class ServeSection:
                                      # gets before questions and analyses go first again (0 = questions always first)
     archive: str = ""                # SQLite FTS5 file of every line ("" = $RINGSPEC_HOME/archive/stream.sqlite)
     archive_max_lines: int = 1_000_000
+    archive_max_values_per_line: int = 64    # values and cells of a line kept in the archive (the rest counted)
+    archive_max_templates: int = 10_000      # line templates the archive's miner holds (least recently used go)
     question_budget_s: float = 1.0   # a cited question's work over the archive at most (past it: a partial answer
                                      # saying its bound, or "too broad"; pipeline/stream/evidence.py Budget)
     question_max_lines: int = 10_000    # ... and the archive's lines it reads at most (the newest candidates)
@@ -339,7 +341,8 @@ _MIN = {("model", "threads"): 1, ("model", "max_rows"): 2, ("model", "prefill_ro
         ("serve", "max_waiting"): 1, ("serve", "deadline_s"): 0.1, ("serve", "max_connections"): 1,
         ("serve", "max_connections_per_peer"): 1,
         ("serve", "request_timeout_s"): 0.1, ("serve", "backlog_lines"): 0,
-        ("serve", "archive_max_lines"): 1, ("serve", "retrieve"): 0, ("supervise", "max_restarts"): 0,
+        ("serve", "archive_max_lines"): 1, ("serve", "archive_max_values_per_line"): 1,
+        ("serve", "archive_max_templates"): 1, ("serve", "retrieve"): 0, ("supervise", "max_restarts"): 0,
         ("supervise", "period_s"): 0.0, ("supervise", "checkpoint_s"): 0.01, ("supervise", "journal_max_mb"): 0.0,
         ("supervise", "journal_keep"): 1,
         ("replay", "line_rate"): 0.0, ("serve", "stream_share"): 0.0, ("board", "ram_mb"): 0,

@@ -190,7 +190,9 @@ def plan(cfg, group: Group, pub: str | None, quiet_lines: bool, tag: str, resume
     for st, ln, point in zip(streams, links, resume):
         source, serving = st.source, cfg.serve.enabled
         if serving:
-            source = dataclasses.replace(source, archive=st.archive, archive_max_lines=cfg.serve.archive_max_lines)
+            source = dataclasses.replace(source, archive=st.archive, archive_max_lines=cfg.serve.archive_max_lines,
+                                         archive_max_values=cfg.serve.archive_max_values_per_line,
+                                         archive_max_templates=cfg.serve.archive_max_templates)
         owners.append(OwnerArgs(
             inbox=ln["lines"], outbox=ln["events"].name, from_target=ln["from_target"], from_draft=ln["from_draft"],
             to_target=ln["to_target"].name, to_draft=ln["to_draft"].name, cfg=st.cfg, spec=spec, stop=stop,

@@ -2,7 +2,9 @@
 
 Owns the archive file and its schema: one writer (`Archive`, in the ingest process) appends lines with their typed
 values (pipeline/stream/values.py) and template (pipeline/stream/templates.py), each line, its values and its template
-row in one transaction, and evicts the oldest past `max_lines` from every table at once; any number of readers
+row in one transaction, and evicts the oldest past `max_lines` from every table at once (a template with its last
+line, from the table and from the miner); a line keeps at most `max_values` values (the rest counted, never stored),
+and rows are named by the header a directive block declared (pipeline/stream/columns.py); any number of readers
 (`search` here, the values' queries in pipeline/stream/evidence.py, in the front) open it read-only while the writer
 runs (WAL). Tables: `lines` (FTS5: text, time, offset; rowid = seq), `vals` (seq, kind, key, start, stop: a value's
 span in its line and its case-folded lookup key), `templates` (id, pattern), `line_templates` (seq, template,
@@ -18,13 +20,15 @@ HH?" wants the newest line with both PIR108 and HH, not lines that share one wor
 """
 from __future__ import annotations
 
+import itertools
 import re
 import sqlite3
+import sys
 import unicodedata
 from dataclasses import dataclass
 from pathlib import Path
 
-from pipeline.stream.columns import Header, cells, header_of
+from pipeline.stream.columns import BLOCK, Header, Headers, cells, header_of
 from pipeline.stream.templates import Miner
 from pipeline.stream.values import key_of, values_of
 
@@ -40,6 +44,7 @@ TABLES = {            # beside `lines`: what the cited reader reads (pipeline/st
 INDEXES = ("CREATE INDEX vals_key ON vals(key, seq)", "CREATE INDEX vals_seq ON vals(seq)",
            "CREATE INDEX line_templates_template ON line_templates(template, seq)")
 BUSY_MS = 5000
+HEADERS_LOOKED_AT = 64    # a restart looks for the header in force among the newest header lines
 
 # Question and filler words that name no line. "alarm" is here too: every line of an alarm log is one (the TEP log
 # writes ALM), so the word separates nothing and would only add a point to every line's coordinate match.
@@ -128,10 +133,15 @@ def _is_archive(con: sqlite3.Connection, path) -> bool:
 class Archive:
     """Writer side: buffers lines, commits every `flush_every`, keeps only the newest `max_lines`."""
 
-    def __init__(self, path, max_lines: int = 1_000_000, flush_every: int = 256):
-        if max_lines < 1 or flush_every < 1:
-            raise ValueError(f"max_lines ({max_lines}) and flush_every ({flush_every}) must be at least 1")
+    def __init__(self, path, max_lines: int = 1_000_000, flush_every: int = 256, max_values: int = 64,
+                 max_templates: int = 100_000):
+        if min(max_lines, flush_every, max_values, max_templates) < 1:
+            raise ValueError(f"max_lines ({max_lines}), flush_every ({flush_every}), max_values ({max_values}) and "
+                             f"max_templates ({max_templates}) must be at least 1")
         self.path, self.max_lines, self.flush_every = Path(path), max_lines, flush_every
+        self.max_values, self.max_templates = max_values, max_templates
+        self.stats = {"added": 0, "evicted": 0, "flushes": 0, "values_dropped": 0, "templates_evicted": 0,
+                      "headers_refused": 0}
         self.con = sqlite3.connect(self.path, isolation_level=None)   # autocommit; flush opens its own transaction
         try:
             state = _schema(self.con, self.path)
@@ -141,8 +151,11 @@ class Archive:
             if state != "current":
                 self._create(state)
             last = self.con.execute("SELECT rowid FROM lines ORDER BY rowid DESC LIMIT 1").fetchone()
-            self.miner = Miner(patterns=dict(self.con.execute("SELECT id, pattern FROM templates")))
-            self.header = _newest_header(self.con)
+            with self.con:                  # rows an older ringspec left behind their last line
+                self.con.execute("BEGIN IMMEDIATE")
+                self.con.execute("DELETE FROM templates WHERE id NOT IN (SELECT template FROM line_templates)")
+            self.miner = Miner(patterns=_recent_templates(self.con, max_templates), max_templates=max_templates)
+            self.headers = _headers_at_end(self.con)
         except BaseException:
             self.con.close()
             raise
@@ -150,7 +163,6 @@ class Archive:
         self.pending: list[tuple[int, str, str, int]] = []
         self.pending_values: list[tuple[int, str, str, int, int]] = []
         self.pending_templates: list[tuple[int, int, str]] = []
-        self.stats = {"added": 0, "evicted": 0, "flushes": 0}
 
     def _create(self, state: str) -> None:
         """Make the tables (an empty file), or add the values tables to an older archive and fill them from its
@@ -162,10 +174,11 @@ class Archive:
             for sql in (*TABLES.values(), *INDEXES):
                 self.con.execute(sql)
             if state == "old":
-                miner, header = Miner(), None
-                for seq, text in self.con.execute("SELECT rowid, text FROM lines ORDER BY rowid").fetchall():
-                    header = header_of(text) or header
-                    vals, template = _derived(seq, text, miner, header)
+                miner, headers = Miner(max_templates=self.max_templates), Headers()
+                for seq, text, offset in self.con.execute("SELECT rowid, text, offset FROM lines ORDER BY rowid"
+                                                          ).fetchall():
+                    header = headers.take(text, int(offset) == 0)
+                    vals, template, _ = _derived(seq, text, miner, header, self.max_values)
                     self.con.executemany("INSERT INTO vals VALUES (?, ?, ?, ?, ?)", vals)
                     self.con.execute("INSERT INTO line_templates VALUES (?, ?, ?)", template)
                 self.con.executemany("INSERT OR REPLACE INTO templates VALUES (?, ?)", miner.take_changed().items())
@@ -178,8 +191,17 @@ class Archive:
         seq, self._next = self._next, self._next + 1
         text = _clean(text)
         self.pending.append((seq, text, _clean(time), int(offset)))
-        self.header = header_of(text) or self.header
-        vals, template = _derived(seq, text, self.miner, self.header)
+        refused = self.headers.refused
+        header = self.headers.take(text, int(offset) == 0)
+        vals, template, dropped = _derived(seq, text, self.miner, header, self.max_values)
+        if dropped and not self.stats["values_dropped"]:
+            self._note(f"line {seq} holds {len(vals) + dropped} values; the archive keeps {self.max_values} a line "
+                       f"(serve.archive_max_values_per_line), the rest counted in its stats from now on")
+        if self.headers.refused > refused and not self.stats["headers_refused"]:
+            self._note(f"line {seq} is a header line outside a header block: it names no columns (counted in the "
+                       f"archive's stats from now on)")
+        self.stats["values_dropped"] += dropped
+        self.stats["headers_refused"] = self.headers.refused
         self.pending_values += vals
         self.pending_templates.append(template)
         self.stats["added"] += 1
@@ -197,17 +219,28 @@ class Archive:
             self.con.executemany("INSERT INTO vals VALUES (?, ?, ?, ?, ?)", self.pending_values)
             self.con.executemany("INSERT INTO line_templates VALUES (?, ?, ?)", self.pending_templates)
             self.con.executemany("INSERT OR REPLACE INTO templates VALUES (?, ?)", self.miner.take_changed().items())
-            gone = self._forget("<", self._next - self.max_lines)
+            gone, unused = self._forget("<", self._next - self.max_lines)
+        self.miner.forget(unused)
         self.stats["evicted"] += gone
+        self.stats["templates_evicted"] += len(unused)
         self.stats["flushes"] += 1
         self.pending, self.pending_values, self.pending_templates = [], [], []
 
-    def _forget(self, op: str, seq: int) -> int:
-        """Delete the lines with seq `op` `seq` from every table (inside the caller's transaction); how many lines."""
+    def _note(self, text: str) -> None:
+        print(f"ringspec: archive {self.path.name}: {text}", file=sys.stderr, flush=True)
+
+    def _forget(self, op: str, seq: int) -> tuple[int, list[int]]:
+        """Delete the lines with seq `op` `seq` from every table, and the templates no line is left of (inside the
+        caller's transaction; the caller drops those from the miner once committed): (lines, template ids)."""
+        touched = [t for (t,) in self.con.execute(f"SELECT DISTINCT template FROM line_templates WHERE seq {op} ?",
+                                                   (seq,))]
         gone = self.con.execute(f"DELETE FROM lines WHERE rowid {op} ?", (seq,)).rowcount
         self.con.execute(f"DELETE FROM vals WHERE seq {op} ?", (seq,))
         self.con.execute(f"DELETE FROM line_templates WHERE seq {op} ?", (seq,))
-        return gone
+        unused = [t for t in touched
+                  if not self.con.execute("SELECT 1 FROM line_templates WHERE template = ? LIMIT 1", (t,)).fetchone()]
+        self.con.executemany("DELETE FROM templates WHERE id = ?", ((t,) for t in unused))
+        return gone, unused
 
     def rewind(self, seq: int) -> None:
         """Forget the lines from `seq` on, so the next line added is `seq` again (a restart re-reads them from the
@@ -215,9 +248,11 @@ class Archive:
         self.flush()
         with self.con:
             self.con.execute("BEGIN IMMEDIATE")
-            self._forget(">=", seq)
+            _, unused = self._forget(">=", seq)
+        self.miner.forget(unused)
+        self.stats["templates_evicted"] += len(unused)
         self._next = seq
-        self.header = _newest_header(self.con)
+        self.headers = _headers_at_end(self.con)
 
     def close(self) -> None:
         if self.con is not None:
@@ -232,20 +267,42 @@ class Archive:
         self.close()
 
 
-def _derived(seq: int, text: str, miner: Miner, header: Header | None) -> tuple[list[tuple], tuple]:
-    """A line's rows in `vals` (its values, and its cells named by `header`, the newest header line before it) and
-    `line_templates`."""
-    vals = [(seq, v.kind, key_of(v.text), v.start, v.end) for v in (*values_of(text), *cells(text, header))]
+def _derived(seq: int, text: str, miner: Miner, header: Header | None, cap: int) -> tuple[list[tuple], tuple, int]:
+    """A line's rows in `vals` (its values, and its cells named by `header`, the header in force at it: at most `cap`
+    of them, the rest not stored), its row in `line_templates`, and how many values were not stored."""
+    found = (*values_of(text), *cells(text, header))
+    vals = [(seq, v.kind, key_of(v.text), v.start, v.end) for v in found[:cap]]
     tid, params = miner.add(text)
-    return vals, (seq, tid, "\t".join(params))
+    return vals, (seq, tid, "\t".join(params)), max(0, len(found) - cap)
 
 
-def _newest_header(con: sqlite3.Connection) -> Header | None:
-    """The column layout of the archive's newest header line ("#Fields: ...", "#fields..."), None when it has none."""
-    for (text,) in con.execute("SELECT text FROM lines WHERE lines MATCH '^fields' ORDER BY rowid DESC"):
-        if header := header_of(text):
-            return header
-    return None
+def _recent_templates(con: sqlite3.Connection, n: int) -> dict[int, str]:
+    """The `n` templates whose lines came last ({id: pattern}, least recently used first): what the miner holds."""
+    return dict(con.execute("SELECT t.id, t.pattern FROM templates t JOIN (SELECT template, MAX(seq) AS last FROM "
+                            "line_templates GROUP BY template ORDER BY last DESC LIMIT ?) r ON r.template = t.id "
+                            "ORDER BY r.last", (n,)))
+
+
+def _headers_at_end(con: sqlite3.Connection) -> Headers:
+    """The header state after the archive's newest line: its newest header taken as `Headers` takes one (the lines
+    just before each header line decide), and the directive lines at its very end (a block a restart cut)."""
+    headers = Headers()
+    for seq, in con.execute("SELECT rowid FROM lines WHERE lines MATCH '^fields' ORDER BY rowid DESC LIMIT ?",
+                            (HEADERS_LOOKED_AT,)).fetchall():
+        block = con.execute("SELECT text, offset FROM lines WHERE rowid <= ? ORDER BY rowid DESC LIMIT ?",
+                            (seq, BLOCK + 1)).fetchall()
+        replay = Headers()
+        for text, offset in reversed(block):
+            replay.take(text, int(offset) == 0)
+        if not replay.refused and replay.header == header_of(block[0][0]):      # the newest header line, taken
+            headers.header = replay.header
+            break
+    tail = con.execute("SELECT text, offset FROM lines ORDER BY rowid DESC LIMIT ?", (BLOCK,)).fetchall()
+    at_end = list(itertools.takewhile(lambda row: row[0].startswith("#"), tail))
+    for text, offset in reversed(at_end):
+        headers.take(text, int(offset) == 0)
+    headers.refused = 0
+    return headers
 
 
 def open_reader(path) -> sqlite3.Connection | None:

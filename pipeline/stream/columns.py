@@ -6,8 +6,17 @@ log's "#fields<TAB>..." line), `cells` (a row's cells as `col:NAME` values, each
 layout (read with no header: client, ident, user, time, method, path, protocol, status, bytes, referrer, agent), and
 `meaning`: the words a column's name stands for, so an operator's "which source port" finds Zeek's `id.orig_p`.
 Positional formats write no word beside a value; their header or their standard is what names it. The archive's
-writer (pipeline/stream/archive.py) keeps the newest header line read, so a row is named by the header above it.
-Never touches SQLite or a model.
+writer (pipeline/stream/archive.py) keeps a `Headers` over the lines it reads, so a row is named by the header in
+force above it.
+
+Which header line is taken (`Headers`): both formats write their header as a block of directive lines at the head of a
+log (W3C: "#Version", "#Fields", "#Software", "#Start-Date", "#End-Date", "#Date", "#Remark", written at the start of
+a log or after a restart; Zeek: "#separator" first, then "#set_separator", "#empty_field", "#unset_field", "#path",
+"#open", "#fields", "#types"). So a "#Fields:" line is taken only inside a block (the "#" lines just before it, at most
+`BLOCK`) holding a W3C directive only a log's writer starts one with (#Version, #Software, #Date, #Start-Date), a
+"#fields" line only in a block that began with "#separator", and either only as the first line of its source; any
+other header line (a lone "#Fields:" among rows: a line an attacker got into the stream) renames nothing and is
+counted (`refused`). A row is named only when its cell count equals its header's. Never touches SQLite or a model.
 """
 from __future__ import annotations
 
@@ -59,6 +68,35 @@ def header_of(text: str) -> Header | None:
     if text.startswith("#fields\t"):
         return Header(tuple(text.split("\t")[1:]), "\t")
     return None
+
+
+BLOCK = 16                 # directive lines a header block holds at most (Zeek writes 8)
+_W3C_HEAD = ("#Version:", "#Software:", "#Date:", "#Start-Date:")
+
+
+class Headers:
+    """The header in force as a log's lines are read in order (the rule: see the module's docstring)."""
+
+    def __init__(self):
+        self.header: Header | None = None
+        self.block: list[str] = []        # the directive lines just read, oldest first, this one not included
+        self.refused = 0                  # header lines not taken
+
+    def take(self, text: str, first: bool = False) -> Header | None:
+        """Read the next line (`first`: the first line of its source); the header in force for it."""
+        if not text.startswith("#"):
+            self.block = []
+            return self.header
+        found = header_of(text)
+        if found is not None:
+            block = self.block[-BLOCK:]
+            if first or (any(d.startswith(_W3C_HEAD) for d in block) if found.sep == " "
+                         else bool(block) and block[0].startswith("#separator")):
+                self.header = found
+            else:
+                self.refused += 1
+        self.block = [*self.block[-BLOCK:], text] if not first else [text]
+        return self.header
 
 
 def cells(text: str, header: Header | None) -> list[Value]:

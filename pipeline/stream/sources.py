@@ -381,6 +381,8 @@ class SourceSpec:
     max_tokens: int = 0                 # stop after this many tokens (0: no limit; the soak)
     archive: str = ""                   # serving: the SQLite FTS5 archive every line also goes to ("": none)
     archive_max_lines: int = 0          # ... the lines it keeps
+    archive_max_values: int = 0         # ... the values of a line it keeps
+    archive_max_templates: int = 0      # ... the templates its miner holds
     resume: Checkpoint | None = None    # the last durable checkpoint: start after it (pipeline/stream/journal.py)
 
     @property

@@ -1,5 +1,7 @@
 """The line archive (memory beyond the ring) and the recall question set built on it: no model, all fast."""
+import random
 import sqlite3
+import string
 
 import pytest
 
@@ -65,7 +67,8 @@ def test_eviction_is_counted_in_stats(tmp_path):
         for i in range(5):
             archive.add(i, "", "line")
         archive.flush()
-        assert archive.stats == {"added": 5, "evicted": 2, "flushes": 3}
+        assert archive.stats == {"added": 5, "evicted": 2, "flushes": 3, "values_dropped": 0, "templates_evicted": 0,
+                                 "headers_refused": 0}
 
 
 def test_next_seq_continues_across_reopen(tmp_path):
@@ -236,3 +239,46 @@ def test_an_archive_whose_values_table_is_not_ours_is_a_clear_error(tmp_path, op
         con.execute("CREATE TABLE vals(seq, value)")
     with pytest.raises(ValueError, match="not a ringspec archive: its table vals"):
         open_it(path)
+
+
+def test_templates_leave_the_archive_and_its_miner_with_their_last_line(tmp_path):
+    """Finding 8 of issue 55: template rows were never evicted (10,000 kept at max_lines=100)."""
+    rng = random.Random(8)
+    distinct = ["evt " + " ".join("".join(rng.choice(string.ascii_lowercase) for _ in range(8)) for _ in range(5))
+                for _ in range(300)]                                      # no two alike: 300 kinds
+    path = tmp_path / "a.sqlite"
+    with Archive(path, max_lines=10, flush_every=5) as archive:
+        archive.add(0, "", "kept kind of line")
+        for i, text in enumerate(distinct, start=1):
+            archive.add(i, "", text)
+            if i % 4 == 0:
+                archive.add(i, "", "kept kind of line")                # a kind still in use stays, its id too
+        archive.flush()
+        rows = archive.con.execute("SELECT id FROM templates").fetchall()
+        held = set(archive.miner.templates)
+        assert len(rows) <= 10 + 5 and held == {tid for (tid,) in rows}
+        assert archive.stats["templates_evicted"] >= 300 - 15
+    with sqlite3.connect(path) as con:
+        used = {t for (t,) in con.execute("SELECT template FROM line_templates")}
+        assert {tid for (tid,) in rows} == used and 1 in used
+
+
+def test_a_line_stores_at_most_max_values_the_rest_counted(tmp_path):
+    """Finding 8 of issue 55: a crafted 4 KB line ("1 1 1 ...") stored 2,048 value rows."""
+    with Archive(tmp_path / "a.sqlite", max_values=64) as archive:
+        archive.add(0, "", ("1 " * 2048)[:4096])
+        archive.add(1, "", "pump P101 pressure 4.2 bar")
+        archive.flush()
+        per_line = dict(archive.con.execute("SELECT seq, count(*) FROM vals GROUP BY seq"))
+        assert per_line[1] == 64 and archive.stats["values_dropped"] == 2048 - 64
+        assert 0 < per_line[2] < 64
+
+
+def test_a_reopened_archive_mines_on_with_the_templates_its_lines_name(tmp_path):
+    path = tmp_path / "a.sqlite"
+    with Archive(path) as archive:
+        archive.add(0, "", "Received block blk_1 of size 91178")
+    with Archive(path, max_templates=5) as archive:
+        archive.add(1, "", "Received block blk_2 of size 6710")
+        archive.flush()
+        assert archive.con.execute("SELECT template FROM line_templates ORDER BY seq").fetchall() == [(1,), (1,)]

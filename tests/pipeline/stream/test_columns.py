@@ -80,3 +80,46 @@ def test_the_archive_names_rows_by_the_newest_header_even_after_it_is_reopened(t
     finally:
         con.close()
     assert [next(v.text for v in ln.cells if v.kind == "col:c-ip") for ln in rows] == ["183.60.244.30", "10.0.0.9"]
+
+
+EVIL = "#Fields: " + " ".join(f"evil{i}" for i in range(17))           # as wide as W3C_ROW: it would name its cells
+
+
+def ips(path, seqs):
+    con = open_reader(path)
+    try:
+        return [next((v.text for v in ln.cells if v.kind == "col:c-ip"), None) for ln in lines_of(con, seqs)]
+    finally:
+        con.close()
+
+
+def test_a_lone_fields_line_among_rows_renames_no_row_after_it(tmp_path):
+    """Finding 12 of issue 55: any "#Fields:" line renamed the columns of the rows after it (a line in the stream)."""
+    path = tmp_path / "a.sqlite"
+    with Archive(path) as archive:
+        for i, text in enumerate(["#Software: Microsoft Internet Information Services 8.5", W3C_HEADER, W3C_ROW, EVIL,
+                                  W3C_ROW, "#fields\tts\tuid", "a\tb"]):
+            archive.add(10 + i, "", text)
+        archive.flush()
+        assert archive.stats["headers_refused"] == 2
+    assert ips(path, [3, 5]) == ["183.60.244.30", "183.60.244.30"]
+    with Archive(path) as archive:                # reopened: the header in force is still the block's, not EVIL
+        archive.add(17, "", W3C_ROW)
+    assert ips(path, [8]) == ["183.60.244.30"]
+
+
+def test_a_header_block_names_the_rows_after_it_a_w3c_restart_and_a_zeek_head_included(tmp_path):
+    renamed = W3C_HEADER.replace("c-ip", "client-addr")
+    zeek = ["#separator \\x09", "#set_separator\t,", "#path\thttp", ZEEK_HEADER, ZEEK_ROW]
+    path = tmp_path / "a.sqlite"
+    with Archive(path) as archive:
+        for i, text in enumerate([W3C_HEADER, W3C_ROW, "#Version: 1.0", "#Date: 2015-01-14 00:00:00", renamed,
+                                  W3C_ROW, *zeek]):
+            archive.add(i, "", text)                                   # the first line of its source: taken
+    con = open_reader(path)
+    try:
+        rows = lines_of(con, [2, 6, 11])
+    finally:
+        con.close()
+    assert {v.kind for v in rows[0].cells} >= {"col:c-ip"} and {v.kind for v in rows[1].cells} >= {"col:client-addr"}
+    assert {v.kind: v.text for v in rows[2].cells}["col:id.orig_p"] == "52030"
