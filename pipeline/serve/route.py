@@ -88,7 +88,8 @@ ALARM_WORDS = {"hh": "HH", "ll": "LL", "h": "H", "l": "L", "nr": "NR", "high": "
 NOT_USERS = frozenset("failed failure logged connected tried attempted login logins logon name names account accounts "
                       "did was is has had that who which with fail fails succeeded attempt attempts session sessions "
                       "from for on at in by to of".split())
-_PAIRED = re.compile(r"([A-Za-z]\w*) (\d{1,2}(?:\.\d+)?)(?![\w.]|:\d)")      # "slot 9", "stage 1.0", "TID 56"
+_PAIRED = re.compile(r"(?<!\w)[^\WA-Za-z]*+([A-Za-z]\w*+) (\d{1,2}(?:\.\d+)?)(?![\w.]|:\d)")   # "slot 9", "TID 56"
+#   the word from its first letter, tried once a word (not from every letter of a long one: quadratic)
 _BESIDES = re.compile(r"\b(?:apart from|besides|except|other than)\s+$", re.IGNORECASE)
 _QUOTED = re.compile(r"'([^']{3,})'|\"([^\"]{3,})\"")
 _WORD = re.compile(r"\w+")
@@ -123,28 +124,33 @@ def route(question: str) -> Route:
             and not (v.kind == "user" and (v.text.casefold() in NOT_USERS or v.text.casefold() in STOP))]
     vals += [v for v in found if v.kind == "status" and "_" in v.text and v.text.isupper()]
     paired = [m for m in _PAIRED.finditer(question) if m[1].casefold() not in STOP]
-    pairs = tuple((stem(m[1]), m[2]) for m in paired if not any(v.start <= m.start(2) < v.end for v in vals))
-    vals += [v for v in found if any(v.start == m.start(2) and v.text == m[2] for m in paired)]
-    spans = [(v.start, v.end) for v in vals]
-    besides = tuple(v.text for v in vals if _BESIDES.search(question, 0, v.start))
-    vals = [v for v in vals if v.text not in besides]
-    clocked = {(v.start, v.end) for v in vals if v.kind == "time" and any(c.kind == "clock" for c in vals)}
+    held = _covered(question, vals)                # a character of a value named (checked per place: linear)
+    pairs = tuple((stem(m[1]), m[2]) for m in paired if not held[m.start(2)])
+    numbered = {(m.start(2), m[2]) for m in paired}
+    vals += [v for v in found if (v.start, v.text) in numbered]
+    held = _covered(question, vals)
+    besides = tuple(v.text for v in vals if _after_besides(question, v.start))
+    left_out = set(besides)
+    vals = [v for v in vals if v.text not in left_out]
+    clock = any(c.kind == "clock" for c in vals)
+    clocked = {(v.start, v.end) for v in vals if v.kind == "time" and clock}
     keys = tuple(dict.fromkeys(k for v in vals if (v.start, v.end) not in clocked for k in _keys(v, question)))
-    words = [m[0].casefold() for m in _WORD.finditer(question)
-             if not any(a <= m.start() < b for a, b in spans)]
+    words = [m[0].casefold() for m in _WORD.finditer(question) if not held[m.start()]]
     tagged = any(TAG.fullmatch(k) for k in keys)
     alarm = _alarm(words) if tagged else _alarm_named(question, words)
-    naming = {m[1].casefold() for k in keys for m in re.finditer(rf"(\w+)[\s:=#]*{re.escape(k)}", question)}
-    paired = {w for w in naming if stem(w) in {n for n, _ in pairs}}       # "slot" of "slot 9": the key's, not a word
+    naming = {w.casefold() for k in keys for w in _named_by(question, k)}
+    nouns = {n for n, _ in pairs}
+    paired = {w for w in naming if stem(w) in nouns}                       # "slot" of "slot 9": the key's, not a word
     noun, plural = _type_noun([w for w in words if w not in naming])     # "pid 23403" names a key, not the answer
     unit = next((UNITS[w] for w in words if w in UNITS and w != "b"), "")
     many = re.search(r"\bhow many (\w+)\b", q)
     duration = DURATIONS.get(many[1], "") if many and not unit else ""         # "how many ms": a duration's unit
     words = [w for i, w in enumerate(words) if not (w in HOLDING and i and words[i - 1] in HOLDERS)]
     alternatives = () if alarm else _alternatives(question)         # offered answers: not words to find lines by
+    offered = set(alternatives)
     content = [w for w in words if w not in paired and w not in STOP and w not in WANTS and w not in PLURALS and w not in UNITS
                and not (alarm and w in ALARM_WORDS) and not (duration and DURATIONS.get(w) == duration) and len(w) > 1
-               and w not in alternatives]
+               and w not in offered]
     # the value a line writes after "NAME=" when the question names NAME (its type noun first), then the noun's kinds
     fields = tuple(dict.fromkeys(f"field:{w}" for w in ([noun] if noun else []) + content))
     want = ("size",) if unit else ("number",) if duration else fields + WANTS.get(noun, ())
@@ -183,7 +189,8 @@ def _aggregate(q: str, words: list[str], plural: bool, unit: str, timed: bool = 
     return ""
 
 
-_OR = re.compile(r"\b([A-Za-z][\w-]*) or ([A-Za-z][\w-]*)\s*\?")                     # "go Up or Down?"
+_OR = re.compile(r"(?<![\w-])(?>[\w-]*?\b(?=[A-Za-z]))([A-Za-z][\w-]*+) or ([A-Za-z][\w-]*+)\s*\?")  # "go Up or Down?"
+#   the first word start of a run of [\w-] decides for the run (every start ends at the run's end): tried once a run
 _LISTED = re.compile(r"\(([A-Za-z][\w-]*(?:, [A-Za-z][\w-]*)+)(?:,? (?:\.\.\.|etc\.?|or \w+))?\)")  # "(boot, wait, ...)"
 
 
@@ -205,6 +212,64 @@ def _keys(v, question: str) -> tuple[str, ...]:
         ip, _, port = v.text.rpartition(":")
         return ip, port
     return (v.text,)
+
+
+def _named_by(question: str, key: str) -> list[str]:
+    """The words `(\\w+)[\\s:=#]*KEY` captures over the question, left to right ("pid" of "pid 23403"): the run of word
+    characters before each place the key is written (blanks, ":", "=" or "#" between, or none: the key starting inside
+    the run, the last place it does), from where the search stands. Found from the key's places and each run's two
+    ends, once; that pattern backtracked over every start of a long word for each key: 1.1-1.7 s on a 339-token question
+    (issue 55, finding 9). A key never starts with a blank, ":", "=" or "#" (a value's first character: a word's, "/",
+    "-", a digit)."""
+    found: list[str] = []
+    pos, at = 0, question.find(key)
+    while at >= 0 and key:
+        q = at
+        while q > pos and (question[q - 1].isspace() or question[q - 1] in ":=#"):
+            q -= 1
+        if q == pos or not _is_word(question[q - 1]):            # no word right before this place
+            at = question.find(key, at + 1)
+            continue
+        start = q - 1
+        while start > pos and _is_word(question[start - 1]):
+            start -= 1
+        end = q
+        while end < len(question) and _is_word(question[end]):
+            end += 1
+        after = end
+        while after < len(question) and (question[after].isspace() or question[after] in ":=#"):
+            after += 1
+        if question.startswith(key, after):                       # the whole run names it (greedy: the longest)
+            found.append(question[start:end])
+            pos = after + len(key)
+        else:                                                    # the key starts inside the run: its last place
+            inside = question.rfind(key, start + 1, end - 1 + len(key))
+            found.append(question[start:inside])
+            pos = inside + len(key)
+        at = question.find(key, pos)
+    return found
+
+
+def _covered(question: str, vals) -> bytearray:
+    """A mark on each character of the question inside one of `vals`' spans."""
+    held = bytearray(len(question) + 1)
+    for v in vals:
+        held[v.start:v.end] = b"\x01" * (v.end - v.start)
+    return held
+
+
+def _after_besides(question: str, start: int) -> bool:
+    """Whether "apart from", "besides", "except" or "other than" and blanks come right before question[start:]: the
+    blanks walked back, then the phrase looked for in the 10 characters before them (not over the whole prefix: a
+    search a value, quadratic in a question of many values)."""
+    at = start
+    while at > 0 and question[at - 1].isspace():
+        at -= 1
+    return at < start and bool(_BESIDES.search(question, max(0, at - 10), start))
+
+
+def _is_word(ch: str) -> bool:
+    return ch.isalnum() or ch == "_"                                  # re's \w on str
 
 
 def _asked(words: list[str]) -> list[str]:

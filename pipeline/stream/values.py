@@ -54,13 +54,18 @@ _TIME = re.compile(
     r"|\b\d{2}:\d{2}:\d{2}(?:[.,]\d+)?")                                # a clock: 01:32:20 (TEP)
 _EPOCH = re.compile(r"(?<![\w.-])1\d{9}(?:\.\d{1,6})?(?![\w.-])")   # seconds since 1970 (2001-2033): 1320279566.452687,
 #                                                                    the line's time only when it writes no other
-_URL = re.compile(r"\b[A-Za-z][A-Za-z0-9+.-]*:/{1,2}[^\s\]\)'\",;+]+?(?=:\d+\+|[.:]?(?:[\s\]\)'\",;+]|$))")
-#   scheme:/... (hdfs://host:9000/x, file:/D:/x.jar), a trailing "." or ":" and an ":offset+length" left out
+_URL = re.compile(r"(?<![A-Za-z0-9+.-])(?>[A-Za-z0-9+.-]*?\b(?=[A-Za-z]))"
+                  r"([A-Za-z][A-Za-z0-9+.-]*+:/{1,2}[^\s\]\)'\",;+]+?)(?=:\d+\+|[.:]?(?:[\s\]\)'\",;+]|$))")
+#   scheme:/... (hdfs://host:9000/x, file:/D:/x.jar: group 1), a trailing "." or ":" and an ":offset+length" left out.
+#   Linear: tried once per run of scheme characters, from its first word start (every start of a run ends the scheme
+#   at the same ":", so the first decides; the old `\b[A-Za-z][A-Za-z0-9+.-]*:` rescanned the run from each: quadratic)
 _SPLIT = re.compile(r":(\d+)\+(\d+)\b")
-_AUTHORITY = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*://(?:[^@/\s]*@)?([A-Za-z0-9][\w.-]*)(?::(\d{1,5}))?(?![\w.-])")
+_AUTHORITY = re.compile(r"//(?:[^@/\s]*@)?([A-Za-z0-9][\w.-]*)(?::(\d{1,5}))?(?![\w.-])")   # after a scheme's ":"
 _ADDR = re.compile(r"(?<![\w.])(\d{1,3}(?:\.\d{1,3}){3}):(\d{1,5})\b")
 _IP = re.compile(r"(?<![\w.])\d{1,3}(?:\.\d{1,3}){3}(?![\w.])")
-_HOST_PORT = re.compile(r"(?<![\w.:/-])([A-Za-z0-9][\w.-]*[A-Za-z][\w.-]*):(\d{2,5})\b(?![.:]\d)")
+_HOST_PORT = re.compile(r"(?<![\w.:/-])([A-Za-z0-9](?=[\w.-]*?[A-Za-z])[\w.-]*+):(\d{2,5})\b(?![.:]\d)")
+#   a name holding a letter after its first character, then ":port"; the name is its whole run of [\w.-] (":" ends it),
+#   taken once (`[\w.-]*[A-Za-z][\w.-]*` backtracked over the run for its last letter at every try: quadratic)
 _FQDN = re.compile(r"(?<![\w.@/-])[A-Za-z0-9][\w-]*(?:\.[\w-]+)*\.(?:com|net|org|edu|gov|mil|int|io|info|biz|hk|cn|br|"
                    r"de|uk|jp|kr|ru|fr|nl|in|au|ca|us|local|lan|internal)(?![\w.-])")   # a host name: ns.example.com
 _PORT = re.compile(r"\bport[ =:#]?(\d{1,5})\b", re.IGNORECASE)
@@ -94,19 +99,30 @@ _DIGIT = re.compile(r"\d")
 _LETTER = re.compile(r"[A-Za-z]")
 
 
-def _free(taken: list[tuple[int, int]], start: int, end: int) -> bool:
-    return all(end <= s or start >= e for s, e in taken)
+class _Taken:
+    """The characters of a line the strong kinds took: a span is free when it holds none of them. A mark a character
+    (a span checked costs its length, not the number of spans taken before it: a 4 KB line of a thousand values
+    checked each against all the others was quadratic)."""
+
+    def __init__(self, n: int):
+        self.marks = bytearray(n)
+
+    def free(self, start: int, end: int) -> bool:
+        return self.marks.find(1, start, end) < 0
+
+    def take(self, start: int, end: int) -> None:
+        self.marks[start:end] = b"\x01" * (end - start)
 
 
 def values_of(text: str) -> list[Value]:
     """Every typed value of a line, each with its span (see the module docstring for the kinds)."""
     out: list[Value] = []
-    taken: list[tuple[int, int]] = []             # spans of the strong kinds, not read again as ids or numbers
+    taken = _Taken(len(text))                     # spans of the strong kinds, not read again as ids or numbers
 
     def add(kind: str, start: int, end: int, strong: bool = False) -> None:
         out.append(Value(kind, text[start:end], start, end))
         if strong:
-            taken.append((start, end))
+            taken.take(start, end)
 
     m = _TIME.search(text) or _EPOCH.search(text)
     if m:
@@ -134,52 +150,54 @@ def values_of(text: str) -> list[Value]:
             add(f"field:{m[1].casefold()}", m.start(2), m.end(2))
     if ":/" in text:
         for m in _URL.finditer(text):
-            if _free(taken, m.start(), m.end()):
-                add("path", m.start(), m.end(), True)
-                if (at := _AUTHORITY.match(text, m.start(), m.end())) and at[1]:   # its host and port, read too
+            start, end = m.span(1)
+            if taken.free(start, end):
+                add("path", start, end, True)
+                scheme = text.index(":", start)              # the scheme's ":" (none of its characters is one)
+                if (at := _AUTHORITY.match(text, scheme + 1, end)) and at[1]:   # its host and port, read too
                     add("ip" if _IP.fullmatch(at[1]) else "host", at.start(1), at.end(1))
                     if at[2]:
                         add("port", at.start(2), at.end(2))
-                if span := _SPLIT.match(text, m.end()):           # "...2kSOSP.log:29168+7292": offset and length
+                if span := _SPLIT.match(text, end):              # "...2kSOSP.log:29168+7292": offset and length
                     add("number", span.start(1), span.end(1), True)
                     add("number", span.start(2), span.end(2), True)
     for m in _ADDR.finditer(text):
-        if _free(taken, m.start(), m.end()):
+        if taken.free(m.start(), m.end()):
             add("addr", m.start(), m.end(), True)
             add("ip", m.start(1), m.end(1))
             add("port", m.start(2), m.end(2))
     for m in _IP.finditer(text):
-        if _free(taken, m.start(), m.end()):
+        if taken.free(m.start(), m.end()):
             add("ip", m.start(), m.end(), True)
     if ":" in text:
         for m in _HOST_PORT.finditer(text):
-            if _free(taken, m.start(), m.end()):
+            if taken.free(m.start(), m.end()):
                 add("host", m.start(1), m.end(1), True)
                 add("port", m.start(2), m.end(2))
-                taken.append((m.start(2) - 1, m.end(2)))
+                taken.take(m.start(2) - 1, m.end(2))
     if "." in text:
         for m in _FQDN.finditer(text):
-            if _free(taken, m.start(), m.end()):
+            if taken.free(m.start(), m.end()):
                 add("host", m.start(), m.end(), True)
     for m in _PORT.finditer(text):
-        if _free(taken, m.start(1), m.end(1)):
+        if taken.free(m.start(1), m.end(1)):
             add("port", m.start(1), m.end(1), True)
     if "/" in text or "\\" in text or "." in text:
         for m in _PATH.finditer(text):
-            if _free(taken, m.start(), m.end()) and (m[0][0] != "/" or _LETTER.search(m[0])):
+            if taken.free(m.start(), m.end()) and (m[0][0] != "/" or _LETTER.search(m[0])):
                 add("path", m.start(), m.end(), True)
     for m in _SIZE.finditer(text):
-        if _free(taken, m.start(), m.end()):
+        if taken.free(m.start(), m.end()):
             add("size", m.start(), m.end(), True)
     for m in _HEX.finditer(text):
-        if _free(taken, m.start(), m.end()):
+        if taken.free(m.start(), m.end()):
             add("id", m.start(), m.end(), True)
     for m in _ID.finditer(text):
         word = m[0].rstrip(".:-")
-        if _DIGIT.search(word) and (_LETTER.search(word) or "_" in word) and _free(taken, m.start(), m.start() + len(word)):
+        if _DIGIT.search(word) and (_LETTER.search(word) or "_" in word) and taken.free(m.start(), m.start() + len(word)):
             add("id", m.start(), m.start() + len(word), True)
     for m in _NUMBER.finditer(text):
-        if _free(taken, m.start(), m.end()):
+        if taken.free(m.start(), m.end()):
             add("number", m.start(), m.end())
     lowered = text.lower()
     users: list[tuple[int, int]] = []
@@ -190,15 +208,15 @@ def values_of(text: str) -> list[Value]:
     for start, end in users:
         add("user", start, end)
     for m in _STATUS.finditer(text):
-        if _free(taken, m.start(), m.end()):
+        if taken.free(m.start(), m.end()):
             add("status", m.start(), m.end())
     for m in _PG_LEVEL.finditer(text):
         add("status", m.start(), m.end())
     for m in _CODE.finditer(text):
-        if _free(taken, m.start(), m.end()):
+        if taken.free(m.start(), m.end()):
             add("status", m.start(), m.end())
     for m in _STATE.finditer(text):
-        if _free(taken, m.start(1), m.end(1)) and not _CODE.fullmatch(m[1]) and not _STATUS.fullmatch(m[1]):
+        if taken.free(m.start(1), m.end(1)) and not _CODE.fullmatch(m[1]) and not _STATUS.fullmatch(m[1]):
             add("status", m.start(1), m.end(1))
     return out
 
