@@ -26,6 +26,11 @@ the free reader answers it), except the most frequent value of a kind, or the li
 over every line then ("which tag alarms most often?" on a log writing ALM; not "which tags are alarming now?": a
 list of every tag would answer another question). A lookup naming no value stands on the lines holding every word
 root of the question; none: the free reader's.
+
+Bounded (issue 55): a question reads at most serve.question_max_lines candidate lines (the newest; the oldest for a
+first) within serve.question_budget_s, its nearest lines included (pipeline/stream/evidence.py `Budget`); an answer
+taken over fewer lines than there were says so, with the lines weighed, their seqs and what to narrow by (a count is
+then "at least N"); none weighed: not found, too broad. Never an answer without its citation either way.
 """
 from __future__ import annotations
 
