@@ -12,6 +12,7 @@ from pipeline.serve import cited, front as front_module
 from pipeline.serve.cited import Reply, read
 from pipeline.serve.front import RequestError
 from pipeline.stream import evidence
+from pipeline.stream.archive import search
 from pipeline.stream.evidence import MIN_WEIGHED, STEPS, Budget
 from tests.pipeline.serve.test_cited import SSH, archive_of, front_on
 
@@ -121,6 +122,18 @@ def test_a_spent_clock_aborts_a_query_and_stops_the_readers_loops(wide):
     finally:
         con.close()
     assert list(budget.each(range(MIN_WEIGHED + 5))) == list(range(MIN_WEIGHED))     # then a loop's least, no more
+
+
+def test_the_nearest_lines_are_searched_within_the_questions_budget(wide, monkeypatch):
+    assert search(wide, "connecting worker", k=3)                         # found with no budget...
+    spent = Budget(3600.0, 1000, max_steps=1)
+    assert search(wide, "connecting worker", k=3, watch=spent.watch) == [] and spent.cut == "time"   # ... not past it
+    calls = []
+    real = cited.search
+    monkeypatch.setattr(cited, "search", lambda *a, **kw: calls.append(kw) or real(*a, **kw))
+    budget = Budget(3600.0, 1000)
+    reply = read(wide, "how many times did 10.9.9.9 connect?", budget=budget)
+    assert reply.answer is None and reply.nearest and calls == [{"k": 3, "watch": budget.watch}]
 
 
 # -- admission --------------------------------------------------------------------------------------------------------
