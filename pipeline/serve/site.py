@@ -38,8 +38,9 @@ derive the keypairs from the run's key (`curve_keys`), so a peer without the key
 a frame queued (a receive high-water mark counts whole messages, so a peer sending one message of endless MORE
 frames would otherwise fill the site's memory: bench/flood.py measured 7 GB in 8 s); each refused handshake is
 counted (`dropped["refused: handshake"]`). Behind it, for a key holder's bugs: a frame over MAX_FRAME_BYTES cuts its
-peer off (zmq), each peer's queue holds at most a few messages (the high-water marks below), and a message's frame
-count, sizes and envelope are checked before its MAC is computed. MAX_FRAME_BYTES is the protocol's largest frame
+peer off (zmq), each peer's queue is bounded in messages (the high-water marks below: a group's real messages are
+a few KiB, so its queue at the site holds well under 64 MB), and a message's frame count, the MAC's length and the
+envelope are checked before its MAC is computed. MAX_FRAME_BYTES is the protocol's largest frame
 with room: the msgpack [header, descr, record] frame, at most a channel header (16 KiB, pipeline/topology.py's
 events channel) and a record (an answer's: the operator's question, at most serve.max_body_bytes, 64 KiB by
 default, and its text; a line's: 4 KiB of text and its fields; a hello's: its streams' Start records, a few KiB
@@ -74,7 +75,7 @@ from pipeline import messages
 
 MAX_FRAME_BYTES = 512 << 10     # the protocol's largest frame (~100 KiB at the defaults, see above) with room: a
                                 # peer sending a larger one is cut off by zmq (ZMQ_MAXMSGSIZE), a sender drops it
-MAX_FRAMES = 16                 # a message's frames: 6 and one per array (an event or a question has at most 2)
+MAX_FRAMES = 16                 # a message's frames: 5 and one per array (an event or a question has at most 1)
 MAX_ENVELOPE_BYTES = 512        # the envelope: a start id (~40 chars), a DEALER id (32), two counters
 EVENTS_HWM = 32                 # the site's PULL: messages queued per group (the group holds the rest: EVENTS_QUEUED)
 ASKS_HWM = 256                  # the ROUTER's queue of questions and records per group; the DEALER's inbound queue
