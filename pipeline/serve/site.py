@@ -75,7 +75,7 @@ from pipeline import messages
 
 MAX_FRAME_BYTES = 512 << 10     # the protocol's largest frame (~100 KiB at the defaults, see above) with room: a
                                 # peer sending a larger one is cut off by zmq (ZMQ_MAXMSGSIZE), a sender drops it
-MAX_FRAMES = 16                 # a message's frames: 5 and one per array (an event or a question has at most 1)
+MAX_FRAMES = 16                 # a message's frames: 6 and one per array (an event or a question has at most 1)
 MAX_ENVELOPE_BYTES = 512        # the envelope: a start id (~40 chars), a DEALER id (32), two counters
 EVENTS_HWM = 32                 # the site's PULL: messages queued per group (the group holds the rest: EVENTS_QUEUED)
 ASKS_HWM = 256                  # the ROUTER's queue of questions and records per group; the DEALER's inbound queue
