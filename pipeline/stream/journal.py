@@ -7,24 +7,38 @@ written from: a `checkpoint` record, or the one an `assessment` record carries; 
 killed mid-write) is skipped, and the next writer starts it on a line of its own. Never decides what is committed:
 the cache owner does, by sending a Checkpoint.
 
-The journal does not grow forever: once the file passes `max_bytes`, the next record carrying a checkpoint closes it.
-It becomes F.1 (F.1 becomes F.2, ..., `keep` files in all, the oldest dropped), and the new F starts with that
-checkpoint carried over (`carried`, no lines of its own), so F alone says where a restart resumes; `resume_point`
-still reads back across the kept files (a crash between the rename and the carried record), and `history` reads
-them all, oldest first.
+The journal does not grow forever: once the file passes `max_bytes`, whatever record passed it (a line's, an
+assessment's, an operator's answer: answers come with the stream idle or ended too), it is closed. It becomes F.1 (F.1
+becomes F.2, ..., `keep` files in all, the oldest dropped), and the new F starts with the last checkpoint written
+carried over (`carried`, no lines of its own; written to a new file first, which then takes F's name), so F alone
+says where a restart resumes and no line is committed twice; `resume_point` still reads back across the kept files (a
+crash between the two renames), and `history` reads them all, oldest first.
+
+The journal holds operators' questions and answers: its files are created 0600 (an older F is made 0600 when opened).
+Its directory may be shared (a sticky /tmp): a file at F is opened only if it is a regular file of this user (else a
+clear error), and a kept file (F.N) is read, renamed or removed only if it is one too, never followed
+(lstat, O_NOFOLLOW): another user's file, a symlink or a directory at F.N is left alone, counted (`refused`) and told
+once on stderr; rotation goes on around it (the file of ours that would move onto it is dropped instead) and never
+raises because of it.
 """
 from __future__ import annotations
 
-import contextlib
 import dataclasses
+import errno
 import json
 import os
 import re
+import stat
+import sys
+import tempfile
+from collections import Counter
 from typing import Iterator
 
 from pipeline.messages import Checkpoint
 
 TAIL_BYTES = 4 << 20          # a resume reads the journal's last 4 MB first (checkpoints come every few seconds)
+MODE = 0o600                  # the journal holds operators' questions and answers
+refused: Counter[str] = Counter()     # files at a journal's names that it did not write, by path: left alone, unread
 
 
 class Journal:
@@ -35,18 +49,26 @@ class Journal:
         if keep < 1:
             raise ValueError(f"a journal keeps at least its own file, not {keep}")
         self.path, self.max_bytes, self.keep = path, max_bytes, keep
-        self.f = open(path, "ab")
+        self.f = _append(path)
         if self.f.tell():
-            with open(path, "rb") as r:
+            with _read(path) as r:
                 r.seek(-1, os.SEEK_END)
                 if r.read(1) != b"\n":            # a record torn by a crash: keep it alone on its line
                     self.f.write(b"\n")
+        last = _last(path)
+        self.carry = _carried(*last) if last is not None else None     # what a new F starts with
+        folder, name = os.path.split(os.path.abspath(path))
+        for left in os.listdir(folder):          # a new F a crash left before it took F's name (its record is kept)
+            if left.startswith(f".{name}.") and _ours(os.path.join(folder, left)):
+                os.remove(os.path.join(folder, left))
 
     def append(self, record: dict) -> None:
         self._write(record)
         point = checkpoint_of(record)
-        if self.max_bytes and point is not None and self.f.tell() >= self.max_bytes:
-            self._rotate(record, point)
+        if point is not None:
+            self.carry = _carried(record, point)
+        if self.max_bytes and self.f.tell() >= self.max_bytes:
+            self._rotate(record.get("t"))
 
     @classmethod
     def of(cls, path: str, supervise) -> Journal:
@@ -58,33 +80,124 @@ class Journal:
         self.f.flush()
         os.fsync(self.f.fileno())
 
-    def _rotate(self, record: dict, point: dict) -> None:
-        """F -> F.1 -> ... -> F.(keep-1), the oldest dropped; a new F that starts with the checkpoint just written."""
+    def _rotate(self, t) -> None:
+        """F -> F.1 -> ... -> F.(keep-1), the oldest dropped; a new F that starts with the last checkpoint written.
+        The new F is written under a name of its own first, so a crash leaves the checkpoint in F or in F.1."""
+        folder, name = os.path.split(os.path.abspath(self.path))
+        fd, new = tempfile.mkstemp(dir=folder, prefix=f".{name}.")          # 0600, a name no one can plant
+        with os.fdopen(fd, "ab") as f:
+            if self.carry is not None:
+                f.write(json.dumps({**self.carry, "t": t}).encode() + b"\n")
+            f.flush()
+            os.fsync(f.fileno())
         self.f.close()
         for i in range(self.keep - 1, 0, -1):
-            older = f"{self.path}.{i}"
-            if i == self.keep - 1:
-                with contextlib.suppress(FileNotFoundError):
-                    os.remove(older)
-            elif os.path.exists(older):
-                os.replace(older, f"{self.path}.{i + 1}")
+            older, newer = f"{self.path}.{i}", f"{self.path}.{i + 1}"
+            if i == self.keep - 1 or not _ours(older) or _move(older, newer) is None:
+                _remove(older)
         if self.keep > 1:
-            os.replace(self.path, f"{self.path}.1")
-        else:
-            os.remove(self.path)
+            _move(self.path, f"{self.path}.1")  # not moved (F.1 is not ours): F's records go as the oldest would
+        os.replace(new, self.path)              # one rename: F holds the old records or the carried checkpoint
         _sync_dir(self.path)
-        self.f = open(self.path, "ab")
-        named = {"stream": record["stream"]} if "stream" in record else {}
-        fields = {f.name: point[f.name] for f in dataclasses.fields(Checkpoint) if f.name in point}
-        self._write({**named, "kind": "checkpoint", **fields, "offsets": [], "carried": True, "t": record.get("t")})
+        self.f = _append(self.path)
 
     def close(self) -> None:
         self.f.close()
 
 
+def _carried(record: dict, point: dict) -> dict:
+    """The record a new F starts with: the checkpoint `point` (carried by `record`), naming no line of its own."""
+    named = {"stream": record["stream"]} if "stream" in record else {}
+    fields = {f.name: point[f.name] for f in dataclasses.fields(Checkpoint) if f.name in point}
+    return {**named, "kind": "checkpoint", **fields, "offsets": [], "carried": True}
+
+
+def _append(path: str):
+    """The journal's file F for appending: created 0600, never through a symlink; ValueError when F is not a regular
+    file of this user (a file planted in a shared directory is not written to, nor its questions read)."""
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, MODE)
+    except OSError as e:
+        if e.errno not in (errno.ELOOP, errno.ENXIO):      # a symlink; a FIFO no one reads
+            raise
+        raise ValueError(f"{path}: not a journal this user wrote (a {_kind(os.lstat(path))}); name another "
+                         f"--journal") from None
+    st = os.fstat(fd)
+    if not stat.S_ISREG(st.st_mode) or st.st_uid != os.geteuid():
+        os.close(fd)
+        raise ValueError(f"{path}: not a journal this user wrote (a {_kind(st)} of uid {st.st_uid}); name another "
+                         f"--journal")
+    os.fchmod(fd, MODE)
+    os.set_blocking(fd, True)
+    return os.fdopen(fd, "ab")
+
+
+def _read(path: str):
+    """A journal's file for reading, or OSError when it is not one it wrote (checked on the file opened)."""
+    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    st = os.fstat(fd)
+    if not stat.S_ISREG(st.st_mode) or st.st_uid != os.geteuid():
+        os.close(fd)
+        _refuse(path, st)
+        raise PermissionError(f"{path}: not a journal file this user wrote")
+    os.set_blocking(fd, True)
+    return os.fdopen(fd, "rb")
+
+
+def _ours(path: str) -> bool:
+    """A file the journal wrote: a regular file of this user (lstat: a symlink is never followed). False when there
+    is none; another's file is told and counted."""
+    try:
+        st = os.lstat(path)
+    except FileNotFoundError:
+        return False
+    if stat.S_ISREG(st.st_mode) and st.st_uid == os.geteuid():
+        return True
+    _refuse(path, st)
+    return False
+
+
+def _kind(st: os.stat_result) -> str:
+    return ("symlink" if stat.S_ISLNK(st.st_mode) else "directory" if stat.S_ISDIR(st.st_mode)
+            else "file" if stat.S_ISREG(st.st_mode) else "special file")
+
+
+def _refuse(path: str, st: os.stat_result) -> None:
+    if not refused[path]:
+        print(f"ringspec: journal: {path} is a {_kind(st)} of uid {st.st_uid}, not a file this journal wrote: left "
+              f"alone, never read (counted)", file=sys.stderr, flush=True)
+    refused[path] += 1
+
+
+def _move(src: str, dst: str) -> str | None:
+    """Rename our file `src` to `dst` unless another's file is there (os.replace replaces a symlink itself, never
+    its target); `dst`, or None when it was not moved."""
+    if os.path.lexists(dst) and not _ours(dst):
+        return None
+    try:
+        os.replace(src, dst)
+    except OSError as e:                         # planted between the check and here (a sticky directory refuses)
+        print(f"ringspec: journal: {src} -> {dst}: {e}", file=sys.stderr, flush=True)
+        return None
+    return dst
+
+
+def _remove(path: str) -> None:
+    """Remove our file at `path`, if it is one."""
+    if _ours(path):
+        try:
+            os.remove(path)
+        except FileNotFoundError:
+            pass
+
+
 def records(path: str, start: int = 0) -> Iterator[dict]:
     """The journal's records from byte `start` (a partial first line skipped), a torn or foreign line skipped."""
-    with open(path, "rb") as f:
+    try:
+        f = _read(path)
+    except PermissionError:
+        return
+    with f:
         f.seek(start)
         if start:
             f.readline()
@@ -98,14 +211,16 @@ def records(path: str, start: int = 0) -> Iterator[dict]:
 
 
 def files(path: str) -> list[str]:
-    """The journal's files, oldest first: its rotated ones (F.N, ..., F.1), then F itself when it exists."""
+    """The journal's files, oldest first: its rotated ones (F.N, ..., F.1), then F itself when it exists; those
+    it did not write (see above) left out."""
     folder, name = os.path.split(os.path.abspath(path))
     try:
         names = os.listdir(folder)
     except FileNotFoundError:
         return []
     rotated = sorted((int(m.group(1)), n) for n in names if (m := re.fullmatch(re.escape(name) + r"\.(\d+)", n)))
-    return [os.path.join(folder, n) for _, n in reversed(rotated)] + ([path] if os.path.exists(path) else [])
+    kept = [os.path.join(folder, n) for _, n in reversed(rotated)] + [path]
+    return [each for each in kept if _ours(each)]          # another's file at one of its names: left alone, unread
 
 
 def history(path: str) -> Iterator[dict]:
@@ -132,19 +247,26 @@ def checkpoint_of(rec: dict) -> dict | None:
     return None
 
 
-def resume_point(path: str, source: str) -> Checkpoint | None:
-    """The last durable checkpoint of `source` in the journal at `path`, or None (no journal, or nothing committed
-    yet). ValueError when the journal's last checkpoint is another source's: resuming would skip the wrong lines."""
+def _last(path: str) -> tuple[dict, dict] | None:
+    """(record, checkpoint) of the last checkpoint the journal at `path` holds (newest file first; an older one if
+    it holds none)."""
     last = None
-    for each in reversed(files(path)):              # the newest file first; an older one if it holds none
+    for each in reversed(files(path)):
         size = os.path.getsize(each)
         for start in ([max(0, size - TAIL_BYTES), 0] if size > TAIL_BYTES else [0]):
             for rec in records(each, start):
-                last = checkpoint_of(rec) or last
+                point = checkpoint_of(rec)
+                last = (rec, point) if point is not None else last
             if last is not None:
-                break
-        if last is not None:
-            break
+                return last
+    return None
+
+
+def resume_point(path: str, source: str) -> Checkpoint | None:
+    """The last durable checkpoint of `source` in the journal at `path`, or None (no journal, or nothing committed
+    yet). ValueError when the journal's last checkpoint is another source's: resuming would skip the wrong lines."""
+    found = _last(path)
+    last = found[1] if found is not None else None
     if last is not None and last.get("source") != source:
         raise ValueError(f"{path}: its last checkpoint is of {last.get('source')!r}, not {source!r}; resume with "
                          f"the journal of this source, or start a new journal")

@@ -135,8 +135,8 @@ class Miner:
         for i, t in enumerate(tokens):
             if i and t != MASK:
                 group.index.setdefault((i, t), {})[tid] = None
-        heapq.heappush(group.widest, (-template.masks, tid))
         group.size += 1
+        self._push(group, template)
         self.templates[tid] = template
         self.tokens += len(tokens)
         return template
@@ -159,6 +159,9 @@ class Miner:
                 template.masks += 1
                 if i:
                     self._unindex(group, (i, a), template.tid)
+        self._push(group, template)
+
+    def _push(self, group: _Group, template: _Template) -> None:
         heapq.heappush(group.widest, (-template.masks, template.tid))
         if len(group.widest) > 2 * group.size + 16:            # entries of widened or forgotten templates
             group.widest = [e for e in group.widest if not self._stale(e)]

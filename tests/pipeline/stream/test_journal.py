@@ -1,5 +1,6 @@
 """The journal: what a restart reads back as committed, from whatever a crash left in the file. No model, fast."""
 import json
+import os
 
 import pytest
 
@@ -118,3 +119,77 @@ def test_a_journal_that_never_passes_its_size_is_one_file(tmp_path):
     fill(j, 0, 30)
     j.close()
     assert journal.files(str(path)) == [str(path)] and len(list(journal.history(str(path)))) == 30
+
+
+def answer(i: int) -> dict:
+    return {"kind": "answer", "id": f"q{i}", "question": "which port did gw7 use?", "text": "port 443 " * 20}
+
+
+def test_a_journal_rotates_on_answers_alone_with_the_stream_idle_and_still_resumes_at_its_last_checkpoint(tmp_path):
+    """Finding 7 of issue 55: rotation waited for a checkpoint, so answers with the stream idle grew it forever."""
+    path = tmp_path / "j.jsonl"
+    j = Journal(str(path), max_bytes=2_000, keep=3)
+    j.append({"stream": "tep", **checkpoint(120)})
+    for i in range(300):                                 # ~60 KB of answers, no checkpoint among them
+        j.append(answer(i))
+    j.close()
+    assert len(journal.files(str(path))) == 3
+    assert all(p.stat().st_size < 2_000 + 1_000 for p in tmp_path.iterdir())
+    first = next(journal.records(str(path)))
+    assert first["carried"] and first["offset"] == 120 and first["stream"] == "tep" and first["offsets"] == []
+    assert resume_point(str(path), SRC).offset == 120
+    k = Journal(str(path), max_bytes=2_000, keep=1)      # reopened: the checkpoint is carried on from the file
+    for i in range(30):
+        k.append(answer(i))
+    k.close()
+    assert resume_point(str(path), SRC).offset == 120 and path.stat().st_size < 3_000
+    committed = [o for r in journal.history(str(path)) if (p := journal.checkpoint_of(r)) for o in p["offsets"]]
+    assert committed == []                               # carried checkpoints commit no line a second time
+
+
+def test_a_journals_files_are_its_users_alone(tmp_path):
+    """Finding 12 of issue 55: the journal (operators' questions and answers) was created 0644."""
+    path = tmp_path / "j.jsonl"
+    j = Journal(str(path), max_bytes=500, keep=3)
+    fill(j, 0, 10)
+    j.close()
+    assert len(journal.files(str(path))) == 3
+    assert {oct(p.stat().st_mode & 0o777) for p in tmp_path.iterdir()} == {"0o600"}
+    older = tmp_path / "k.jsonl"
+    older.write_text("")
+    older.chmod(0o644)
+    Journal(str(older)).close()
+    assert older.stat().st_mode & 0o777 == 0o600
+
+
+def test_a_file_planted_at_a_kept_name_is_never_read_moved_or_followed_and_rotation_goes_on(tmp_path):
+    """Finding 12 of issue 55: in a shared directory another user's F.1 made every rotation raise, and `history`
+    read a planted F.7. Here F.1 is another user's file, F.2 a symlink to a file of ours outside the journal."""
+    path = tmp_path / "j.jsonl"
+    other = tmp_path / "j.jsonl.1"
+    other.write_text(json.dumps({"kind": "answer", "text": "planted"}) + "\n")
+    os.chown(other, 4321, 4321)
+    secret = tmp_path / "secret.txt"
+    secret.write_text(json.dumps({"kind": "answer", "text": "secret"}) + "\n")
+    (tmp_path / "j.jsonl.2").symlink_to(secret)
+    j = Journal(str(path), max_bytes=1_000, keep=4)
+    fill(j, 0, 40)                                       # rotates many times past the planted names
+    j.close()
+    texts = [r.get("text") for r in journal.history(str(path))]
+    assert "planted" not in texts and "secret" not in texts
+    assert other.read_text().count("planted") == 1 and other.stat().st_uid == 4321
+    assert (tmp_path / "j.jsonl.2").is_symlink() and secret.read_text().count("secret") == 1
+    assert resume_point(str(path), SRC).offset == max(i * 10 for i in range(40) if i % 3 == 2)
+    assert journal.refused[str(other)] and journal.refused[str(tmp_path / "j.jsonl.2")]
+
+
+def test_a_journal_named_at_another_users_file_or_a_symlink_is_refused_by_name(tmp_path):
+    theirs = tmp_path / "theirs.jsonl"
+    theirs.write_text("")
+    os.chown(theirs, 4321, 4321)
+    link = tmp_path / "link.jsonl"
+    link.symlink_to(tmp_path / "elsewhere")
+    for each in (theirs, link):
+        with pytest.raises(ValueError, match="not a journal this user wrote"):
+            Journal(str(each))
+    assert not (tmp_path / "elsewhere").exists()
