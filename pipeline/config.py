@@ -146,12 +146,16 @@ class ServeSection:
     api_keys_file: str = ""          # one `NAME KEY` line per operator; NAME is the fair queue's identity
     allowed_hosts: str = ""          # Host/Origin names answered, comma-separated ("" = the bind address, localhost
                                      # and loopback; a wildcard bind answers any; "*" = any)
-    max_connections: int = 64        # HTTP connections handled at once; more get 503 and are closed
-    max_connections_per_peer: int = 16   # of those, from one remote address: one host cannot take every slot
+    max_connections: int = 64        # HTTP connections handled at once, those whose key checked out apart from
+                                     # those not yet (each up to this many); a keyed one past it gets 503; an
+                                     # unkeyed one past it cuts the oldest unkeyed (pipeline/serve/http_api.py)
+    max_connections_per_peer: int = 16   # of the unkeyed ones, from one remote address (past it: its own oldest cut)
     request_timeout_s: float = 30.0  # a request's line, headers and body must all arrive within this (else cut)
     max_prompt_tokens: int = 384     # a question's span: the conversation plus the retrieved lines
     max_answer_tokens: int = 256
     max_body_bytes: int = 65536
+    max_head_bytes: int = 16384      # an HTTP request's line and headers; longer: 431, closed, never buffered whole
+    max_zmq_peers: int = 64          # zmq clients connected with a request taken; a new one past it gets 503
     max_waiting: int = 16            # requests waiting or being answered at once; more are refused with 503
     max_waiting_per_operator: int = 0    # of those, one operator's (its key's name) at most; more get 429 (0 = half
                                      # of max_waiting, rounded up, with a key file; all of it without one)
@@ -339,7 +343,7 @@ _MIN = {("model", "threads"): 1, ("model", "max_rows"): 2, ("model", "prefill_ro
         ("model", "accuracy_level"): 0,
         ("serve", "max_prompt_tokens"): 16, ("serve", "max_answer_tokens"): 1, ("serve", "max_body_bytes"): 1024,
         ("serve", "max_waiting"): 1, ("serve", "deadline_s"): 0.1, ("serve", "max_connections"): 1,
-        ("serve", "max_connections_per_peer"): 1,
+        ("serve", "max_connections_per_peer"): 1, ("serve", "max_head_bytes"): 256, ("serve", "max_zmq_peers"): 1,
         ("serve", "request_timeout_s"): 0.1, ("serve", "backlog_lines"): 0,
         ("serve", "archive_max_lines"): 1, ("serve", "archive_max_values_per_line"): 1,
         ("serve", "archive_max_templates"): 1, ("serve", "retrieve"): 0, ("supervise", "max_restarts"): 0,

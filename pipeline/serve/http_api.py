@@ -5,12 +5,24 @@ client that goes away costs (its request is cancelled, counted). Everything a re
 ask is `auth`'s. Never touches a model or a channel.
 
 Bounds, each a precise 4xx/503 or a counted drop, never a traceback: Host and Origin outside serve.allowed_hosts
-(403), a missing or wrong key (401; a query key only on /v1/events), a body without one decimal Content-Length
-(400/411), over serve.max_body_bytes (413, and never read), more than serve.max_connections connections or
-serve.max_connections_per_peer from one address (503, closed), a request whose line, headers and body have not all
-arrived within serve.request_timeout_s (cut, however steadily it trickles), a body not read (the connection closed after
-the answer, so it is never parsed as a next request), a body of JSON too deep, numbers too long or lone surrogates
-(400), a client that resets (counted). Every path outside the routes is counted under one label.
+(403), a missing or wrong key (401; a query key only on /v1/events), a request line and headers over
+serve.max_head_bytes (431, closed: read up to the bound, never buffered whole), a body without one decimal
+Content-Length (400/411), over serve.max_body_bytes (413, and never read), a request whose line, headers and body
+have not all arrived within serve.request_timeout_s (cut, however steadily it trickles), a body not read (the
+connection closed after the answer, so it is never parsed as a next request), a body of JSON too deep, numbers too
+long or lone surrogates (400), a client that resets (counted). Every path outside the routes is counted under one
+label.
+
+Connections, two budgets (issue 55, finding 11: 16 keyless sockets from 127.0.0.1 held the per-address cap, and every
+loopback /healthz got 503). A connection starts unkeyed: nothing it sent has shown a key yet. It becomes keyed when a
+request on it passes the key check of a path that needs one (any such path on a server without keys), before its
+body is read; it then holds one of serve.max_connections keyed slots until it closes (none free: 503, closed).
+Unkeyed connections are never refused: past serve.max_connections_per_peer from one address the address's own oldest
+unkeyed connection is cut, past serve.max_connections in all the oldest of all (each counted as connections_cut).
+So keyless connections can hold only unkeyed places, and a new connection always gets its request's head read: a
+keyed client or a /healthz check is served whatever number of keyless sockets wait (they would have to open
+connections faster than it sends its head to cut it first). The key is checked as soon as the head has arrived,
+which is serve.max_head_bytes at most, before any body byte is read.
 
     GET  /                       the console (pipeline/serve/console.html; the key goes in its fragment, /#key=KEY)
     GET  /healthz                {"status": "ok", ...}; never needs the key
@@ -50,27 +62,76 @@ OPEN = ("/healthz", "/")                         # need no key: health, and the 
 _SURROGATE = re.compile(r"[\ud800-\udfff]")      # what json.loads leaves of a "\\udXXX" escape outside a pair
 
 
-def _busy(why: str) -> bytes:
-    body = json.dumps({"error": {"message": f"too many connections at once ({why}); retry shortly",
-                                 "type": "server_busy", "code": 503}}).encode()
-    return (b"HTTP/1.1 503 Service Unavailable\r\nContent-Type: application/json\r\nRetry-After: 1\r\n"
-            b"Connection: close\r\nContent-Length: %d\r\n\r\n%s" % (len(body), body))
-
-
-BUSY = _busy("serve.max_connections")
-BUSY_PEER = _busy("serve.max_connections_per_peer from one address")
-
-
 def serve_http(front: Front, host: str, port: int, keys: Keys = Keys()) -> ThreadingHTTPServer:
     """Start the server in a daemon thread; `shutdown()` stops it. keys: the operators' (none: no key asked)."""
     server = _Server((host, port), _Handler)
     server.front, server.keys = front, keys
     server.hosts = allowed_hosts(front.serve.allowed_hosts, host)
-    server.slots = threading.BoundedSemaphore(front.serve.max_connections)
-    server.per_peer, server.peers, server.peers_lock = front.serve.max_connections_per_peer, Counter(), threading.Lock()
+    server.conns = {}
+    server.pools = _Pools(front.serve.max_connections, front.serve.max_connections_per_peer)
     threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.2}, daemon=True,
                      name="http").start()
     return server
+
+
+class _Conn:
+    """One connection's place: unkeyed (no request on it has shown a key yet), keyed, or cut to make room."""
+    __slots__ = ("peer", "sock", "keyed", "cut")
+
+    def __init__(self, peer: str, sock):
+        self.peer, self.sock, self.keyed, self.cut = peer, sock, False, False
+
+
+class _Pools:
+    """The connections held, unkeyed apart from keyed (the module's docstring says why)."""
+
+    def __init__(self, cap: int, per_peer: int):
+        self.cap, self.per_peer = cap, per_peer
+        self.lock = threading.Lock()
+        self.unkeyed: dict[_Conn, None] = {}           # oldest first
+        self.by_peer: Counter = Counter()              # unkeyed connections per remote address
+        self.keyed = 0
+
+    def enter(self, conn: _Conn) -> _Conn | None:
+        """Take `conn` in as unkeyed; the connection cut to make room for it, if any (the caller closes it)."""
+        with self.lock:
+            cut = None
+            if self.by_peer[conn.peer] >= self.per_peer:
+                cut = next(c for c in self.unkeyed if c.peer == conn.peer)
+            elif len(self.unkeyed) >= self.cap:
+                cut = next(iter(self.unkeyed))
+            if cut is not None:
+                self._drop(cut)
+                cut.cut = True
+            self.unkeyed[conn] = None
+            self.by_peer[conn.peer] += 1
+            return cut
+
+    def keyed_slot(self, conn: _Conn) -> bool:
+        """Move `conn` to the keyed pool (it stays there until it closes); False when that pool is full."""
+        with self.lock:
+            if conn.keyed:
+                return True
+            if self.keyed >= self.cap:
+                return False
+            if not conn.cut:
+                self._drop(conn)
+            conn.keyed, conn.cut = True, False
+            self.keyed += 1
+            return True
+
+    def leave(self, conn: _Conn) -> None:
+        with self.lock:
+            if conn.keyed:
+                self.keyed -= 1
+            elif not conn.cut:
+                self._drop(conn)
+
+    def _drop(self, conn: _Conn) -> None:
+        del self.unkeyed[conn]
+        self.by_peer[conn.peer] -= 1
+        if not self.by_peer[conn.peer]:
+            del self.by_peer[conn.peer]                # a table of every address ever seen would only grow
 
 
 class _Server(ThreadingHTTPServer):
@@ -79,50 +140,27 @@ class _Server(ThreadingHTTPServer):
     front: Front
     keys: Keys
     hosts: frozenset[str] | None
-    slots: threading.BoundedSemaphore
-    per_peer: int
-    peers: Counter                                # connections held per remote address
-    peers_lock: threading.Lock
+    pools: _Pools
+    conns: dict                                   # socket -> its _Conn, while its thread runs
 
     def process_request(self, request, client_address):
-        """One thread per connection, at most serve.max_connections of them and serve.max_connections_per_peer from
-        one address: past either, 503 and the socket closed. A slot is taken before any key is seen, so a client
-        that opens connections and trickles bytes holds one each until serve.request_timeout_s; the per-address cap
-        keeps one host from holding them all (and /healthz answerable to the others)."""
-        peer = client_address[0]
-        with self.peers_lock:
-            crowded = self.peers[peer] >= self.per_peer
-            if not crowded:
-                self.peers[peer] += 1
-        if crowded:
-            self.front.counts["connections_refused_per_peer"] += 1
-            return self._refuse(request, BUSY_PEER)
-        if not self.slots.acquire(blocking=False):
-            self._leave(peer)
-            return self._refuse(request, BUSY)
+        """One thread per connection, taken in as unkeyed; past the unkeyed bounds the oldest unkeyed connection
+        (of this address first) is cut: shut down, so its thread's read ends at once."""
+        conn = self.conns[request] = _Conn(client_address[0], request)
+        cut = self.pools.enter(conn)
+        if cut is not None:
+            self.front.counts["connections_cut"] += 1
+            try:
+                cut.sock.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
         super().process_request(request, client_address)
 
     def process_request_thread(self, request, client_address):
         try:
             super().process_request_thread(request, client_address)
         finally:
-            self.slots.release()
-            self._leave(client_address[0])
-
-    def _leave(self, peer: str) -> None:
-        with self.peers_lock:
-            self.peers[peer] -= 1
-            if not self.peers[peer]:
-                del self.peers[peer]               # a table of every address ever seen would only grow
-
-    def _refuse(self, request, reply: bytes) -> None:
-        self.front.counts["connections_refused"] += 1
-        try:
-            request.settimeout(1.0)
-            request.sendall(reply)
-        except OSError:
-            pass
-        self.shutdown_request(request)
+            self.pools.leave(self.conns.pop(request))
 
     def handle_error(self, request, client_address):
         """A failure outside a route (a client that resets its connection while the next request line is read, a
@@ -137,12 +175,18 @@ class _Server(ThreadingHTTPServer):
 
 
 class _Cut(TimeoutError):
-    """A request that did not arrive whole within serve.request_timeout_s."""
+    """A request that did not arrive whole within serve.request_timeout_s, or a connection cut to make room."""
+
+
+class _HeadTooLarge(Exception):
+    """A request line and headers longer than serve.max_head_bytes."""
 
 
 class _Deadline(io.RawIOBase):
-    """The connection's reads, each allowed only what is left of the request's serve.request_timeout_s: a timeout per
-    read let a client that sends a byte just inside it hold its slot for ever. Writes keep the socket's own timeout."""
+    """The connection's reads, each allowed only what is left of the request's serve.request_timeout_s (a timeout per
+    read let a client that sends a byte just inside it hold its slot for ever) and, while the head is read, only what
+    is left of serve.max_head_bytes (the stdlib would buffer 100 header lines of 64 KiB each). Writes keep the
+    socket's own timeout."""
 
     def __init__(self, handler: _Handler):
         self.handler = handler
@@ -152,6 +196,10 @@ class _Deadline(io.RawIOBase):
 
     def readinto(self, buf) -> int:
         handler, sock = self.handler, self.handler.connection
+        if handler.head_left is not None:
+            if handler.head_left <= 0:
+                raise _HeadTooLarge()
+            buf = memoryview(buf)[:handler.head_left]
         left = handler.deadline - time.monotonic()
         try:
             if left <= 0:
@@ -164,7 +212,11 @@ class _Deadline(io.RawIOBase):
             raise _Cut(f"the request did not arrive within {handler.timeout} s (serve.request_timeout_s)") from None
         finally:
             sock.settimeout(handler.timeout)
+        if not n and handler.conn.cut:
+            raise _Cut("cut to make room for a newer connection")
         handler.got += n
+        if handler.head_left is not None:
+            handler.head_left -= n
         return n
 
 
@@ -176,17 +228,33 @@ class _Handler(BaseHTTPRequestHandler):
     _look_at = 0.0                                # when `_next` next looks at the socket for a hang-up
     deadline = 0.0                                # when the request being read must have arrived whole
     got = 0                                       # bytes of it read so far
+    head_left: int | None = None                  # bytes its head may still take (None: the head is read)
+    conn: _Conn                                   # this connection's place in the server's pools
     unread = False                                # its body is still on the wire: the connection closes after it
 
     def setup(self):
         self.timeout = self.server.front.serve.request_timeout_s     # a write's; a read gets what is left of it
+        self.conn = self.server.conns[self.request]
         super().setup()
         self.rfile.close()                            # the socket stays open: only the stdlib's reader is dropped
         self.rfile = io.BufferedReader(_Deadline(self))
 
     def handle_one_request(self):
         self.deadline, self.got = time.monotonic() + self.timeout, 0
-        super().handle_one_request()
+        self.head_left = self.server.front.serve.max_head_bytes
+        self.command, self.request_version, self.requestline = None, self.default_request_version, ""
+        try:
+            super().handle_one_request()
+        except _HeadTooLarge:
+            self.server.front.counts["heads_too_large"] += 1
+            self.send_error(431, f"the request line and headers exceed {self.server.front.serve.max_head_bytes} "
+                                 f"bytes (serve.max_head_bytes)")
+
+    def parse_request(self):
+        try:
+            return super().parse_request()
+        finally:
+            self.head_left = None                     # the head is read (or refused): the body has its own bound
 
     def _end_headers(self):
         """Every answer on a connection about to close says so, and a body left unread closes it: read as the next
@@ -241,6 +309,11 @@ class _Handler(BaseHTTPRequestHandler):
         if self.operator is None and path not in OPEN:
             return self._error(RequestError(401, "missing or wrong API key (Authorization: Bearer KEY)",
                                             "authentication_error"))
+        if path not in OPEN and not server.pools.keyed_slot(self.conn):     # keyed from now on: never cut
+            front.counts["connections_refused"] += 1
+            self.close_connection = True
+            return self._error(RequestError(503, f"{server.pools.cap} connections whose key checked out are open "
+                                                 f"(serve.max_connections); retry shortly", "server_busy"))
         try:
             getattr(self, routes[path])()
         except RequestError as exc:

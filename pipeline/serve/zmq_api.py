@@ -8,13 +8,27 @@ and receives, in order, maps {"id", "delta": str} as the answer's tokens are com
 Several clients and several questions per client may be in flight. Who asks is the key's operator, or the client's
 socket when the server has no keys (a request's own fields never name it). Messages over serve.max_body_bytes are
 not read: zmq drops the connection that sent one. Every other message gets a reply: 400 when it is not a readable
-request, the front's 4xx/429/503 when refused, 500 naming the error's type when handling it failed (counted as
-internal_errors); a reply msgpack cannot write is dropped and counted. Never touches a model or a channel.
+request, 401 without the key, the front's 4xx/429/503 when refused, 503 server_busy past the bounds below, 500
+naming the error's type when handling it failed (counted as internal_errors); a reply msgpack cannot write is dropped
+and counted. Never touches a model or a channel.
+
+Bounds (issue 55, finding 4: 24 keyless peers grew the process by 1.6 GB while its one thread answered a question
+inline), each a reply or a counted drop before any work:
+- zmq queues sized to the protocol: RCV_HWM requests per client wait in zmq before it stops reading that client's
+  connection (so a flood waits in the client's own buffers, not here: at most RCV_HWM x serve.max_body_bytes a
+  client), and a client's replies queue up to serve.max_waiting answers' worth (past it, zmq drops them).
+- the key first: a request without the server's key costs one msgpack read and the key's compare, then a 401.
+- at most serve.max_zmq_peers clients (routing ids) with a request taken and still connected (the socket monitor
+  tells when one leaves); a request from another is refused with 503 server_busy, counted as zmq_peers_refused.
+- the answering off the socket thread: serve.max_waiting workers, each taking one request from `front.ask` to its
+  answer's end; a request when none is free is refused at once with 503 server_busy, counted as zmq_busy. The
+  socket thread only receives, reads the message, checks the key and hands it on, so a slow question (an aggregate
+  over the archive) never stops it from reading, refusing and answering the others.
 
 `run_ask` is the `ask` verb: the client, the answer streamed to stdout as it comes, and `AskReport`.
 
-Threads: the socket lives in one thread; each request's answer is read in a thread of its own that hands frames
-back through a queue (zmq sockets are not thread-safe).
+Threads: the socket lives in one thread (zmq sockets are not thread-safe); the workers hand every reply back to it
+through a queue.
 """
 from __future__ import annotations
 
@@ -26,21 +40,33 @@ from typing import ClassVar
 
 import msgpack
 import zmq
+from zmq.utils.monitor import recv_monitor_message
 
 from pipeline.report import Report
 from pipeline.serve.auth import Keys, env_key
 from pipeline.serve.front import Front, RequestError
 
 POLL_MS = 5
+RCV_HWM = 4                    # requests queued in zmq per client: the socket thread drains them at once, so more
+                               # would only hold a flood here (each up to serve.max_body_bytes)
+TAKEN_PER_TURN = 64            # messages read before the replies waiting are sent
 
 
 class ZmqFront:
     def __init__(self, front: Front, endpoint: str, keys: Keys = Keys()):
         self.front, self.endpoint, self.keys = front, endpoint, keys
+        serve = front.serve
         self._out: queue.Queue = queue.Queue()
+        self._jobs: queue.SimpleQueue = queue.SimpleQueue()
+        self._free = threading.BoundedSemaphore(serve.max_waiting)     # workers not answering
+        self.peers = _Peers(serve.max_zmq_peers)
         self._stop = threading.Event()
         self._ready = threading.Event()
         self.error: Exception | None = None
+        self._workers = [threading.Thread(target=self._work, daemon=True, name=f"zmq-ask-{i}")
+                         for i in range(serve.max_waiting)]
+        for worker in self._workers:
+            worker.start()
         self._thread = threading.Thread(target=self._run, daemon=True, name="zmq")
         self._thread.start()
         self._ready.wait(5.0)
@@ -50,27 +76,46 @@ class ZmqFront:
     def close(self) -> None:
         self._stop.set()
         self._thread.join(timeout=2.0)
+        for _ in self._workers:
+            self._jobs.put(None)
 
     def _run(self) -> None:
-        sock = zmq.Context.instance().socket(zmq.ROUTER)
+        serve = self.front.serve
+        sock = self.sock = zmq.Context.instance().socket(zmq.ROUTER)
         sock.setsockopt(zmq.LINGER, 0)
         sock.setsockopt(zmq.ROUTER_MANDATORY, 0)     # a reply to a client that left is dropped, not an error
-        sock.setsockopt(zmq.MAXMSGSIZE, self.front.serve.max_body_bytes)
+        sock.setsockopt(zmq.MAXMSGSIZE, serve.max_body_bytes)
+        sock.setsockopt(zmq.RCVHWM, RCV_HWM)
+        sock.setsockopt(zmq.SNDHWM, serve.max_waiting * (serve.max_answer_tokens + 2))  # deltas and end, each
+        monitor = sock.get_monitor_socket(zmq.EVENT_DISCONNECTED)                        # answer in flight
         try:
             sock.bind(self.endpoint)
         except zmq.ZMQError as exc:
             self.error = OSError(f"zmq: cannot bind {self.endpoint}: {exc}")
             self._ready.set()
+            sock.disable_monitor()
+            monitor.close()
+            sock.close()
             return
         self._ready.set()
+        poller = zmq.Poller()
+        poller.register(sock, zmq.POLLIN)
+        poller.register(monitor, zmq.POLLIN)
         try:
             while not self._stop.is_set():
-                if sock.poll(POLL_MS, zmq.POLLIN):
-                    frames = sock.recv_multipart()
+                ready = dict(poller.poll(POLL_MS))
+                if monitor in ready:                  # first: a connection's fd may be reused by the next message's
+                    self._left(monitor)
+                for _ in range(TAKEN_PER_TURN if sock in ready else 0):
                     try:
-                        self._take(frames[0], frames[-1])
+                        frames = sock.recv_multipart(zmq.NOBLOCK, copy=False)
+                    except zmq.Again:
+                        break
+                    who = frames[0].bytes
+                    try:
+                        self._take(who, frames[-1].get(zmq.SRCFD), frames[-1].bytes)
                     except Exception as exc:          # noqa: BLE001 -- one request fails, this thread goes on
-                        self._failed(frames[0], None, exc)
+                        self._failed(who, None, exc)
                 while True:
                     try:
                         who, reply = self._out.get_nowait()
@@ -83,27 +128,74 @@ class ZmqFront:
                         print(f"ringspec: zmq: reply to {who.hex()} dropped: {type(exc).__name__}: {exc}",
                               file=sys.stderr, flush=True)
         finally:
+            sock.disable_monitor()
+            monitor.close()
             sock.close()
 
-    def _take(self, who: bytes, payload: bytes) -> None:
-        """One message: a precise error reply (400 unreadable, 4xx/503 refused) or a relay thread for its answer;
-        anything unexpected raised here is the caller's 500 (`_failed`)."""
+    def _left(self, monitor: zmq.Socket) -> None:
+        """Clients whose connection closed leave the peers' table."""
+        while True:
+            try:
+                event = recv_monitor_message(monitor, zmq.NOBLOCK)
+            except zmq.Again:
+                return
+            if event["event"] == zmq.EVENT_DISCONNECTED:
+                self.peers.gone(int(event["value"]))
+
+    def _take(self, who: bytes, fd: int, payload: bytes) -> None:
+        """One message, on the socket thread: a precise error reply (400 unreadable, 401 keyless, 503 past the peers
+        or the workers) or the request handed to a worker; anything unexpected raised here is the caller's 500
+        (`_failed`). Nothing here waits: the key is checked before anything else is looked at."""
         try:
             req = msgpack.unpackb(payload, raw=False)
         except (ValueError, msgpack.UnpackException) as exc:    # bytes, UTF-8, depth, non-string map keys
             self._out.put((who, {"error": f"not a msgpack request: {type(exc).__name__}: {exc}", "code": 400}))
             return
         try:
-            if not isinstance(req, dict) or not isinstance(req.get("question"), str) or not req["question"].strip():
+            if not isinstance(req, dict):
                 raise RequestError(400, "expected a msgpack map with a non-empty string \"question\"")
             client = self._operator(req, who)
+            if not isinstance(req.get("question"), str) or not req["question"].strip():
+                raise RequestError(400, "expected a msgpack map with a non-empty string \"question\"")
+            if not self.peers.admit(who, fd):
+                self.front.counts["zmq_peers_refused"] += 1
+                raise RequestError(503, f"{self.peers.cap} clients are already connected and asking "
+                                        f"(serve.max_zmq_peers); retry shortly", "server_busy")
+            if not self._free.acquire(blocking=False):
+                self.front.counts["zmq_busy"] += 1
+                raise RequestError(503, f"{len(self._workers)} requests are already being answered "
+                                        f"(serve.max_waiting); retry shortly", "server_busy")
+        except RequestError as exc:
+            self._out.put((who, {"error": str(exc), "code": exc.status}))
+            return
+        self._jobs.put((who, client, req))
+
+    def _work(self) -> None:
+        """A worker: one request at a time, from `front.ask` to its answer's last reply."""
+        while True:
+            job = self._jobs.get()
+            if job is None:
+                return
+            who, client, req = job
+            try:
+                self._answer(who, client, req)
+            except Exception as exc:                  # noqa: BLE001 -- the asker hears why rather than nothing
+                self._failed(who, None, exc)
+            finally:
+                self._free.release()
+
+    def _answer(self, who: bytes, client: str, req: dict) -> None:
+        try:
             answer = self.front.ask(client, messages=[{"role": "user", "content": req["question"]}],
                                     max_tokens=req.get("max_tokens"), deadline_s=req.get("deadline_s"),
                                     stream=req.get("stream"))
         except RequestError as exc:
             self._out.put((who, {"error": str(exc), "code": exc.status}))
             return
-        threading.Thread(target=self._relay_or_fail, args=(who, answer), daemon=True).start()
+        try:
+            self._relay(who, answer)
+        except Exception as exc:                      # noqa: BLE001 -- the asker hears why rather than nothing
+            self._failed(who, answer.id, exc)
 
     def _failed(self, who: bytes, answer_id: str | None, exc: BaseException) -> None:
         """A request that failed unexpectedly (a bug, the archive locked): its asker gets a 500 naming the error's
@@ -112,12 +204,6 @@ class ZmqFront:
         print(f"ringspec: zmq: request from {who.hex()}: {type(exc).__name__}: {exc}", file=sys.stderr, flush=True)
         self._out.put((who, {**({"id": answer_id} if answer_id else {}),
                              "error": f"internal error: {type(exc).__name__}: {exc}", "code": 500}))
-
-    def _relay_or_fail(self, who: bytes, answer) -> None:
-        try:
-            self._relay(who, answer)
-        except Exception as exc:                      # noqa: BLE001 -- the asker hears why rather than nothing
-            self._failed(who, answer.id, exc)
 
     def _operator(self, req: dict, who: bytes) -> str:
         if not self.keys.required:
@@ -149,6 +235,34 @@ class ZmqFront:
                                                                           "queued_ms", "ttft_ms", "total_ms")},
                                                   "model_call": data.get("model_call", True)}}))
             return
+
+
+class _Peers:
+    """The clients asking: routing id -> the fd of the connection its requests came on, at most `cap` of them. A
+    client enters with its first request taken and leaves when its connection closes (zmq's socket monitor names the
+    fd); one more is refused while `cap` are in. Socket thread only."""
+
+    def __init__(self, cap: int):
+        self.cap = cap
+        self.fd_of: dict[bytes, int] = {}
+        self.on_fd: dict[int, bytes] = {}
+
+    def admit(self, who: bytes, fd: int) -> bool:
+        if who not in self.fd_of and len(self.fd_of) >= self.cap:
+            return False
+        old = self.fd_of.get(who)
+        if old is not None and old != fd:
+            self.on_fd.pop(old, None)
+        self.fd_of[who], self.on_fd[fd] = fd, who
+        return True
+
+    def gone(self, fd: int) -> None:
+        who = self.on_fd.pop(fd, None)
+        if who is not None:
+            self.fd_of.pop(who, None)
+
+    def __len__(self) -> int:
+        return len(self.fd_of)
 
 
 def ask(endpoint: str, question: str, max_tokens: int | None = None, timeout_s: float = 120.0, on_delta=None,
