@@ -129,10 +129,11 @@ def _read(con, r: Route, archive_path, question: str, budget: evidence.Budget) -
     lines = [ln for ln in evidence.holding(con, r.keys, r.roots, budget, early) if _fits(ln, r)]
     if not r.keys and r.op == "span":     # found by words alone: a line must hold every one of them
         lines = [ln for ln in lines if ln.covers(r.roots) == len(r.roots)]
-    if not r.keys and r.roots and not lines and not budget.cut:
+    if not r.keys and r.roots and not lines:
         if r.op != "most" and not r.alarm:
-            return None
-        lines = [ln for ln in evidence.holding(con, budget=budget, oldest_first=early) if _fits(ln, r)]
+            return None                   # the free reader's (also when the budget found no line: as it was)
+        if not budget.cut:
+            lines = [ln for ln in evidence.holding(con, budget=budget, oldest_first=early) if _fits(ln, r)]
     if early:
         lines.reverse()                       # newest first, as every rule reads them
     if not lines and budget.cut:

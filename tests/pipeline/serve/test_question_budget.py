@@ -93,7 +93,7 @@ def test_the_first_reads_the_oldest_candidates_and_finds_the_first_line(wide, bu
 def test_a_query_past_its_steps_is_aborted_by_sqlite_and_the_answer_is_too_broad_with_no_citation(tmp_path):
     path = archive_of(tmp_path / "big.sqlite", CONNECTING * 10)
     budget = Budget(3600.0, 100_000, max_steps=STEPS)      # one look at the budget: then it is spent
-    reply = read(path, "how many lines say connecting?", budget=budget)
+    reply = read(path, "how many times did 10.0.0.4 connect?", budget=budget)
     assert budget.cut == "time" and budget.steps <= 2 * STEPS
     assert reply.answer is None and reply.citations == () and "too broad" in reply.text
 
@@ -103,9 +103,9 @@ def test_a_query_aborted_by_the_budget_is_a_reply_at_every_step_never_an_excepti
     for steps in range(1, 40, 3):
         budget = Budget(3600.0, 100_000, max_steps=steps * STEPS)
         for question in ("how many lines say connecting?", "which port is used most often?",
-                         "when did worker-3 last connect?"):
-            reply = read(path, question, budget=budget)
-            assert isinstance(reply, (Reply, cited.Choice)), (steps, question)
+                         "when did worker-3 last connect?", "how many times did 10.0.0.4 connect?"):
+            reply = read(path, question, budget=budget)          # None: no line found by words, the free reader's
+            assert reply is None or isinstance(reply, (Reply, cited.Choice)), (steps, question)
             budget = Budget(3600.0, 100_000, max_steps=steps * STEPS)
 
 
