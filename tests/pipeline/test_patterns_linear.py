@@ -317,8 +317,25 @@ def test_word_before_each_span_costs_steps_linear_in_the_line(tmp_path, monkeypa
             tally = _counting(m, cited)
             reply = cited.read(path, "which port did gw7 use?")
         work[n] = tally.steps
-        assert getattr(reply, "options", None) == ("22", "80", "81") or getattr(reply, "answer", None)
+        assert isinstance(reply, cited.Choice) and reply.options == ("22", "80", "81")
     assert _linear(work), f"the cited reader's steps over a lookup's spans: {work}"
+
+
+def test_fitting_every_span_of_a_line_costs_steps_linear_in_the_line(monkeypatch):
+    """Each span's fit reads the words in the _NEAR characters before it, not the line's whole prefix: over a line of
+    a span every 8 characters the fits together stay linear (the archive keeps 64 values a line; the fit does not
+    count on it)."""
+    r = route_mod.route("which port did gw7 use?")
+    work = {}
+    for n in (1024, 2048, 4096):
+        line = " ".join(f"port {i % 90 + 10}" for i in range(n // 8))
+        spans = [v for v in values.values_of(line) if v.kind == "port"]
+        with monkeypatch.context() as m:
+            tally = _counting(m, cited)
+            for v in spans:
+                cited._fit(r, line[:v.start], v.text, line[v.end:])
+        work[len(spans)] = tally.steps
+    assert _linear(work), f"the fits' steps by the number of spans: {work}"
 
 
 QUESTIONS = {   # past the 384-token cap: 4,096 characters of these are 2,000 tokens and more
