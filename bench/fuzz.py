@@ -32,6 +32,12 @@ small one and printed. Each target runs the real code on real sockets and files:
               holders replaying an earlier start's hello and the live start's old counters -> the child's peak
               resident size never over 64 MB above its size before the first flood, every replay refused (stale or
               replayed), the real group's event and question crossing after every flood
+    archive   hostile lines (4 KB lines of numbers, distinct words, lone and planted header lines) into a real archive
+              (max_lines 20, 16 values a line, a miner of 8 templates) -> never raises; no line over 16 value rows,
+              no template row without a line, the miner within 8 templates and COMPARED + 1 comparisons a line
+    journal   records of any size (answers, checkpoints), reopenings and files planted at its kept names (another
+              user's, a symlink, a directory) -> never raises; every file of its own under max_bytes plus one record
+              plus the carried checkpoint, 0600; the last checkpoint resumed; no planted file read or changed
 """
 from __future__ import annotations
 
@@ -70,7 +76,8 @@ from pipeline.serve.zmq_api import ZmqFront
 from pipeline.stream.records import render
 from pipeline.stream.sources import Stream, parse
 
-TARGETS = ("records", "config", "gguf", "http", "zmq", "site", "http_smuggle", "budget", "site_flood")
+TARGETS = ("records", "config", "gguf", "http", "zmq", "site", "http_smuggle", "budget", "site_flood", "archive",
+           "journal")
 CONTROL = ("<|im_start|>", "<|im_end|>", "<|endoftext|>", "<s>", "</s>", "\x00", "\x1b[2J", "\u202e")
 CASE_TIMEOUT_S = 30.0                      # a case with no answer by then is a hang
 LENGTHS = ["exact", "short", "none", "twice", "-1", "+5", "1e3", " 12", "0x10", "\u0663", "99999999999"]
@@ -102,7 +109,9 @@ def run_fuzz(cfg, cases: int, targets: str = "", seed: int = 0) -> FuzzReport:
       site     hostile frames, wrong MACs and hostile array descriptions to the real site hub's two links
       http_smuggle  smuggled requests in unread bodies, conflicting lengths, slow tricklers, to the real HTTP face
       budget   hostile questions to the cited reader under a small budget -> bounded work, a cited answer or none
-      site_flood  keyless and replaying peers flooding a real site hub -> its growth <= 64 MB, the group served"""
+      site_flood  keyless and replaying peers flooding a real site hub -> its growth <= 64 MB, the group served
+      archive  hostile lines into a real archive -> values, templates and the miner's work within their bounds
+      journal  records, reopenings and planted kept files -> bounded 0600 files, the last checkpoint resumed"""
     chosen = [t.strip() for t in targets.split(",") if t.strip()] or list(TARGETS)
     unknown = set(chosen) - set(TARGETS)
     if unknown:
@@ -835,3 +844,103 @@ def _budget(cfg, st):
                 f"an answer that is no span of a line it cites: {reply.answer!r}"
 
     return check, question, lambda: _rmtree(tmp)
+
+
+# ---- archive and journal: bounded files ----------------------------------------------------------------------------
+
+def _archive(cfg, st):
+    from pipeline.stream.archive import Archive
+    from pipeline.stream.templates import COMPARED
+    tmp = Path(tempfile.mkdtemp(prefix="ringspec_fuzz_"))
+    word = st.text(alphabet="abcdefghijklmnopqrstuvwxyz", min_size=1, max_size=8)
+    header = st.sampled_from(["#Fields: ", "#fields\t", "#Version: 1.0", "#separator \\x09", "#Software: x", "#"])
+    line = st.one_of(
+        st.text(max_size=300),
+        st.lists(word, min_size=1, max_size=40).map(lambda ws: "evt " + " ".join(ws)),
+        st.tuples(st.sampled_from(["1 ", "a1 ", "x=1 ", "1,", "10.0.0.1:80 "]), st.integers(1, 2048)).map(
+            lambda p: (p[0] * p[1])[:4096]),
+        st.tuples(header, st.lists(word, max_size=30)).map(lambda p: p[0] + ("\t" if "\t" in p[0] else " ").join(p[1])))
+    n = [0]
+
+    def check(lines):
+        n[0] += 1
+        with Archive(tmp / f"a{n[0]}.sqlite", max_lines=20, flush_every=4, max_values=16, max_templates=8) as a:
+            for i, text in enumerate(lines):
+                before = a.miner.compared
+                a.add(i, "", text)
+                assert a.miner.compared - before <= COMPARED + 1, f"{a.miner.compared - before} templates compared"
+                assert len(a.miner.templates) <= 8, f"the miner holds {len(a.miner.templates)} templates"
+            a.flush()
+            per_line = [c for (c,) in a.con.execute("SELECT count(*) FROM vals GROUP BY seq")]
+            assert max(per_line, default=0) <= 16, f"a line stored {max(per_line)} values"
+            rows = {t for (t,) in a.con.execute("SELECT id FROM templates")}
+            used = {t for (t,) in a.con.execute("SELECT template FROM line_templates")}
+            assert rows == used, f"template rows {sorted(rows - used)} without a line, {sorted(used - rows)} missing"
+            assert set(a.miner.templates) <= rows, "the miner holds a template whose lines are gone"
+        (tmp / f"a{n[0]}.sqlite").unlink()
+
+    return check, st.lists(line, max_size=60), lambda: _rmtree(tmp)
+
+
+def _journal(cfg, st):
+    import os
+    from pipeline.stream import journal
+    from pipeline.stream.journal import Journal, resume_point
+    tmp = Path(tempfile.mkdtemp(prefix="ringspec_fuzz_"))
+    op = st.one_of(st.tuples(st.just("answer"), st.integers(0, 3000)), st.tuples(st.just("checkpoint"), st.just(0)),
+                   st.tuples(st.just("reopen"), st.integers(1, 4)),
+                   st.tuples(st.sampled_from(["other", "symlink", "dir"]), st.integers(1, 4)))
+    n = [0]
+
+    def check(ops):
+        n[0] += 1
+        folder = tmp / str(n[0])
+        folder.mkdir()
+        path, max_bytes = str(folder / "j.jsonl"), 1000
+        j, offset, planted, biggest = Journal(path, max_bytes, 3), 0, {}, 0
+        try:
+            for kind, arg in ops:
+                if kind == "answer":
+                    rec = {"kind": "answer", "id": "q", "text": "x" * arg}
+                elif kind == "checkpoint":
+                    offset += 1
+                    rec = {"kind": "checkpoint", "source": "/s", "offset": offset, "loop": 0, "seq": offset,
+                           "offsets": [offset], "position": 0, "window_offset": 0, "window_loop": 0,
+                           "window_seq": 0, "lines": offset, "since": 0}
+                elif kind == "reopen":
+                    j.close()
+                    j = Journal(path, max_bytes, arg)
+                    continue
+                else:
+                    at = Path(f"{path}.{arg}")
+                    if at.is_symlink() or at.exists():
+                        continue
+                    if kind == "symlink":
+                        at.symlink_to(folder / "elsewhere")
+                    elif kind == "dir":
+                        at.mkdir()
+                    else:
+                        at.write_text('{"kind": "answer", "text": "planted"}\n')
+                        if os.geteuid() == 0:
+                            os.chown(at, 4321, 4321)
+                    planted[str(at)] = kind
+                    continue
+                biggest = max(biggest, len(json.dumps(rec)) + 1)
+                j.append(rec)
+        finally:
+            j.close()
+        carried = 600                                    # the checkpoint a new F starts with, at most
+        for each in journal.files(path):
+            assert each not in planted, f"{each} was planted, yet it is read"
+            size, mode = os.path.getsize(each), os.stat(each).st_mode & 0o777
+            assert size <= max_bytes + biggest + carried, f"{each}: {size} bytes"
+            assert mode == 0o600, f"{each}: mode {oct(mode)}"
+        assert all("planted" not in str(r.get("text")) for r in journal.history(path)), "a planted record read"
+        for at, kind in planted.items():
+            p = Path(at)
+            assert {"symlink": p.is_symlink, "dir": p.is_dir, "other": p.is_file}[kind](), f"{at} changed"
+        point = resume_point(path, "/s")
+        assert (point.offset if point else 0) == offset, f"resumed at {point and point.offset}, not {offset}"
+        _rmtree(folder)
+
+    return check, st.lists(op, max_size=40), lambda: _rmtree(tmp)
