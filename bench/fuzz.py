@@ -61,6 +61,7 @@ import numpy as np
 import zmq
 
 from bench.flood import Host
+from bench.question_budget import build as build_archive
 from models.gguf import GGUFError, GGUFModel
 from models.registry import resolve_gguf
 from models.tokenizer import Tokenizer
@@ -70,9 +71,11 @@ from pipeline.messages import Answer, AnswerDelta, Cancel, Question, decode
 from pipeline.report import Report
 from pipeline.serve import site
 from pipeline.serve.auth import load_keys
+from pipeline.serve.cited import Choice as CitedChoice, Reply as CitedReply, read as cited_read
 from pipeline.serve.front import Front
 from pipeline.serve.http_api import serve_http
 from pipeline.serve.zmq_api import ZmqFront
+from pipeline.stream.evidence import MIN_WEIGHED, STEPS, Budget
 from pipeline.stream.records import render
 from pipeline.stream.sources import Stream, parse
 
@@ -812,12 +815,9 @@ def _rmtree(path: Path) -> None:
 # ---- budget --------------------------------------------------------------------------------------------------------
 
 def _budget(cfg, st):
-    from bench.question_budget import build                # the archive the reproduction asks (bench/ imports bench/)
-    from pipeline.serve import cited
-    from pipeline.stream.evidence import MIN_WEIGHED, STEPS, Budget
     tmp = Path(tempfile.mkdtemp(prefix="ringspec_fuzz_"))
     path = tmp / "archive.sqlite"
-    build(path, 3000)
+    build_archive(path, 3000)                               # the archive bench/question_budget.py asks
     max_lines, max_steps = 200, 200 * STEPS
     vocabulary = ["connecting", "connect", "worker-3", "timeout", "closed", "session", "port", "ports", "users",
                   "10.0.3.4", "10.0.3.4:1025", "blk_7919", "INFO", "WARN", "bytes", "ms", "sent", "as", "to", "a",
@@ -832,11 +832,11 @@ def _budget(cfg, st):
 
     def check(q):
         budget = Budget(60.0, max_lines, max_steps=max_steps)
-        reply = cited.read(str(path), q, budget=budget)
-        assert reply is None or isinstance(reply, (cited.Reply, cited.Choice)), f"a {type(reply).__name__}"
+        reply = cited_read(str(path), q, budget=budget)
+        assert reply is None or isinstance(reply, (CitedReply, CitedChoice)), f"a {type(reply).__name__}"
         assert budget.examined <= max_lines, f"{budget.examined} lines read, over {max_lines}"
         assert budget.steps <= max_steps + (1 + 2 * MIN_WEIGHED) * STEPS, f"{budget.steps} steps, over {max_steps}"
-        if isinstance(reply, cited.Reply) and reply.answer is not None:
+        if isinstance(reply, CitedReply) and reply.answer is not None:
             texts = [c.text for c in reply.citations]
             assert texts, f"an answer without a citation: {reply.answer!r}"
             counted = reply.answer.removeprefix("at least ").isdigit()
