@@ -44,6 +44,7 @@ from __future__ import annotations
 import contextlib
 import io
 import json
+import os
 import secrets
 import shutil
 import socket
@@ -76,8 +77,12 @@ from pipeline.serve.front import Front
 from pipeline.serve.http_api import serve_http
 from pipeline.serve.zmq_api import ZmqFront
 from pipeline.stream.evidence import MIN_WEIGHED, STEPS, Budget
+from pipeline.stream import journal
+from pipeline.stream.archive import Archive
+from pipeline.stream.journal import Journal, resume_point
 from pipeline.stream.records import render
 from pipeline.stream.sources import Stream, parse
+from pipeline.stream.templates import COMPARED
 
 TARGETS = ("records", "config", "gguf", "http", "zmq", "site", "http_smuggle", "budget", "site_flood", "archive",
            "journal")
@@ -849,8 +854,6 @@ def _budget(cfg, st):
 # ---- archive and journal: bounded files ----------------------------------------------------------------------------
 
 def _archive(cfg, st):
-    from pipeline.stream.archive import Archive
-    from pipeline.stream.templates import COMPARED
     tmp = Path(tempfile.mkdtemp(prefix="ringspec_fuzz_"))
     word = st.text(alphabet="abcdefghijklmnopqrstuvwxyz", min_size=1, max_size=8)
     header = st.sampled_from(["#Fields: ", "#fields\t", "#Version: 1.0", "#separator \\x09", "#Software: x", "#"])
@@ -883,9 +886,6 @@ def _archive(cfg, st):
 
 
 def _journal(cfg, st):
-    import os
-    from pipeline.stream import journal
-    from pipeline.stream.journal import Journal, resume_point
     tmp = Path(tempfile.mkdtemp(prefix="ringspec_fuzz_"))
     op = st.one_of(st.tuples(st.just("answer"), st.integers(0, 3000)), st.tuples(st.just("checkpoint"), st.just(0)),
                    st.tuples(st.just("reopen"), st.integers(1, 4)),
