@@ -1,23 +1,29 @@
 """The zmq face of the front: a ROUTER socket taking msgpack questions, and the `ask` client for it.
 
 Owns the message shapes. A client (DEALER) sends one msgpack map per question:
-    {"question": str, "max_tokens": int?, "deadline_s": float?, "stream": str (of several)?, "key": str (when the
-     server has keys)}
+    {"question": str, "max_tokens": int?, "deadline_s": float?, "stream": str (of several)?}
 and receives, in order, maps {"id", "delta": str} as the answer's tokens are committed, then one final map
 {"id", "done": true, "text", "finish_reason", "usage", "ringspec": {...}} or {"error": str, "code": int}.
-Several clients and several questions per client may be in flight. Who asks is the key's operator, or the client's
-socket when the server has no keys (a request's own fields never name it). Messages over serve.max_body_bytes are
+Several clients and several questions per client may be in flight. A server with keys takes connections only from
+clients that give one in zmq's PLAIN handshake (ZMQ_PLAIN_PASSWORD; the user name is not read): its ZAP handler
+checks the key before the connection can queue a single frame, so a peer without the key costs the handshake only
+(counted as zmq_handshakes_refused; the client sees the handshake fail). Who asks is the key's operator (the
+message's User-Id, set by the handler), or the client's socket when the server has no keys (a request's own fields
+never name it; a "key" field is ignored). Messages over serve.max_body_bytes are
 not read: zmq drops the connection that sent one. Every other message gets a reply: 400 when it is not a readable
-request, 401 without the key, the front's 4xx/429/503 when refused, 503 server_busy past the bounds below, 500
+request, the front's 4xx/429/503 when refused, 503 server_busy past the bounds below, 500
 naming the error's type when handling it failed (counted as internal_errors); a reply msgpack cannot write is dropped
 and counted. Never touches a model or a channel.
 
 Bounds (issue 55, finding 4: 24 keyless peers grew the process by 1.6 GB while its one thread answered a question
 inline), each a reply or a counted drop before any work:
+- the key at the handshake (above): a high-water mark counts whole messages, so a peer sending one message of
+  endless MORE frames, each under the size cap, was queued without bound (4 raw ZMTP peers: +1.5 GB in 3 s); now
+  only a key holder can. A server without keys is loopback-only and trusts its local users: that flood stays open
+  there.
 - zmq queues sized to the protocol: RCV_HWM requests per client wait in zmq before it stops reading that client's
   connection (so a flood waits in the client's own buffers, not here: at most RCV_HWM x serve.max_body_bytes a
   client), and a client's replies queue up to serve.max_waiting answers' worth (past it, zmq drops them).
-- the key first: a request without the server's key costs one msgpack read and the key's compare, then a 401.
 - at most serve.max_zmq_peers clients (routing ids) with a request taken and still connected (the socket monitor
   tells when one leaves); a request from another is refused with 503 server_busy, counted as zmq_peers_refused.
 - the answering off the socket thread: serve.max_waiting workers, each taking one request from `front.ask` to its
@@ -27,8 +33,8 @@ inline), each a reply or a counted drop before any work:
 
 `run_ask` is the `ask` verb: the client, the answer streamed to stdout as it comes, and `AskReport`.
 
-Threads: the socket lives in one thread (zmq sockets are not thread-safe); the workers hand every reply back to it
-through a queue.
+Threads: the socket and the ZAP handler live in one thread (zmq sockets are not thread-safe), in a zmq context of
+their own (ZAP's endpoint is per context); the workers hand every reply back to it through a queue.
 """
 from __future__ import annotations
 
@@ -47,8 +53,12 @@ from pipeline.serve.auth import Keys, env_key
 from pipeline.serve.front import Front, RequestError
 
 POLL_MS = 5
+HANDSHAKE_MS = 5000            # a peer that has not finished the handshake by then is cut off
+ZAP = "inproc://zeromq.zap.01"  # where libzmq asks whether a handshake's credentials are good (ZMQ RFC 27)
 RCV_HWM = 4                    # requests queued in zmq per client: the socket thread drains them at once, so more
                                # would only hold a flood here (each up to serve.max_body_bytes)
+REFUSED = (zmq.EVENT_HANDSHAKE_FAILED_AUTH | zmq.EVENT_HANDSHAKE_FAILED_PROTOCOL |
+           zmq.EVENT_HANDSHAKE_FAILED_NO_DETAIL)     # the monitor's events of a handshake refused
 TAKEN_PER_TURN = 64            # messages read before the replies waiting are sent
 
 
@@ -81,31 +91,41 @@ class ZmqFront:
 
     def _run(self) -> None:
         serve = self.front.serve
-        sock = self.sock = zmq.Context.instance().socket(zmq.ROUTER)
+        ctx = zmq.Context()
+        zap = None
+        sock = self.sock = ctx.socket(zmq.ROUTER)
         sock.setsockopt(zmq.LINGER, 0)
+        sock.setsockopt(zmq.HANDSHAKE_IVL, HANDSHAKE_MS)
+        if self.keys.required:
+            zap = ctx.socket(zmq.REP)
+            zap.setsockopt(zmq.LINGER, 0)
+            zap.bind(ZAP)
+            sock.setsockopt(zmq.PLAIN_SERVER, 1)
+            sock.setsockopt(zmq.ZAP_DOMAIN, b"ringspec")
         sock.setsockopt(zmq.ROUTER_MANDATORY, 0)     # a reply to a client that left is dropped, not an error
         sock.setsockopt(zmq.MAXMSGSIZE, serve.max_body_bytes)
         sock.setsockopt(zmq.RCVHWM, RCV_HWM)
         sock.setsockopt(zmq.SNDHWM, serve.max_waiting * (serve.max_answer_tokens + 2))  # deltas and end, each
-        monitor = sock.get_monitor_socket(zmq.EVENT_DISCONNECTED)                        # answer in flight
+        monitor = sock.get_monitor_socket(zmq.EVENT_DISCONNECTED | REFUSED)               # answer in flight
         try:
             sock.bind(self.endpoint)
         except zmq.ZMQError as exc:
             self.error = OSError(f"zmq: cannot bind {self.endpoint}: {exc}")
             self._ready.set()
-            sock.disable_monitor()
-            monitor.close()
-            sock.close()
+            self._close(ctx, sock, monitor, zap)
             return
         self._ready.set()
         poller = zmq.Poller()
-        poller.register(sock, zmq.POLLIN)
-        poller.register(monitor, zmq.POLLIN)
+        for s in (sock, monitor, zap):
+            if s is not None:
+                poller.register(s, zmq.POLLIN)
         try:
             while not self._stop.is_set():
                 ready = dict(poller.poll(POLL_MS))
+                if zap in ready:
+                    self._vouch(zap)
                 if monitor in ready:                  # first: a connection's fd may be reused by the next message's
-                    self._left(monitor)
+                    self._events(monitor)
                 for _ in range(TAKEN_PER_TURN if sock in ready else 0):
                     try:
                         frames = sock.recv_multipart(zmq.NOBLOCK, copy=False)
@@ -113,7 +133,7 @@ class ZmqFront:
                         break
                     who = frames[0].bytes
                     try:
-                        self._take(who, frames[-1].get(zmq.SRCFD), frames[-1].bytes)
+                        self._take(who, frames[-1], frames[-1].bytes)
                     except Exception as exc:          # noqa: BLE001 -- one request fails, this thread goes on
                         self._failed(who, None, exc)
                 while True:
@@ -128,12 +148,30 @@ class ZmqFront:
                         print(f"ringspec: zmq: reply to {who.hex()} dropped: {type(exc).__name__}: {exc}",
                               file=sys.stderr, flush=True)
         finally:
-            sock.disable_monitor()
-            monitor.close()
-            sock.close()
+            self._close(ctx, sock, monitor, zap)
 
-    def _left(self, monitor: zmq.Socket) -> None:
-        """Clients whose connection closed leave the peers' table."""
+    @staticmethod
+    def _close(ctx, sock, monitor, zap) -> None:
+        sock.disable_monitor()
+        for s in (monitor, sock, zap):
+            if s is not None:
+                s.close()
+        ctx.term()
+
+    def _vouch(self, zap: zmq.Socket) -> None:
+        """One ZAP request (ZMQ RFC 27): a PLAIN handshake whose password is an operator's key is let in as that
+        operator (the User-Id its messages carry); anything else is refused before a frame is queued (counted by
+        `_events`, with the handshakes that were not PLAIN)."""
+        frames = zap.recv_multipart()
+        version, request_id, mechanism, creds = frames[0], frames[1], frames[5], frames[6:]
+        name = None
+        if mechanism == b"PLAIN" and len(creds) == 2:
+            name = self.keys.identify(creds[1].decode("utf-8", "replace"))
+        zap.send_multipart([version, request_id, b"200" if name else b"400",
+                            b"OK" if name else b"missing or wrong API key", (name or "").encode(), b""])
+
+    def _events(self, monitor: zmq.Socket) -> None:
+        """Clients whose connection closed leave the peers' table; refused handshakes are counted."""
         while True:
             try:
                 event = recv_monitor_message(monitor, zmq.NOBLOCK)
@@ -141,11 +179,13 @@ class ZmqFront:
                 return
             if event["event"] == zmq.EVENT_DISCONNECTED:
                 self.peers.gone(int(event["value"]))
+            elif event["event"] & REFUSED:
+                self.front.counts["zmq_handshakes_refused"] += 1
 
-    def _take(self, who: bytes, fd: int, payload: bytes) -> None:
-        """One message, on the socket thread: a precise error reply (400 unreadable, 401 keyless, 503 past the peers
-        or the workers) or the request handed to a worker; anything unexpected raised here is the caller's 500
-        (`_failed`). Nothing here waits: the key is checked before anything else is looked at."""
+    def _take(self, who: bytes, frame: zmq.Frame, payload: bytes) -> None:
+        """One message, on the socket thread: a precise error reply (400 unreadable, 503 past the peers or the
+        workers) or the request handed to a worker; anything unexpected raised here is the caller's 500
+        (`_failed`). Nothing here waits."""
         try:
             req = msgpack.unpackb(payload, raw=False)
         except (ValueError, msgpack.UnpackException) as exc:    # bytes, UTF-8, depth, non-string map keys
@@ -154,10 +194,10 @@ class ZmqFront:
         try:
             if not isinstance(req, dict):
                 raise RequestError(400, "expected a msgpack map with a non-empty string \"question\"")
-            client = self._operator(req, who)
+            client = frame.get("User-Id") if self.keys.required else f"zmq:{who.hex()}"
             if not isinstance(req.get("question"), str) or not req["question"].strip():
                 raise RequestError(400, "expected a msgpack map with a non-empty string \"question\"")
-            if not self.peers.admit(who, fd):
+            if not self.peers.admit(who, frame.get(zmq.SRCFD)):
                 self.front.counts["zmq_peers_refused"] += 1
                 raise RequestError(503, f"{self.peers.cap} clients are already connected and asking "
                                         f"(serve.max_zmq_peers); retry shortly", "server_busy")
@@ -204,14 +244,6 @@ class ZmqFront:
         print(f"ringspec: zmq: request from {who.hex()}: {type(exc).__name__}: {exc}", file=sys.stderr, flush=True)
         self._out.put((who, {**({"id": answer_id} if answer_id else {}),
                              "error": f"internal error: {type(exc).__name__}: {exc}", "code": 500}))
-
-    def _operator(self, req: dict, who: bytes) -> str:
-        if not self.keys.required:
-            return f"zmq:{who.hex()}"
-        name = self.keys.identify(req["key"]) if isinstance(req.get("key"), str) else None
-        if name is None:
-            raise RequestError(401, "missing or wrong API key (the request's \"key\")", "authentication_error")
-        return name
 
     def _relay(self, who: bytes, answer) -> None:
         while True:
@@ -265,27 +297,43 @@ class _Peers:
         return len(self.fd_of)
 
 
+def client(endpoint: str, key: str | None = None, ctx: zmq.Context | None = None) -> zmq.Socket:
+    """A DEALER connected to the front at `endpoint`, giving `key` (an operator's) in zmq's PLAIN handshake: what a
+    server with keys asks for; without one, the handshake a server without keys takes."""
+    sock = (ctx or zmq.Context.instance()).socket(zmq.DEALER)
+    sock.setsockopt(zmq.LINGER, 0)
+    if key:
+        sock.setsockopt(zmq.PLAIN_USERNAME, b"operator")
+        sock.setsockopt(zmq.PLAIN_PASSWORD, key.encode())
+    sock.connect(endpoint)
+    return sock
+
+
 def ask(endpoint: str, question: str, max_tokens: int | None = None, timeout_s: float = 120.0, on_delta=None,
         key: str | None = None, log_stream: str | None = None) -> dict:
     """The client: send one question, hand each delta to on_delta(text), return the final map (or raise).
     key: the operator's (default RINGSPEC_API_KEY), for a server that has keys; log_stream: the stream asked, of a
-    server that watches several."""
-
-    sock = zmq.Context.instance().socket(zmq.DEALER)
-    sock.setsockopt(zmq.LINGER, 0)
+    server that watches several. A refused handshake raises at once (a wrong key, none for a server with keys, or
+    one for a server without)."""
+    key = key or env_key()
+    sock = client(endpoint, key)
+    monitor = sock.get_monitor_socket(REFUSED)
     try:
-        sock.connect(endpoint)
         req = {"question": question}
         if max_tokens is not None:
             req["max_tokens"] = max_tokens
         if log_stream is not None:
             req["stream"] = log_stream
-        key = key or env_key()
-        if key:
-            req["key"] = key
         sock.send(msgpack.packb(req))
+        poller = zmq.Poller()
+        poller.register(sock, zmq.POLLIN)
+        poller.register(monitor, zmq.POLLIN)
         while True:
-            if not sock.poll(int(timeout_s * 1000), zmq.POLLIN):
+            ready = dict(poller.poll(int(timeout_s * 1000)))
+            if monitor in ready:
+                raise RuntimeError(f"{endpoint}: the server refused the handshake: missing or wrong API key "
+                                   f"(RINGSPEC_API_KEY{', or this server takes none' if key else ''}) (code 401)")
+            if sock not in ready:
                 raise TimeoutError(f"no reply from {endpoint} within {timeout_s:.0f} s (is `run.py serve` running "
                                    f"with --zmq {endpoint}?)")
             reply = msgpack.unpackb(sock.recv(), raw=False)
@@ -297,6 +345,8 @@ def ask(endpoint: str, question: str, max_tokens: int | None = None, timeout_s: 
                 continue
             return reply
     finally:
+        sock.disable_monitor()
+        monitor.close()
         sock.close()
 
 

@@ -23,6 +23,7 @@ from pathlib import Path
 import pytest
 
 from bench.chaos import free_port
+from pipeline.serve.zmq_api import client
 from pipeline.stream.journal import records
 from pipeline.watch import dies_with_parent, wait_for
 from tests import procs
@@ -310,10 +311,7 @@ def test_zmq_ask_client_prints_the_answer_as_it_streams(server):
 
 def test_zmq_rejects_junk_with_an_error_reply(server):
     import msgpack
-    import zmq
-    sock = zmq.Context.instance().socket(zmq.DEALER)
-    sock.setsockopt(zmq.LINGER, 0)
-    sock.connect(server.zmq)
+    sock = client(server.zmq, KEY)                   # the server has a key: it is given in the handshake
     try:
         for junk in (b"\xc1\xff not msgpack", msgpack.packb({"question": ""}), msgpack.packb([1, 2])):
             sock.send(junk)

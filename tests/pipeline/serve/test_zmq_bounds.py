@@ -9,9 +9,10 @@ import time
 import msgpack
 import pytest
 import zmq
+from zmq.utils.monitor import recv_monitor_message
 
 from pipeline.serve.auth import Keys
-from pipeline.serve.zmq_api import RCV_HWM, ZmqFront, ask
+from pipeline.serve.zmq_api import RCV_HWM, REFUSED, ZmqFront, ask, client
 from tests.pipeline.serve.test_http_bounds import StubFront
 
 WAIT_S = 30.0                  # a reply that never comes fails the test after this; one that comes takes milliseconds
@@ -41,12 +42,9 @@ def zmq_front(tmp_path):
         made.append(ZmqFront(front, endpoint, keys))
         return made[-1], endpoint
 
-    def dealer(endpoint: str) -> zmq.Socket:
-        sock = zmq.Context.instance().socket(zmq.DEALER)
-        sock.setsockopt(zmq.LINGER, 0)
-        sock.connect(endpoint)
-        socks.append(sock)
-        return sock
+    def dealer(endpoint: str, key: str | None = "alice-key-0001") -> zmq.Socket:
+        socks.append(client(endpoint, key))
+        return socks[-1]
 
     yield start, dealer
     for sock in socks:
@@ -62,9 +60,23 @@ def reply(sock: zmq.Socket) -> dict:
     return msgpack.unpackb(sock.recv(), raw=False)
 
 
-def question(sock: zmq.Socket, key: str | None = "alice-key-0001", text: str = "hi") -> dict:
-    sock.send(msgpack.packb({"question": text, **({"key": key} if key else {})}))
+def question(sock: zmq.Socket, text: str = "hi") -> dict:
+    sock.send(msgpack.packb({"question": text}))
     return reply(sock)
+
+
+def refused(endpoint: str, key: str | None) -> bool:
+    """Does the server refuse the handshake of a client giving `key`? (It answers either way: the test never waits
+    out a timeout unless the server is not reading.)"""
+    sock = client(endpoint, key)
+    monitor = sock.get_monitor_socket(REFUSED | zmq.EVENT_HANDSHAKE_SUCCEEDED)
+    try:
+        assert monitor.poll(int(WAIT_S * 1000)), "no handshake verdict: the zmq thread is not reading"
+        return recv_monitor_message(monitor)["event"] != zmq.EVENT_HANDSHAKE_SUCCEEDED
+    finally:
+        sock.disable_monitor()
+        monitor.close()
+        sock.close()
 
 
 def test_the_fronts_queues_are_sized_to_the_protocol(zmq_front):
@@ -78,16 +90,16 @@ def test_the_fronts_queues_are_sized_to_the_protocol(zmq_front):
 
 
 def test_a_slow_question_leaves_the_socket_thread_answering_the_others(zmq_front):
-    """While one question is held in `front.ask`, another is served and a keyless one refused: the socket thread
+    """While one question is held in `front.ask`, another is served and a keyless client refused: the socket thread
     only reads and hands on (planted: `front.ask` called on the socket thread -> no reply until released)."""
     start, dealer = zmq_front
     front = SlowFront(max_waiting=2)
     _, endpoint = start(front, KEYS)
     slow, other = dealer(endpoint), dealer(endpoint)
-    slow.send(msgpack.packb({"question": "how many lines say connecting?", "key": "alice-key-0001"}))
+    slow.send(msgpack.packb({"question": "how many lines say connecting?"}))
     assert front.entered.wait(WAIT_S)
     assert question(other)["text"] == "ok"                          # served by the second worker
-    assert question(other, key=None)["code"] == 401                  # refused on the socket thread
+    assert refused(endpoint, None)                                   # its handshake vouched for on the socket thread
     assert not slow.poll(0)
     front.release.set()
     assert reply(slow)["text"] == "ok"
@@ -100,7 +112,7 @@ def test_past_max_waiting_workers_a_question_is_refused_at_once_with_server_busy
     front = SlowFront(max_waiting=1)
     _, endpoint = start(front, KEYS)
     slow, other = dealer(endpoint), dealer(endpoint)
-    slow.send(msgpack.packb({"question": "how many lines say connecting?", "key": "alice-key-0001"}))
+    slow.send(msgpack.packb({"question": "how many lines say connecting?"}))
     assert front.entered.wait(WAIT_S)
     got = question(other)
     assert got["code"] == 503 and "serve.max_waiting" in got["error"] and front.counts["zmq_busy"] == 1
@@ -112,15 +124,22 @@ def test_past_max_waiting_workers_a_question_is_refused_at_once_with_server_busy
     assert got["text"] == "ok"
 
 
-def test_a_keyless_request_is_refused_before_any_work(zmq_front):
-    """No key: a 401 from the socket thread; no worker, no place in the peers' table, nothing asked."""
+def test_a_client_without_the_key_is_refused_at_the_handshake_before_any_frame_is_queued(zmq_front):
+    """No key, a wrong one, or the key in the message instead of the handshake: refused by the ZAP handler, counted;
+    nothing asked, no place in the peers' table taken (planted: no PLAIN server -> the keyless handshake succeeds,
+    and a peer sending one endless message of MORE frames was queued without bound: +1.5 GB in 3 s)."""
     start, dealer = zmq_front
     front = StubFront(max_zmq_peers=1)
     face, endpoint = start(front, KEYS)
-    for key in (None, "wrong-key-0001"):
-        assert question(dealer(endpoint), key=key)["code"] == 401
+    assert refused(endpoint, None) and refused(endpoint, "wrong-key-0001")
+    deadline = time.monotonic() + WAIT_S                              # the server's monitor counts them too
+    while front.counts["zmq_handshakes_refused"] < 2:
+        assert time.monotonic() < deadline, "refused handshakes not counted"
+        time.sleep(0.01)
     assert front.asked == [] and len(face.peers) == 0
+    assert not refused(endpoint, "alice-key-0001")
     assert question(dealer(endpoint))["text"] == "ok"                 # the one place was still free
+    assert front.asked[0][0] == "alice"                               # the handshake's operator asks
 
 
 def test_a_client_past_max_zmq_peers_is_refused_and_counted_until_one_leaves(zmq_front):
@@ -129,20 +148,22 @@ def test_a_client_past_max_zmq_peers_is_refused_and_counted_until_one_leaves(zmq
     start, dealer = zmq_front
     front = StubFront(max_zmq_peers=2)
     face, endpoint = start(front)
-    first, second, third = dealer(endpoint), dealer(endpoint), dealer(endpoint)
-    assert question(first, key=None)["text"] == "ok" and question(second, key=None)["text"] == "ok"
-    assert question(first, key=None)["text"] == "ok"                  # a client in asks again
-    got = question(third, key=None)
+    first, second, third = (dealer(endpoint, key=None) for _ in range(3))
+    assert question(first)["text"] == "ok" and question(second)["text"] == "ok"
+    assert question(first)["text"] == "ok"                            # a client in asks again
+    got = question(third)
     assert got["code"] == 503 and "serve.max_zmq_peers" in got["error"] and front.counts["zmq_peers_refused"] == 1
     assert len(front.asked) == 3
     first.close()
     deadline = time.monotonic() + WAIT_S                              # the monitor's word that it left
-    while (got := question(third, key=None)).get("code") == 503:
+    while (got := question(third)).get("code") == 503:
         assert time.monotonic() < deadline, "a client that left still holds its place"
     assert got["text"] == "ok" and len(face.peers) == 2
 
 
-def test_the_ask_client_still_gets_its_answer(zmq_front):
+def test_the_ask_client_gets_its_answer_and_a_refused_handshake_at_once(zmq_front):
     start, _ = zmq_front
     _, endpoint = start(StubFront(), KEYS)
     assert ask(endpoint, "hi", key="alice-key-0001", timeout_s=WAIT_S)["text"] == "ok"
+    with pytest.raises(RuntimeError, match="refused the handshake: missing or wrong API key"):
+        ask(endpoint, "hi", key="wrong-key-0001", timeout_s=WAIT_S)
