@@ -53,6 +53,7 @@ from pipeline.decode.rules import options_spec
 from pipeline.process import proc_status
 from pipeline.serve import cited
 from pipeline.stream.archive import search
+from pipeline.stream.evidence import Budget
 from pipeline.stream.prompts import Prompt, question_span
 
 LATENCIES_KEPT = 1000       # recent requests whose latencies /metrics summarises
@@ -308,10 +309,13 @@ class Front:
 
     def retrieve(self, question: str, view: StreamView) -> list:
         """Older lines about the question, from the stream's archive (none of those still inside its window): the
-        free reader's, for the model to write over."""
-        if not self.serve.retrieve or not view.archive_path:
+        free reader's, for the model to write over; within the question's budget (serve.question_budget_s: a search
+        it interrupts retrieves nothing)."""
+        s = self.serve
+        if not s.retrieve or not view.archive_path:
             return []
-        return search(view.archive_path, question, self.serve.retrieve, before_seq=view.window_from_seq)
+        budget = Budget(s.question_budget_s, s.question_max_lines)
+        return search(view.archive_path, question, s.retrieve, before_seq=view.window_from_seq, watch=budget.watch)
 
     def cancel(self, answer: Answer, why: str) -> None:
         """The asker went away: the owner stops at its next block, and nobody waits for the rest."""

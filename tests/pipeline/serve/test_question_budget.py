@@ -190,3 +190,10 @@ def test_a_refused_question_frees_the_slot_it_took(tmp_path):
         front.ask("a", messages=[{"role": "user", "content": " ".join(["word"] * 40)}])
     assert front.reading == {}
     assert front.ask("a", messages=[{"role": "user", "content": "How many times did root fail?"}]).answer == "2"
+
+
+def test_the_free_readers_retrieval_is_searched_within_the_questions_budget(wide, monkeypatch):
+    front = front_on(wide, reader="free", retrieve=2)
+    assert front.retrieve("connecting worker", front.view())                  # found within a budget it leaves...
+    monkeypatch.setattr(front_module, "Budget", lambda seconds, lines: Budget(seconds, lines, max_steps=1))
+    assert front.retrieve("connecting worker", front.view()) == []           # ... none past it
