@@ -38,6 +38,11 @@ small one and printed. Each target runs the real code on real sockets and files:
     journal   records of any size (answers, checkpoints), reopenings and files planted at its kept names (another
               user's, a symlink, a directory) -> never raises; every file of its own under max_bytes plus one record
               plus the carried checkpoint, 0600; the last checkpoint resumed; no planted file read or changed
+    patterns  hostile log lines and questions (a short unit of the characters the patterns name, repeated, then a
+              tail) whose pattern work is counted in steps (bench/regex_steps.py) and must stay linear: values_of on
+              a line, route() on a question, at 256 and 512 characters -> steps at most x2.5 from one to the other (or
+              under 40 a character), no call past 200 a character; the cited reader's fit of a line's every span
+              within 12 x _NEAR steps a span (plus 8 a character)
 """
 from __future__ import annotations
 
@@ -61,6 +66,7 @@ import msgpack
 import numpy as np
 import zmq
 
+from bench import regex_steps
 from bench.flood import Host
 from bench.question_budget import build as build_archive
 from models.gguf import GGUFError, GGUFModel
@@ -70,6 +76,8 @@ from pipeline import config, messages
 from pipeline.channel import Channel, ChannelSpec
 from pipeline.messages import Answer, AnswerDelta, Cancel, Question, decode
 from pipeline.report import Report
+from pipeline.serve import cited as cited_reader
+from pipeline.serve import route as router
 from pipeline.serve import site
 from pipeline.serve.auth import load_keys
 from pipeline.serve.cited import Choice as CitedChoice, Reply as CitedReply, read as cited_read
@@ -80,12 +88,13 @@ from pipeline.stream.evidence import MIN_WEIGHED, STEPS, Budget
 from pipeline.stream import journal
 from pipeline.stream.archive import Archive
 from pipeline.stream.journal import Journal, resume_point
+from pipeline.stream import values as line_values
 from pipeline.stream.records import render
 from pipeline.stream.sources import Stream, parse
 from pipeline.stream.templates import COMPARED
 
 TARGETS = ("records", "config", "gguf", "http", "zmq", "site", "http_smuggle", "budget", "site_flood", "archive",
-           "journal")
+           "journal", "patterns")
 CONTROL = ("<|im_start|>", "<|im_end|>", "<|endoftext|>", "<s>", "</s>", "\x00", "\x1b[2J", "\u202e")
 CASE_TIMEOUT_S = 30.0                      # a case with no answer by then is a hang
 LENGTHS = ["exact", "short", "none", "twice", "-1", "+5", "1e3", " 12", "0x10", "\u0663", "99999999999"]
@@ -119,7 +128,8 @@ def run_fuzz(cfg, cases: int, targets: str = "", seed: int = 0) -> FuzzReport:
       budget   hostile questions to the cited reader under a small budget -> bounded work, a cited answer or none
       site_flood  keyless and replaying peers flooding a real site hub -> its growth <= 64 MB, the group served
       archive  hostile lines into a real archive -> values, templates and the miner's work within their bounds
-      journal  records, reopenings and planted kept files -> bounded 0600 files, the last checkpoint resumed"""
+      journal  records, reopenings and planted kept files -> bounded 0600 files, the last checkpoint resumed
+      patterns hostile lines and questions -> the patterns' work counted in steps, linear in their length"""
     chosen = [t.strip() for t in targets.split(",") if t.strip()] or list(TARGETS)
     unknown = set(chosen) - set(TARGETS)
     if unknown:
@@ -944,3 +954,42 @@ def _journal(cfg, st):
         _rmtree(folder)
 
     return check, st.lists(op, max_size=40), lambda: _rmtree(tmp)
+
+
+# ---- patterns ------------------------------------------------------------------------------------------------------
+
+PATTERN_CHARS = "aZh1 9.:/-_+@=\"'#\\,;()[]?xB\u00e9\t"   # letters, digits and the punctuation the patterns name
+
+
+def _patterns(cfg, st):
+    asked = router.route("which port did gw7 use?")
+    unit = st.text(alphabet=st.sampled_from(PATTERN_CHARS), min_size=1, max_size=8)
+    case = st.tuples(st.sampled_from(["line", "question"]), unit, st.text(alphabet=st.sampled_from(PATTERN_CHARS),
+                                                                            max_size=4))
+
+    def work(kind: str, text: str) -> int:
+        with regex_steps.counting(router, line_values, per_char=200) as tally:
+            router.route(text) if kind == "question" else line_values.values_of(text)
+        return tally.steps
+
+    def check(c):
+        kind, piece, tail = c
+        steps = {}
+        for n in (256, 512):
+            text = (piece * (n // len(piece) + 1))[:n - len(tail)] + tail
+            try:
+                steps[n] = work(kind, text)
+                if kind == "line" and n == 512:          # each span's fit reads at most _NEAR characters before it
+                    found = line_values.values_of(text)
+                    with regex_steps.counting(cited_reader, per_char=200) as fits:
+                        for v in found:
+                            cited_reader._fit(asked, text[:v.start], v.text, text[v.end:])
+                    bound = 12 * cited_reader._NEAR * len(found) + 8 * n
+                    assert fits.steps <= bound, f"{len(found)} spans' fits took {fits.steps} steps, over {bound}"
+            except regex_steps.TooManySteps as exc:
+                raise AssertionError(f"a {kind} of {n} characters ({piece!r} repeated, then {tail!r}): one pattern "
+                                     f"call {exc}, past 200 a character") from None
+        assert steps[512] <= 2.5 * steps[256] or steps[512] <= 40 * 512, \
+            f"a {kind} ({piece!r} repeated, then {tail!r}): {steps[256]} steps at 256 characters, {steps[512]} at 512"
+
+    return check, case, lambda: None

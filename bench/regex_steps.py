@@ -9,10 +9,13 @@ pattern's growth (linear or not) is read here, on any machine, at any load. An o
 back-reference, a conditional) raises `Unsupported` naming it: such a pattern needs a length cap before matching, or
 support here. `limit` stops a run that passes that many steps (`TooManySteps`): a super-linear pattern on a long
 input would otherwise take minutes to count. Group spans are not tracked: the match's span is what is compared with
-`re` (tests/pipeline/test_patterns_linear.py). Nothing at run time imports this (it is measurement, bench/).
+`re` (tests/pipeline/test_patterns_linear.py). `counting(modules)` counts a whole call's steps: every module-level
+pattern of the modules (and `re.search`/`finditer`/`findall` called inline there) answers as `re` does while the
+instrument counts its steps. Nothing at run time imports this (it is measurement, bench/).
 """
 from __future__ import annotations
 
+import contextlib
 import re
 import sys
 import threading
@@ -281,3 +284,84 @@ def _scan(pattern, text, pos, endpos, limit, every):
 def steps(pattern: re.Pattern, text: str, limit: int | None = None) -> int:
     """The steps `pattern.search(text)` takes (every start position tried until one matches)."""
     return search(pattern, text, limit=limit)[1]
+
+
+class Tally:
+    """The steps of every pattern call made while `counting` holds (each call stopped past `per_char` steps a
+    character of the text it searched, plus 1,000: TooManySteps)."""
+
+    def __init__(self, per_char: int | None):
+        self.steps, self.calls, self.per_char = 0, 0, per_char
+
+    def add(self, fn, pattern: re.Pattern, text: str, pos: int, endpos: int) -> None:
+        endpos = min(endpos, len(text))
+        limit = None if self.per_char is None else self.per_char * max(endpos - pos, 1) + 1000
+        self.steps += fn(pattern, text, pos, endpos, limit=limit)[1]
+        self.calls += 1
+
+
+class Counted:
+    """A compiled pattern's stand-in: re's own answer, the instrument's steps added to a Tally."""
+
+    def __init__(self, pattern: re.Pattern, tally: Tally):
+        self.pattern, self.tally = pattern, tally
+        self.flags, self.groups, self.groupindex = pattern.flags, pattern.groups, pattern.groupindex
+
+    def search(self, text, pos=0, endpos=sys.maxsize):
+        self.tally.add(search, self.pattern, text, pos, endpos)
+        return self.pattern.search(text, pos, endpos)
+
+    def match(self, text, pos=0, endpos=sys.maxsize):
+        self.tally.add(match, self.pattern, text, pos, endpos)
+        return self.pattern.match(text, pos, endpos)
+
+    def fullmatch(self, text, pos=0, endpos=sys.maxsize):
+        self.tally.add(fullmatch, self.pattern, text, pos, endpos)
+        return self.pattern.fullmatch(text, pos, endpos)
+
+    def finditer(self, text, pos=0, endpos=sys.maxsize):
+        self.tally.add(finditer, self.pattern, text, pos, endpos)
+        return self.pattern.finditer(text, pos, endpos)
+
+    def findall(self, text, pos=0, endpos=sys.maxsize):
+        self.tally.add(finditer, self.pattern, text, pos, endpos)
+        return self.pattern.findall(text, pos, endpos)
+
+
+class _CountedRe:
+    """The `re` module as a counted module sees it: a pattern compiled inline (re.search(r"...", q)) is counted too."""
+
+    def __init__(self, tally: Tally):
+        self._tally = tally
+
+    def __getattr__(self, name):
+        return getattr(re, name)
+
+    def search(self, pattern, text, flags=0):
+        return Counted(re.compile(pattern, flags), self._tally).search(text)
+
+    def finditer(self, pattern, text, flags=0):
+        return Counted(re.compile(pattern, flags), self._tally).finditer(text)
+
+    def findall(self, pattern, text, flags=0):
+        return Counted(re.compile(pattern, flags), self._tally).findall(text)
+
+
+@contextlib.contextmanager
+def counting(*modules, per_char: int | None = None):
+    """While held, the modules' patterns are counted (module-level re.Pattern attributes and their `re`): yields the
+    Tally. Not thread-safe: the modules are patched for every thread while it holds."""
+    tally, saved = Tally(per_char), []
+    try:
+        for module in modules:
+            for attr, value in list(vars(module).items()):
+                if isinstance(value, re.Pattern) and isinstance(value.pattern, str):
+                    saved.append((module, attr, value))
+                    setattr(module, attr, Counted(value, tally))
+            if getattr(module, "re", None) is re:
+                saved.append((module, "re", re))
+                module.re = _CountedRe(tally)
+        yield tally
+    finally:
+        for module, attr, value in reversed(saved):
+            setattr(module, attr, value)

@@ -175,80 +175,6 @@ def test_step_counter_counts_a_quadratic_pattern_as_quadratic():
 
 
 # -- functions applying a pattern per span or per key: their whole work ------------------------------------------------
-class _Tally:
-    """Every call of a module's patterns counted through the instrument (each call's own step limit: linear)."""
-
-    def __init__(self):
-        self.steps = 0
-
-    def add(self, fn, pattern, text, pos=0, endpos=None):
-        endpos = len(text) if endpos is None else min(endpos, len(text))
-        span, steps = fn(pattern, text, pos, endpos, limit=STEPS_PER_CHAR * (endpos - pos + 1) + 1000)
-        self.steps += steps
-        return span
-
-
-class _Counted:
-    """A stand-in for a compiled pattern: the real re's answer, the instrument's steps."""
-
-    def __init__(self, pattern: re.Pattern, tally: _Tally):
-        self.pattern, self.tally = pattern, tally
-        self.flags, self.groups = pattern.flags, pattern.groups
-
-    def search(self, text, pos=0, endpos=sys.maxsize):
-        self.tally.add(rs.search, self.pattern, text, pos, endpos)
-        return self.pattern.search(text, pos, endpos)
-
-    def match(self, text, pos=0, endpos=sys.maxsize):
-        self.tally.add(rs.match, self.pattern, text, pos, endpos)
-        return self.pattern.match(text, pos, endpos)
-
-    def fullmatch(self, text, pos=0, endpos=sys.maxsize):
-        self.tally.add(rs.fullmatch, self.pattern, text, pos, endpos)
-        return self.pattern.fullmatch(text, pos, endpos)
-
-    def finditer(self, text, pos=0, endpos=sys.maxsize):
-        self.tally.add(rs.finditer, self.pattern, text, pos, endpos)
-        return self.pattern.finditer(text, pos, endpos)
-
-    def findall(self, text, pos=0, endpos=sys.maxsize):
-        self.tally.add(rs.finditer, self.pattern, text, pos, endpos)
-        return self.pattern.findall(text, pos, endpos)
-
-
-class _CountedRe:
-    """A stand-in for the `re` module as a module sees it: patterns compiled inline are counted too."""
-
-    def __init__(self, tally: _Tally):
-        self.tally = tally
-
-    def __getattr__(self, name):
-        return getattr(re, name)
-
-    def _of(self, pattern, flags=0):
-        return _Counted(re.compile(pattern, flags), self.tally)
-
-    def search(self, pattern, text, flags=0):
-        return self._of(pattern, flags).search(text)
-
-    def finditer(self, pattern, text, flags=0):
-        return self._of(pattern, flags).finditer(text)
-
-    def findall(self, pattern, text, flags=0):
-        return self._of(pattern, flags).findall(text)
-
-
-def _counting(monkeypatch, *modules) -> _Tally:
-    tally = _Tally()
-    for module in modules:
-        for attr, value in list(vars(module).items()):
-            if isinstance(value, re.Pattern):
-                monkeypatch.setattr(module, attr, _Counted(value, tally))
-        if getattr(module, "re", None) is re:
-            monkeypatch.setattr(module, "re", _CountedRe(tally))
-    return tally
-
-
 def _lines_run(fn) -> int:
     """Python lines executed by fn() (every frame, generator expressions too): the work outside the patterns."""
     count = 0
@@ -280,12 +206,11 @@ LINES = {   # a 4 KB line of each shape, cut to n characters
 
 
 @pytest.mark.parametrize("shape", LINES)
-def test_value_extraction_steps_grow_linearly_with_the_line(monkeypatch, shape):
-    tally = _counting(monkeypatch, values)
+def test_value_extraction_steps_grow_linearly_with_the_line(shape):
     work = {}
     for n in (1024, 2048, 4096):
-        tally.steps = 0
-        values.values_of(LINES[shape](n))
+        with rs.counting(values, per_char=STEPS_PER_CHAR) as tally:
+            values.values_of(LINES[shape](n))
         work[n] = tally.steps
     assert _linear(work), f"values_of's regex steps on {shape}: {work}"
 
@@ -305,7 +230,7 @@ def _archive(tmp_path, lines):
     return str(path)
 
 
-def test_word_before_each_span_costs_steps_linear_in_the_line(tmp_path, monkeypatch):
+def test_word_before_each_span_costs_steps_linear_in_the_line(tmp_path):
     """Finding 5: "which port did gw7 use?" over lines a + 1*n + " b port 22" (the word before each span was searched
     over the line's whole prefix: quadratic, 10 s on five 3.6 KB lines)."""
     work = {}
@@ -313,15 +238,14 @@ def test_word_before_each_span_costs_steps_linear_in_the_line(tmp_path, monkeypa
         line = "gw7 a" + "1" * (n - 30) + " b port 22 port 80 port 81"
         (tmp_path / str(n)).mkdir()
         path = _archive(tmp_path / str(n), [line])
-        with monkeypatch.context() as m:
-            tally = _counting(m, cited)
+        with rs.counting(cited, per_char=STEPS_PER_CHAR) as tally:
             reply = cited.read(path, "which port did gw7 use?")
         work[n] = tally.steps
         assert isinstance(reply, cited.Choice) and reply.options == ("22", "80", "81")
     assert _linear(work), f"the cited reader's steps over a lookup's spans: {work}"
 
 
-def test_fitting_every_span_of_a_line_costs_steps_linear_in_the_line(monkeypatch):
+def test_fitting_every_span_of_a_line_costs_steps_linear_in_the_line():
     """Each span's fit reads the words in the _NEAR characters before it, not the line's whole prefix: over a line of
     a span every 8 characters the fits together stay linear (the archive keeps 64 values a line; the fit does not
     count on it)."""
@@ -330,8 +254,7 @@ def test_fitting_every_span_of_a_line_costs_steps_linear_in_the_line(monkeypatch
     for n in (1024, 2048, 4096):
         line = " ".join(f"port {i % 90 + 10}" for i in range(n // 8))
         spans = [v for v in values.values_of(line) if v.kind == "port"]
-        with monkeypatch.context() as m:
-            tally = _counting(m, cited)
+        with rs.counting(cited, per_char=STEPS_PER_CHAR) as tally:
             for v in spans:
                 cited._fit(r, line[:v.start], v.text, line[v.end:])
         work[len(spans)] = tally.steps
@@ -349,14 +272,13 @@ QUESTIONS = {   # past the 384-token cap: 4,096 characters of these are 2,000 to
 
 
 @pytest.mark.parametrize("shape", QUESTIONS)
-def test_routing_a_question_costs_steps_linear_in_its_length(monkeypatch, shape):
+def test_routing_a_question_costs_steps_linear_in_its_length(shape):
     """Finding 9: route() of a question under the 384-token cap took 1.1-1.7 s (the word naming each key was found by
     `(\\w+)[\\s:=#]*KEY`, backtracking over every start of a long word, for every key)."""
     steps, lines = {}, {}
     for n in (512, 1024, 2048, 4096):
         question = QUESTIONS[shape](n)
-        with monkeypatch.context() as m:
-            tally = _counting(m, route_mod, values)
+        with rs.counting(route_mod, values, per_char=STEPS_PER_CHAR) as tally:
             route_mod.route(question)
         steps[n] = tally.steps
         lines[n] = _lines_run(lambda: route_mod.route(question))
