@@ -13,7 +13,8 @@ small one and printed. Each target runs the real code on real sockets and files:
     http      request heads and bodies over a real socket to the real HTTP face and front, a stand-in owner answering
               at once -> a JSON error or an answer, or the connection cut and counted; no traceback on stderr; the
               server healthy after every case
-    zmq       msgpack and junk messages to the real zmq face -> an error reply with a code, or an answer
+    zmq       msgpack and junk messages to the real zmq face (the key in its handshake) -> an error reply with a
+              code, or an answer
     site      hostile multipart messages to the real site hub (pipeline/serve/site.py), from a stranger's PUSH to its
               PULL and a stranger's DEALER to its ROUTER: random frames, a wrong MAC (random, another run's key, the
               other direction, a flipped frame) over valid frames, and under the run's key hostile headers (odd
@@ -43,6 +44,15 @@ small one and printed. Each target runs the real code on real sockets and files:
               a line, route() on a question, at 256 and 512 characters -> steps at most x2.5 from one to the other (or
               under 40 a character), no call past 200 a character; the cited reader's fit of a line's every span
               within 12 x _NEAR steps a span (plus 8 a character)
+    zmq_flood  floods of the real zmq face (a key, 4 peers, 4 workers) for a drawn while: keyless DEALERs, wrong keys,
+              raw ZMTP peers sending one endless message of MORE frames, key holders sending junk or questions and
+              never reading the replies -> a key holder's question answered or refused with a code during the
+              flood and answered after it, the peers' table within its cap, this process's growth <= 64 MB
+    http_flood  up to 24 sockets from one to four loopback addresses holding the real HTTP face (a key, 8
+              connections, 4 unkeyed per address, 1 KiB heads): requests begun and never finished, heads past the
+              bound that never end, keyless requests and key holders' connections kept alive -> /healthz 200 and a
+              key holder's request 200 meanwhile (503 only when key holders hold every keyed place), an oversized
+              head 431 or cut, no 500, the keyed places given back, this process's growth <= 64 MB
 """
 from __future__ import annotations
 
@@ -84,6 +94,7 @@ from pipeline.serve.cited import Choice as CitedChoice, Reply as CitedReply, rea
 from pipeline.serve.front import Front
 from pipeline.serve.http_api import serve_http
 from pipeline.serve.zmq_api import ZmqFront
+from pipeline.serve.zmq_api import client as zmq_client
 from pipeline.stream.evidence import MIN_WEIGHED, STEPS, Budget
 from pipeline.stream import journal
 from pipeline.stream.archive import Archive
@@ -94,7 +105,7 @@ from pipeline.stream.sources import Stream, parse
 from pipeline.stream.templates import COMPARED
 
 TARGETS = ("records", "config", "gguf", "http", "zmq", "site", "http_smuggle", "budget", "site_flood", "archive",
-           "journal", "patterns")
+           "journal", "patterns", "zmq_flood", "http_flood")
 CONTROL = ("<|im_start|>", "<|im_end|>", "<|endoftext|>", "<s>", "</s>", "\x00", "\x1b[2J", "\u202e")
 CASE_TIMEOUT_S = 30.0                      # a case with no answer by then is a hang
 LENGTHS = ["exact", "short", "none", "twice", "-1", "+5", "1e3", " 12", "0x10", "\u0663", "99999999999"]
@@ -129,7 +140,9 @@ def run_fuzz(cfg, cases: int, targets: str = "", seed: int = 0) -> FuzzReport:
       site_flood  keyless and replaying peers flooding a real site hub -> its growth <= 64 MB, the group served
       archive  hostile lines into a real archive -> values, templates and the miner's work within their bounds
       journal  records, reopenings and planted kept files -> bounded 0600 files, the last checkpoint resumed
-      patterns hostile lines and questions -> the patterns' work counted in steps, linear in their length"""
+      patterns hostile lines and questions -> the patterns' work counted in steps, linear in their length
+      zmq_flood   keyless, wrong-key, endless-message and unread peers at the real zmq face -> bounded, served
+      http_flood  begun, oversized, keyless and kept-alive connections at the real HTTP face -> health and keys served"""
     chosen = [t.strip() for t in targets.split(",") if t.strip()] or list(TARGETS)
     unknown = set(chosen) - set(TARGETS)
     if unknown:
@@ -470,9 +483,7 @@ def _zmq(cfg, st):
                         st.recursive(scalar, lambda inner: st.lists(inner, max_size=3) |
                                      st.dictionaries(st.text(max_size=5), inner, max_size=3), max_leaves=8)
                         .map(lambda v: msgpack.packb(v)))
-    sock = zmq.Context.instance().socket(zmq.DEALER)
-    sock.setsockopt(zmq.LINGER, 0)
-    sock.connect(endpoint)
+    sock = zmq_client(endpoint, cfg.serve.api_key)         # the key goes in the handshake; a "key" field is ignored
 
     def check(data):
         sock.send(data)
@@ -993,3 +1004,171 @@ def _patterns(cfg, st):
             f"a {kind} ({piece!r} repeated, then {tail!r}): {steps[256]} steps at 256 characters, {steps[512]} at 512"
 
     return check, case, lambda: None
+
+
+# ---- zmq_flood, http_flood: many clients at the operators' faces, a stand-in owner ----------------------------------
+
+FACE_GROWTH_MB = 64                        # the issue's bound on a process's growth under a flood
+
+
+def _rss_mb() -> float:
+    with open("/proc/self/status") as f:
+        return next(int(line.split()[1]) for line in f if line.startswith("VmRSS:")) / 1024
+
+
+def _zmq_flood(cfg, st):
+    """Floods of the real zmq face (keys, 4 peers, 4 workers) by peers in this process, each case for a drawn
+    while: keyless DEALERs, wrong keys, raw ZMTP peers sending one endless message (bench/flood.py), key holders
+    never reading their replies or sending junk. Meanwhile a key holder's question gets a reply; after, it is
+    answered; the peers' table stays within its cap and this process's growth within FACE_GROWTH_MB."""
+    from bench.flood import _zmtp_peer
+    cfg, owner = _front(replace(cfg, serve=replace(cfg.serve, max_zmq_peers=4, max_waiting=4)))
+    key = cfg.serve.api_key
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        endpoint = f"tcp://127.0.0.1:{s.getsockname()[1]}"
+    face = ZmqFront(owner.front, endpoint, load_keys(key, ""))
+    base = _rss_mb()
+    kinds = ["keyless", "wrong_key", "zmtp", "unread", "junk"]
+    case = st.tuples(st.sampled_from(kinds), st.integers(1, 12), st.integers(1, owner.front.serve.max_body_bytes),
+                     st.sampled_from([0.05, 0.1, 0.3]))
+
+    def check(c):
+        kind, peers, size, seconds = c
+        until = time.monotonic() + seconds
+        socks, threads, sent = [], [], [0]
+        if kind == "zmtp":
+            threads = [threading.Thread(target=_zmtp_peer, args=(b"DEALER", endpoint, until, sent), daemon=True)
+                       for _ in range(peers)]
+            for t in threads:
+                t.start()
+        else:
+            for _ in range(peers):
+                sock = zmq_client(endpoint, {"keyless": None, "wrong_key": "wrong-key-0001"}.get(kind, key))
+                sock.setsockopt(zmq.SNDHWM, 2)               # the flooders' own queues: this process stays small
+                socks.append(sock)
+        message = msgpack.packb({"question": "x" * max(1, size - 20)}) if kind == "unread" else \
+            secrets.token_bytes(size)
+        probe = zmq_client(endpoint, key)
+        probe.send(msgpack.packb({"question": "hi", "max_tokens": 2}))
+        heard = None
+        while time.monotonic() < until or heard is None:
+            for sock in socks:
+                with contextlib.suppress(zmq.Again):
+                    sock.send(message, zmq.NOBLOCK)
+            if heard is None and probe.poll(0):
+                heard = _zmq_final(probe)
+            if heard is None and time.monotonic() > until + CASE_TIMEOUT_S:
+                raise AssertionError(f"{kind} x {peers}: a key holder's question got no reply during the flood")
+            time.sleep(0.001)
+        for t in threads:
+            t.join()
+        for sock in socks:
+            sock.close()
+        probe.close()
+        assert "error" in heard and isinstance(heard.get("code"), int) or heard.get("done"), heard
+        assert len(face.peers) <= face.peers.cap, f"{len(face.peers)} peers held, cap {face.peers.cap}"
+        deadline = time.monotonic() + CASE_TIMEOUT_S
+        while True:                                           # flooders gone: a question is answered again
+            after = zmq_client(endpoint, key)
+            after.send(msgpack.packb({"question": "hi", "max_tokens": 2}))
+            assert after.poll(int(CASE_TIMEOUT_S * 1000)), f"{kind}: no reply after the flood"
+            got = _zmq_final(after)
+            after.close()
+            if got.get("done"):
+                break
+            assert got.get("code") in (429, 503) and time.monotonic() < deadline, got
+            time.sleep(0.05)
+        assert owner.front.counts["internal_errors"] == 0
+        grown = _rss_mb() - base
+        assert grown <= FACE_GROWTH_MB, f"{kind} x {peers} ({size} B): this process grew {grown:.0f} MB"
+
+    def closing():
+        face.close()
+        owner.close()
+
+    return check, case, closing
+
+
+def _zmq_final(sock) -> dict:
+    """The final reply to the one question asked on `sock` (its deltas skipped)."""
+    while True:
+        assert sock.poll(int(CASE_TIMEOUT_S * 1000)), "no final reply"
+        reply = msgpack.unpackb(sock.recv(), raw=False)
+        if "delta" not in reply:
+            return reply
+
+
+def _http_flood(cfg, st):
+    """Floods of the real HTTP face (keys, max_connections 8, 4 unkeyed per address, 1 KiB heads) by sockets from
+    one to four loopback addresses, held while a key holder's request and /healthz are sent: requests begun and never
+    finished, heads past serve.max_head_bytes that never end, keyless requests kept alive, key holders' connections
+    kept alive. Then /healthz is 200 and the key holder's request 200 (503 server_busy only when key holders hold
+    every keyed place), a head past the bound got 431 or was cut, no 500, and this process grew within
+    FACE_GROWTH_MB."""
+    cfg, owner = _front(replace(cfg, serve=replace(cfg.serve, max_connections=8, max_connections_per_peer=4,
+                                                    max_head_bytes=1024)))
+    server = serve_http(owner.front, "127.0.0.1", 0, load_keys(cfg.serve.api_key, ""))
+    port = server.server_address[1]
+    keyed = f"GET /v1/models HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: Bearer {cfg.serve.api_key}\r\n".encode()
+    health = b"GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n"
+    sends = {"begun": b"GET /heal", "long_head": b"GET / HTTP/1.1\r\n" + b"X-Pad: " + b"a" * 3000 + b"\r\n",
+             "keyless": b"GET /v1/models HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n", "keyed": keyed + b"\r\n"}
+    base = _rss_mb()
+    case = st.tuples(st.sampled_from(sorted(sends)), st.integers(1, 24), st.integers(1, 4))
+    stderr = io.StringIO()
+
+    def check(c):
+        kind, n, addresses = c
+        held = []
+        with contextlib.redirect_stderr(stderr):
+            try:
+                for i in range(n):
+                    s = socket.create_connection(("127.0.0.1", port), timeout=CASE_TIMEOUT_S,
+                                                 source_address=(f"127.0.0.{1 + i % addresses}", 0))
+                    held.append(s)
+                    with contextlib.suppress(OSError):
+                        s.sendall(sends[kind])
+                    if kind == "keyed":
+                        with contextlib.suppress(OSError):
+                            s.recv(65536)                        # its answer (or its 503): then held, keep-alive
+                got = _exchange(port, health)
+                assert got.startswith(b"HTTP/1.1 200"), f"{kind} x {n}: /healthz got {got[:120]!r}"
+                got = _exchange(port, keyed + b"Connection: close\r\n\r\n")
+                full = kind == "keyed" and n >= owner.front.serve.max_connections
+                assert got.startswith(b"HTTP/1.1 200") or full and got.startswith(b"HTTP/1.1 503"), \
+                    f"{kind} x {n} from {addresses} addresses: a key holder got {got[:160]!r}"
+                if kind == "long_head":
+                    answered = [_read_all_held(s) for s in held[-1:]]
+                    assert all(a == b"" or a.startswith(b"HTTP/1.1 431") for a in answered), answered
+            finally:
+                for s in held:
+                    s.close()
+        assert "Traceback" not in stderr.getvalue(), stderr.getvalue()[-2000:]
+        assert owner.front.counts["internal_errors"] == 0
+        deadline = time.monotonic() + CASE_TIMEOUT_S
+        while not _exchange(port, keyed + b"Connection: close\r\n\r\n").startswith(b"HTTP/1.1 200"):
+            assert time.monotonic() < deadline, f"{kind}: the keyed places were not given back"
+            time.sleep(0.05)
+        grown = _rss_mb() - base
+        assert grown <= FACE_GROWTH_MB, f"{kind} x {n}: this process grew {grown:.0f} MB"
+
+    def closing():
+        server.shutdown()
+        server.server_close()
+        owner.close()
+
+    return check, case, closing
+
+
+def _read_all_held(s: socket.socket) -> bytes:
+    """What the server sent on a held socket until it closed it (silent CASE_TIMEOUT_S: TimeoutError, a hang)."""
+    got = b""
+    while True:
+        try:
+            chunk = s.recv(65536)
+        except ConnectionResetError:
+            return got
+        if not chunk:
+            return got
+        got += chunk

@@ -137,6 +137,8 @@ class _Pools:
 class _Server(ThreadingHTTPServer):
     daemon_threads = True
     allow_reuse_address = True
+    request_queue_size = 128                      # the listen backlog: at the stdlib's 5, a burst of connections
+                                                  # waited out SYN retries (1 s each) before the accept loop saw them
     front: Front
     keys: Keys
     hosts: frozenset[str] | None
