@@ -27,7 +27,7 @@ from pipeline.launch.ray_actors import ray_session
 from pipeline.launch.signals import Signals
 from pipeline.launch.site import Site, site_host
 from pipeline.process import StopFlag
-from pipeline.stream.journal import records, resume_point
+from pipeline.stream.journal import files, records, resume_point
 
 
 def run_pipeline(cfg, streams: list[StreamRun], run_dir: str, pub: str | None = None, quiet_lines: bool = False,
@@ -138,12 +138,18 @@ def _end_of(journal: str) -> tuple[int, int] | None:
 
 
 def _started(journal: str, at: tuple[int, int] | None) -> bool:
-    """The pipeline started since the journal was `at` (`_end_of`): its `start` record is there (the target was up).
-    A journal rotated since started too: it rotates only after a checkpoint, which comes after the start."""
-    try:
-        st = os.stat(journal)
-    except FileNotFoundError:
-        return False
-    if at is not None and st.st_ino != at[0]:
-        return True
-    return any(rec.get("kind") == "start" or rec.get("carried") for rec in records(journal, at[1] if at else 0))
+    """The pipeline started since the journal was `at` (`_end_of`): a `start` record (the target was up) was written
+    after it, in the file that was the journal then (from its old end) or in any file rotated in since. The journal
+    rotates on size alone, so a rotation proves nothing: answers the archive gives alone can fill it before the
+    start, and a rotated-in file begins with the last checkpoint carried over, an earlier run's maybe."""
+    for each in reversed(files(journal)):            # newest first, down to the file that was the journal at `at`
+        try:
+            st = os.stat(each)
+        except FileNotFoundError:
+            continue
+        then = at is not None and st.st_ino == at[0]
+        if any(rec.get("kind") == "start" for rec in records(each, at[1] if then else 0)):
+            return True
+        if then:
+            return False
+    return False

@@ -5,6 +5,7 @@ import os
 import pytest
 
 from pipeline.messages import Checkpoint, as_dict
+from pipeline.launch.supervise import _end_of, _started
 from pipeline.stream import journal
 from pipeline.stream.journal import Journal, resume_point
 
@@ -145,6 +146,24 @@ def test_a_journal_rotates_on_answers_alone_with_the_stream_idle_and_still_resum
     assert resume_point(str(path), SRC).offset == 120 and path.stat().st_size < 3_000
     committed = [o for r in journal.history(str(path)) if (p := journal.checkpoint_of(r)) for o in p["offsets"]]
     assert committed == []                               # carried checkpoints commit no line a second time
+
+
+def test_a_start_is_seen_only_from_a_start_record_written_since_never_from_a_rotation_alone(tmp_path):
+    """A supervisor tells a death at start-up (no restart) from one after it by the journal: answers given by the
+    archive alone, before the target is up, rotate it now, and the file rotated in carries an earlier run's
+    checkpoint: neither is a start."""
+    path = tmp_path / "j.jsonl"
+    j = Journal(str(path), max_bytes=2_000, keep=3)
+    j.append({"stream": "tep", **checkpoint(120)})      # an earlier run's
+    j.close()
+    at = _end_of(str(path))
+    j = Journal(str(path), max_bytes=2_000, keep=3)
+    for i in range(100):                                 # rotated more than once, no start among them
+        j.append(answer(i))
+    assert len(journal.files(str(path))) == 3 and not _started(str(path), at)
+    j.append({"kind": "start"})
+    j.close()
+    assert _started(str(path), at) and _started(str(path), None)
 
 
 def test_a_journals_files_are_its_users_alone(tmp_path):
