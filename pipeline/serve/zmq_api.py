@@ -312,27 +312,42 @@ def client(endpoint: str, key: str | None = None, ctx: zmq.Context | None = None
 def ask(endpoint: str, question: str, max_tokens: int | None = None, timeout_s: float = 120.0, on_delta=None,
         key: str | None = None, log_stream: str | None = None) -> dict:
     """The client: send one question, hand each delta to on_delta(text), return the final map (or raise).
-    key: the operator's (default RINGSPEC_API_KEY), for a server that has keys; log_stream: the stream asked, of a
-    server that watches several. A refused handshake raises at once (a wrong key, none for a server with keys, or
-    one for a server without)."""
+    key: the operator's (default RINGSPEC_API_KEY), for a server that has keys (a server without keys refuses a
+    handshake that gives one: asked again without it); log_stream: the stream asked, of a server that watches
+    several. A refused handshake raises at once: a wrong key, or none for a server with keys."""
+    req = {"question": question}
+    if max_tokens is not None:
+        req["max_tokens"] = max_tokens
+    if log_stream is not None:
+        req["stream"] = log_stream
     key = key or env_key()
+    try:
+        return _ask(endpoint, msgpack.packb(req), timeout_s, on_delta, key)
+    except _Mismatch:
+        if not key:
+            raise RuntimeError(f"{endpoint}: the server refused the handshake: missing API key, this server "
+                               f"needs one (RINGSPEC_API_KEY) (code 401)") from None
+        return _ask(endpoint, msgpack.packb(req), timeout_s, on_delta, None)
+
+
+class _Mismatch(Exception):
+    """The server's handshake is not the client's: PLAIN (a key) on one side, none on the other."""
+
+
+def _ask(endpoint: str, request: bytes, timeout_s: float, on_delta, key: str | None) -> dict:
     sock = client(endpoint, key)
     monitor = sock.get_monitor_socket(REFUSED)
     try:
-        req = {"question": question}
-        if max_tokens is not None:
-            req["max_tokens"] = max_tokens
-        if log_stream is not None:
-            req["stream"] = log_stream
-        sock.send(msgpack.packb(req))
+        sock.send(request)
         poller = zmq.Poller()
         poller.register(sock, zmq.POLLIN)
         poller.register(monitor, zmq.POLLIN)
         while True:
             ready = dict(poller.poll(int(timeout_s * 1000)))
             if monitor in ready:
-                raise RuntimeError(f"{endpoint}: the server refused the handshake: missing or wrong API key "
-                                   f"(RINGSPEC_API_KEY{', or this server takes none' if key else ''}) (code 401)")
+                if recv_monitor_message(monitor)["event"] != zmq.EVENT_HANDSHAKE_FAILED_AUTH:
+                    raise _Mismatch()
+                raise RuntimeError(f"{endpoint}: the server refused the handshake: wrong API key (code 401)")
             if sock not in ready:
                 raise TimeoutError(f"no reply from {endpoint} within {timeout_s:.0f} s (is `run.py serve` running "
                                    f"with --zmq {endpoint}?)")

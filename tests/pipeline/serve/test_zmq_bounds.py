@@ -161,9 +161,19 @@ def test_a_client_past_max_zmq_peers_is_refused_and_counted_until_one_leaves(zmq
     assert got["text"] == "ok" and len(face.peers) == 2
 
 
-def test_the_ask_client_gets_its_answer_and_a_refused_handshake_at_once(zmq_front):
+def test_the_ask_client_gets_its_answer_and_a_refused_handshake_at_once(zmq_front, monkeypatch):
+    monkeypatch.delenv("RINGSPEC_API_KEY", raising=False)
     start, _ = zmq_front
     _, endpoint = start(StubFront(), KEYS)
     assert ask(endpoint, "hi", key="alice-key-0001", timeout_s=WAIT_S)["text"] == "ok"
-    with pytest.raises(RuntimeError, match="refused the handshake: missing or wrong API key"):
+    with pytest.raises(RuntimeError, match="refused the handshake: wrong API key"):
         ask(endpoint, "hi", key="wrong-key-0001", timeout_s=WAIT_S)
+    with pytest.raises(RuntimeError, match="refused the handshake: missing API key"):
+        ask(endpoint, "hi", timeout_s=WAIT_S)
+
+
+def test_a_key_given_to_a_server_without_keys_is_not_in_the_way(zmq_front):
+    """RINGSPEC_API_KEY set for another server: the keyless one refuses the PLAIN handshake, asked again without."""
+    start, _ = zmq_front
+    _, endpoint = start(StubFront())
+    assert ask(endpoint, "hi", key="alice-key-0001", timeout_s=WAIT_S)["text"] == "ok"
