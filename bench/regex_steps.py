@@ -1,17 +1,19 @@
 """A regex's work counted in steps, never timed: a backtracking matcher over the parsed pattern.
 
-Owns `steps`, `search`, `finditer`, `match` and `fullmatch`: each runs a compiled `re.Pattern` over a string the way Python's
-`re` (sre) does it (greedy, lazy and possessive repeats, alternation in order, atomic groups, character classes and
-categories, IGNORECASE, anchors, word boundaries, lookahead and fixed-width lookbehind; `search` tries every start
-position from `pos`, leftmost first) and counts a step for every attempt to match one node at one position (a
-single-character repeat counts each character it takes, as sre's REPEAT_ONE does). sre has no step counter, so a
-pattern's growth (linear or not) is read here, on any machine, at any load. An opcode it does not model (a group
-back-reference, a conditional) raises `Unsupported` naming it: such a pattern needs a length cap before matching, or
-support here. `limit` stops a run that passes that many steps (`TooManySteps`): a super-linear pattern on a long
-input would otherwise take minutes to count. Group spans are not tracked: the match's span is what is compared with
-`re` (tests/pipeline/test_patterns_linear.py). `counting(modules)` counts a whole call's steps: every module-level
-pattern of the modules (and `re.search`/`finditer`/`findall` called inline there) answers as `re` does while the
-instrument counts its steps. Nothing at run time imports this (it is measurement, bench/).
+Owns `steps`, `search`, `finditer`, `match` and `fullmatch`: each runs a compiled `re.Pattern` over a string the
+way Python's `re` (sre) does it (greedy, lazy and possessive repeats, alternation in order, atomic groups, character
+classes and categories, IGNORECASE, anchors, word boundaries, lookahead and fixed-width lookbehind; `search` tries
+every start position from `pos`, leftmost first) and counts a step for every attempt to match one node at one
+position (a single-character repeat counts each character it takes, as sre's REPEAT_ONE does). sre has no step
+counter, so a pattern's growth (linear or not) is read here, on any machine, at any load. An opcode it does not model
+(a group back-reference, a conditional) raises `Unsupported` naming it: such a pattern needs a length cap before
+matching, or support here. `limit` stops a run that passes that many steps (`TooManySteps`): a super-linear pattern
+on a long input would otherwise take minutes to count. Group spans are not tracked: the match's span is what is
+compared with `re` (tests/pipeline/test_patterns_linear.py). `counting(modules)` counts a whole call's steps: every
+module-level pattern of the modules (and `re.search`/`finditer`/`findall` called inline there) answers as `re` does
+while the instrument counts its steps. After an empty match the next search starts one character on (re may find a
+non-empty match at the same place: none of the patterns checked can, the agreement test shows it). Nothing at run
+time imports this (it is measurement, bench/).
 """
 from __future__ import annotations
 

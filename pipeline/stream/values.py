@@ -3,7 +3,9 @@
 Owns the value kinds and their extraction (`values_of`: each value with its span, so `text[start:end]` is the value
 as the line writes it), a value's lookup key (`key_of`) and the suffix stemmer questions and lines are matched with
 (`stem`). Runs once per line in the ingest actor (pipeline/stream/archive.py stores the values), so every pattern is
-compiled once and a line costs a handful of regex scans. Never touches SQLite, the ring or a model.
+compiled once and a line costs a handful of regex scans, each linear in the line (no pattern backtracks over a run
+from each of its starts; a span taken is checked by its characters: tests/pipeline/test_patterns_linear.py). Never
+touches SQLite, the ring or a model.
 
 Kinds: `time` (the line's first timestamp: ISO with a zone, 2024/02/16 06:05:22.113, syslog, ctime, an access
 log's, epoch seconds...), `clock` (its time of day, when the timestamp has a date too: "19:18:14,511" of "2015-07-29

@@ -32,8 +32,9 @@ MODULES = ("pipeline.stream.values", "pipeline.stream.records", "pipeline.stream
            "pipeline.serve.route", "pipeline.serve.cited")
 # patterns compiled inline where they run (re.search(r"...", q) in pipeline/serve/route.py, on the question; the
 # front's text splitter, on a reply the cited reader wrote)
-INLINE = (r"\bhow many (\w+)\b", r"\bhow many\b", r"\bhow many (bytes|kb|mb|gb)\b", r"\bhow often\b|\bcount\b|\bnumber of\b",
-          r"\bmost (frequent|frequently|common|commonly|often)\b", r"\b(which|what|who)\b", r"\bthe most\b(?!\s+recent)",
+INLINE = (r"\bhow many (\w+)\b", r"\bhow many\b", r"\bhow many (bytes|kb|mb|gb)\b",
+          r"\bhow often\b|\bcount\b|\bnumber of\b", r"\bmost (frequent|frequently|common|commonly|often)\b",
+          r"\b(which|what|who)\b", r"\bthe most\b(?!\s+recent)",
           r"\bmost recent", r"\b(which|what)\b", r"\bHH\b", r"\bLL\b", r"\btype (HH|LL|H|L|NR)\b",
           r"\b(HH|LL|H|L|NR) alarms?\b", r"\S+\s*|\s+")
 # Not checked, and why: pipeline/stream/records.py's re.split(r"(\d+)", name) runs on rotated file names the
@@ -144,8 +145,10 @@ SAMPLES = [
     "081109 204005 35 INFO dfs.FSNamesystem: BLOCK* NameSystem.addStoredBlock: blockMap updated: 10.251.73.220:50010 "
     "is added to blk_-1608999687919862906 size 67108864",
     '127.0.0.1 - frank [10/Oct/2000:13:55:36 -0700] "GET /apache_pb.gif HTTP/1.0" 200 2326 "http://x.org/" "Mozilla"',
-    "2015-10-18 18:01:47,978 INFO [main] hdfs://msra-sa-41:9000/x file:/D:/x.jar C:\\Windows\\a.dll user=root tag=\"A b\"",
-    "which port did gw7 use? how many kB did broadcast_3 free? HH alarms of type LL, the most recent (boot, wait, halt)",
+    "2015-10-18 18:01:47,978 INFO [main] hdfs://msra-sa-41:9000/x file:/D:/x.jar C:\\Windows\\a.dll user=root "
+    "tag=\"A b\"",
+    "which port did gw7 use? how many kB did broadcast_3 free? HH alarms of type LL, the most recent "
+    "(boot, wait, halt)",
     "onStandStepChanged 3601 action: SCREEN_OFF to RUNNING E_FAIL 0x80004005 LOG:  connection received port=22",
     "a" + "1" * 40 + " b port 22", "a." * 20 + ":/", "up or Down?", "x1 y2 slot 9 stage 1.0 TID 56 'quoted phrase'",
 ]
