@@ -9,11 +9,10 @@ clients that give one in zmq's PLAIN handshake (ZMQ_PLAIN_PASSWORD; the user nam
 checks the key before the connection can queue a single frame, so a peer without the key costs the handshake only
 (counted as zmq_handshakes_refused; the client sees the handshake fail). Who asks is the key's operator (the
 message's User-Id, set by the handler), or the client's socket when the server has no keys (a request's own fields
-never name it; a "key" field is ignored). Messages over serve.max_body_bytes are
-not read: zmq drops the connection that sent one. Every other message gets a reply: 400 when it is not a readable
-request, the front's 4xx/429/503 when refused, 503 server_busy past the bounds below, 500
-naming the error's type when handling it failed (counted as internal_errors); a reply msgpack cannot write is dropped
-and counted. Never touches a model or a channel.
+never name it; a "key" field is ignored). Messages over serve.max_body_bytes are not read: zmq drops the connection
+that sent one. Every other message gets a reply: 400 when it is not a readable request, the front's 4xx/429/503 when
+refused, 503 server_busy past the bounds below, 500 naming the error's type when handling it failed (counted as
+internal_errors); a reply msgpack cannot write is dropped and counted. Never touches a model or a channel.
 
 Bounds (issue 55, finding 4: 24 keyless peers grew the process by 1.6 GB while its one thread answered a question
 inline), each a reply or a counted drop before any work:
@@ -28,8 +27,8 @@ inline), each a reply or a counted drop before any work:
   tells when one leaves); a request from another is refused with 503 server_busy, counted as zmq_peers_refused.
 - the answering off the socket thread: serve.max_waiting workers, each taking one request from `front.ask` to its
   answer's end; a request when none is free is refused at once with 503 server_busy, counted as zmq_busy. The
-  socket thread only receives, reads the message, checks the key and hands it on, so a slow question (an aggregate
-  over the archive) never stops it from reading, refusing and answering the others.
+  socket thread only vouches for handshakes, receives, reads the message and hands it on, so a slow question (an
+  aggregate over the archive) never stops it from reading, refusing and answering the others.
 
 `run_ask` is the `ask` verb: the client, the answer streamed to stdout as it comes, and `AskReport`.
 
@@ -297,16 +296,22 @@ class _Peers:
         return len(self.fd_of)
 
 
-def client(endpoint: str, key: str | None = None, ctx: zmq.Context | None = None) -> zmq.Socket:
+def client(endpoint: str, key: str | None = None) -> zmq.Socket:
     """A DEALER connected to the front at `endpoint`, giving `key` (an operator's) in zmq's PLAIN handshake: what a
     server with keys asks for; without one, the handshake a server without keys takes."""
-    sock = (ctx or zmq.Context.instance()).socket(zmq.DEALER)
+    return watched(endpoint, key, 0)[0]
+
+
+def watched(endpoint: str, key: str | None, events: int) -> tuple[zmq.Socket, zmq.Socket | None]:
+    """`client`, and a monitor of its `events` attached before it connects (so the first handshake's are seen)."""
+    sock = zmq.Context.instance().socket(zmq.DEALER)
     sock.setsockopt(zmq.LINGER, 0)
     if key:
         sock.setsockopt(zmq.PLAIN_USERNAME, b"operator")
         sock.setsockopt(zmq.PLAIN_PASSWORD, key.encode())
+    monitor = sock.get_monitor_socket(events) if events else None
     sock.connect(endpoint)
-    return sock
+    return sock, monitor
 
 
 def ask(endpoint: str, question: str, max_tokens: int | None = None, timeout_s: float = 120.0, on_delta=None,
@@ -335,8 +340,7 @@ class _Mismatch(Exception):
 
 
 def _ask(endpoint: str, request: bytes, timeout_s: float, on_delta, key: str | None) -> dict:
-    sock = client(endpoint, key)
-    monitor = sock.get_monitor_socket(REFUSED)
+    sock, monitor = watched(endpoint, key, REFUSED)
     try:
         sock.send(request)
         poller = zmq.Poller()

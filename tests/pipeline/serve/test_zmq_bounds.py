@@ -12,7 +12,7 @@ import zmq
 from zmq.utils.monitor import recv_monitor_message
 
 from pipeline.serve.auth import Keys
-from pipeline.serve.zmq_api import RCV_HWM, REFUSED, ZmqFront, ask, client
+from pipeline.serve.zmq_api import RCV_HWM, REFUSED, ZmqFront, ask, client, watched
 from tests.pipeline.serve.test_http_bounds import StubFront
 
 WAIT_S = 30.0                  # a reply that never comes fails the test after this; one that comes takes milliseconds
@@ -68,8 +68,7 @@ def question(sock: zmq.Socket, text: str = "hi") -> dict:
 def refused(endpoint: str, key: str | None) -> bool:
     """Does the server refuse the handshake of a client giving `key`? (It answers either way: the test never waits
     out a timeout unless the server is not reading.)"""
-    sock = client(endpoint, key)
-    monitor = sock.get_monitor_socket(REFUSED | zmq.EVENT_HANDSHAKE_SUCCEEDED)
+    sock, monitor = watched(endpoint, key, REFUSED | zmq.EVENT_HANDSHAKE_SUCCEEDED)
     try:
         assert monitor.poll(int(WAIT_S * 1000)), "no handshake verdict: the zmq thread is not reading"
         return recv_monitor_message(monitor)["event"] != zmq.EVENT_HANDSHAKE_SUCCEEDED
