@@ -104,8 +104,8 @@ class ZmqFront:
         sock.setsockopt(zmq.ROUTER_MANDATORY, 0)     # a reply to a client that left is dropped, not an error
         sock.setsockopt(zmq.MAXMSGSIZE, serve.max_body_bytes)
         sock.setsockopt(zmq.RCVHWM, RCV_HWM)
-        sock.setsockopt(zmq.SNDHWM, serve.max_waiting * (serve.max_answer_tokens + 2))  # deltas and end, each
-        monitor = sock.get_monitor_socket(zmq.EVENT_DISCONNECTED | REFUSED)               # answer in flight
+        sock.setsockopt(zmq.SNDHWM, serve.max_waiting * (serve.max_answer_tokens + 2))   # each answer's replies
+        monitor = sock.get_monitor_socket(zmq.EVENT_ACCEPTED | zmq.EVENT_DISCONNECTED | REFUSED)
         try:
             sock.bind(self.endpoint)
         except zmq.ZMQError as exc:
@@ -123,9 +123,10 @@ class ZmqFront:
                 ready = dict(poller.poll(POLL_MS))
                 if zap in ready:
                     self._vouch(zap)
-                if monitor in ready:                  # first: a connection's fd may be reused by the next message's
+                if monitor in ready:
                     self._events(monitor)
                 for _ in range(TAKEN_PER_TURN if sock in ready else 0):
+                    self._events(monitor)             # first: what the message's fd is now
                     try:
                         frames = sock.recv_multipart(zmq.NOBLOCK, copy=False)
                     except zmq.Again:
@@ -170,13 +171,15 @@ class ZmqFront:
                             b"OK" if name else b"missing or wrong API key", (name or "").encode(), b""])
 
     def _events(self, monitor: zmq.Socket) -> None:
-        """Clients whose connection closed leave the peers' table; refused handshakes are counted."""
+        """Connections accepted and closed, for the peers' table; refused handshakes are counted."""
         while True:
             try:
                 event = recv_monitor_message(monitor, zmq.NOBLOCK)
             except zmq.Again:
                 return
-            if event["event"] == zmq.EVENT_DISCONNECTED:
+            if event["event"] == zmq.EVENT_ACCEPTED:
+                self.peers.accepted(int(event["value"]))
+            elif event["event"] == zmq.EVENT_DISCONNECTED:
                 self.peers.gone(int(event["value"]))
             elif event["event"] & REFUSED:
                 self.front.counts["zmq_handshakes_refused"] += 1
@@ -271,25 +274,31 @@ class ZmqFront:
 class _Peers:
     """The clients asking: routing id -> the fd of the connection its requests came on, at most `cap` of them. A
     client enters with its first request taken and leaves when its connection closes (zmq's socket monitor names the
-    fd); one more is refused while `cap` are in. Socket thread only."""
+    fd); one more is refused while `cap` are in. A message read after its connection closed (zmq delivers what it
+    had queued) holds no place: its fd is closed until the monitor reports a new connection accepted on it.
+    Socket thread only."""
 
     def __init__(self, cap: int):
         self.cap = cap
         self.fd_of: dict[bytes, int] = {}
-        self.on_fd: dict[int, bytes] = {}
+        self.on_fd: dict[int, set[bytes]] = {}
+        self.closed: set[int] = set()              # fds whose connection closed, none accepted on them since
 
     def admit(self, who: bytes, fd: int) -> bool:
-        if who not in self.fd_of and len(self.fd_of) >= self.cap:
+        if who in self.fd_of or fd in self.closed:
+            return True
+        if len(self.fd_of) >= self.cap:
             return False
-        old = self.fd_of.get(who)
-        if old is not None and old != fd:
-            self.on_fd.pop(old, None)
-        self.fd_of[who], self.on_fd[fd] = fd, who
+        self.fd_of[who] = fd
+        self.on_fd.setdefault(fd, set()).add(who)
         return True
 
+    def accepted(self, fd: int) -> None:
+        self.closed.discard(fd)
+
     def gone(self, fd: int) -> None:
-        who = self.on_fd.pop(fd, None)
-        if who is not None:
+        self.closed.add(fd)
+        for who in self.on_fd.pop(fd, ()):
             self.fd_of.pop(who, None)
 
     def __len__(self) -> int:
