@@ -77,7 +77,7 @@ import numpy as np
 import zmq
 
 from bench import regex_steps
-from bench.flood import Host
+from bench.flood import Host, _zmtp_peer
 from bench.question_budget import build as build_archive
 from models.gguf import GGUFError, GGUFModel
 from models.registry import resolve_gguf
@@ -1021,7 +1021,6 @@ def _zmq_flood(cfg, st):
     while: keyless DEALERs, wrong keys, raw ZMTP peers sending one endless message (bench/flood.py), key holders
     never reading their replies or sending junk. Meanwhile a key holder's question gets a reply; after, it is
     answered; the peers' table stays within its cap and this process's growth within FACE_GROWTH_MB."""
-    from bench.flood import _zmtp_peer
     cfg, owner = _front(replace(cfg, serve=replace(cfg.serve, max_zmq_peers=4, max_waiting=4)))
     key = cfg.serve.api_key
     with socket.socket() as s:
