@@ -95,11 +95,11 @@ from pipeline.serve.front import Front
 from pipeline.serve.http_api import serve_http
 from pipeline.serve.zmq_api import ZmqFront
 from pipeline.serve.zmq_api import client as zmq_client
+from pipeline.stream import values as line_values
 from pipeline.stream.evidence import MIN_WEIGHED, STEPS, Budget
 from pipeline.stream import journal
 from pipeline.stream.archive import Archive
 from pipeline.stream.journal import Journal, resume_point
-from pipeline.stream import values as line_values
 from pipeline.stream.records import render
 from pipeline.stream.sources import Stream, parse
 from pipeline.stream.templates import COMPARED
