@@ -82,11 +82,18 @@ def render(front) -> str:
             if isinstance(k, tuple) and k[0] == "requests"])
     metric("client_disconnects_total", "counter", "Requests whose client went away (or went silent for "
            "serve.request_timeout_s) before the answer ended.", [({}, front.counts["client_disconnects"])])
-    per_peer = front.counts["connections_refused_per_peer"]
-    metric("connections_refused_total", "counter", "HTTP connections refused with 503, by the bound they were past "
-           "(serve.max_connections, serve.max_connections_per_peer).",
-           [({"reason": "max_connections"}, front.counts["connections_refused"] - per_peer),
-            ({"reason": "max_connections_per_peer"}, per_peer)])
+    metric("connections_refused_total", "counter", "HTTP connections refused with 503: keyed connections past "
+           "serve.max_connections (pipeline/serve/http_api.py).", [({}, front.counts["connections_refused"])])
+    metric("connections_cut_total", "counter", "HTTP connections whose key was not yet checked, cut to make room: "
+           "past serve.max_connections_per_peer from their address, or serve.max_connections in all (oldest first).",
+           [({}, front.counts["connections_cut"])])
+    metric("heads_too_large_total", "counter", "HTTP requests whose line and headers passed serve.max_head_bytes: "
+           "431, closed before the rest was read.", [({}, front.counts["heads_too_large"])])
+    metric("zmq_refused_total", "counter", "zmq clients refused, by the bound (pipeline/serve/zmq_api.py): no key in "
+           "the handshake, past serve.max_zmq_peers, or no worker free (serve.max_waiting).",
+           [({"reason": r}, front.counts[f"zmq_{k}"]) for r, k in (("handshake", "handshakes_refused"),
+                                                                   ("max_zmq_peers", "peers_refused"),
+                                                                   ("busy", "busy"))])
     metric("internal_errors_total", "counter", "Requests whose handling failed inside ringspec: each answered with a "
            "500 naming the error's type and logged on stderr.", [({}, front.counts["internal_errors"])])
     metric("zmq_replies_dropped_total", "counter", "zmq replies that could not be packed (msgpack), dropped and "

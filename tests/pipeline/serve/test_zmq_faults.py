@@ -167,9 +167,12 @@ def test_a_reply_that_cannot_be_packed_is_dropped_and_counted_and_the_thread_goe
     assert "\nringspec_zmq_replies_dropped_total 1\n" in render(front)
 
 
-def test_metrics_tell_connections_refused_per_peer_from_those_past_the_whole_servers_bound():
+def test_metrics_tell_each_refusal_and_cut_by_its_bound():
     front = front_of()
-    front.counts.update(connections_refused=5, connections_refused_per_peer=2)
+    front.counts.update(connections_refused=5, connections_cut=4, heads_too_large=3, zmq_handshakes_refused=2,
+                        zmq_peers_refused=1, zmq_busy=6)
     text = render(front)
-    assert '\nringspec_connections_refused_total{reason="max_connections"} 3\n' in text
-    assert '\nringspec_connections_refused_total{reason="max_connections_per_peer"} 2\n' in text
+    for line in ("ringspec_connections_refused_total 5", "ringspec_connections_cut_total 4",
+                 "ringspec_heads_too_large_total 3", 'ringspec_zmq_refused_total{reason="handshake"} 2',
+                 'ringspec_zmq_refused_total{reason="max_zmq_peers"} 1', 'ringspec_zmq_refused_total{reason="busy"} 6'):
+        assert f"\n{line}\n" in text
