@@ -6,9 +6,8 @@ Owns the reproductions, each a function of this module (`FINDINGS`, one line eac
 it calls what measures (bench/question_budget.py, bench/flood.py's site floods, bench/front_flood.py's front floods,
 bench/regex_steps.py's step counter) and builds the rest here (a temporary archive, journal and wheelhouse). Never
 changes a setting, starts a model or a real server (the floods serve the real faces from a child process), nor
-asserts: a bound that did not hold is a row saying so (`held: no`, exit 1). The figures of the code before the fixes
-were taken on older commits; the reproductions run on whatever code is on the path, so a checkout's own figures are
-`cd CHECKOUT && PYTHONPATH=. python -m bench.bounds` where its functions still exist.
+asserts: a bound that did not hold is a row saying so (`held: NO`, exit 1). The figures of the code before the fixes
+were taken on older commits (issue 55's note); these run on the code on the path.
 
 Times vary with the machine's load; steps, rows, bytes and status codes do not.
 """
@@ -269,9 +268,10 @@ def finding_6() -> list[dict]:
             del registry.MODELS[fake.name]
         ran = mark.exists()
     named = "ringspec-bounds-part1" in said and "only-binary" in said
+    figure = f"backend ran {ran}; " + ("refused naming ringspec-bounds-part1 and --only-binary" if named else
+                                        f"not refused by name: {said[:70]!r}")
     return [_row("6", "a model part offered only as an sdist (its build backend writes a mark): pip's refusal, and "
-                 "whether the backend ran", f"backend ran {ran}; refused naming the part {named}: {said[:70]!r}",
-                 "refused by name, backend never run", named and not ran)]
+                 "whether the backend ran", figure, "refused by name, backend never run", named and not ran)]
 
 
 # ---- 7, 8: bounded files -------------------------------------------------------------------------------------------
