@@ -191,13 +191,14 @@ class Front:
         s = self.serve
         t0 = time.perf_counter()
         read = None
+        budget = Budget(s.question_budget_s, s.question_max_lines)       # the archive's reads, the question's whole
         if messages is not None:
             question = _check_messages(messages)
             words = Prompt.of(replay_of(self.cfg, view.name))     # the stream's own system prompt and log label
             # the conversation alone must fit before the archive is searched: a question too long costs no search
             span = self._span(self.tok, words, messages, [])
             if s.reader == "cited" and len(span) <= s.max_prompt_tokens:
-                read = cited.read(view.archive_path, question, s.question_budget_s, s.question_max_lines)
+                read = cited.read(view.archive_path, question, budget=budget)
             if isinstance(read, cited.Reply):
                 return self._direct(client, question, read, view, t0)
             if isinstance(read, cited.Choice):           # the model picks one of the line's spans, nothing else
@@ -211,7 +212,8 @@ class Front:
                         read, f"the choice takes {len(span)} tokens, more than serve.max_prompt_tokens "
                               f"({s.max_prompt_tokens})"), view, t0)
                 max_tokens = min(max_tokens, max(len(self.tok.encode(o)) for o in read.options) + 2)
-            retrieved = self.retrieve(question, view) if len(span) <= s.max_prompt_tokens and read is None else []
+            retrieved = self.retrieve(question, view, budget) if len(span) <= s.max_prompt_tokens and read is None \
+                else []
             if retrieved:
                 span = self._span(self.tok, words, messages, [h.text for h in retrieved])
             while len(span) > s.max_prompt_tokens and retrieved:      # the conversation first, then old lines
@@ -307,15 +309,14 @@ class Front:
                                     f"answered (serve.max_waiting_per_operator); retry when one ends",
                                "rate_limit_exceeded")
 
-    def retrieve(self, question: str, view: StreamView) -> list:
+    def retrieve(self, question: str, view: StreamView, budget: Budget) -> list:
         """Older lines about the question, from the stream's archive (none of those still inside its window): the
-        free reader's, for the model to write over; within the question's budget (serve.question_budget_s: a search
-        it interrupts retrieves nothing)."""
-        s = self.serve
-        if not s.retrieve or not view.archive_path:
+        free reader's, for the model to write over; within what is left of the question's budget (a search it
+        interrupts retrieves nothing)."""
+        if not self.serve.retrieve or not view.archive_path:
             return []
-        budget = Budget(s.question_budget_s, s.question_max_lines)
-        return search(view.archive_path, question, s.retrieve, before_seq=view.window_from_seq, watch=budget.watch)
+        return search(view.archive_path, question, self.serve.retrieve, before_seq=view.window_from_seq,
+                      watch=budget.watch)
 
     def cancel(self, answer: Answer, why: str) -> None:
         """The asker went away: the owner stops at its next block, and nobody waits for the rest."""

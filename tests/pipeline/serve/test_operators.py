@@ -72,7 +72,7 @@ def front_of(**serve) -> Front:
         len(" ".join([*retrieved, messages[-1]["content"]]).split()), np.int32)
     front.searched = []
 
-    def retrieve(question, view):
+    def retrieve(question, view, budget):
         front.searched.append(question)
         return [Hit(1, 0, "", "PIR108 HH ALM", 1)]
     front.retrieve = retrieve

@@ -80,7 +80,7 @@ def test_an_unexpected_error_in_one_request_is_its_500_reply_and_the_next_questi
     front = front_of()
     failing = [sqlite3.OperationalError("database is locked")]
 
-    def retrieve(question, view):
+    def retrieve(question, view, budget):
         if failing:
             raise failing.pop()
         return []
