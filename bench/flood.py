@@ -32,21 +32,12 @@ import time
 import zmq
 
 from pipeline import messages
+from pipeline.process import proc_status
 from pipeline.messages import Cancel, decode
 from pipeline.serve.site import UP, NodeLink, SiteHub, pack, seal, secured
 
 MIB = 1 << 20
 GROUP, LIVE, EARLIER = "g0", "g0-s2", "g0-s1"
-
-
-def _status(pid: int) -> dict:
-    out = {}
-    with open(f"/proc/{pid}/status") as f:
-        for line in f:
-            name, _, value = line.partition(":")
-            if name in ("VmRSS", "VmHWM"):
-                out[name] = int(value.split()[0]) * 1024
-    return out
 
 
 def _host(key: bytes, commands, replies) -> None:
@@ -149,7 +140,7 @@ class Host:
         self.child.start()
         self.endpoints = self._replies.get(timeout=120)
         time.sleep(0.5)
-        self.before = _status(self.child.pid)["VmRSS"]
+        self.before = proc_status(self.child.pid)["vmrss_mb"]
 
     def flood(self, how: str, seconds: float, peers: int = 4, size: int = 4 * MIB) -> dict:
         """`peers` peers (half on each link; replay: all on the events link) flood for `seconds`: what they got
@@ -175,10 +166,10 @@ class Host:
             t.join()
         self._commands.put("check")
         out = self._replies.get(timeout=120)
-        now = _status(self.child.pid)
+        now = proc_status(self.child.pid)
         return {"how": how, "seconds": seconds, "peers": peers, "sent_mb": round(sent[0] / MIB, 1),
-                "rss_before_mb": round(self.before / MIB, 1), "growth_mb": round((now["VmHWM"] - self.before) / MIB, 1),
-                "rss_now_mb": round(now["VmRSS"] / MIB, 1), **out}
+                "rss_before_mb": round(self.before, 1), "growth_mb": round(now["vmhwm_mb"] - self.before, 1),
+                "rss_now_mb": round(now["vmrss_mb"], 1), **out}
 
     def close(self) -> None:
         self._commands.put("stop")

@@ -32,20 +32,13 @@ import zmq
 
 from bench.flood import _zmtp_peer
 from pipeline import config
+from pipeline.process import proc_status
 from pipeline.serve.auth import Keys
 from pipeline.serve.http_api import serve_http
 from pipeline.serve.zmq_api import ZmqFront, client
 
 KEY = "flood-key-0001"
 HOWS = ("zmq", "zmq-nokeys", "multipart", "heads", "loopback")
-
-
-def _status_mb(pid: int, field: str) -> int:
-    with open(f"/proc/{pid}/status") as f:
-        for line in f:
-            if line.startswith(field + ":"):
-                return int(line.split()[1]) // 1024
-    return -1
 
 
 class Stub:
@@ -112,10 +105,10 @@ class _Child:
             self.proc.start()
             self.port = port_q.get(timeout=60)
         time.sleep(0.5)
-        self.base = _status_mb(self.proc.pid, "VmRSS")
+        self.base = proc_status(self.proc.pid)["vmrss_mb"]
 
     def growth_mb(self) -> int:
-        return _status_mb(self.proc.pid, "VmHWM") - self.base
+        return round(proc_status(self.proc.pid)["vmhwm_mb"] - self.base, 1)
 
     def __enter__(self):
         return self

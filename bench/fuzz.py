@@ -85,6 +85,7 @@ from models.tokenizer import Tokenizer
 from pipeline import config, messages
 from pipeline.channel import Channel, ChannelSpec
 from pipeline.messages import Answer, AnswerDelta, Cancel, Question, decode
+from pipeline.process import proc_status
 from pipeline.report import Report
 from pipeline.serve import cited as cited_reader
 from pipeline.serve import route as router
@@ -1011,11 +1012,6 @@ def _patterns(cfg, st):
 FACE_GROWTH_MB = 64                        # the issue's bound on a process's growth under a flood
 
 
-def _rss_mb() -> float:
-    with open("/proc/self/status") as f:
-        return next(int(line.split()[1]) for line in f if line.startswith("VmRSS:")) / 1024
-
-
 def _zmq_flood(cfg, st):
     """Floods of the real zmq face (keys, 4 peers, 4 workers) by peers in this process, each case for a drawn
     while: keyless DEALERs, wrong keys, raw ZMTP peers sending one endless message (bench/flood.py), key holders
@@ -1027,7 +1023,7 @@ def _zmq_flood(cfg, st):
         s.bind(("127.0.0.1", 0))
         endpoint = f"tcp://127.0.0.1:{s.getsockname()[1]}"
     face = ZmqFront(owner.front, endpoint, load_keys(key, ""))
-    base = _rss_mb()
+    base = proc_status()["vmrss_mb"]
     kinds = ["keyless", "wrong_key", "zmtp", "unread", "junk"]
     case = st.tuples(st.sampled_from(kinds), st.integers(1, 12), st.integers(1, owner.front.serve.max_body_bytes),
                      st.sampled_from([0.05, 0.1, 0.3]))
@@ -1079,7 +1075,7 @@ def _zmq_flood(cfg, st):
             assert got.get("code") in (429, 503) and time.monotonic() < deadline, got
             time.sleep(0.05)
         assert owner.front.counts["internal_errors"] == 0
-        grown = _rss_mb() - base
+        grown = proc_status()["vmrss_mb"] - base
         assert grown <= FACE_GROWTH_MB, f"{kind} x {peers} ({size} B): this process grew {grown:.0f} MB"
 
     def closing():
@@ -1113,7 +1109,7 @@ def _http_flood(cfg, st):
     health = b"GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n"
     sends = {"begun": b"GET /heal", "long_head": b"GET / HTTP/1.1\r\n" + b"X-Pad: " + b"a" * 3000 + b"\r\n",
              "keyless": b"GET /v1/models HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n", "keyed": keyed + b"\r\n"}
-    base = _rss_mb()
+    base = proc_status()["vmrss_mb"]
     case = st.tuples(st.sampled_from(sorted(sends)), st.integers(1, 24), st.integers(1, 4))
     stderr = io.StringIO()
 
@@ -1149,7 +1145,7 @@ def _http_flood(cfg, st):
         while not _exchange(port, keyed + b"Connection: close\r\n\r\n").startswith(b"HTTP/1.1 200"):
             assert time.monotonic() < deadline, f"{kind}: the keyed places were not given back"
             time.sleep(0.05)
-        grown = _rss_mb() - base
+        grown = proc_status()["vmrss_mb"] - base
         assert grown <= FACE_GROWTH_MB, f"{kind} x {n}: this process grew {grown:.0f} MB"
 
     def closing():

@@ -27,6 +27,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
+from pipeline.process import proc_status
 from pipeline.serve import cited
 from pipeline.stream.archive import Archive
 
@@ -90,11 +91,10 @@ def build(path: Path, lines: int) -> float:
     return time.perf_counter() - t0
 
 
-def _status() -> dict[str, int]:
-    """VmRSS and VmHWM of this process, in bytes (empty off Linux)."""
+def _status() -> dict[str, float]:
+    """VmRSS and VmHWM of this process, in MB (empty off Linux)."""
     try:
-        with open("/proc/self/status") as f:
-            return {k: int(v.split()[0]) * 1024 for k, v in (ln.split(":", 1) for ln in f) if k in ("VmRSS", "VmHWM")}
+        return proc_status()
     except OSError:
         return {}
 
@@ -132,7 +132,7 @@ def measure(path: Path, question: str, together: int = 1) -> dict:
 def _measure(path: Path, question: str, together: int = 1) -> dict:
     gc.collect()
     resettable = _reset_peak()
-    before, maxrss = _status(), resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+    before, maxrss = _status(), resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     t0 = time.perf_counter()
     if together > 1:                                     # asked by several operators at once, one thread each
         with ThreadPoolExecutor(together) as pool:
@@ -141,12 +141,12 @@ def _measure(path: Path, question: str, together: int = 1) -> dict:
         reply = cited.read(str(path), question)
     wall = time.perf_counter() - t0
     after = _status()
-    if resettable and "VmHWM" in after:
-        growth = after["VmHWM"] - before["VmRSS"]
+    if resettable and "vmhwm_mb" in after:
+        growth = after["vmhwm_mb"] - before["vmrss_mb"]
     else:
-        growth = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024 - maxrss
+        growth = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024 - maxrss
     text = getattr(reply, "text", None) or (f"choice of {reply.options}" if reply is not None else "None (free)")
-    return {"question": question, "wall_s": round(wall, 3), "growth_mb": round(growth / 2**20, 1),
+    return {"question": question, "wall_s": round(wall, 3), "growth_mb": round(growth, 1),
             "answer": (getattr(reply, "answer", None) or "")[:160] or None, "reply": text.splitlines()[0][:160]}
 
 
