@@ -1,0 +1,243 @@
+/* kernels._qmm: the quantized matmul's CPython entry, its path choice and its thread pool.
+ *
+ * Owns which path runs (chosen once from the CPU's features, or named by the caller: tests and doctor run each) and
+ * the split of a call's output columns over threads: contiguous runs of 16 columns, one per thread, so a column is
+ * computed by one thread in the reference's order whatever the thread count. Never splits a reduction, never looks
+ * at the number of rows to choose anything. Holds no weights: every call passes its buffers (kernels/qmatmul.py).
+ */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include "qmm.h"
+#if defined(__aarch64__) && defined(__linux__)
+#include <sys/auxv.h>
+#ifndef HWCAP_ASIMDDP
+#define HWCAP_ASIMDDP (1 << 20)
+#endif
+#endif
+
+/* A path whose file is not linked in (another CPU family, a file not built) is a null weak symbol: unavailable. */
+#if defined(__x86_64__)
+#pragma weak qmm_gemm_avx512_vnni
+#pragma weak qmm_gemm_avx2
+#endif
+#if defined(__aarch64__)
+#pragma weak qmm_gemm_neon_dotprod
+#endif
+
+static const char *const isa_names[QMM_NISAS] = {"scalar", "avx2", "avx512", "avx512_vnni", "neon_dotprod"};
+
+static qmm_gemm_fn path_of(int isa) {
+    switch (isa) {
+    case QMM_SCALAR: return qmm_gemm_ref;
+#if defined(__x86_64__)
+    case QMM_AVX2:
+        return __builtin_cpu_supports("avx2") ? qmm_gemm_avx2 : NULL;
+    case QMM_AVX512_VNNI:
+        return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+               __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512vnni") ? qmm_gemm_avx512_vnni : NULL;
+#endif
+#if defined(__aarch64__) && defined(__linux__)
+    case QMM_NEON_DOTPROD:
+        return (getauxval(AT_HWCAP) & HWCAP_ASIMDDP) ? qmm_gemm_neon_dotprod : NULL;
+#endif
+    default: return NULL;
+    }
+}
+
+static int best_isa(void) {
+    static const int order[] = {QMM_AVX512_VNNI, QMM_AVX512, QMM_AVX2, QMM_NEON_DOTPROD, QMM_SCALAR};
+    for (size_t i = 0; i < sizeof order / sizeof *order; i++)
+        if (path_of(order[i])) return order[i];
+    return QMM_SCALAR;
+}
+
+/* ---- the thread pool: workers spin a little after a call (the next linear follows within microseconds), then
+ * sleep on a condition variable (an idle gateway burns no core) ---- */
+
+#define MAX_THREADS 64
+#define SPIN_ROUNDS 20000
+
+typedef struct {
+    qmm_gemm_fn fn;
+    int type, K, M, N, ldy, parts;
+    const uint8_t *W;
+    qmm_act x;
+    float *Y;
+} job_t;
+
+static job_t job;
+static pthread_mutex_t call_lock = PTHREAD_MUTEX_INITIALIZER;    /* one call at a time uses the pool */
+static pthread_mutex_t wake_lock = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t wake = PTHREAD_COND_INITIALIZER;
+static atomic_uint generation;
+static atomic_int pending, sleepers;
+static int n_workers;
+static unsigned born_at[MAX_THREADS];          /* the generation a worker was started in: it answers only later ones */
+
+static void run_part(int p) {
+    const int units = (job.N + 15) / 16;
+    int n0 = (int)((long)units * p / job.parts) * 16, n1 = (int)((long)units * (p + 1) / job.parts) * 16;
+    if (n1 > job.N) n1 = job.N;
+    if (n0 < n1) job.fn(job.type, job.W, job.K, &job.x, job.M, job.Y, job.ldy, n0, n1);
+}
+
+static inline void relax(void) {
+#if defined(__x86_64__)
+    __builtin_ia32_pause();
+#elif defined(__aarch64__)
+    __asm__ __volatile__("yield");
+#endif
+}
+
+static void *worker(void *arg) {
+    const int me = (int)(intptr_t)arg;                /* parts 1..n_workers; the caller runs part 0 */
+    unsigned seen = born_at[me];
+    for (;;) {
+        unsigned now;
+        int spins = 0;
+        while ((now = atomic_load_explicit(&generation, memory_order_acquire)) == seen && spins++ < SPIN_ROUNDS)
+            relax();
+        if (now == seen) {
+            pthread_mutex_lock(&wake_lock);
+            atomic_fetch_add(&sleepers, 1);
+            while ((now = atomic_load(&generation)) == seen) pthread_cond_wait(&wake, &wake_lock);
+            atomic_fetch_sub(&sleepers, 1);
+            pthread_mutex_unlock(&wake_lock);
+        }
+        seen = now;
+        if (me < job.parts) run_part(me);
+        atomic_fetch_sub_explicit(&pending, 1, memory_order_release);
+    }
+    return NULL;
+}
+
+static void after_fork_child(void) {          /* a forked child has none of the parent's threads */
+    n_workers = 0;
+    atomic_store(&pending, 0);
+    atomic_store(&sleepers, 0);
+    pthread_mutex_init(&call_lock, NULL);
+    pthread_mutex_init(&wake_lock, NULL);
+    pthread_cond_init(&wake, NULL);
+}
+
+static int grow_pool(int threads) {           /* 0, or -1 when a thread cannot be started */
+    static int registered;
+    if (!registered) { pthread_atfork(NULL, NULL, after_fork_child); registered = 1; }
+    while (n_workers < threads - 1) {
+        pthread_t t;
+        pthread_attr_t attr;
+        born_at[n_workers + 1] = atomic_load(&generation);
+        pthread_attr_init(&attr);
+        pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+        int rc = pthread_create(&t, &attr, worker, (void *)(intptr_t)(n_workers + 1));
+        pthread_attr_destroy(&attr);
+        if (rc != 0) return -1;
+        n_workers++;
+    }
+    return 0;
+}
+
+static int run_job(const job_t *todo, int threads) {
+    pthread_mutex_lock(&call_lock);
+    job = *todo;
+    if (threads > 1 && grow_pool(threads) != 0) threads = n_workers + 1;
+    job.parts = threads;
+    if (threads > 1) {
+        atomic_store(&pending, n_workers);            /* every worker answers each generation */
+        atomic_fetch_add_explicit(&generation, 1, memory_order_release);
+        if (atomic_load(&sleepers) > 0) {
+            pthread_mutex_lock(&wake_lock);
+            pthread_cond_broadcast(&wake);
+            pthread_mutex_unlock(&wake_lock);
+        }
+    }
+    run_part(0);
+    while (threads > 1 && atomic_load_explicit(&pending, memory_order_acquire) > 0) relax();
+    pthread_mutex_unlock(&call_lock);
+    return threads;
+}
+
+/* ---- Python ---- */
+
+static size_t align64(size_t n) { return (n + 63) & ~(size_t)63; }
+
+static size_t scratch_bytes(long M, long K, int B) {
+    return align64((size_t)(M * K)) + align64(sizeof(float) * (size_t)(M * K / B)) + sizeof(int16_t) * (size_t)(M * K / 16);
+}
+
+static PyObject *py_scratch_bytes(PyObject *self, PyObject *args) {
+    int type;
+    long M, K;
+    if (!PyArg_ParseTuple(args, "ill", &type, &M, &K)) return NULL;
+    if (type < 0 || type >= QMM_NTYPES) return PyErr_Format(PyExc_ValueError, "unknown type %d", type);
+    return PyLong_FromSize_t(scratch_bytes(M, K, qmm_act_block(type)));
+}
+
+/* matmul(type, W, x, M, K, N, Y, ldy, threads, isa, scratch) -> the path that ran. Shapes are checked here against
+ * the buffers' lengths; kernels/qmatmul.py gives the readable errors first. */
+static PyObject *py_matmul(PyObject *self, PyObject *args) {
+    int type, threads, isa;
+    long M, K, N, ldy;
+    Py_buffer w, x, y, sc;
+    if (!PyArg_ParseTuple(args, "iy*y*lllw*liiw*", &type, &w, &x, &M, &K, &N, &y, &ldy, &threads, &isa, &sc))
+        return NULL;
+    PyObject *result = NULL;
+    const char *err = NULL;
+    int B = 0;
+    qmm_gemm_fn fn = NULL;
+    if (type < 0 || type >= QMM_NTYPES) err = "unknown type";
+    else {
+        B = qmm_act_block(type);
+        if (isa < 0) isa = best_isa();
+        fn = isa < QMM_NISAS ? path_of(isa) : NULL;
+        size_t row = (size_t)(K / qmm_block_weights[type]) * qmm_block_bytes[type];
+        if (!fn) err = "that path is not available on this CPU";
+        else if (M < 1 || N < 1 || K < 1 || K % qmm_block_weights[type] != 0) err = "K is not a whole number of blocks";
+        else if ((size_t)w.len < row * (size_t)N) err = "W is shorter than N rows of blocks";
+        else if ((size_t)x.len < sizeof(float) * (size_t)(M * K)) err = "x is shorter than M x K floats";
+        else if (ldy < N || (size_t)y.len < sizeof(float) * (size_t)((M - 1) * ldy + N)) err = "Y is too short";
+        else if ((size_t)sc.len < scratch_bytes(M, K, B)) err = "scratch is too short";
+        else if (threads < 1 || threads > MAX_THREADS) err = "threads must be 1..64";
+    }
+    if (err) {
+        PyErr_SetString(PyExc_ValueError, err);
+    } else {
+        int8_t *q = (int8_t *)sc.buf;
+        float *d = (float *)((char *)sc.buf + align64((size_t)(M * K)));
+        int16_t *s = (int16_t *)((char *)d + align64(sizeof(float) * (size_t)(M * K / B)));
+        const job_t todo = {fn, type, (int)K, (int)M, (int)N, (int)ldy, 1, (const uint8_t *)w.buf,
+                            {q, d, s, (int)K, B}, (float *)y.buf};
+        Py_BEGIN_ALLOW_THREADS
+        qmm_quantize((const float *)x.buf, (int)M, (int)K, B, q, d, s);
+        run_job(&todo, threads);
+        Py_END_ALLOW_THREADS
+        result = PyUnicode_FromString(isa_names[isa]);
+    }
+    PyBuffer_Release(&w); PyBuffer_Release(&x); PyBuffer_Release(&y); PyBuffer_Release(&sc);
+    return result;
+}
+
+static PyObject *py_paths(PyObject *self, PyObject *noargs) {     /* the paths this CPU can run, best first */
+    PyObject *out = PyList_New(0);
+    static const int order[] = {QMM_AVX512_VNNI, QMM_AVX512, QMM_AVX2, QMM_NEON_DOTPROD, QMM_SCALAR};
+    for (size_t i = 0; i < sizeof order / sizeof *order; i++)
+        if (path_of(order[i])) {
+            PyObject *item = Py_BuildValue("(si)", isa_names[order[i]], order[i]);
+            PyList_Append(out, item);
+            Py_DECREF(item);
+        }
+    return out;
+}
+
+static PyMethodDef methods[] = {
+    {"matmul", py_matmul, METH_VARARGS, "matmul(type, W, x, M, K, N, Y, ldy, threads, isa, scratch) -> path name"},
+    {"scratch_bytes", py_scratch_bytes, METH_VARARGS, "scratch_bytes(type, M, K) -> bytes"},
+    {"paths", py_paths, METH_NOARGS, "paths() -> [(name, id)], best first"},
+    {NULL, NULL, 0, NULL}};
+
+static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_qmm", "ringspec's quantized matmul (kernels/qmatmul.py)",
+                                    -1, methods};
+
+PyMODINIT_FUNC PyInit__qmm(void) { return PyModule_Create(&module); }

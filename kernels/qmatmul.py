@@ -1,0 +1,79 @@
+"""Y = X W^T with W in GGUF blocks exactly as stored: ringspec's own quantized matmul (kernels/native/).
+
+Owns the Python face of the native kernel: which GGUF types it reads, the checks that give a readable error before
+any byte is touched, and the per-call scratch. Never chooses a path by the number of rows: the path is the CPU's best
+(`paths()`, chosen once) unless a caller names one (tests, `doctor`), and every path's bits equal the scalar
+reference's (kernels/native/qmm.h states the order of operations; tests/kernels/test_qmatmul.py holds them to it).
+
+X is quantized per row to int8 in blocks of 32 (the 32-weight types) or 256 (the K-quants), as llama.cpp's Q8_0 and
+Q8_K: |x - d*q| <= amax/254 per value, amax the block's largest |x|.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+try:
+    from . import _qmm
+except ImportError as e:                 # not built: no compiler at install time (setup.py says so then)
+    _qmm, MISSING = None, f"the native kernel is not built ({e}): install a C compiler and rerun `pip install -e .`"
+else:
+    MISSING = ""
+
+TYPES = ("Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q8_0", "Q4_K", "Q5_K", "Q6_K")      # qmm.h's enum order
+BLOCK_BYTES = {"Q4_0": 18, "Q4_1": 20, "Q5_0": 22, "Q5_1": 24, "Q8_0": 34, "Q4_K": 144, "Q5_K": 176, "Q6_K": 210}
+BLOCK_WEIGHTS = {t: 256 if t.endswith("_K") else 32 for t in TYPES}
+ACT_BLOCK = BLOCK_WEIGHTS                # the activation block of a type's family
+
+
+def available() -> bool:
+    return _qmm is not None
+
+
+def paths() -> list[str]:
+    """The paths this CPU runs, best first ("scalar" last: the reference)."""
+    if _qmm is None:
+        raise RuntimeError(MISSING)
+    return [name for name, _ in _qmm.paths()]
+
+
+_PATH_IDS = {"scalar": 0, "avx2": 1, "avx512": 2, "avx512_vnni": 3, "neon_dotprod": 4}
+
+
+class Scratch:
+    """The quantized activations' buffer, grown to the largest call and reused (no allocation per token)."""
+
+    def __init__(self):
+        self.buf = np.zeros(0, np.uint8)
+
+    def get(self, qtype: str, M: int, K: int) -> np.ndarray:
+        need = _qmm.scratch_bytes(TYPES.index(qtype), M, K)
+        if self.buf.nbytes < need:
+            self.buf = np.zeros(need, np.uint8)
+        return self.buf
+
+
+def matmul(w: np.ndarray, qtype: str, x: np.ndarray, out: np.ndarray, threads: int = 1, path: str = "",
+           scratch: Scratch | None = None) -> str:
+    """out[m, n] = sum_k x[m, k] w[n, k]; w: uint8 [N, K/block * block bytes] (a GGUF tensor's rows as stored),
+    x: float32 [M, K] C-contiguous, out: float32 [M, >= N] rows (columns past N untouched). threads split the output
+    columns only. path: "" for the best this CPU runs. Returns the path that ran."""
+    if _qmm is None:
+        raise RuntimeError(MISSING)
+    if qtype not in BLOCK_BYTES:
+        raise ValueError(f"{qtype} is not a type the native kernel reads ({', '.join(TYPES)})")
+    if x.dtype != np.float32 or out.dtype != np.float32 or x.ndim != 2 or out.ndim != 2:
+        raise ValueError(f"x and out must be float32 matrices, got {x.dtype}{list(x.shape)}, {out.dtype}{list(out.shape)}")
+    M, K = x.shape
+    N = w.shape[0]
+    if K % BLOCK_WEIGHTS[qtype]:
+        raise ValueError(f"K = {K} is not a whole number of {qtype} blocks ({BLOCK_WEIGHTS[qtype]} weights)")
+    if w.dtype != np.uint8 or w.ndim != 2 or w.shape[1] != K // BLOCK_WEIGHTS[qtype] * BLOCK_BYTES[qtype]:
+        raise ValueError(f"w must be uint8 [N, {K // BLOCK_WEIGHTS[qtype] * BLOCK_BYTES[qtype]}] ({qtype} rows of "
+                         f"K = {K}), got {w.dtype}{list(w.shape)}")
+    if out.shape[0] != M or out.shape[1] < N or out.strides[1] != 4 or not x.flags.c_contiguous:
+        raise ValueError(f"out must hold [{M}, {N}] float32 rows and x be C-contiguous")
+    if path and path not in _PATH_IDS:
+        raise ValueError(f"no path {path!r}: {', '.join(_PATH_IDS)}")
+    scratch = scratch or Scratch()
+    return _qmm.matmul(TYPES.index(qtype), w, x, M, K, N, out, out.strides[0] // 4, threads,
+                       _PATH_IDS[path] if path else -1, scratch.get(qtype, M, K))
