@@ -53,10 +53,11 @@ class Scratch:
 
 
 def matmul(w: np.ndarray, qtype: str, x: np.ndarray, out: np.ndarray, threads: int = 1, path: str = "",
-           scratch: Scratch | None = None) -> str:
-    """out[m, n] = sum_k x[m, k] w[n, k]; w: uint8 [N, K/block * block bytes] (a GGUF tensor's rows as stored),
-    x: float32 [M, K] C-contiguous, out: float32 [M, >= N] rows (columns past N untouched). threads split the output
-    columns only. path: "" for the best this CPU runs. Returns the path that ran."""
+           scratch: Scratch | None = None, col: int = 0) -> str:
+    """out[m, col + n] = sum_k x[m, k] w[n, k]; w: uint8 [N, K/block * block bytes] (a GGUF tensor's rows as stored),
+    x: float32 [M, K] C-contiguous, out: float32 [M, >= col + N] C-contiguous (other columns untouched: a fused
+    projection's parts land side by side). threads split the output columns only. path: "" for the best this CPU
+    runs. Returns the path that ran."""
     if _qmm is None:
         raise RuntimeError(MISSING)
     if qtype not in BLOCK_BYTES:
@@ -70,10 +71,34 @@ def matmul(w: np.ndarray, qtype: str, x: np.ndarray, out: np.ndarray, threads: i
     if w.dtype != np.uint8 or w.ndim != 2 or w.shape[1] != K // BLOCK_WEIGHTS[qtype] * BLOCK_BYTES[qtype]:
         raise ValueError(f"w must be uint8 [N, {K // BLOCK_WEIGHTS[qtype] * BLOCK_BYTES[qtype]}] ({qtype} rows of "
                          f"K = {K}), got {w.dtype}{list(w.shape)}")
-    if out.shape[0] != M or out.shape[1] < N or out.strides[1] != 4 or not x.flags.c_contiguous:
-        raise ValueError(f"out must hold [{M}, {N}] float32 rows and x be C-contiguous")
+    if out.shape[0] != M or out.shape[1] < col + N or not out.flags.c_contiguous or not x.flags.c_contiguous:
+        raise ValueError(f"out must hold [{M}, {col + N}] float32 C-contiguous and x be C-contiguous")
     if path and path not in _PATH_IDS:
         raise ValueError(f"no path {path!r}: {', '.join(_PATH_IDS)}")
     scratch = scratch or Scratch()
-    return _qmm.matmul(TYPES.index(qtype), w, x, M, K, N, out, out.strides[0] // 4, threads,
+    return _qmm.matmul(TYPES.index(qtype), w, x, M, K, N, out, out.shape[1], col, threads,
                        _PATH_IDS[path] if path else -1, scratch.get(qtype, M, K))
+
+
+def rmsnorm(x: np.ndarray, gamma: np.ndarray, eps: float, out: np.ndarray) -> np.ndarray:
+    """out = x / sqrt(mean(x^2) + eps) * gamma per row of x [T, d] (ggml's order: the sum in double)."""
+    _qmm.rmsnorm(x, gamma, eps, x.shape[0], x.shape[1], out)
+    return out
+
+
+def swiglu(gate_up: np.ndarray, out: np.ndarray) -> np.ndarray:
+    """gate_up [T, 2F] (gate | up) -> out [T, F] = gate / (1 + exp(-gate)) * up."""
+    _qmm.swiglu(gate_up, gate_up.shape[0], gate_up.shape[1] // 2, out)
+    return out
+
+
+def rows(w: np.ndarray, qtype: str, ids: np.ndarray, out: np.ndarray) -> np.ndarray:
+    """A table's rows ids (int64 [T]) dequantized as llama.cpp does -> out float32 [T, K]."""
+    _qmm.rows(TYPES.index(qtype), w, w.shape[0], out.shape[1], ids, len(ids), out)
+    return out
+
+
+def nll(logits: np.ndarray, targets: np.ndarray, out: np.ndarray) -> np.ndarray:
+    """out[m] = -log softmax(logits[m])[targets[m]] (logits [M, V] C-contiguous)."""
+    _qmm.nll(logits, logits.shape[0], logits.shape[1], logits.shape[1], targets, out)
+    return out

@@ -28,6 +28,9 @@ WEIGHTS = "weights.bin"
 FORMAT = 2                # 2: every common GGUF type packed (models/quant.py FORMS), quantized embedding tables
 ALIGN = 64
 ROWS_PER_CHUNK = 8192     # rows of a weight packed at once: conversion memory is bounded by a chunk, not a tensor
+# Each layer's linears and the GGUF tensors (blk.{i}.<name>.weight) whose outputs they concatenate, in order.
+LAYER_LINEARS = {"qkv": ("attn_q", "attn_k", "attn_v"), "o": ("attn_output",), "gate_up": ("ffn_gate", "ffn_up"),
+                 "down": ("ffn_down",)}
 
 
 class WeightWriter:
@@ -122,6 +125,11 @@ def _leaf(model: GGUFModel, w: WeightWriter, out: str, sources: list[str]) -> di
             "offsets": w.add(f"{out}.offsets", np.concatenate(offsets, axis=1)) if form.offsets else None}
 
 
+def head_source(tied: bool) -> str:
+    """The GGUF tensor of the output head."""
+    return "token_embd.weight" if tied else "output.weight"
+
+
 def linears(card: dict) -> list[dict]:
     """Every linear of a converted model: the card's own (the head), then each layer's QKV, output, gate/up, down."""
     return list(card["linears"].values()) + [layer[k] for layer in card["layers"]
@@ -169,18 +177,15 @@ def convert(gguf_path: str | os.PathLike, out_dir: str | os.PathLike, progress: 
         layers.append({
             "attn_norm": w.add(f"{b}.attn_norm", np.asarray(model.tensor(f"{b}.attn_norm.weight"), np.float32)),
             "ffn_norm": w.add(f"{b}.ffn_norm", np.asarray(model.tensor(f"{b}.ffn_norm.weight"), np.float32)),
-            "qkv": _linear(model, w, f"{b}.qkv", [f"{b}.attn_{x}.weight" for x in "qkv"], qkv_bias),
-            "o": _linear(model, w, f"{b}.o", [f"{b}.attn_output.weight"], None),
-            "gate_up": _linear(model, w, f"{b}.gate_up", [f"{b}.ffn_gate.weight", f"{b}.ffn_up.weight"], None),
-            "down": _linear(model, w, f"{b}.down", [f"{b}.ffn_down.weight"], None),
+            **{key: _linear(model, w, f"{b}.{key}", [f"{b}.{src}.weight" for src in sources],
+                            qkv_bias if key == "qkv" else None) for key, sources in LAYER_LINEARS.items()},
         })
         bar.update(1)
 
     if cfg.tied_embeddings and table is not None:
         card_linears["head"] = table
     else:
-        card_linears["head"] = _linear(model, w, "head", ["token_embd.weight" if cfg.tied_embeddings else
-                                                          "output.weight"], None)
+        card_linears["head"] = _linear(model, w, "head", [head_source(cfg.tied_embeddings)], None)
     head = "head"
     output_norm = w.add("output_norm", np.asarray(model.tensor("output_norm.weight"), np.float32))
     w.close()

@@ -59,12 +59,17 @@ class RunnerOptions:
     trees: bool = False         # the token-tree graph (models.graph): every pass lays rows out along their root path
     batch_invariant: bool = True  # no operator sees one row (see the module docstring); off only to measure its cost
     profile: str = ""           # a file prefix: ONNX Runtime's profiler records every node (bench/opprofile.py)
+    kernel: str = "nbits"       # the linears: "nbits" (ONNX Runtime's MatMulNBits) | "native" (models/native.py)
 
 
 def open_session(model_dir: Path, card: dict, spec: RingSpec, opts: RunnerOptions,
                  streams: int = 1) -> ort.InferenceSession:
     """The session of the dynamic graph for these pools and options (`streams`: a pass over that many streams' rows,
-    models/streams.py), built on first use."""
+    models/streams.py), built on first use; with `kernel = "native"`, the native pass speaking its contract."""
+    if opts.kernel == "native":
+        from models.native import NativeSession
+        return NativeSession(Path(model_dir), card, spec.sink, spec.ring, opts.threads, opts.kv_dtype, opts.trees,
+                             streams)
     graph = ensure_graph(Path(model_dir), card, None, spec.sink, spec.ring, opts.accuracy_level, opts.kv_dtype,
                          tree=opts.trees, streams=streams)
     so = ort.SessionOptions()

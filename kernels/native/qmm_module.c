@@ -175,13 +175,13 @@ static PyObject *py_scratch_bytes(PyObject *self, PyObject *args) {
     return PyLong_FromSize_t(scratch_bytes(M, K, qmm_act_block(type)));
 }
 
-/* matmul(type, W, x, M, K, N, Y, ldy, threads, isa, scratch) -> the path that ran. Shapes are checked here against
- * the buffers' lengths; kernels/qmatmul.py gives the readable errors first. */
+/* matmul(type, W, x, M, K, N, Y, ldy, col, threads, isa, scratch) -> the path that ran: Y[m*ldy + col + n]. Shapes
+ * are checked here against the buffers' lengths; kernels/qmatmul.py gives the readable errors first. */
 static PyObject *py_matmul(PyObject *self, PyObject *args) {
     int type, threads, isa;
-    long M, K, N, ldy;
+    long M, K, N, ldy, col;
     Py_buffer w, x, y, sc;
-    if (!PyArg_ParseTuple(args, "iy*y*lllw*liiw*", &type, &w, &x, &M, &K, &N, &y, &ldy, &threads, &isa, &sc))
+    if (!PyArg_ParseTuple(args, "iy*y*lllw*lliiw*", &type, &w, &x, &M, &K, &N, &y, &ldy, &col, &threads, &isa, &sc))
         return NULL;
     PyObject *result = NULL;
     const char *err = NULL;
@@ -197,7 +197,8 @@ static PyObject *py_matmul(PyObject *self, PyObject *args) {
         else if (M < 1 || N < 1 || K < 1 || K % qmm_block_weights[type] != 0) err = "K is not a whole number of blocks";
         else if ((size_t)w.len < row * (size_t)N) err = "W is shorter than N rows of blocks";
         else if ((size_t)x.len < sizeof(float) * (size_t)(M * K)) err = "x is shorter than M x K floats";
-        else if (ldy < N || (size_t)y.len < sizeof(float) * (size_t)((M - 1) * ldy + N)) err = "Y is too short";
+        else if (col < 0 || ldy < col + N || (size_t)y.len < sizeof(float) * (size_t)((M - 1) * ldy + col + N))
+            err = "Y is too short";
         else if ((size_t)sc.len < scratch_bytes(M, K, B)) err = "scratch is too short";
         else if (threads < 1 || threads > MAX_THREADS) err = "threads must be 1..64";
     }
@@ -208,7 +209,7 @@ static PyObject *py_matmul(PyObject *self, PyObject *args) {
         float *d = (float *)((char *)sc.buf + align64((size_t)(M * K)));
         int16_t *s = (int16_t *)((char *)d + align64(sizeof(float) * (size_t)(M * K / B)));
         const job_t todo = {fn, type, (int)K, (int)M, (int)N, (int)ldy, 1, (const uint8_t *)w.buf,
-                            {q, d, s, (int)K, B}, (float *)y.buf};
+                            {q, d, s, (int)K, B}, (float *)y.buf + col};
         Py_BEGIN_ALLOW_THREADS
         qmm_quantize((const float *)x.buf, (int)M, (int)K, B, q, d, s);
         run_job(&todo, threads);
@@ -231,8 +232,90 @@ static PyObject *py_paths(PyObject *self, PyObject *noargs) {     /* the paths t
     return out;
 }
 
+/* ---- the pass's row-wise operations (qmm_ops.c) ---- */
+
+void qmm_rmsnorm(const float *x, const float *gamma, float eps, int T, int d, float *y);
+void qmm_swiglu(const float *gu, int T, int F, float *out);
+void qmm_rows(int type, const uint8_t *W, int K, const int64_t *ids, int T, float *out);
+void qmm_nll(const float *logits, int M, int V, int ld, const int64_t *targets, float *nll);
+
+static int too_short(const Py_buffer *b, size_t need, const char *what) {
+    if ((size_t)b->len >= need) return 0;
+    PyErr_Format(PyExc_ValueError, "%s holds %zd bytes, %zu needed", what, b->len, need);
+    return 1;
+}
+
+static PyObject *py_rmsnorm(PyObject *self, PyObject *args) {      /* rmsnorm(x, gamma, eps, T, d, y) */
+    Py_buffer x, g, y;
+    float eps;
+    int T, d;
+    if (!PyArg_ParseTuple(args, "y*y*fiiw*", &x, &g, &eps, &T, &d, &y)) return NULL;
+    size_t n = sizeof(float) * (size_t)T * d;
+    int bad = too_short(&x, n, "x") || too_short(&g, sizeof(float) * (size_t)d, "gamma") || too_short(&y, n, "y");
+    if (!bad) { Py_BEGIN_ALLOW_THREADS qmm_rmsnorm(x.buf, g.buf, eps, T, d, y.buf); Py_END_ALLOW_THREADS }
+    PyBuffer_Release(&x); PyBuffer_Release(&g); PyBuffer_Release(&y);
+    if (bad) return NULL;
+    Py_RETURN_NONE;
+}
+
+static PyObject *py_swiglu(PyObject *self, PyObject *args) {       /* swiglu(gate_up, T, F, out) */
+    Py_buffer gu, out;
+    int T, F;
+    if (!PyArg_ParseTuple(args, "y*iiw*", &gu, &T, &F, &out)) return NULL;
+    int bad = too_short(&gu, sizeof(float) * 2 * (size_t)T * F, "gate_up") ||
+              too_short(&out, sizeof(float) * (size_t)T * F, "out");
+    if (!bad) { Py_BEGIN_ALLOW_THREADS qmm_swiglu(gu.buf, T, F, out.buf); Py_END_ALLOW_THREADS }
+    PyBuffer_Release(&gu); PyBuffer_Release(&out);
+    if (bad) return NULL;
+    Py_RETURN_NONE;
+}
+
+static PyObject *py_rows(PyObject *self, PyObject *args) {         /* rows(type, W, V, K, ids, T, out) */
+    Py_buffer w, ids, out;
+    int type, T;
+    long V, K;
+    if (!PyArg_ParseTuple(args, "iy*lly*iw*", &type, &w, &V, &K, &ids, &T, &out)) return NULL;
+    int bad = type < 0 || type >= QMM_NTYPES || K % qmm_block_weights[type] != 0;
+    if (bad) PyErr_SetString(PyExc_ValueError, "unknown type, or K not a whole number of blocks");
+    bad = bad || too_short(&w, (size_t)V * (K / qmm_block_weights[type]) * qmm_block_bytes[type], "W") ||
+          too_short(&ids, sizeof(int64_t) * (size_t)T, "ids") || too_short(&out, sizeof(float) * (size_t)T * K, "out");
+    for (int t = 0; !bad && t < T; t++)
+        if (((const int64_t *)ids.buf)[t] < 0 || ((const int64_t *)ids.buf)[t] >= V) {
+            PyErr_Format(PyExc_ValueError, "token id %lld is outside the table's %ld rows",
+                         (long long)((const int64_t *)ids.buf)[t], V);
+            bad = 1;
+        }
+    if (!bad) { Py_BEGIN_ALLOW_THREADS qmm_rows(type, w.buf, (int)K, ids.buf, T, out.buf); Py_END_ALLOW_THREADS }
+    PyBuffer_Release(&w); PyBuffer_Release(&ids); PyBuffer_Release(&out);
+    if (bad) return NULL;
+    Py_RETURN_NONE;
+}
+
+static PyObject *py_nll(PyObject *self, PyObject *args) {          /* nll(logits, M, V, ld, targets, out) */
+    Py_buffer lg, tg, out;
+    int M, V, ld;
+    if (!PyArg_ParseTuple(args, "y*iiiy*w*", &lg, &M, &V, &ld, &tg, &out)) return NULL;
+    int bad = M < 1 || V < 1 || ld < V;
+    if (bad) PyErr_SetString(PyExc_ValueError, "need M >= 1, V >= 1 and ld >= V");
+    bad = bad || too_short(&lg, sizeof(float) * ((size_t)(M - 1) * ld + V), "logits") ||
+          too_short(&tg, sizeof(int64_t) * (size_t)M, "targets") || too_short(&out, sizeof(float) * (size_t)M, "out");
+    for (int m = 0; !bad && m < M; m++)
+        if (((const int64_t *)tg.buf)[m] < 0 || ((const int64_t *)tg.buf)[m] >= V) {
+            PyErr_SetString(PyExc_ValueError, "a target is outside the vocabulary");
+            bad = 1;
+        }
+    if (!bad) { Py_BEGIN_ALLOW_THREADS qmm_nll(lg.buf, M, V, ld, tg.buf, out.buf); Py_END_ALLOW_THREADS }
+    PyBuffer_Release(&lg); PyBuffer_Release(&tg); PyBuffer_Release(&out);
+    if (bad) return NULL;
+    Py_RETURN_NONE;
+}
+
 static PyMethodDef methods[] = {
-    {"matmul", py_matmul, METH_VARARGS, "matmul(type, W, x, M, K, N, Y, ldy, threads, isa, scratch) -> path name"},
+    {"rmsnorm", py_rmsnorm, METH_VARARGS, "rmsnorm(x, gamma, eps, T, d, y)"},
+    {"swiglu", py_swiglu, METH_VARARGS, "swiglu(gate_up, T, F, out)"},
+    {"rows", py_rows, METH_VARARGS, "rows(type, W, V, K, ids, T, out)"},
+    {"nll", py_nll, METH_VARARGS, "nll(logits, M, V, ld, targets, out)"},
+    {"matmul", py_matmul, METH_VARARGS, "matmul(type, W, x, M, K, N, Y, ldy, col, threads, isa, scratch) -> path name"},
     {"scratch_bytes", py_scratch_bytes, METH_VARARGS, "scratch_bytes(type, M, K) -> bytes"},
     {"paths", py_paths, METH_NOARGS, "paths() -> [(name, id)], best first"},
     {NULL, NULL, 0, NULL}};

@@ -1,0 +1,106 @@
+/* The native pass's row-wise operations around the matmuls: RMSNorm, SwiGLU's gate, a token's table row, the
+ * surprisal of a logit row. Each reads and writes one row at a time in one fixed order, so a row's bits do not depend
+ * on the rows beside it. The formulas are ggml's (ggml-cpu/ops.cpp: rms_norm's sum in double, silu as
+ * x / (1 + exp(-x))), so the pass stays close to llama.cpp's numbers; the code is ours. */
+#include <math.h>
+#include "qmm.h"
+
+void qmm_rmsnorm(const float *x, const float *gamma, float eps, int T, int d, float *y) {
+    for (int t = 0; t < T; t++, x += d, y += d) {
+        double sum = 0.0;
+        for (int i = 0; i < d; i++) sum += (double)x[i] * (double)x[i];
+        const float scale = 1.0f / sqrtf((float)(sum / d) + eps);
+        for (int i = 0; i < d; i++) y[i] = (x[i] * scale) * gamma[i];
+    }
+}
+
+/* gate_up [T, 2F] (gate, then up) -> out [T, F] = silu(gate) * up */
+void qmm_swiglu(const float *gu, int T, int F, float *out) {
+    for (int t = 0; t < T; t++, gu += 2 * F, out += F)
+        for (int i = 0; i < F; i++) {
+            const float g = gu[i];
+            out[i] = (g / (1.0f + expf(-g))) * gu[F + i];
+        }
+}
+
+/* One block's weights as float32, as ggml's dequantize_row_* computes them (d*q products, one rounding each). */
+static void dequant_block(int type, const uint8_t *blk, float *y) {
+    switch (type) {
+    case QMM_Q4_0: case QMM_Q4_1: case QMM_Q5_0: case QMM_Q5_1: {
+        const int m_at = type == QMM_Q4_1 || type == QMM_Q5_1, five = type == QMM_Q5_0 || type == QMM_Q5_1;
+        const uint16_t *h = (const uint16_t *)blk;
+        const float d = qmm_f16(h[0]), m = m_at ? qmm_f16(h[1]) : 0.0f;
+        const uint8_t *qs = blk + 2 + 2 * m_at + 4 * five;
+        uint32_t qh = 0;
+        if (five) memcpy(&qh, blk + 2 + 2 * m_at, 4);
+        const int z = m_at ? 0 : five ? 16 : 8;
+        for (int j = 0; j < 16; j++) {
+            int lo = (qs[j] & 15) | (int)(((qh >> j) & 1) << 4), hi = (qs[j] >> 4) | (int)(((qh >> (j + 16)) & 1) << 4);
+            if (m_at) { y[j] = d * lo + m; y[j + 16] = d * hi + m; }
+            else { y[j] = d * (lo - z); y[j + 16] = d * (hi - z); }
+        }
+        break;
+    }
+    case QMM_Q8_0: {
+        const float d = qmm_f16(((const uint16_t *)blk)[0]);
+        for (int j = 0; j < 32; j++) y[j] = d * ((const int8_t *)(blk + 2))[j];
+        break;
+    }
+    case QMM_Q4_K: case QMM_Q5_K: {
+        const blk_q4_k *k4 = (const blk_q4_k *)blk;
+        const uint8_t *qs = type == QMM_Q4_K ? k4->qs : ((const blk_q5_k *)blk)->qs;
+        const uint8_t *qh = type == QMM_Q5_K ? ((const blk_q5_k *)blk)->qh : NULL;
+        uint8_t sc[8], mn[8];
+        qmm_k4_scales(k4->scales, sc, mn);
+        const float d = qmm_f16(k4->d), dmin = qmm_f16(k4->dmin);
+        for (int j = 0; j < 4; j++)
+            for (int half = 0; half < 2; half++) {
+                const int s = 2 * j + half;
+                const float d1 = d * sc[s], m1 = dmin * mn[s];
+                for (int l = 0; l < 32; l++) {
+                    int q = half ? qs[32 * j + l] >> 4 : qs[32 * j + l] & 15;
+                    if (qh) q |= ((qh[l] >> s) & 1) << 4;
+                    y[32 * s + l] = d1 * q - m1;
+                }
+            }
+        break;
+    }
+    case QMM_Q6_K: {
+        const blk_q6_k *b6 = (const blk_q6_k *)blk;
+        const float d = qmm_f16(b6->d);
+        for (int h = 0; h < 2; h++) {
+            const uint8_t *ql = b6->ql + 64 * h, *qh = b6->qh + 32 * h;
+            const int8_t *sc = b6->scales + 8 * h;
+            float *o = y + 128 * h;
+            for (int l = 0; l < 32; l++) {
+                const int is = l / 16;
+                o[l] = d * sc[is] * (((ql[l] & 15) | (((qh[l] >> 0) & 3) << 4)) - 32);
+                o[l + 32] = d * sc[is + 2] * (((ql[l + 32] & 15) | (((qh[l] >> 2) & 3) << 4)) - 32);
+                o[l + 64] = d * sc[is + 4] * (((ql[l] >> 4) | (((qh[l] >> 4) & 3) << 4)) - 32);
+                o[l + 96] = d * sc[is + 6] * (((ql[l + 32] >> 4) | (((qh[l] >> 6) & 3) << 4)) - 32);
+            }
+        }
+        break;
+    }
+    }
+}
+
+/* rows ids[0..T) of a table W [V, K] in `type` blocks -> out [T, K] float32 */
+void qmm_rows(int type, const uint8_t *W, int K, const int64_t *ids, int T, float *out) {
+    const size_t row = (size_t)(K / qmm_block_weights[type]) * qmm_block_bytes[type];
+    for (int t = 0; t < T; t++)
+        for (int b = 0; b < K / qmm_block_weights[type]; b++)
+            dequant_block(type, W + (size_t)ids[t] * row + (size_t)b * qmm_block_bytes[type],
+                          out + (size_t)t * K + (size_t)b * qmm_block_weights[type]);
+}
+
+/* nll[m] = -log softmax(logits[m])[targets[m]]: the max, then the sum of exponentials in double, in column order */
+void qmm_nll(const float *logits, int M, int V, int ld, const int64_t *targets, float *nll) {
+    for (int m = 0; m < M; m++, logits += ld) {
+        float mx = logits[0];
+        for (int i = 1; i < V; i++) mx = logits[i] > mx ? logits[i] : mx;
+        double sum = 0.0;
+        for (int i = 0; i < V; i++) sum += exp((double)(logits[i] - mx));
+        nll[m] = (float)(log(sum) - (double)(logits[targets[m]] - mx));
+    }
+}
