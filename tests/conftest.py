@@ -1,6 +1,7 @@
 """Shared fixtures: the real default model (fetched once into the shared cache) and paths to shared data."""
 from __future__ import annotations
 
+import os
 import sys
 from pathlib import Path
 
@@ -9,6 +10,7 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 SHARED = ROOT.parent / "shared"
+os.environ.setdefault("RINGSPEC_LLAMA_CPP_BUILD", "0")   # a test's bench never builds llama.cpp (bench/llama_build.py)
 
 
 @pytest.fixture(scope="session")
