@@ -39,7 +39,7 @@ def make_draft(cfg: Config, spec: RingSpec, target_vocab: int | None = None, sha
     each with pools of its own."""
     d = cfg.draft
     draft = _chain_draft(d.kind, spec, cfg.sampling.params(), d.model, cfg.model.max_rows, d.threads, target_vocab,
-                         d.min_confidence, d.backend, [] if shared is None else shared)
+                         d.min_confidence, d.backend, [] if shared is None else shared, cfg.model.kernel)
     if not d.siblings:
         return draft
     if d.kind not in ("suffix", "hybrid"):
@@ -49,7 +49,7 @@ def make_draft(cfg: Config, spec: RingSpec, target_vocab: int | None = None, sha
 
 
 def _chain_draft(kind: str, spec: RingSpec, params: SamplingParams, draft_gguf: str, max_rows: int, threads: int,
-                 target_vocab: int | None, min_confidence: float, backend: str, shared: list):
+                 target_vocab: int | None, min_confidence: float, backend: str, shared: list, kernel: str = "nbits"):
     if kind == "none":
         return NoDraft()
     if kind == "suffix":
@@ -59,7 +59,7 @@ def _chain_draft(kind: str, spec: RingSpec, params: SamplingParams, draft_gguf: 
             raise ValueError(f"--draft {kind} needs --draft-model PATH.gguf")
         # batch_invariant off: a draft's rows only change what is proposed, never what is output, and its passes
         # are mostly one row, where the padding row would cost it a second row each time
-        opts = RunnerOptions(threads=threads, max_rows=max_rows, batch_invariant=False)
+        opts = RunnerOptions(threads=threads, max_rows=max_rows, batch_invariant=False, kernel=kernel)
         model_dir = converted_dir(resolve_gguf(draft_gguf))
         shares = shared[0] if shared else None
         if backend == "rknn":                      # the NPU (the draft only proposes: output stays exact)

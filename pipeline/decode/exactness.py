@@ -227,7 +227,8 @@ def doctor(cfg: Config) -> DoctorReport:
     passes = {}
     for name, trees, rule in (("chain", False, True), ("tree", True, True), ("chain_unpadded", False, False)):
         runner = Runner(model_dir, spec, RunnerOptions(threads=threads, max_rows=max_rows, trees=trees,
-                                                       accuracy_level=accuracy_level, batch_invariant=rule))
+                                                       accuracy_level=accuracy_level, batch_invariant=rule,
+                                                       kernel=cfg.model.kernel))
         passes[name] = check(runner, thorough=True).as_dict()
         del runner
     ops = [{"family": f.name, "shapes": f.shapes, "varied": f.varied, "differs_at": list(f.differs_at),

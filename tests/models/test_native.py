@@ -1,0 +1,104 @@
+"""The native pass (`[model] kernel = "native"`, models/native.py) on tiny models: the model's function against the
+float64 reference, and every exactness property the whole-model graph has, through the same runner and engines.
+
+References: tests/reference_model.py (float64 numpy, weights dequantized by gguf-py, no code shared with the engine)
+for the function; the runner's own outputs alone vs in other passes for exactness (pipeline/decode/exactness.py, the
+several-stream replay of tests/models/test_streams.py).
+"""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from kernels import qmatmul
+from kernels.ring import RingSpec
+from models.graph import PLANT_ENV
+from models.native import NativeUnavailable
+from models.runner import Runner, RunnerOptions
+from models.streams import Streams
+from pipeline import config
+from pipeline.decode.assemble import make_engine
+from pipeline.decode.exactness import check
+from tests.models.test_streams import SPEC, decode_alone, replay_together, texts
+from tests.reference_model import ReferenceModel
+from tests.tiny_gguf import converted_tiny
+
+pytestmark = pytest.mark.skipif(not qmatmul.available(), reason=qmatmul.MISSING or "built")
+NATIVE = RunnerOptions(threads=2, max_rows=16, kernel="native")
+# (arch, weight type or llama.cpp mix, width): every type the kernel reads, in the mixes the registry models have
+MODELS = [("llama", "Q4_1", 64), ("qwen2", "Q4_K_M", 256), ("qwen2", "Q4_K_M-small", 256), ("llama", "Q5_K", 256),
+          ("llama", "Q4_0", 64), ("qwen2", "Q5_1", 64), ("llama", "Q8_0", 64)]
+
+
+@pytest.fixture(scope="module")
+def tiny(tmp_path_factory):
+    return converted_tiny(tmp_path_factory.mktemp("native"), weight_type="Q4_1", tied=False, seed=5)
+
+
+def engine_of(gguf, keys: dict):
+    return make_engine(config.override(config.parse({}), {"model.gguf": str(gguf), "draft.kind": "none", **keys}))
+
+
+@pytest.mark.parametrize("arch, weights, width", MODELS)
+def test_the_native_pass_computes_the_models_function(tmp_path, arch, weights, width):
+    """Logits against the float64 reference: within what int8 activations cost. The K-quants' activations are
+    quantized per 256 as llama.cpp's Q8_K (MatMulNBits: per 32), about twice its error on these random weights."""
+    model_dir = converted_tiny(tmp_path, arch, weight_type=weights, d_model=width, d_ff=2 * width, seed=2)
+    gguf = tmp_path / "tiny.gguf"
+    ids = np.random.default_rng(1).integers(3, 250, 40)
+    ref = ReferenceModel.from_gguf(gguf).logits(ids, np.arange(len(ids)))
+    errors = {}
+    for kernel in ("nbits", "native"):
+        engine = engine_of(gguf, {"model.kernel": kernel, "cache.sink": 0, "cache.window": 64})
+        rows = []
+        engine.feed(ids, on_logits=lambda start, logits: rows.append(logits.copy()))
+        errors[kernel] = np.abs(np.concatenate(rows) - ref).max() / np.abs(ref).max()
+    print(f"\n{weights}: largest logit error / largest logit, native {errors['native']:.4f}, "
+          f"MatMulNBits {errors['nbits']:.4f}")
+    assert errors["native"] < 0.03, errors
+    assert errors["native"] < 3 * errors["nbits"] + 1e-3, errors
+
+
+@pytest.mark.parametrize("trees", [False, True])
+def test_a_native_rows_bits_do_not_depend_on_the_rows_beside_it(tiny, trees):
+    runner = Runner(tiny, RingSpec(4, 64, 80), RunnerOptions(threads=2, max_rows=16, trees=trees, kernel="native"))
+    verdict = check(runner, thorough=True)
+    assert verdict.invariant, verdict.where
+
+
+def test_the_probe_catches_a_planted_row_count_fault_in_the_native_pass(tiny, monkeypatch):
+    monkeypatch.setenv(PLANT_ENV, "1e-3")
+    verdict = check(Runner(tiny, RingSpec(4, 64, 80), NATIVE))
+    assert not verdict.invariant and verdict.max_abs_logit > 0
+
+
+@pytest.mark.parametrize("draft", ["suffix", "suffix tree"])
+def test_greedy_identity_with_a_draft_while_the_ring_wraps_on_the_native_pass(tmp_path, draft):
+    converted_tiny(tmp_path, weight_type="Q4_1", tied=False, seed=5)
+    keys = {"model.kernel": "native", "cache.sink": 4, "cache.window": 24, "model.max_rows": 8}
+    kind, _, tree = draft.partition(" ")
+    plain = engine_of(tmp_path / "tiny.gguf", keys)
+    drafted = engine_of(tmp_path / "tiny.gguf", {**keys, "draft.kind": kind, "draft.siblings": 2 if tree else 0})
+    text = np.tile(np.random.default_rng(4).integers(3, 250, 23), 12)        # repeats: the suffix draft proposes
+    accepted = 0
+    for start in range(0, len(text), 60):
+        a = plain.generate(text[start:start + 60], 12).token_ids
+        got = drafted.generate(text[start:start + 60], 12)
+        assert a == got.token_ids, f"chunk {start}: {a} vs {got.token_ids}"
+        accepted += got.stats.as_dict()["accepted"]
+    assert drafted.index.n // drafted.spec.ring >= 5 and accepted > 0
+
+
+@pytest.mark.parametrize("trees", [False, True])
+def test_each_of_three_streams_gets_its_alone_bits_in_shared_native_passes(tiny, trees):
+    opts = RunnerOptions(threads=2, max_rows=16, trees=trees, kernel="native")
+    recorded = [decode_alone(tiny, opts, text, np.array([5, 6, 7]), 24, score=n == 1)
+                for n, text in enumerate(texts(3, 90))]
+    streams = Streams(tiny, SPEC, 3, opts, sizes=(1, 2, 3))
+    assert replay_together(streams, recorded, delays=[0, 1, 3]) >= 8
+
+
+def test_a_weight_the_kernel_does_not_read_is_refused_by_name(tmp_path):
+    model_dir = converted_tiny(tmp_path, weight_type="F32")
+    with pytest.raises(NativeUnavailable, match=r"blk\.0\.attn_q\.weight is F32.*kernel = \"nbits\""):
+        Runner(model_dir, RingSpec(4, 32, 48), NATIVE)
