@@ -2,7 +2,9 @@
 # ringspec on ARM64, installed offline, run under user-mode emulation of the RK3588's big core (Cortex-A76):
 #
 #   1. an arm64 Debian root file system (debootstrap; Debian's qemu-user-static registered with binfmt_misc),
-#   2. a wheelhouse: the project's aarch64 dependencies, rknn-toolkit-lite2, ringspec's own wheel, the model's wheel,
+#   2. a wheelhouse: the project's aarch64 dependencies, rknn-toolkit-lite2, the model's wheel, and ringspec's own
+#      wheel built inside the root (its native kernel, kernels/native/, is an aarch64 extension: the root carries gcc
+#      and Python's headers for that build; the gateway's install needs no compiler),
 #   3. the gateway's offline install in that root, with no network at all (a new network namespace):
 #      python3 -m venv /opt/ringspec/venv && pip install --no-index --find-links /opt/ringspec/wheelhouse ringspec
 #   4. under QEMU_CPU=cortex-a76, still with no network: `doctor`, the agreement with llama.cpp's logits on the
@@ -30,8 +32,14 @@ if [ "$(uname -m)" != aarch64 ]; then
 fi
 if [ ! -x "$rootfs/usr/bin/python3" ]; then
     stamp "debootstrap bookworm arm64 into $rootfs"
-    debootstrap --arch=arm64 --variant=minbase --include=python3,python3-venv,python3-pip,ca-certificates \
+    debootstrap --arch=arm64 --variant=minbase \
+        --include=python3,python3-venv,python3-pip,ca-certificates,gcc,libc6-dev,python3-dev \
         bookworm "$rootfs" http://deb.debian.org/debian > "$dir/debootstrap.log"
+fi
+if [ ! -x "$rootfs/usr/bin/gcc" ] || [ ! -e "$rootfs/usr/include/python3.11/Python.h" ]; then   # a root made before
+    stamp "gcc, libc6-dev, python3-dev into $rootfs (ringspec's native kernel is built there)"
+    chroot "$rootfs" /usr/bin/env -i PATH=/usr/sbin:/usr/bin:/sbin:/bin DEBIAN_FRONTEND=noninteractive sh -c \
+        'apt-get update -qq && apt-get install -y -qq --no-install-recommends gcc libc6-dev python3-dev' > "$dir/apt.log"
 fi
 
 # -- 2. the wheelhouse ------------------------------------------------------------------------------------------------
@@ -47,17 +55,14 @@ if [ ! -e "$wheels/.complete" ]; then
 from models.registry import DEFAULT_WHEEL; print(DEFAULT_WHEEL)' "$root")"
     touch "$wheels/.complete"
 fi
-rm -f "$wheels"/ringspec-*.whl
-src=$(mktemp -d)                                   # ringspec's own wheel, built from a copy: the checkout stays clean
-git -C "$root" ls-files -z | (cd "$root" && tar --null -T - -cf -) | tar -x -C "$src"
-pipq wheel -q --no-deps --no-build-isolation -w "$wheels" "$src"
-rm -rf "$src"
+rm -f "$wheels"/ringspec-*.whl                     # ringspec's own wheel is built in the root (step 3)
 echo "   $(ls "$wheels" | grep -c whl) wheels, $(du -sh "$wheels" | cut -f1)"
 
 # -- 3. the offline install ----------------------------------------------------------------------------------------
 stamp "copy the checkout, ../shared's fixtures and data, and the wheelhouse into /opt/ringspec"
-rm -rf "$opt/main" "$opt/wheelhouse"
-mkdir -p "$opt/main" "$opt/shared"
+rm -rf "$opt/main" "$opt/wheelhouse" "$opt/src"
+mkdir -p "$opt/main" "$opt/shared" "$opt/src"
+git -C "$root" ls-files -z | (cd "$root" && tar --null -T - -cf -) | tar -x -C "$opt/src"   # the wheel's build copy
 git -C "$root" ls-files -z | (cd "$root" && tar --null -T - -cf -) | tar -x -C "$opt/main"
 cp -r "$root/../shared/fixtures" "$root/../shared/data" "$opt/shared/"
 cp -r "$wheels" "$opt/wheelhouse"
@@ -98,15 +103,28 @@ inside() { unshare -n sh -c 'ip link set lo up && exec "$@"' sh chroot "$rootfs"
     PATH=/opt/ringspec/venv/bin:/usr/bin:/bin QEMU_CPU=cortex-a76 RINGSPEC_HOME=/opt/ringspec/home PIP_NO_INDEX=1 \
     PIP_FIND_LINKS=/opt/ringspec/wheelhouse LC_ALL=C.UTF-8 "$@"; }
 
+stamp "ringspec's aarch64 wheel, built in the root under emulation (setuptools from the wheelhouse, no network)"
+t=$(date +%s)
+inside /bin/sh -c 'rm -rf /tmp/wheel-venv && /usr/bin/python3 -m venv /tmp/wheel-venv &&
+    /tmp/wheel-venv/bin/pip wheel -v --no-deps -w /opt/ringspec/wheelhouse /opt/ringspec/src' > "$dir/wheel.log" 2>&1 ||
+    { tail -20 "$dir/wheel.log"; exit 1; }
+grep -A3 "native quantized matmul was not built" "$dir/wheel.log" | sed 's/^/   /' || true
+cp "$opt"/wheelhouse/ringspec-*.whl "$wheels/" && rm -rf "$opt/src"
+echo "   $(cd "$wheels" && ls ringspec-*.whl) in $(( $(date +%s) - t )) s"
+
 stamp "offline install: pip install --no-index --find-links /opt/ringspec/wheelhouse ringspec rknn-toolkit-lite2"
 t=$(date +%s)
 inside /bin/sh -c 'rm -rf /opt/ringspec/venv && python3 -m venv /opt/ringspec/venv &&
     pip install -q --no-index --find-links /opt/ringspec/wheelhouse ringspec rknn-toolkit-lite2 pytest hypothesis scipy'
 echo "   installed in $(( $(date +%s) - t )) s"
+# doctor and the tests run in the checkout's copy, whose kernels/ shadows the installed one: give it the wheel's kernel
+inside /bin/sh -c 'cp /opt/ringspec/venv/lib/python3*/site-packages/kernels/_qmm*.so /opt/ringspec/main/kernels/' ||
+    echo "   the wheel carries no native kernel: doctor runs on MatMulNBits"
 
 # -- 4. under emulation of a Cortex-A76 ----------------------------------------------------------------------------
 stamp "uname, and the ISA numpy's dispatcher (hence ONNX Runtime) sees"
-inside /bin/sh -c 'uname -m; python -c "import numpy, onnxruntime; from models import platform as p; print(p.facts())"' \
+inside /bin/sh -c 'uname -m; python -c "import numpy, onnxruntime; from models import platform as p; print(p.facts())"
+    python -c "from kernels import qmatmul as q; print(\"native kernel paths:\", q.paths() if q.available() else q.MISSING)"' \
     2>&1 | sed 's/^/   /' || true
 status=0
 for threads in 2 4; do                       # the default profile's threads, and the RK3588 profile's four big cores
