@@ -5,14 +5,20 @@
  *
  * Shape: a tile is 8 output columns (weight rows) x up to TILE_ROWS activation rows. Each weight block of the 8
  * columns is loaded and decoded once for all rows of the tile (rows past the tile loop over the weights again, from
- * cache); per row and column the block's integer dot product is built in 8 int32 lanes, and the 8 columns' vectors
- * are reduced by a transpose-add into one vector whose lane c is column c. The float combine is then qmm.h's, lane by
- * lane: lane c computes exactly what the reference computes for column c, in the same order.
+ * cache), and each row's integer dot products end in one vector whose lane c is column c:
+ *  - 32-weight types: the 8 columns' blocks are transposed by dwords at decode, so lane c holds 4 codes of column c
+ *    and a row's 4 matching activation bytes are broadcast: no reduction at all (one float combine a block);
+ *  - K-quants: per column, 8 int32 lanes over the super-block, sub-block scales applied by madd; the 8 columns'
+ *    vectors are reduced once a super-block by a transpose-add (sum8).
+ * The float combine is then qmm.h's, lane by lane: lane c computes exactly what the reference computes for column c,
+ * in the same order.
  *
  * Exactness of the integers (any order is exact while nothing saturates or overflows):
  *  - _mm256_maddubs_epi16 (unsigned x signed bytes, SATURATING int16 pair sums): the codes of Q4_*, Q5_*, Q4_K, Q5_K
  *    and Q6_K are <= 63 against |q| <= 127: a pair is <= 2*63*127 = 16002 < 32767. Q8_0's codes are signed: its dot
  *    is maddubs(|w|, q*sign(w)), |w| <= 128: a pair is <= 2*128*127 = 32512 < 32767.
+ *  - int16 sums of maddubs outputs (32-weight types) are bounded where they are made: codes <= 15 allow 8 pair sums
+ *    (30480), codes <= 31 four (31496); Q8_0's pairs go to int32 at once.
  *  - the K-quants' sub-block scales are applied in integers by _mm256_madd_epi16 (int16 pair sums x int16 scales,
  *    int32), one float combine per 256-weight super-block, as in the reference; every int32 stays below 2^31 (qmm.h's
  *    bounds: |isum| < 2^27).
@@ -23,7 +29,7 @@
 #include <immintrin.h>
 #include "qmm.h"
 
-#define TILE_ROWS 4
+#define TILE_ROWS 8
 #define ALWAYS static inline __attribute__((always_inline))
 
 /* lane c of the result = the sum of v[c]'s eight int32 lanes */
@@ -35,71 +41,115 @@ ALWAYS __m256i sum8(const __m256i v[8]) {
 }
 
 /* the 8 columns' float16 at byte `off` of their rows, exactly as float32 (F16C converts every float16 exactly) */
-ALWAYS __m256 f16x8(const uint8_t *const w[8], size_t off) {
-    uint16_t h[8];
-    for (int c = 0; c < 8; c++) memcpy(&h[c], w[c] + off, 2);
-    return _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)h));
+ALWAYS short f16at(const uint8_t *p) {
+    uint16_t h;
+    memcpy(&h, p, 2);
+    return (short)h;
+}
+
+ALWAYS __m256 f16x8(const uint8_t *const w[8], size_t off) {      /* built in a register: no store to forward */
+    return _mm256_cvtph_ps(_mm_setr_epi16(f16at(w[0] + off), f16at(w[1] + off), f16at(w[2] + off), f16at(w[3] + off),
+                                          f16at(w[4] + off), f16at(w[5] + off), f16at(w[6] + off), f16at(w[7] + off)));
 }
 
 ALWAYS __m256i load(const void *p) { return _mm256_loadu_si256((const __m256i *)p); }
 
-/* 16 bytes of nibbles -> 32 codes in weight order: the low nibbles, then the high ones */
-ALWAYS __m256i nibbles(const uint8_t *qs) {
-    const __m128i x = _mm_loadu_si128((const __m128i *)qs);
-    return _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(x, 4), x), _mm256_set1_epi8(15));
+/* ---- the 32-weight types: acc += (dx*d) * (float)(dot - z*sx), or (dx*d)*(float)dot + (dx*m)*(float)sx ----
+ * Lanes are columns from the start, so no reduction is needed: the 8 columns' 16-byte runs at `at` are transposed by
+ * dwords, giving v[k] whose lane c holds column c's bytes 4k..4k+3 (v[k] for k < 4 from the block's first 16 bytes
+ * at `at`, k >= 4 from `at + 16`, Q8_0 only). A row's 4 activation bytes of the same weights are broadcast to every
+ * lane, so maddubs + madd sums column c's products in lane c. */
+
+ALWAYS void transpose4(const uint8_t *const w[8], size_t at, __m256i v[4]) {
+    __m256i r[4];
+    for (int c = 0; c < 4; c++)            /* low half column c, high half column c + 4 */
+        r[c] = _mm256_inserti128_si256(_mm256_castsi128_si256(_mm_loadu_si128((const __m128i *)(w[c] + at))),
+                                       _mm_loadu_si128((const __m128i *)(w[c + 4] + at)), 1);
+    const __m256i t0 = _mm256_unpacklo_epi32(r[0], r[1]), t1 = _mm256_unpacklo_epi32(r[2], r[3]);
+    const __m256i t2 = _mm256_unpackhi_epi32(r[0], r[1]), t3 = _mm256_unpackhi_epi32(r[2], r[3]);
+    v[0] = _mm256_unpacklo_epi64(t0, t1);
+    v[1] = _mm256_unpackhi_epi64(t0, t1);
+    v[2] = _mm256_unpacklo_epi64(t2, t3);
+    v[3] = _mm256_unpackhi_epi64(t2, t3);
 }
 
-/* Q5_0/Q5_1's qh (bit j: weight j's fifth bit) -> 16 in byte j where the bit is set */
-ALWAYS __m256i fifth_bits(const uint8_t *qh) {
-    uint32_t bits;
-    memcpy(&bits, qh, 4);
-    const __m256i spread = _mm256_setr_epi8(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1,
-                                            2, 2, 2, 2, 2, 2, 2, 2, 3, 3, 3, 3, 3, 3, 3, 3);
-    const __m256i bit = _mm256_set1_epi64x((long long)0x8040201008040201ull);
-    const __m256i b = _mm256_and_si256(_mm256_shuffle_epi8(_mm256_set1_epi32((int)bits), spread), bit);
+ALWAYS int rd32(const uint8_t *p) {
+    int v;
+    memcpy(&v, p, 4);
+    return v;
+}
+
+/* Q5_0/Q5_1: the fifth bits (qh: bit j is weight j's) of weights 4k..4k+3 in lane c's bytes, as 16 or 0; h: lane c
+ * holds column c's qh */
+ALWAYS __m256i fifth_bits(__m256i h, int k) {
+    const int byte = k >> 1;                                        /* bits 4k..4k+3 sit in qh's byte k/2 */
+    const __m256i spread = _mm256_set1_epi32(0x01010101 * byte);
+    const __m256i at = _mm256_setr_epi32(0, 0x04040404, 0x08080808, 0x0c0c0c0c, 0, 0x04040404, 0x08080808, 0x0c0c0c0c);
+    const __m256i bit = _mm256_set1_epi32((int)(0x08040201u << (4 * (k & 1))));
+    const __m256i b = _mm256_and_si256(_mm256_shuffle_epi8(h, _mm256_add_epi8(at, spread)), bit);
     return _mm256_and_si256(_mm256_cmpeq_epi8(b, bit), _mm256_set1_epi8(16));
 }
 
-/* ---- the 32-weight types: acc += (dx*d) * (float)(dot - z*sx), or (dx*d)*(float)dot + (dx*m)*(float)sx ---- */
+ALWAYS __m256i bcast4(const int8_t *q) { return _mm256_set1_epi32(rd32((const uint8_t *)q)); }
 
 ALWAYS void tile32(const int type, const uint8_t *const w[8], int nb, const qmm_act *x, int m0, const int R, float *Y,
                    int ldy, int n) {
     const int K = x->K, bb = qmm_block_bytes[type];
     const int z = type == QMM_Q4_0 ? 8 : type == QMM_Q5_0 ? 16 : 0;
     const int with_min = type == QMM_Q4_1 || type == QMM_Q5_1;
-    const __m256i ones = _mm256_set1_epi16(1);
+    const int qs_at = type == QMM_Q4_0 ? 2 : type == QMM_Q4_1 ? 4 : type == QMM_Q5_0 ? 6 : type == QMM_Q5_1 ? 8 : 2;
+    const __m256i ones = _mm256_set1_epi16(1), low4 = _mm256_set1_epi8(15);
     __m256 acc[TILE_ROWS];
     for (int r = 0; r < R; r++) acc[r] = _mm256_setzero_ps();
     for (int b = 0; b < nb; b++) {
         const size_t off = (size_t)b * bb;
-        __m256i part[TILE_ROWS][8];
-        for (int c = 0; c < 8; c++) {
-            const uint8_t *blk = w[c] + off;
-            __m256i v;
-            switch (type) {
-            case QMM_Q4_0: v = nibbles(blk + 2); break;
-            case QMM_Q4_1: v = nibbles(blk + 4); break;
-            case QMM_Q5_0: v = _mm256_or_si256(nibbles(blk + 6), fifth_bits(blk + 2)); break;
-            case QMM_Q5_1: v = _mm256_or_si256(nibbles(blk + 8), fifth_bits(blk + 4)); break;
-            default: v = load(blk + 2); break;                                     /* Q8_0: signed codes */
+        __m256i v[8];                /* v[k]: weights 4k..4k+3 of each column (lane), k = 0..7 */
+        if (type == QMM_Q8_0) {
+            transpose4(w, off + 2, v);
+            transpose4(w, off + 18, v + 4);
+        } else {
+            __m256i t[4];
+            transpose4(w, off + qs_at, t);
+            for (int k = 0; k < 4; k++) {
+                v[k] = _mm256_and_si256(t[k], low4);                               /* weights 4k.. */
+                v[k + 4] = _mm256_and_si256(_mm256_srli_epi16(t[k], 4), low4);     /* weights 16 + 4k.. */
             }
-            if (type == QMM_Q8_0) {
-                const __m256i a = _mm256_sign_epi8(v, v);                          /* |w|, 128 read unsigned */
-                for (int r = 0; r < R; r++) {
-                    const __m256i q = load(x->q + (size_t)(m0 + r) * K + 32 * b);
-                    part[r][c] = _mm256_madd_epi16(_mm256_maddubs_epi16(a, _mm256_sign_epi8(q, v)), ones);
-                }
-            } else {
-                for (int r = 0; r < R; r++) {
-                    const __m256i q = load(x->q + (size_t)(m0 + r) * K + 32 * b);
-                    part[r][c] = _mm256_madd_epi16(_mm256_maddubs_epi16(v, q), ones);
-                }
+            if (type == QMM_Q5_0 || type == QMM_Q5_1) {
+                const int qh_at = type == QMM_Q5_0 ? 2 : 4;
+                const __m256i h = _mm256_setr_epi32(rd32(w[0] + off + qh_at), rd32(w[1] + off + qh_at),
+                                                    rd32(w[2] + off + qh_at), rd32(w[3] + off + qh_at),
+                                                    rd32(w[4] + off + qh_at), rd32(w[5] + off + qh_at),
+                                                    rd32(w[6] + off + qh_at), rd32(w[7] + off + qh_at));
+                for (int k = 0; k < 8; k++) v[k] = _mm256_or_si256(v[k], fifth_bits(h, k));
             }
         }
         const __m256 dw = f16x8(w, off);
         const __m256 mw = with_min ? f16x8(w, off + 2) : dw;
         for (int r = 0; r < R; r++) {
-            const __m256i dot = sum8(part[r]);
+            const int8_t *q = x->q + (size_t)(m0 + r) * K + 32 * b;
+            __m256i dot;
+            if (type == QMM_Q8_0) {  /* signed codes: |w| against q*sign(w); a pair <= 2*128*127, so int32 at once */
+                dot = _mm256_setzero_si256();
+                for (int k = 0; k < 8; k++) {
+                    const __m256i qk = bcast4(q + 4 * k);
+                    dot = _mm256_add_epi32(dot, _mm256_madd_epi16(
+                        _mm256_maddubs_epi16(_mm256_sign_epi8(v[k], v[k]), _mm256_sign_epi8(qk, v[k])), ones));
+                }
+            } else if (type == QMM_Q4_0 || type == QMM_Q4_1) {
+                /* codes <= 15: eight pair sums <= 8*2*15*127 = 30480 add in int16 exactly */
+                __m256i p = _mm256_setzero_si256();
+                for (int k = 0; k < 8; k++)
+                    p = _mm256_add_epi16(p, _mm256_maddubs_epi16(v[k], bcast4(q + 4 * k)));
+                dot = _mm256_madd_epi16(p, ones);
+            } else {
+                /* codes <= 31: four pair sums <= 4*2*31*127 = 31496 add in int16 exactly */
+                __m256i p0 = _mm256_setzero_si256(), p1 = _mm256_setzero_si256();
+                for (int k = 0; k < 4; k++) {
+                    p0 = _mm256_add_epi16(p0, _mm256_maddubs_epi16(v[k], bcast4(q + 4 * k)));
+                    p1 = _mm256_add_epi16(p1, _mm256_maddubs_epi16(v[k + 4], bcast4(q + 16 + 4 * k)));
+                }
+                dot = _mm256_add_epi32(_mm256_madd_epi16(p0, ones), _mm256_madd_epi16(p1, ones));
+            }
             const int16_t *s = x->s + (size_t)(m0 + r) * (K / 16) + 2 * b;
             const int sx = s[0] + s[1];
             const __m256 dx = _mm256_set1_ps(x->d[(size_t)(m0 + r) * (K / 32) + b]);
@@ -114,6 +164,15 @@ ALWAYS void tile32(const int type, const uint8_t *const w[8], int nb, const qmm_
         }
     }
     for (int r = 0; r < R; r++) _mm256_storeu_ps(Y + (size_t)(m0 + r) * ldy + n, acc[r]);
+}
+
+/* Q4_K/Q5_K's twelve scale bytes -> bytes 0..7 the 6-bit scales, 8..15 the mins (qmm_k4_scales, in registers) */
+ALWAYS __m128i k4_scales(const uint8_t *s) {
+    uint32_t u0, u1, u2;
+    memcpy(&u0, s, 4); memcpy(&u1, s + 4, 4); memcpy(&u2, s + 8, 4);
+    const uint64_t sc = (u0 & 0x3f3f3f3fu) | (uint64_t)((u2 & 0x0f0f0f0fu) | ((u0 >> 2) & 0x30303030u)) << 32;
+    const uint64_t mn = (u1 & 0x3f3f3f3fu) | (uint64_t)(((u2 >> 4) & 0x0f0f0f0fu) | ((u1 >> 2) & 0x30303030u)) << 32;
+    return _mm_set_epi64x((long long)mn, (long long)sc);
 }
 
 /* ---- the K-quants, one float combine per 256 weights ----
@@ -163,9 +222,8 @@ ALWAYS void tile256(const int type, const uint8_t *const w[8], int nb, const qmm
             } else {
                 const blk_q4_k *k4 = (const blk_q4_k *)blk;             /* d, dmin, scales sit alike in Q5_K */
                 const uint8_t *qs = type == QMM_Q4_K ? k4->qs : ((const blk_q5_k *)blk)->qs;
-                uint8_t scb[16], mnb[16];
-                qmm_k4_scales(k4->scales, scb, mnb);
-                const __m256i sc = _mm256_broadcastsi128_si256(_mm_cvtepu8_epi16(_mm_loadl_epi64((const __m128i *)scb)));
+                const __m128i scmn = k4_scales(k4->scales);
+                const __m256i sc = _mm256_broadcastsi128_si256(_mm_cvtepu8_epi16(scmn));
                 __m256i qh = type == QMM_Q5_K ? load(((const blk_q5_k *)blk)->qh) : _mm256_setzero_si256();
                 for (int j = 0; j < 4; j++) {
                     const __m256i xq = load(qs + 32 * j);
@@ -185,8 +243,8 @@ ALWAYS void tile256(const int type, const uint8_t *const w[8], int nb, const qmm
                     }
                 }
                 /* (m0, m0, m1, m1, ..., m7, m7) against the row's sixteen sums of 16: m_j * sx_j in int32 lane j */
-                const __m256i mins = _mm256_cvtepu8_epi16(_mm_shuffle_epi8(
-                    _mm_loadl_epi64((const __m128i *)mnb), _mm_setr_epi8(0, 0, 1, 1, 2, 2, 3, 3, 4, 4, 5, 5, 6, 6, 7, 7)));
+                const __m256i mins = _mm256_cvtepu8_epi16(
+                    _mm_shuffle_epi8(scmn, _mm_setr_epi8(8, 8, 9, 9, 10, 10, 11, 11, 12, 12, 13, 13, 14, 14, 15, 15)));
                 for (int r = 0; r < R; r++) {
                     pi[r][c] = a[r];
                     pm[r][c] = _mm256_madd_epi16(load(x->s + (size_t)(m0 + r) * (K / 16) + 16 * b), mins);
@@ -214,7 +272,11 @@ ALWAYS void tile256(const int type, const uint8_t *const w[8], int nb, const qmm
     case 1: fn(T, w, nb, x, m0, 1, Y, ldy, n); break;                                                                 \
     case 2: fn(T, w, nb, x, m0, 2, Y, ldy, n); break;                                                                 \
     case 3: fn(T, w, nb, x, m0, 3, Y, ldy, n); break;                                                                 \
-    default: fn(T, w, nb, x, m0, 4, Y, ldy, n); break;                                                                \
+    case 4: fn(T, w, nb, x, m0, 4, Y, ldy, n); break;                                                                 \
+    case 5: fn(T, w, nb, x, m0, 5, Y, ldy, n); break;                                                                 \
+    case 6: fn(T, w, nb, x, m0, 6, Y, ldy, n); break;                                                                 \
+    case 7: fn(T, w, nb, x, m0, 7, Y, ldy, n); break;                                                                 \
+    default: fn(T, w, nb, x, m0, 8, Y, ldy, n); break;                                                                \
     }
 
 static void tile(int type, const uint8_t *const w[8], int nb, const qmm_act *x, int m0, int R, float *Y, int ldy,

@@ -3,8 +3,8 @@
 The reference itself is held to dequantized dot products by tests/kernels/test_qmatmul.py; here each path this CPU
 runs (a path it lacks is skipped, named) is compared with the scalar path bit for bit, as uint32, on random GGUF blocks
 with ordinary and extreme float16 scales, activation rows with a NaN, an infinity, all zeros, huge and tiny
-magnitudes and runs of equal magnitudes (every int8 code at +-127: the products where a saturating pair sum would
-show), row counts across the tile sizes, column counts with tails, and 1..3 threads.
+magnitudes and equal magnitudes (every int8 code at 127 or +-127: where a saturating pair sum or an overflowing int16
+sum would show), row counts across the tile sizes, column counts with tails, and 1..3 threads.
 """
 from __future__ import annotations
 
@@ -38,7 +38,8 @@ def _weights(rng: np.random.Generator, qtype: str, n: int, k: int) -> np.ndarray
 
 def _activations(rng: np.random.Generator, m: int, k: int) -> np.ndarray:
     """m rows: normal ones, and in turn a row with a NaN, one with an infinity, all zeros, huge, tiny (subnormal),
-    equal magnitudes (+-c) and mixed scales block to block."""
+    one value throughout (every code +127: integer sums at their largest), equal magnitudes of random signs, and
+    scales mixed block to block."""
     x = rng.standard_normal((m, k)).astype(np.float32)
     specials = [
         lambda r: r.__setitem__(k // 3, np.nan),
@@ -46,6 +47,7 @@ def _activations(rng: np.random.Generator, m: int, k: int) -> np.ndarray:
         lambda r: r.__setitem__(slice(None), 0.0),
         lambda r: r.__imul__(np.float32(3e37)),
         lambda r: r.__imul__(np.float32(1e-42)),
+        lambda r: r.__setitem__(slice(None), 1.5),
         lambda r: r.__setitem__(slice(None), np.where(rng.random(k) < 0.5, -2.5, 2.5)),
         lambda r: r.__imul__(np.repeat(np.float32(10.0) ** rng.integers(-30, 30, k // 32), 32).astype(np.float32)),
     ]
