@@ -173,6 +173,89 @@ def families(card: dict, threads: int, accuracy_level: int, seed: int = 0, pool:
     return out
 
 
+NATIVE_TOP = 130                   # past 128 rows: a tile boundary of no path, and any row count a pass may reach
+NATIVE_ROWS = tuple(range(1, 65)) + (127, 128, 129)
+NATIVE_COLUMNS = 71                # four 16-column tiles and a tail of 7 (the kernel's widest tile is 16 columns)
+
+
+def native_families(types: dict[tuple[int, int], set[str]], threads: tuple[int, ...] = (1, 2, 4), seed: int = 0,
+                    needed: bool = True) -> list[Family]:
+    """The native matmul (kernels/qmatmul.py) at this model's types and reduction lengths (`types`: (K, N) -> the
+    GGUF types of the linears of that shape), random blocks: for each path this CPU runs and each thread count, a row
+    among 1..64, 127..129 rows against the same row among 130 (rows from the front and the back), and every path's
+    bits against the scalar reference's. Columns: the first NATIVE_COLUMNS of each shape (a column is computed alone:
+    the count of columns only changes which tile a column falls in, and the tail goes through the reference)."""
+    from kernels import qmatmul
+    rng = np.random.default_rng(seed)
+    out = []
+    for path in qmatmul.paths():
+        for t in threads:
+            checks, shapes = [], []
+            for (K, N), kinds in sorted(types.items()):
+                for qtype in sorted(kinds):
+                    n = min(N, NATIVE_COLUMNS)
+                    w = rng.integers(0, 256, (n, K // qmatmul.BLOCK_WEIGHTS[qtype] * qmatmul.BLOCK_BYTES[qtype]),
+                                     dtype=np.uint8)
+                    _finite_scales(w, qtype)
+                    scratch = qmatmul.Scratch()
+
+                    def run(x, w=w, qtype=qtype, n=n, path=path, t=t, scratch=scratch):
+                        y = np.zeros((len(x), n), np.float32)
+                        qmatmul.matmul(w, qtype, np.ascontiguousarray(x), y, threads=t, path=path, scratch=scratch)
+                        return y
+                    checks.append((run, _normal(rng, NATIVE_TOP, K)))
+                    shapes.append(f"{qtype} K{K}")
+            bad, worst = set(), 0.0
+            for run, rows in checks:
+                b, m = _compare_native(run, rows)
+                bad |= set(b)
+                worst = max(worst, m)
+            out.append(Family(f"native matmul, {path} path, {t} thread{'s' * (t > 1)}", ", ".join(shapes),
+                              "rows from 1", tuple(sorted(bad)), worst, needed))
+    checks_ref = []
+    for (K, N), kinds in sorted(types.items()):
+        for qtype in sorted(kinds):
+            w = rng.integers(0, 256, (min(N, NATIVE_COLUMNS), K // qmatmul.BLOCK_WEIGHTS[qtype] *
+                                      qmatmul.BLOCK_BYTES[qtype]), dtype=np.uint8)
+            _finite_scales(w, qtype)
+            checks_ref.append((w, qtype, _normal(rng, 9, K)))
+    differs, worst = [], 0.0
+    for i, path in enumerate(qmatmul.paths()):
+        for w, qtype, x in checks_ref:
+            a, b = (np.zeros((len(x), len(w)), np.float32) for _ in range(2))
+            qmatmul.matmul(w, qtype, x, a, path=path)
+            qmatmul.matmul(w, qtype, x, b, path="scalar")
+            if not np.array_equal(a.view(np.uint32), b.view(np.uint32)):
+                differs.append(i)
+                worst = max(worst, float(np.abs(a.astype(np.float64) - b).max()))
+    out.append(Family("native matmul, every path against the scalar reference",
+                      ", ".join(qmatmul.paths()), "paths", tuple(sorted(set(differs))), worst, needed))
+    return out
+
+
+def _finite_scales(w: np.ndarray, qtype: str) -> None:
+    """Random blocks with small finite float16 scales where the format keeps them."""
+    at = {"Q4_0": (0,), "Q8_0": (0,), "Q5_0": (0,), "Q4_1": (0, 2), "Q5_1": (0, 2), "Q4_K": (0, 2), "Q5_K": (0, 2),
+          "Q6_K": (208,)}[qtype]
+    from kernels import qmatmul
+    blocks = w.reshape(-1, qmatmul.BLOCK_BYTES[qtype])
+    for a in at:
+        blocks[:, a:a + 2] = (np.random.default_rng(len(blocks)).random(len(blocks)) * 1e-2).astype(
+            np.float16).view(np.uint8).reshape(-1, 2)
+
+
+def _compare_native(run, rows: np.ndarray) -> tuple[list[int], float]:
+    ref = run(rows)
+    bad, worst = [], 0.0
+    for m in NATIVE_ROWS:
+        for start in (0, len(rows) - m):
+            got = run(rows[start:start + m])
+            if not np.array_equal(got.view(np.uint32), ref[start:start + m].view(np.uint32)):
+                worst = max(worst, float(np.abs(got.astype(np.float64) - ref[start:start + m]).max()))
+                bad.append(m)
+    return sorted(set(bad)), worst
+
+
 SOFTMAX_APPENDED = "Softmax, masked columns appended"
 MASKED = 9          # masked columns appended: a block's later rows, a 1-row pass's padding row, up to a width of 8
 

@@ -19,9 +19,10 @@ from typing import ClassVar
 
 import numpy as np
 
-from kernels.ring import RingSpec
 from models.convert import load_card
-from models.opcheck import families, pool_attention
+from kernels import qmatmul
+from kernels.ring import RingSpec
+from models.opcheck import families, native_families, pool_attention
 from models.platform import facts
 from models.registry import converted_dir, resolve_gguf
 from models.runner import Runner, RunnerOptions
@@ -186,7 +187,9 @@ class DoctorReport(Report):
                  (f"ISA features (CPUID / auxiliary vector): {' '.join(pf['isa'])}\nAVX-512: "
                   f"{' '.join(pf['avx512']) or 'none'}"),
                  (f"\noperator families alone, at the model's shapes, {rep['threads']} threads: a row among 1..64 rows "
-                  f"against the same row among 64, and a row with 0..9 masked columns appended against none:")]
+                  f"against the same row among 64, and a row with 0..9 masked columns appended against none; the "
+                  f"native matmul's, a row among 1..64 and 127..129 rows against the same row among 130, at 1, 2 and "
+                  f"4 threads, and each path against the scalar reference:")]
         for op in rep["operators"]:
             bad, what = op["differs_at"], op["varied"]
             verdict = "invariant" if not bad else (f"1 row differs (up to {op['max_abs']:.2g}); 2..64 rows invariant"
@@ -205,6 +208,21 @@ class DoctorReport(Report):
         lines.append("\n" + ("exact: speculation changes no output token on this CPU" if rep["exact"] else
                              "NOT exact on this CPU: greedy output with a draft may differ from single-token decoding"))
         return "\n".join(lines)
+
+
+def native_types(card: dict) -> dict[tuple[int, int], set[str]]:
+    """(K, N) -> the GGUF types of the model's linears of that shape, read from the source GGUF's metadata."""
+    from models.convert import LAYER_LINEARS, head_source
+    from models.gguf import GGUFModel
+    gguf = GGUFModel(card["source"]["path"])
+    names = [f"blk.{i}.{s}.weight" for i in range(card["config"]["n_layers"]) for srcs in LAYER_LINEARS.values()
+             for s in srcs] + [head_source(card["config"]["tied_embeddings"])]
+    out: dict[tuple[int, int], set[str]] = {}
+    for name in names:
+        n, k = gguf.tensor_shape(name)
+        if gguf.tensor_type(name) in qmatmul.BLOCK_BYTES:
+            out.setdefault((k, n), set()).add(gguf.tensor_type(name))
+    return out
 
 
 def doctor(cfg: Config) -> DoctorReport:
@@ -231,9 +249,12 @@ def doctor(cfg: Config) -> DoctorReport:
                                                        kernel=cfg.model.kernel))
         passes[name] = check(runner, thorough=True).as_dict()
         del runner
+    card = load_card(model_dir)
+    found = families(card, threads, accuracy_level, pool=ring_spec(cfg).pool_slots)
+    if qmatmul.available():         # the native kernel's families: needed when the model runs on it
+        found += native_families(native_types(card), needed=cfg.model.kernel == "native")
     ops = [{"family": f.name, "shapes": f.shapes, "varied": f.varied, "differs_at": list(f.differs_at),
-            "max_abs": f.max_abs, "needed": f.needed, "holds": f.holds}
-           for f in families(load_card(model_dir), threads, accuracy_level, pool=ring_spec(cfg).pool_slots)]
+            "max_abs": f.max_abs, "needed": f.needed, "holds": f.holds} for f in found]
     return DoctorReport({"platform": facts(), "model": str(model_dir), "threads": threads,
                          "accuracy_level": accuracy_level, "operators": ops, "passes": passes,
                          "exact": passes["chain"]["invariant"] and passes["tree"]["invariant"] and
