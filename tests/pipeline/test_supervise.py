@@ -58,36 +58,14 @@ def test_chaos_kills_every_actor_at_every_named_point_and_no_line_is_lost_or_rep
     assert got["restarts"] >= 1 and got["recovery_lines"] > 0 and got["recovery_s_p50"] > 0
 
 
-def test_a_power_loss_resumes_from_the_checkpoint_without_losing_or_repeating_a_line(default_gguf, tmp_path):
+def test_a_power_loss_resumes_from_the_checkpoint_across_a_rotated_journal_without_losing_or_repeating_a_line(
+        default_gguf, tmp_path):
     """SIGKILL to every process at once (a power cut, `systemctl kill -s KILL`), then `--resume`: the stream
-    continues after the last durable checkpoint; over both runs every line is committed exactly once."""
-    journal = tmp_path / "journal.jsonl"
-    args = [str(LOG), "--quiet-lines", "--every", "8", "--max-lines", "64", "--journal", str(journal)]
-    first = launch(*args, group=True)
-    wait_for(lambda: sum(1 for r in journal_of(journal) if r["kind"] == "assessment") >= 2 if journal.exists()
-             else False, "two assessments in the journal", first)
-    os.killpg(first.pid, signal.SIGKILL)
-    first.communicate()
-    second = launch(*args, "--resume")
-    out, err = procs.finish(second, "the resumed pipeline ending")
-    assert second.returncode == 0, err
-    assert "resumed from the journal (resume): the stream continues after offset" in err
-    records = journal_of(journal)
-    restart = next(r for r in records if r["kind"] == "restart")
-    assert restart["actor"] == "" and restart["cause"] == "resume" and restart["resumed_after"] > 0
-    lines = (tmp_path / "first64.csv")
-    lines.write_bytes(b"".join(LOG.read_bytes().splitlines(keepends=True)[:65]))
-    got = account(lines, journal, config.load(), serve=False)
-    assert got["lines_committed"] == len(offered(lines)) == 64
-    assert got["lines_lost"] == got["lines_duplicated"] == got["assessments_duplicated"] == 0
-    assert next(r for r in records if r["kind"] == "recovery")["lines"] > 0   # the window was refilled
-    assert not leftovers(first) and not leftovers(second)
-
-
-def test_a_power_loss_resumes_across_a_rotated_journal_without_losing_or_repeating_a_line(default_gguf, tmp_path):
-    """The same power cut with a journal rotated every few records (`supervise.journal_max_mb`, the security
-    round's finding 9): the resume reads the newest file's carried checkpoint, and across the kept files every line
-    is committed exactly once."""
+    continues after the last durable checkpoint; over both runs every line is committed exactly once. The journal is
+    rotated every few records (`supervise.journal_max_mb`, the security round's finding 9): the resume reads the
+    newest file's carried checkpoint, and across the kept files every line is committed exactly once. (Two tests
+    before, each a power cut, one of them unrotated: one run holds both; an unrotated journal's resume is
+    test_an_assessment_a_crash_interrupted_is_written_once_after_the_window_is_refilled's.)"""
     from pipeline.stream.journal import files, history
     journal, profile = tmp_path / "journal.jsonl", tmp_path / "rotating.toml"
     profile.write_text("[supervise]\njournal_max_mb = 0.004\njournal_keep = 1000\n")
@@ -110,11 +88,16 @@ def test_a_power_loss_resumes_across_a_rotated_journal_without_losing_or_repeati
     assert second.returncode == 0, err
     assert "resumed from the journal (resume): the stream continues after offset" in err
     assert len(files(str(journal))) > 3
+    records = list(history(str(journal)))
+    restart = next(r for r in records if r["kind"] == "restart")
+    assert restart["actor"] == "" and restart["cause"] == "resume" and restart["resumed_after"] > 0
     lines = (tmp_path / "first64.csv")
     lines.write_bytes(b"".join(LOG.read_bytes().splitlines(keepends=True)[:65]))
     got = account(lines, journal, config.load(profile), serve=False)
     assert got["lines_committed"] == len(offered(lines)) == 64
     assert got["lines_lost"] == got["lines_duplicated"] == got["assessments_duplicated"] == 0
+    assert next(r for r in records if r["kind"] == "recovery")["lines"] > 0   # the window was refilled
+    assert not leftovers(first) and not leftovers(second)
 
 
 def test_an_assessment_a_crash_interrupted_is_written_once_after_the_window_is_refilled(default_gguf, tmp_path):
