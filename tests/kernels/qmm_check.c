@@ -52,6 +52,10 @@ static uint16_t f16_scale(int mode) {
 static void fill_weights(int type, uint8_t *w, int nblocks, int mode) {
     const int bb = qmm_block_bytes[type];
     for (int i = 0; i < nblocks * bb; i++) w[i] = (uint8_t)next();    /* codes, qh, scale and min bytes: anything */
+    if (next() % 4 == 0)                   /* the largest codes (Q8_0: -1), so integer sums pass 2^24 and (float) rounds */
+        for (int i = 0; i < nblocks * bb; i++)
+            w[i] = type == QMM_Q6_K && i % bb >= 192 ? (uint8_t)(i % 2 ? 0x81 : 0x7f)     /* Q6_K's scales: +-127 */
+                 : type == QMM_Q8_0 && i % bb >= 2 ? 0x81 : 0xff;                           /* Q8_0's codes: -127 */
     for (int b = 0; b < nblocks; b++) {
         uint8_t *blk = w + (size_t)b * bb;
         uint16_t d = f16_scale(mode), m = f16_scale(mode);
@@ -68,7 +72,7 @@ static void fill_weights(int type, uint8_t *w, int nblocks, int mode) {
 static void fill_activations(float *x, int M, int K) {
     for (int m = 0; m < M; m++) {
         float *r = x + (size_t)m * K;
-        const int kind = next() % 10;
+        const int kind = next() % 11;
         const float scale = kind == 5 ? 3e38f : kind == 6 ? 1e-40f : powf(2.0f, (float)((int)(next() % 24) - 12));
         for (int k = 0; k < K; k++) r[k] = (uniform() * 2.0f - 1.0f) * scale;
         if (kind == 1) memset(r, 0, sizeof(float) * K);                             /* all zeros */
@@ -76,6 +80,7 @@ static void fill_activations(float *x, int M, int K) {
         if (kind == 3) r[next() % K] = (next() % 2) ? INFINITY : -INFINITY;
         if (kind == 4) memset(r, 0, sizeof(float) * (K / 2));                       /* some blocks zero */
         if (kind == 7) r[next() % K] = 65504.0f * 1e30f;                            /* one huge value: others round to 0 */
+        if (kind == 8) for (int k = 0; k < K; k++) r[k] = scale;                    /* every code +127: the largest sums */
     }
 }
 
