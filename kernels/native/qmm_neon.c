@@ -12,6 +12,9 @@
  * 4/5/6-bit codes are 0..63, Q8_0's are int8; zero points and mins use the activation sums, as the reference does);
  * vcvtq_f32_s32 rounds to nearest even like C's (float) (both follow FPCR.RMode); vmulq/vaddq/vsubq_f32 are IEEE
  * single operations, the same instructions' semantics per lane as the scalar ones, operands in the reference's order.
+ * One thing no path can promise: when two NaNs of different payloads meet (a file's NaN float16 scale and a NaN
+ * activation row), the survivor is the first operand's, and GCC orders a commutative C operation as it likes in the
+ * reference too; every NaN the computation makes itself is AArch64's one default NaN (tests/kernels/qmm_check.c).
  * Built for armv8.2-a+dotprod by the pragma below (the rest of the module stays armv8-a); qmm_module.c calls it only
  * when the kernel reports HWCAP_ASIMDDP. Ideas from ggml's published NEON kernels (nibble split, vdotq per 16 bytes);
  * the code is ours. Checked under qemu-aarch64 by tests/kernels/qmm_check.c (tests/kernels/test_qmatmul_neon.py).
