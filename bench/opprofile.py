@@ -79,6 +79,8 @@ def run_profile(cfg: Config, tokens: int = 48) -> Profile:
     The prompt is the profile's log, 512 tokens of it; the engine is target-only with the profile's threads, max
     rows and accuracy level, greedy. Node times are wall times of each node (its threads' work overlaps)."""
     cfg = config.override(cfg, {"draft.kind": "none", "cache.sink": 0, "cache.window": 512 + tokens + 8})
+    if cfg.model.kernel == "native":
+        return _native_profile(cfg, tokens)
     prefix = str(Path(tempfile.mkdtemp(prefix="ringspec-profile-")) / "ort")
     engine = make_engine(cfg, profile=prefix)
     ids = engine.tok.encode(render(read_log(ROOT / cfg.replay.log)))[:512]
@@ -118,3 +120,29 @@ def run_profile(cfg: Config, tokens: int = 48) -> Profile:
                         "ms": ms, "mb": mb, "gbps": mb / ms if ms else 0.0})
     ort_ms = sum(e["dur"] for e in runs) / 1000 / decoded
     return Profile(cfg.model.gguf, decoded, 1000 * wall / decoded, ort_ms, dict(ops), matmuls)
+
+
+def _native_profile(cfg: Config, tokens: int) -> Profile:
+    """The native pass (models/native.py) timed by its own parts: each linear's matmul by type and shape (bytes read:
+    the GGUF blocks as stored), the attention session, its binding, and the row-wise rest."""
+    engine = make_engine(cfg)
+    ids = engine.tok.encode(render(read_log(ROOT / cfg.replay.log)))[:512]
+    engine.feed(ids)
+    session = engine.runner.session
+    runs_before = engine.runner.forward_calls
+    session.timing = {}
+    t0 = time.perf_counter()
+    engine.generate(ids[-1:], tokens, SamplingParams())
+    wall = time.perf_counter() - t0
+    decoded = engine.runner.forward_calls - runs_before
+    timing, session.timing = session.timing, None
+    inside = sum(v[0] for v in timing.values()) * 1000 / decoded
+    ops = {label: v[0] * 1000 / decoded for label, v in timing.items() if not label.startswith("matmul")}
+    ops["matmuls"] = sum(v[0] for label, v in timing.items() if label.startswith("matmul")) * 1000 / decoded
+    matmuls = []
+    for label, (sec, calls, nbytes) in sorted(timing.items(), key=lambda kv: -kv[1][0]):
+        if label.startswith("matmul"):
+            ms, mb = sec * 1000 / decoded, nbytes / 1e6 / decoded
+            matmuls.append({"shape": label[len("matmul "):], "count": calls // decoded, "ms": ms, "mb": mb,
+                            "gbps": mb / ms if ms else 0.0})
+    return Profile(cfg.model.gguf + " (native)", decoded, 1000 * wall / decoded, inside, ops, matmuls)

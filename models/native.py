@@ -18,10 +18,12 @@ Exactness: every linear and row-wise operation computes each row in one fixed or
 from __future__ import annotations
 
 import os
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
+import onnx
 import onnxruntime as ort
 
 from kernels import qmatmul
@@ -148,7 +150,6 @@ class NativeSession:
         self.tags = [""] if streams == 1 else [f".s{n}" for n in range(streams)]
         path = attention_graph_path(Path(model_dir), sink, ring, kv_dtype, tree, streams)
         if not path.exists():
-            import onnx
             build_once(path, lambda part: onnx.save(build_attention_graph(card, sink, ring, kv_dtype, tree, streams),
                                                     part), guard=Path(model_dir) / "graphs")
         so = ort.SessionOptions()
@@ -161,6 +162,8 @@ class NativeSession:
         self.scratch = qmatmul.Scratch()
         self._rows = 0
         self._fault = planted_fault()
+        self.timing: dict[str, list] | None = None   # label -> [seconds, calls, bytes read]: bench/opprofile.py
+        self._t = 0.0
 
     def io_binding(self) -> NativeBinding:
         binding = NativeBinding()
@@ -183,12 +186,26 @@ class NativeSession:
     def linear(self, lin: Linear, x: np.ndarray, out: np.ndarray) -> np.ndarray:
         for p in lin.parts:
             qmatmul.matmul(p.w, p.qtype, x, out, threads=self.threads, scratch=self.scratch, col=p.col)
+            if self.timing is not None:
+                self._tick(f"matmul {p.qtype} K{lin.K} N{p.w.shape[0]}", p.w.nbytes)
         if lin.bias is not None:
             out += lin.bias
         return out
 
+    def _tick(self, label: str, nbytes: int = 0) -> None:
+        """Profiling only: the time since the last tick goes to `label`."""
+        now = time.perf_counter()
+        entry = self.timing.setdefault(label, [0.0, 0, 0])
+        entry[0] += now - self._t
+        entry[1] += 1
+        entry[2] += nbytes
+        self._t = now
+
     def run_with_iobinding(self, io: NativeBinding) -> None:
         a, cfg, w = io.arrays, self.cfg, self.weights
+        timed = self.timing is not None
+        if timed:
+            self._t = time.perf_counter()
         ids = a["input_ids"]
         T, eps = len(ids), cfg["rms_eps"]
         self._buffers(T)
@@ -207,13 +224,21 @@ class NativeSession:
             qmatmul.rmsnorm(h, attn_norm, eps, x)
             self.linear(lin["qkv"], x, qkv[0])
             att = io.layers[i]
+            if timed:
+                self._tick("norms, residual, embedding")
             self._bind_layer(io, att, i, qkv, o, new_k[i * KVH:(i + 1) * KVH], new_v[i * KVH:(i + 1) * KVH])
+            if timed:
+                self._tick("attention binding")
             self.attention.run_with_iobinding(att)
+            if timed:
+                self._tick("attention (ONNX Runtime)")
             self.linear(lin["o"], o[0], delta)
             h += delta
             qmatmul.rmsnorm(h, ffn_norm, eps, x)
             self.linear(lin["gate_up"], x, gate_up)
             qmatmul.swiglu(gate_up, act)
+            if timed:
+                self._tick("norms, residual, embedding")
             self.linear(lin["down"], act, delta)
             h += delta
         io.fresh.clear()
@@ -224,6 +249,8 @@ class NativeSession:
         self.linear(w.head, self.x[:M], logits)
         if "nll" in a:
             qmatmul.nll(logits, a["targets"], a["nll"])
+        if timed:
+            self._tick("head rows, surprisal")
 
     def _bind_layer(self, io: NativeBinding, att, i: int, qkv, o, new_k, new_v) -> None:
         """Layer i's attention binding: this pass's rows, and whatever the runner bound anew since the last pass."""

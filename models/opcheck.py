@@ -20,6 +20,8 @@ import numpy as np
 import onnxruntime as ort
 from onnx import TensorProto, helper, numpy_helper
 
+from kernels import qmatmul
+
 from .convert import leaves
 from .convert import linears as card_linears   # `linears` below: their leaves
 
@@ -185,7 +187,6 @@ def native_families(types: dict[tuple[int, int], set[str]], threads: tuple[int, 
     among 1..64, 127..129 rows against the same row among 130 (rows from the front and the back), and every path's
     bits against the scalar reference's. Columns: the first NATIVE_COLUMNS of each shape (a column is computed alone:
     the count of columns only changes which tile a column falls in, and the tail goes through the reference)."""
-    from kernels import qmatmul
     rng = np.random.default_rng(seed)
     out = []
     for path in qmatmul.paths():
@@ -237,7 +238,6 @@ def _finite_scales(w: np.ndarray, qtype: str) -> None:
     """Random blocks with small finite float16 scales where the format keeps them."""
     at = {"Q4_0": (0,), "Q8_0": (0,), "Q5_0": (0,), "Q4_1": (0, 2), "Q5_1": (0, 2), "Q4_K": (0, 2), "Q5_K": (0, 2),
           "Q6_K": (208,)}[qtype]
-    from kernels import qmatmul
     blocks = w.reshape(-1, qmatmul.BLOCK_BYTES[qtype])
     for a in at:
         blocks[:, a:a + 2] = (np.random.default_rng(len(blocks)).random(len(blocks)) * 1e-2).astype(

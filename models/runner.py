@@ -27,6 +27,7 @@ from kernels.ring import NEG, RingSpec
 from kernels.rope import rope_inv_freq, rope_tables, rope_tables_float32, sink_query_positions
 from models.convert import load_card
 from models.graph import SOFTMAX_ROWS, ensure_graph
+from models.native import NativeSession
 
 
 @dataclass
@@ -67,7 +68,6 @@ def open_session(model_dir: Path, card: dict, spec: RingSpec, opts: RunnerOption
     """The session of the dynamic graph for these pools and options (`streams`: a pass over that many streams' rows,
     models/streams.py), built on first use; with `kernel = "native"`, the native pass speaking its contract."""
     if opts.kernel == "native":
-        from models.native import NativeSession
         return NativeSession(Path(model_dir), card, spec.sink, spec.ring, opts.threads, opts.kv_dtype, opts.trees,
                              streams)
     graph = ensure_graph(Path(model_dir), card, None, spec.sink, spec.ring, opts.accuracy_level, opts.kv_dtype,

@@ -1,9 +1,9 @@
 /* kernels._qmm: the quantized matmul's CPython entry, its path choice and its thread pool.
  *
  * Owns which path runs (chosen once from the CPU's features, or named by the caller: tests and doctor run each) and
- * the split of a call's output columns over threads: contiguous runs of 16 columns, one per thread, so a column is
- * computed by one thread in the reference's order whatever the thread count. Never splits a reduction, never looks
- * at the number of rows to choose anything. Holds no weights: every call passes its buffers (kernels/qmatmul.py).
+ * the split of a call's output columns over threads: parts of whole 16-column runs, each computed by one thread, so
+ * a column is computed in the reference's order whatever the thread count or whichever thread takes its part. Never
+ * splits a reduction, never looks at the number of rows to choose anything. Holds no weights: every call passes its buffers (kernels/qmatmul.py).
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -53,10 +53,14 @@ static int best_isa(void) {
     return QMM_SCALAR;
 }
 
-/* ---- the thread pool: workers spin a little after a call (the next linear follows within microseconds), then
- * sleep on a condition variable (an idle gateway burns no core) ---- */
+/* ---- the thread pool: a call's columns are cut into parts (runs of 16 columns, a few per thread), claimed one at
+ * a time by the caller and the workers, so a worker the OS has descheduled delays nothing: the others take its parts.
+ * Who computes a part never changes its bits (a column is one thread's, in the reference's order). Workers spin a
+ * little after a call (the next linear follows within microseconds), then sleep on a condition variable (an idle
+ * gateway burns no core). ---- */
 
 #define MAX_THREADS 64
+#define PARTS_PER_THREAD 4
 #define SPIN_ROUNDS 20000
 
 typedef struct {
@@ -71,16 +75,34 @@ static job_t job;
 static pthread_mutex_t call_lock = PTHREAD_MUTEX_INITIALIZER;    /* one call at a time uses the pool */
 static pthread_mutex_t wake_lock = PTHREAD_MUTEX_INITIALIZER;
 static pthread_cond_t wake = PTHREAD_COND_INITIALIZER;
-static atomic_uint generation;
-static atomic_int pending, sleepers;
+static atomic_uint generation;                /* bumped by each call that uses the workers */
+static _Atomic uint64_t claim;                /* (that call's generation << 32) | its next unclaimed part */
+static atomic_int parts_done, sleepers;
 static int n_workers;
-static unsigned born_at[MAX_THREADS];          /* the generation a worker was started in: it answers only later ones */
 
 static void run_part(int p) {
     const int units = (job.N + 15) / 16;
     int n0 = (int)((long)units * p / job.parts) * 16, n1 = (int)((long)units * (p + 1) / job.parts) * 16;
     if (n1 > job.N) n1 = job.N;
     if (n0 < n1) job.fn(job.type, job.W, job.K, &job.x, job.M, job.Y, job.ldy, n0, n1);
+}
+
+/* the next part of call `gen`, or -1 when it has none left (or is over: a late worker claims nothing) */
+static int claim_part(unsigned gen) {
+    uint64_t v = atomic_load_explicit(&claim, memory_order_acquire);
+    for (;;) {
+        if ((unsigned)(v >> 32) != gen || (int)(uint32_t)v >= job.parts) return -1;
+        if (atomic_compare_exchange_weak_explicit(&claim, &v, v + 1, memory_order_acq_rel, memory_order_acquire))
+            return (int)(uint32_t)v;
+    }
+}
+
+static void work(unsigned gen) {
+    int p;
+    while ((p = claim_part(gen)) >= 0) {
+        run_part(p);
+        atomic_fetch_add_explicit(&parts_done, 1, memory_order_release);
+    }
 }
 
 static inline void relax(void) {
@@ -92,8 +114,7 @@ static inline void relax(void) {
 }
 
 static void *worker(void *arg) {
-    const int me = (int)(intptr_t)arg;                /* parts 1..n_workers; the caller runs part 0 */
-    unsigned seen = born_at[me];
+    unsigned seen = (unsigned)(uintptr_t)arg;         /* the generation it was started in */
     for (;;) {
         unsigned now;
         int spins = 0;
@@ -107,56 +128,56 @@ static void *worker(void *arg) {
             pthread_mutex_unlock(&wake_lock);
         }
         seen = now;
-        if (me < job.parts) run_part(me);
-        atomic_fetch_sub_explicit(&pending, 1, memory_order_release);
+        work(seen);
     }
     return NULL;
 }
 
 static void after_fork_child(void) {          /* a forked child has none of the parent's threads */
     n_workers = 0;
-    atomic_store(&pending, 0);
     atomic_store(&sleepers, 0);
     pthread_mutex_init(&call_lock, NULL);
     pthread_mutex_init(&wake_lock, NULL);
     pthread_cond_init(&wake, NULL);
 }
 
-static int grow_pool(int threads) {           /* 0, or -1 when a thread cannot be started */
+static void grow_pool(int threads) {          /* as many workers as it can start, up to threads - 1 */
     static int registered;
     if (!registered) { pthread_atfork(NULL, NULL, after_fork_child); registered = 1; }
     while (n_workers < threads - 1) {
         pthread_t t;
         pthread_attr_t attr;
-        born_at[n_workers + 1] = atomic_load(&generation);
         pthread_attr_init(&attr);
         pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
-        int rc = pthread_create(&t, &attr, worker, (void *)(intptr_t)(n_workers + 1));
+        int rc = pthread_create(&t, &attr, worker, (void *)(uintptr_t)atomic_load(&generation));
         pthread_attr_destroy(&attr);
-        if (rc != 0) return -1;
+        if (rc != 0) return;                  /* fewer workers: the caller and those there are take every part */
         n_workers++;
     }
-    return 0;
 }
 
-static int run_job(const job_t *todo, int threads) {
+static void run_job(const job_t *todo, int threads) {
     pthread_mutex_lock(&call_lock);
     job = *todo;
-    if (threads > 1 && grow_pool(threads) != 0) threads = n_workers + 1;
-    job.parts = threads;
-    if (threads > 1) {
-        atomic_store(&pending, n_workers);            /* every worker answers each generation */
-        atomic_fetch_add_explicit(&generation, 1, memory_order_release);
+    const int units = (job.N + 15) / 16;
+    job.parts = threads > 1 ? (units < threads * PARTS_PER_THREAD ? units : threads * PARTS_PER_THREAD) : 1;
+    if (job.parts <= 1) {
+        run_part(0);
+    } else {
+        grow_pool(threads);
+        const unsigned gen = atomic_load(&generation) + 1;
+        atomic_store_explicit(&parts_done, 0, memory_order_relaxed);
+        atomic_store_explicit(&claim, (uint64_t)gen << 32, memory_order_release);
+        atomic_store_explicit(&generation, gen, memory_order_release);
         if (atomic_load(&sleepers) > 0) {
             pthread_mutex_lock(&wake_lock);
             pthread_cond_broadcast(&wake);
             pthread_mutex_unlock(&wake_lock);
         }
+        work(gen);
+        while (atomic_load_explicit(&parts_done, memory_order_acquire) < job.parts) relax();
     }
-    run_part(0);
-    while (threads > 1 && atomic_load_explicit(&pending, memory_order_acquire) > 0) relax();
     pthread_mutex_unlock(&call_lock);
-    return threads;
 }
 
 /* ---- Python ---- */

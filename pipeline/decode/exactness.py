@@ -19,9 +19,10 @@ from typing import ClassVar
 
 import numpy as np
 
-from models.convert import load_card
 from kernels import qmatmul
 from kernels.ring import RingSpec
+from models.convert import LAYER_LINEARS, head_source, load_card
+from models.gguf import GGUFModel
 from models.opcheck import families, native_families, pool_attention
 from models.platform import facts
 from models.registry import converted_dir, resolve_gguf
@@ -212,8 +213,6 @@ class DoctorReport(Report):
 
 def native_types(card: dict) -> dict[tuple[int, int], set[str]]:
     """(K, N) -> the GGUF types of the model's linears of that shape, read from the source GGUF's metadata."""
-    from models.convert import LAYER_LINEARS, head_source
-    from models.gguf import GGUFModel
     gguf = GGUFModel(card["source"]["path"])
     names = [f"blk.{i}.{s}.weight" for i in range(card["config"]["n_layers"]) for srcs in LAYER_LINEARS.values()
              for s in srcs] + [head_source(card["config"]["tied_embeddings"])]
