@@ -518,14 +518,30 @@ def test_a_launcher_killed_outright_takes_its_actors_with_it(default_gguf):
     assert not leftovers(proc)
 
 
+PINNED = {"ingest": "1", "cache_owner": "1", "target": "0", "draft": "1", "output": "1"}
+
+
 @pytest.mark.parametrize("launcher,to", [("local", "launcher"), ("local", "group"), ("ray", "group")])
 def test_sigusr1_prints_figures_and_a_stop_signal_drains_and_flushes_the_journal(default_gguf, tmp_path, launcher, to):
     """to: SIGTERM to the launcher (systemd, kill), or SIGINT to the whole process group (Ctrl-C in a terminal: every
-    actor gets it too, ignores it, and the launcher drains them)."""
-    journal = tmp_path / "journal.jsonl"
+    actor gets it too, ignores it, and the launcher drains them). The same runs hold
+    test_per_actor_cpu_affinity_from_the_config_is_applied (a test of its own before, under both launchers; one
+    pipeline start each now): with two CPUs, each actor pins itself on start-up to its `[actors]` CPUs."""
+    journal, profile = tmp_path / "journal.jsonl", tmp_path / "pinned.toml"
+    pin = len(os.sched_getaffinity(0)) >= 2
+    profile.write_text("[actors]\n" + "".join(f'{k.replace("cache_", "")}_cpus = "{v}"\n' for k, v in PINNED.items())
+                       if pin else "")
     proc = launch(str(LOG), "--quiet-lines", "--speed", "0.01", "--every", "2", "--journal", str(journal),
-                  launcher=launcher, group=to == "group")
+                  "--config", str(profile), launcher=launcher, group=to == "group")
     actors = actor_pids(proc, launcher)
+    if pin:
+        seen = {}
+
+        def pinned() -> bool:                                            # each actor pins itself on start-up
+            seen.update({name: cpus_allowed(pid) for name, pid in actors.items() if alive(pid)})
+            return seen == PINNED
+        wait_for(pinned, "every actor pinned", proc, progress=lambda: dict(seen))
+        assert seen == PINNED
     wait_for(lambda: journal.exists() and bool(journal.read_text().strip()),    # streaming: the start record
              "the pipeline's start in the journal", proc)
     assert all(catches(pid, signal.SIGUSR1) for pid in actors.values())  # every actor answers SIGUSR1
@@ -554,24 +570,6 @@ def cpus_allowed(pid: int) -> str:
         if line.startswith("Cpus_allowed_list:"):
             return line.split(":", 1)[1].strip()
     raise AssertionError("no Cpus_allowed_list")
-
-
-@pytest.mark.parametrize("launcher", ["local", "ray"])
-def test_per_actor_cpu_affinity_from_the_config_is_applied(default_gguf, tmp_path, launcher):
-    if len(os.sched_getaffinity(0)) < 2:
-        pytest.skip("needs two CPUs")
-    profile = tmp_path / "pinned.toml"
-    want = {"ingest": "1", "cache_owner": "1", "target": "0", "draft": "1", "output": "1"}
-    profile.write_text("[actors]\n" + "".join(f'{k.replace("cache_", "")}_cpus = "{v}"\n' for k, v in want.items()))
-    proc = launch(str(LOG), "--speed", "0.01", "--config", str(profile), launcher=launcher)
-    actors = actor_pids(proc, launcher)
-    seen = {}
-
-    def pinned() -> bool:                                                # each actor pins itself on start-up
-        seen.update({name: cpus_allowed(pid) for name, pid in actors.items() if alive(pid)})
-        return seen == want
-    wait_for(pinned, "every actor pinned", proc, progress=lambda: dict(seen))
-    assert seen == want
 
 
 def test_runner_threads_come_from_the_options(default_gguf):
