@@ -5,8 +5,10 @@ any byte is touched, and the per-call scratch. Never chooses a path by the numbe
 (`paths()`, chosen once) unless a caller names one (tests, `doctor`), and every path's bits equal the scalar
 reference's (kernels/native/qmm.h states the order of operations; tests/kernels/test_qmatmul.py holds them to it).
 
-X is quantized per row to int8 in blocks of 32 (the 32-weight types) or 256 (the K-quants), as llama.cpp's Q8_0 and
-Q8_K: |x - d*q| <= amax/254 per value, amax the block's largest |x|.
+X is quantized per row to int8 in blocks of 32 (the 32-weight types) or 256 (the K-quants), as llama.cpp's Q8_0/Q8_1
+and Q8_K (the 32-blocks' scale rounded to float16 as theirs): |x - d*q| <= amax/254 per value, amax the block's largest
+|x| (and 2^-11 relative for a 32-block's rounded scale). Measured on the default model against llama.cpp's logits
+(tests/models/test_native.py): mean NLL -0.08% from llama.cpp's (MatMulNBits: +0.12%).
 """
 from __future__ import annotations
 

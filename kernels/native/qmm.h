@@ -7,8 +7,10 @@
  * order as the reference, so its bits equal the reference's whatever the rows, threads or path.
  *
  * Activations: each row of X is quantized to int8 per block of B values (B = 32 for the 32-weight types, 256 for the
- * K-quants, as llama.cpp's Q8_0/Q8_K), with a float32 scale d = amax/127 and q = round-to-nearest-even(x * 127/amax):
- * |x - d*q| <= d/2 = amax/254 per value. The int16 sums of q per 16 values carry the formats' zero points and mins.
+ * K-quants, as llama.cpp's Q8_0/Q8_1 and Q8_K), q = round-to-nearest-even(x * 127/amax) with the scale d = amax/127,
+ * rounded to float16 for B = 32 as llama.cpp stores it there (unless past float16's range): |x - d*q| <= amax/254
+ * per value, plus q's share of d's rounding (2^-11 relative) for B = 32. The int16 sums of q per 16 values carry
+ * the formats' zero points and mins.
  *
  * Per output element, blocks in order, acc starting at 0.0f (dx: the activation block's scale; dot: the integer dot
  * product of the stored codes and q; sx: the sum of q over the weight block):

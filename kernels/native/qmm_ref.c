@@ -26,6 +26,8 @@ void qmm_quantize(const float *x, int M, int K, int B, int8_t *q, float *d, int1
                 q[i] = (int8_t)(v > 127.0f ? 127 : v < -127.0f ? -127 : (int)v);
             }
             d[b] = amax / 127.0f;
+            if (B == 32 && d[b] <= 65504.0f)               /* as llama.cpp's Q8_0/Q8_1 store it: float16 */
+                d[b] = (float)(_Float16)d[b];
         }
         for (int j = 0; j < B / 16; j++) {
             int sum = 0;

@@ -102,3 +102,24 @@ def test_a_weight_the_kernel_does_not_read_is_refused_by_name(tmp_path):
     model_dir = converted_tiny(tmp_path, weight_type="F32")
     with pytest.raises(NativeUnavailable, match=r"blk\.0\.attn_q\.weight is F32.*kernel = \"nbits\""):
         Runner(model_dir, RingSpec(4, 32, 48), NATIVE)
+
+
+def test_the_native_pass_agrees_with_llamacpp_on_the_default_model(default_gguf, fixture_npz):
+    """llama.cpp's logits (../shared/fixtures) for the default model: mean NLL no further from llama.cpp's than the
+    MatMulNBits pass's (+0.12%, docs/models.md), top-1 agreement, and its greedy continuation."""
+    from kernels.sampling import SamplingParams
+    from tests.pipeline.decode.test_engine_real import log_softmax
+    ids = fixture_npz["token_ids"].astype(np.int64)
+    n = len(ids)
+    engine = engine_of("default", {"model.kernel": "native", "cache.sink": 0, "cache.window": n + 32})
+    rows = []
+    engine.feed(ids, on_logits=lambda start, logits: rows.append(logits.copy()))
+    logits = np.concatenate(rows)
+    top1 = (logits.argmax(-1) == fixture_npz["topk_ids"][:, 0]).mean()
+    nll = -log_softmax(logits)[np.arange(n - 1), ids[1:]].mean()
+    ref = -fixture_npz["next_token_logprob"].astype(np.float64).mean()
+    print(f"\nnative pass: top-1 agreement with llama.cpp {top1:.4f}, mean NLL {nll:.5f} vs llama.cpp's {ref:.5f} "
+          f"({(nll - ref) / ref:+.3%})")
+    assert top1 >= 0.98 and abs(nll - ref) / ref <= 0.0012, (top1, nll, ref)
+    fresh = engine_of("default", {"model.kernel": "native", "cache.sink": 0, "cache.window": n + 32})
+    assert fresh.generate(ids, 16, SamplingParams()).token_ids == fixture_npz["greedy_continuation_ids"][:16].tolist()
