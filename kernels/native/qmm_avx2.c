@@ -6,10 +6,11 @@
  * Shape: a tile is 8 output columns (weight rows) x up to TILE_ROWS activation rows. Each weight block of the 8
  * columns is loaded and decoded once for all rows of the tile (rows past the tile loop over the weights again, from
  * cache), and each row's integer dot products end in one vector whose lane c is column c:
- *  - 32-weight types: the 8 columns' blocks are transposed by dwords at decode, so lane c holds 4 codes of column c
- *    and a row's 4 matching activation bytes are broadcast: no reduction at all (one float combine a block);
- *  - K-quants: per column, 8 int32 lanes over the super-block, sub-block scales applied by madd; the 8 columns'
- *    vectors are reduced once a super-block by a transpose-add (sum8).
+ *  - 32-weight types, Q4_K, Q5_K: the 8 columns' blocks are transposed by dwords at decode, so lane c holds 4 codes
+ *    of column c and a row's 4 matching activation bytes are broadcast: no reduction at all; the K-quants' 6-bit
+ *    scales and mins are decoded lane-wise from the transposed bytes and applied by madd;
+ *  - Q6_K: per column, 8 int32 lanes over the super-block, sub-block scales applied by madd; the 8 columns' vectors
+ *    are reduced once a super-block by a transpose-add (sum8).
  * The float combine is then qmm.h's, lane by lane: lane c computes exactly what the reference computes for column c,
  * in the same order.
  *
@@ -17,8 +18,8 @@
  *  - _mm256_maddubs_epi16 (unsigned x signed bytes, SATURATING int16 pair sums): the codes of Q4_*, Q5_*, Q4_K, Q5_K
  *    and Q6_K are <= 63 against |q| <= 127: a pair is <= 2*63*127 = 16002 < 32767. Q8_0's codes are signed: its dot
  *    is maddubs(|w|, q*sign(w)), |w| <= 128: a pair is <= 2*128*127 = 32512 < 32767.
- *  - int16 sums of maddubs outputs (32-weight types) are bounded where they are made: codes <= 15 allow 8 pair sums
- *    (30480), codes <= 31 four (31496); Q8_0's pairs go to int32 at once.
+ *  - int16 sums of maddubs outputs are bounded where they are made: codes <= 15 allow 8 pair sums (30480), codes
+ *    <= 31 four (31496); Q8_0's and Q6_K's pairs go to int32 at once.
  *  - the K-quants' sub-block scales are applied in integers by _mm256_madd_epi16 (int16 pair sums x int16 scales,
  *    int32), one float combine per 256-weight super-block, as in the reference; every int32 stays below 2^31 (qmm.h's
  *    bounds: |isum| < 2^27).
@@ -166,101 +167,144 @@ ALWAYS void tile32(const int type, const uint8_t *const w[8], int nb, const qmm_
     for (int r = 0; r < R; r++) _mm256_storeu_ps(Y + (size_t)(m0 + r) * ldy + n, acc[r]);
 }
 
-/* Q4_K/Q5_K's twelve scale bytes -> bytes 0..7 the 6-bit scales, 8..15 the mins (qmm_k4_scales, in registers) */
-ALWAYS __m128i k4_scales(const uint8_t *s) {
-    uint32_t u0, u1, u2;
-    memcpy(&u0, s, 4); memcpy(&u1, s + 4, 4); memcpy(&u2, s + 8, 4);
-    const uint64_t sc = (u0 & 0x3f3f3f3fu) | (uint64_t)((u2 & 0x0f0f0f0fu) | ((u0 >> 2) & 0x30303030u)) << 32;
-    const uint64_t mn = (u1 & 0x3f3f3f3fu) | (uint64_t)(((u2 >> 4) & 0x0f0f0f0fu) | ((u1 >> 2) & 0x30303030u)) << 32;
-    return _mm_set_epi64x((long long)mn, (long long)sc);
-}
-
 /* ---- the K-quants, one float combine per 256 weights ----
  * Q4_K, Q5_K: acc += (dx*d) * (float)(sum_j sc_j*dot_j) - (dx*dmin) * (float)(sum_j m_j*sx_j)
  * Q6_K:       acc += (dx*d) * (float)(sum_j sc_j*(dot_j - 32*sx_j)) */
 
-ALWAYS void tile256(const int type, const uint8_t *const w[8], int nb, const qmm_act *x, int m0, const int R,
-                    float *Y, int ldy, int n) {
+/* Q6_K per column: 8 int32 lanes over the super-block (maddubs by 32 weights, madd by the two 16-weight sub-blocks'
+ * int8 scales), reduced once a super-block by sum8. (Lanes as columns, as Q4_K, measured no faster for Q6_K: its
+ * 63-codes allow int16 sums of two maddubs only, and its decode is three transposes a half.) */
+ALWAYS void tile_q6k(const int type, const uint8_t *const w[8], int nb, const qmm_act *x, int m0, const int R,
+                     float *Y, int ldy, int n) {
     const int K = x->K, bb = qmm_block_bytes[type];
-    const __m256i low4 = _mm256_set1_epi8(15), b4 = _mm256_set1_epi8(16), b45 = _mm256_set1_epi8(0x30);
+    const __m256i low4 = _mm256_set1_epi8(15), b45 = _mm256_set1_epi8(0x30);
     __m256 acc[TILE_ROWS];
     for (int r = 0; r < R; r++) acc[r] = _mm256_setzero_ps();
     for (int b = 0; b < nb; b++) {
         const size_t off = (size_t)b * bb;
-        __m256i pi[TILE_ROWS][8], pm[TILE_ROWS][8];
+        __m256i pi[TILE_ROWS][8];
         for (int c = 0; c < 8; c++) {
-            const uint8_t *blk = w[c] + off;
+            const blk_q6_k *b6 = (const blk_q6_k *)(w[c] + off);
+            const __m128i sc = _mm_loadu_si128((const __m128i *)b6->scales);
             __m256i a[TILE_ROWS];
             for (int r = 0; r < R; r++) a[r] = _mm256_setzero_si256();
-            if (type == QMM_Q6_K) {
-                const blk_q6_k *b6 = (const blk_q6_k *)blk;
-                const __m128i sc = _mm_loadu_si128((const __m128i *)b6->scales);
-                for (int h = 0; h < 2; h++) {
-                    const __m256i l0 = load(b6->ql + 64 * h), l1 = load(b6->ql + 64 * h + 32), hb = load(b6->qh + 32 * h);
-                    const __m256i v[4] = {
-                        _mm256_or_si256(_mm256_and_si256(l0, low4), _mm256_and_si256(_mm256_slli_epi16(hb, 4), b45)),
-                        _mm256_or_si256(_mm256_and_si256(l1, low4), _mm256_and_si256(_mm256_slli_epi16(hb, 2), b45)),
-                        _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l0, 4), low4), _mm256_and_si256(hb, b45)),
-                        _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l1, 4), low4),
-                                        _mm256_and_si256(_mm256_srli_epi16(hb, 2), b45))};
-                    for (int k = 0; k < 4; k++) {
-                        const int g = 4 * h + k;      /* weights 32g..32g+31: sub-blocks 2g (low lane), 2g+1 (high) */
-                        const __m256i S = _mm256_cvtepi8_epi16(_mm_shuffle_epi8(
-                            sc, _mm_set_epi64x((long long)(0x0101010101010101ull * (2 * g + 1)),
-                                               (long long)(0x0101010101010101ull * (2 * g)))));
-                        for (int r = 0; r < R; r++) {
-                            const __m256i q = load(x->q + (size_t)(m0 + r) * K + 256 * b + 32 * g);
-                            a[r] = _mm256_add_epi32(a[r], _mm256_madd_epi16(_mm256_maddubs_epi16(v[k], q), S));
-                        }
-                    }
-                }
-                const __m256i sc16 = _mm256_cvtepi8_epi16(sc);
-                for (int r = 0; r < R; r++) {
-                    const __m256i s = load(x->s + (size_t)(m0 + r) * (K / 16) + 16 * b);
-                    pi[r][c] = _mm256_sub_epi32(a[r], _mm256_slli_epi32(_mm256_madd_epi16(s, sc16), 5));
-                }
-            } else {
-                const blk_q4_k *k4 = (const blk_q4_k *)blk;             /* d, dmin, scales sit alike in Q5_K */
-                const uint8_t *qs = type == QMM_Q4_K ? k4->qs : ((const blk_q5_k *)blk)->qs;
-                const __m128i scmn = k4_scales(k4->scales);
-                const __m256i sc = _mm256_broadcastsi128_si256(_mm_cvtepu8_epi16(scmn));
-                __m256i qh = type == QMM_Q5_K ? load(((const blk_q5_k *)blk)->qh) : _mm256_setzero_si256();
-                for (int j = 0; j < 4; j++) {
-                    const __m256i xq = load(qs + 32 * j);
-                    __m256i lo = _mm256_and_si256(xq, low4), hi = _mm256_and_si256(_mm256_srli_epi16(xq, 4), low4);
-                    if (type == QMM_Q5_K) {   /* qh shifted right by 2j: bit 0 is sub-block 2j's, bit 1 2j+1's */
-                        lo = _mm256_or_si256(lo, _mm256_and_si256(_mm256_slli_epi16(qh, 4), b4));
-                        hi = _mm256_or_si256(hi, _mm256_and_si256(_mm256_slli_epi16(qh, 3), b4));
-                        qh = _mm256_srli_epi16(qh, 2);
-                    }
-                    const __m256i s0 = _mm256_shuffle_epi8(sc, _mm256_set1_epi16((short)((4 * j + 1) << 8 | 4 * j)));
-                    const __m256i s1 = _mm256_shuffle_epi8(sc, _mm256_set1_epi16((short)((4 * j + 3) << 8 | (4 * j + 2))));
+            for (int h = 0; h < 2; h++) {
+                const __m256i l0 = load(b6->ql + 64 * h), l1 = load(b6->ql + 64 * h + 32), hb = load(b6->qh + 32 * h);
+                const __m256i v[4] = {
+                    _mm256_or_si256(_mm256_and_si256(l0, low4), _mm256_and_si256(_mm256_slli_epi16(hb, 4), b45)),
+                    _mm256_or_si256(_mm256_and_si256(l1, low4), _mm256_and_si256(_mm256_slli_epi16(hb, 2), b45)),
+                    _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l0, 4), low4), _mm256_and_si256(hb, b45)),
+                    _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l1, 4), low4),
+                                    _mm256_and_si256(_mm256_srli_epi16(hb, 2), b45))};
+                for (int k = 0; k < 4; k++) {
+                    const int g = 4 * h + k;          /* weights 32g..32g+31: sub-blocks 2g (low lane), 2g+1 (high) */
+                    const __m256i S = _mm256_cvtepi8_epi16(_mm_shuffle_epi8(
+                        sc, _mm_set_epi64x((long long)(0x0101010101010101ull * (2 * g + 1)),
+                                           (long long)(0x0101010101010101ull * (2 * g)))));
                     for (int r = 0; r < R; r++) {
-                        const int8_t *q = x->q + (size_t)(m0 + r) * K + 256 * b + 64 * j;
-                        a[r] = _mm256_add_epi32(a[r], _mm256_add_epi32(
-                                                          _mm256_madd_epi16(_mm256_maddubs_epi16(lo, load(q)), s0),
-                                                          _mm256_madd_epi16(_mm256_maddubs_epi16(hi, load(q + 32)), s1)));
+                        const __m256i q = load(x->q + (size_t)(m0 + r) * K + 256 * b + 32 * g);
+                        a[r] = _mm256_add_epi32(a[r], _mm256_madd_epi16(_mm256_maddubs_epi16(v[k], q), S));
                     }
                 }
-                /* (m0, m0, m1, m1, ..., m7, m7) against the row's sixteen sums of 16: m_j * sx_j in int32 lane j */
-                const __m256i mins = _mm256_cvtepu8_epi16(
-                    _mm_shuffle_epi8(scmn, _mm_setr_epi8(8, 8, 9, 9, 10, 10, 11, 11, 12, 12, 13, 13, 14, 14, 15, 15)));
+            }
+            const __m256i sc16 = _mm256_cvtepi8_epi16(sc);
+            for (int r = 0; r < R; r++) {
+                const __m256i s = load(x->s + (size_t)(m0 + r) * (K / 16) + 16 * b);
+                pi[r][c] = _mm256_sub_epi32(a[r], _mm256_slli_epi32(_mm256_madd_epi16(s, sc16), 5));
+            }
+        }
+        const __m256 d = f16x8(w, off + 208);
+        for (int r = 0; r < R; r++) {
+            const __m256 dx = _mm256_set1_ps(x->d[(size_t)(m0 + r) * (K / 256) + b]);
+            acc[r] = _mm256_add_ps(acc[r], _mm256_mul_ps(_mm256_mul_ps(dx, d), _mm256_cvtepi32_ps(sum8(pi[r]))));
+        }
+    }
+    for (int r = 0; r < R; r++) _mm256_storeu_ps(Y + (size_t)(m0 + r) * ldy + n, acc[r]);
+}
+
+/* Q4_K, Q5_K with lanes as columns, as the 32-weight types: the 8 columns' bytes transposed by dwords (scales and
+ * codes alike: every decode step is bytewise or within a dword, so it commutes with the transpose), a sub-block's 8
+ * code vectors kept in registers for all rows. Per row and sub-block i: eight maddubs summed in int16 (codes <= 15:
+ * 8*2*15*127 = 30480; Q5_K's codes <= 31: two sums of four, 31496), one madd by sc_i, lane c = column c; the mins'
+ * sum as four madds of (m_2k, m_2k+1) pairs against the row's (sx_2k, sx_2k+1). No reduction. */
+ALWAYS void tile_k45(const int type, const uint8_t *const w[8], int nb, const qmm_act *x, int m0, const int R,
+                     float *Y, int ldy, int n) {
+    const int K = x->K, bb = qmm_block_bytes[type], qs_at = type == QMM_Q4_K ? 16 : 48;
+    const __m256i low4 = _mm256_set1_epi8(15), b4 = _mm256_set1_epi8(16);
+    const __m256i m3f = _mm256_set1_epi8(0x3f), m30 = _mm256_set1_epi8(0x30);
+    const __m256i at = _mm256_setr_epi32(0, 0x04040404, 0x08080808, 0x0c0c0c0c, 0, 0x04040404, 0x08080808, 0x0c0c0c0c);
+    __m256 acc[TILE_ROWS];
+    for (int r = 0; r < R; r++) acc[r] = _mm256_setzero_ps();
+    for (int b = 0; b < nb; b++) {
+        const size_t off = (size_t)b * bb;
+        __m256i u[4];                          /* lane c: column c's (d, dmin), then the scale bytes' dwords u0..u2 */
+        transpose4(w, off, u);
+        const __m256i dd = _mm256_permute4x64_epi64(
+            _mm256_shuffle_epi8(u[0], _mm256_setr_epi8(0, 1, 4, 5, 8, 9, 12, 13, 2, 3, 6, 7, 10, 11, 14, 15,
+                                                       0, 1, 4, 5, 8, 9, 12, 13, 2, 3, 6, 7, 10, 11, 14, 15)), 0xd8);
+        const __m256 d = _mm256_cvtph_ps(_mm256_castsi256_si128(dd)), dmin = _mm256_cvtph_ps(_mm256_extracti128_si256(dd, 1));
+        /* qmm_k4_scales in each lane: sc[0..3], sc[4..7], m[0..3], m[4..7] */
+        const __m256i sc[2] = {_mm256_and_si256(u[1], m3f),
+                               _mm256_or_si256(_mm256_and_si256(u[3], low4), _mm256_and_si256(_mm256_srli_epi32(u[1], 2), m30))};
+        const __m256i mn[2] = {_mm256_and_si256(u[2], m3f),
+                               _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi32(u[3], 4), low4),
+                                               _mm256_and_si256(_mm256_srli_epi32(u[2], 2), m30))};
+        __m256i isum[TILE_ROWS], msum[TILE_ROWS];
+        for (int r = 0; r < R; r++) {
+            const int16_t *s = x->s + (size_t)(m0 + r) * (K / 16) + 16 * b;
+            isum[r] = msum[r] = _mm256_setzero_si256();
+            for (int k = 0; k < 4; k++) {          /* (m_2k, m_2k+1) in lane c's int16 halves, against (sx_2k, sx_2k+1) */
+                const int lo = (2 * k) & 3;
+                const __m256i mp = _mm256_shuffle_epi8(
+                    mn[k >> 1], _mm256_add_epi8(at, _mm256_set1_epi32((int)(0x80008000u | (lo + 1) << 16 | lo))));
+                const int sx0 = s[4 * k] + s[4 * k + 1], sx1 = s[4 * k + 2] + s[4 * k + 3];
+                msum[r] = _mm256_add_epi32(msum[r], _mm256_madd_epi16(
+                                                        mp, _mm256_set1_epi32((int)((uint32_t)(uint16_t)sx0 | (uint32_t)sx1 << 16))));
+            }
+        }
+        __m256i qh[8];
+        if (type == QMM_Q5_K) {
+            transpose4(w, off + 16, qh);
+            transpose4(w, off + 32, qh + 4);
+        }
+        for (int j = 0; j < 4; j++) {                          /* qs bytes 32j..32j+31: sub-blocks 2j, 2j+1 */
+            __m256i t[8];
+            transpose4(w, off + qs_at + 32 * j, t);
+            transpose4(w, off + qs_at + 32 * j + 16, t + 4);
+            for (int half = 0; half < 2; half++) {
+                const int i = 2 * j + half;
+                __m256i v[8];
+                for (int k = 0; k < 8; k++) {
+                    v[k] = _mm256_and_si256(half ? _mm256_srli_epi16(t[k], 4) : t[k], low4);
+                    if (type == QMM_Q5_K)                   /* bit i of qh's bytes -> 16 */
+                        v[k] = _mm256_or_si256(v[k], _mm256_and_si256(i <= 4 ? _mm256_slli_epi16(qh[k], 4 - i)
+                                                                             : _mm256_srli_epi16(qh[k], i - 4), b4));
+                }
+                const __m256i sci = _mm256_shuffle_epi8(
+                    sc[i >> 2], _mm256_add_epi8(at, _mm256_set1_epi32((int)(0x80008000u | (i & 3) << 16 | (i & 3)))));
                 for (int r = 0; r < R; r++) {
-                    pi[r][c] = a[r];
-                    pm[r][c] = _mm256_madd_epi16(load(x->s + (size_t)(m0 + r) * (K / 16) + 16 * b), mins);
+                    const int8_t *q = x->q + (size_t)(m0 + r) * K + 256 * b + 32 * i;
+                    __m256i dot;
+                    if (type == QMM_Q4_K) {
+                        __m256i p = _mm256_setzero_si256();
+                        for (int k = 0; k < 8; k++) p = _mm256_add_epi16(p, _mm256_maddubs_epi16(v[k], bcast4(q + 4 * k)));
+                        dot = _mm256_madd_epi16(p, sci);
+                    } else {
+                        __m256i p0 = _mm256_setzero_si256(), p1 = _mm256_setzero_si256();
+                        for (int k = 0; k < 4; k++) {
+                            p0 = _mm256_add_epi16(p0, _mm256_maddubs_epi16(v[k], bcast4(q + 4 * k)));
+                            p1 = _mm256_add_epi16(p1, _mm256_maddubs_epi16(v[k + 4], bcast4(q + 16 + 4 * k)));
+                        }
+                        dot = _mm256_add_epi32(_mm256_madd_epi16(p0, sci), _mm256_madd_epi16(p1, sci));
+                    }
+                    isum[r] = _mm256_add_epi32(isum[r], dot);
                 }
             }
         }
-        const __m256 d = f16x8(w, off + (type == QMM_Q6_K ? 208 : 0));
-        const __m256 dmin = type == QMM_Q6_K ? d : f16x8(w, off + 2);
         for (int r = 0; r < R; r++) {
             const __m256 dx = _mm256_set1_ps(x->d[(size_t)(m0 + r) * (K / 256) + b]);
-            const __m256 main = _mm256_mul_ps(_mm256_mul_ps(dx, d), _mm256_cvtepi32_ps(sum8(pi[r])));
-            if (type == QMM_Q6_K)
-                acc[r] = _mm256_add_ps(acc[r], main);
-            else
-                acc[r] = _mm256_add_ps(acc[r], _mm256_sub_ps(main, _mm256_mul_ps(_mm256_mul_ps(dx, dmin),
-                                                                                 _mm256_cvtepi32_ps(sum8(pm[r])))));
+            acc[r] = _mm256_add_ps(acc[r], _mm256_sub_ps(_mm256_mul_ps(_mm256_mul_ps(dx, d), _mm256_cvtepi32_ps(isum[r])),
+                                                         _mm256_mul_ps(_mm256_mul_ps(dx, dmin), _mm256_cvtepi32_ps(msum[r]))));
         }
     }
     for (int r = 0; r < R; r++) _mm256_storeu_ps(Y + (size_t)(m0 + r) * ldy + n, acc[r]);
@@ -287,9 +331,9 @@ static void tile(int type, const uint8_t *const w[8], int nb, const qmm_act *x, 
     case QMM_Q5_0: ROWS(tile32, QMM_Q5_0); break;
     case QMM_Q5_1: ROWS(tile32, QMM_Q5_1); break;
     case QMM_Q8_0: ROWS(tile32, QMM_Q8_0); break;
-    case QMM_Q4_K: ROWS(tile256, QMM_Q4_K); break;
-    case QMM_Q5_K: ROWS(tile256, QMM_Q5_K); break;
-    case QMM_Q6_K: ROWS(tile256, QMM_Q6_K); break;
+    case QMM_Q4_K: ROWS(tile_k45, QMM_Q4_K); break;
+    case QMM_Q5_K: ROWS(tile_k45, QMM_Q5_K); break;
+    case QMM_Q6_K: ROWS(tile_q6k, QMM_Q6_K); break;
     }
 }
 
