@@ -24,19 +24,22 @@ def _assessments(journal) -> list[str]:
 def test_one_draft_on_the_npu_simulator_serves_two_streams_through_the_actor_pipeline_as_the_target_alone(
         default_gguf, rknn_python, tmp_path):
     """Two streams on one node: one draft actor opens the NPU (the simulator) once and drafts for both; each
-    stream's assessments are the target-only ones, and both streams' drafts were accepted."""
+    stream's assessments are the target-only ones (the serial engine's over that stream's log alone, in this process:
+    the reference the pipeline must equal), and both streams' drafts were accepted."""
+    from pipeline import config as cfgs
+    from pipeline.stream.replay import replay
     (tmp_path / "npu.toml").write_text(NPU_DRAFT + STREAMS)
     (tmp_path / "alone.toml").write_text('[draft]\nkind = "none"\n' + STREAMS)
     env = {**os.environ, "PYTHONPATH": str(ROOT), "RINGSPEC_NPU_LOCK": str(tmp_path / "npu.lock")}
-    runs = {}
-    for name, python in (("npu", str(rknn_python)), ("alone", sys.executable)):
-        proc = procs.run([python, str(ROOT / "run.py"), "replay", "--config", str(tmp_path / f"{name}.toml"),
-                          "--quiet-lines", "--journal", str(tmp_path / f"{name}.jsonl")], env=env,
-                         cpu_budget_s=1800)
-        assert proc.returncode == 0, proc.stderr[-3000:]
-        runs[name] = proc.stderr
-    for stream in ("bgl", "zookeeper"):
-        npu, alone = (_assessments(tmp_path / f"{name}.{stream}.jsonl") for name in ("npu", "alone"))
+    proc = procs.run([str(rknn_python), str(ROOT / "run.py"), "replay", "--config", str(tmp_path / "npu.toml"),
+                      "--quiet-lines", "--journal", str(tmp_path / "npu.jsonl")], env=env, cpu_budget_s=1800)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    runs = {"npu": proc.stderr}
+    for stream, scfg in cfgs.streams_of(cfgs.load(tmp_path / "alone.toml")):
+        alone = []
+        replay(scfg.replay.log, None, scfg, lambda kind, r: alone.append(r["text"]) if kind == "assessment" else None,
+               max_lines=scfg.replay.max_lines)
+        npu = _assessments(tmp_path / f"npu.{stream}.jsonl")
         assert len(npu) == 1 and npu == alone, stream
     # each stream's NPU draft was accepted (1.43 tokens per verify in the structured form's short fields alone,
     # 2026-12-03; the free text's longer runs gave over 1.5)
