@@ -47,8 +47,8 @@ class Scratch:
     def __init__(self):
         self.buf = np.zeros(0, np.uint8)
 
-    def get(self, qtype: str, M: int, K: int) -> np.ndarray:
-        need = _qmm.scratch_bytes(TYPES.index(qtype), M, K)
+    def get(self, M: int, K: int) -> np.ndarray:
+        need = _qmm.scratch_bytes(M, K)
         if self.buf.nbytes < need:
             self.buf = np.zeros(need, np.uint8)
         return self.buf
@@ -57,29 +57,39 @@ class Scratch:
 def matmul(w: np.ndarray, qtype: str, x: np.ndarray, out: np.ndarray, threads: int = 1, path: str = "",
            scratch: Scratch | None = None, col: int = 0) -> str:
     """out[m, col + n] = sum_k x[m, k] w[n, k]; w: uint8 [N, K/block * block bytes] (a GGUF tensor's rows as stored),
-    x: float32 [M, K] C-contiguous, out: float32 [M, >= col + N] C-contiguous (other columns untouched: a fused
-    projection's parts land side by side). threads split the output columns only. path: "" for the best this CPU
-    runs. Returns the path that ran."""
+    x: float32 [M, K] C-contiguous, out: float32 [M, >= col + N] C-contiguous (other columns untouched). threads
+    split the output columns only. path: "" for the best this CPU runs. Returns the path that ran."""
+    return matmul_parts([(w, qtype, col)], x, out, threads, path, scratch)
+
+
+def matmul_parts(parts: list[tuple[np.ndarray, str, int]], x: np.ndarray, out: np.ndarray, threads: int = 1,
+                 path: str = "", scratch: Scratch | None = None) -> str:
+    """`matmul` of up to four weights (w, qtype, col) over one input, in one call: x quantized once a family, the
+    weights' columns shared out to the threads together (a fused projection's parts, side by side in `out`)."""
     if _qmm is None:
         raise RuntimeError(MISSING)
-    if qtype not in BLOCK_BYTES:
-        raise ValueError(f"{qtype} is not a type the native kernel reads ({', '.join(TYPES)})")
     if x.dtype != np.float32 or out.dtype != np.float32 or x.ndim != 2 or out.ndim != 2:
         raise ValueError(f"x and out must be float32 matrices, got {x.dtype}{list(x.shape)}, {out.dtype}{list(out.shape)}")
     M, K = x.shape
-    N = w.shape[0]
-    if K % BLOCK_WEIGHTS[qtype]:
-        raise ValueError(f"K = {K} is not a whole number of {qtype} blocks ({BLOCK_WEIGHTS[qtype]} weights)")
-    if w.dtype != np.uint8 or w.ndim != 2 or w.shape[1] != K // BLOCK_WEIGHTS[qtype] * BLOCK_BYTES[qtype]:
-        raise ValueError(f"w must be uint8 [N, {K // BLOCK_WEIGHTS[qtype] * BLOCK_BYTES[qtype]}] ({qtype} rows of "
-                         f"K = {K}), got {w.dtype}{list(w.shape)}")
-    if out.shape[0] != M or out.shape[1] < col + N or not out.flags.c_contiguous or not x.flags.c_contiguous:
-        raise ValueError(f"out must hold [{M}, {col + N}] float32 C-contiguous and x be C-contiguous")
+    if not x.flags.c_contiguous or not out.flags.c_contiguous or out.shape[0] != M:
+        raise ValueError(f"x and out must be C-contiguous with {M} rows")
     if path and path not in _PATH_IDS:
         raise ValueError(f"no path {path!r}: {', '.join(_PATH_IDS)}")
+    weights = []
+    for w, qtype, col in parts:
+        if qtype not in BLOCK_BYTES:
+            raise ValueError(f"{qtype} is not a type the native kernel reads ({', '.join(TYPES)})")
+        if K % BLOCK_WEIGHTS[qtype]:
+            raise ValueError(f"K = {K} is not a whole number of {qtype} blocks ({BLOCK_WEIGHTS[qtype]} weights)")
+        row = K // BLOCK_WEIGHTS[qtype] * BLOCK_BYTES[qtype]
+        if w.dtype != np.uint8 or w.ndim != 2 or w.shape[1] != row:
+            raise ValueError(f"w must be uint8 [N, {row}] ({qtype} rows of K = {K}), got {w.dtype}{list(w.shape)}")
+        if out.shape[1] < col + w.shape[0]:
+            raise ValueError(f"out must hold [{M}, {col + w.shape[0]}] float32")
+        weights.append((TYPES.index(qtype), w, w.shape[0], col))
     scratch = scratch or Scratch()
-    return _qmm.matmul(TYPES.index(qtype), w, x, M, K, N, out, out.shape[1], col, threads,
-                       _PATH_IDS[path] if path else -1, scratch.get(qtype, M, K))
+    return _qmm.matmul(tuple(weights), x, M, K, out, out.shape[1], threads, _PATH_IDS[path] if path else -1,
+                       scratch.get(M, K))
 
 
 def rmsnorm(x: np.ndarray, gamma: np.ndarray, eps: float, out: np.ndarray) -> np.ndarray:

@@ -239,6 +239,18 @@ def _type_counts(model: GGUFModel) -> dict[str, int]:
     return counts
 
 
+def relocate(model_dir: Path, gguf_path: Path) -> None:
+    """Point the card at `gguf_path`, a file with the content the model was converted from (the directory is keyed by
+    its sha256), when the file it names is elsewhere: the native pass reads the GGUF's blocks (models/native.py)."""
+    card = json.loads((model_dir / CARD).read_text())
+    where = str(Path(gguf_path).resolve())
+    if card["source"]["path"] != where:
+        card["source"]["path"] = where
+        part = model_dir / f"{CARD}.{os.getpid()}.part"
+        part.write_text(json.dumps(card, indent=1))
+        os.replace(part, model_dir / CARD)
+
+
 def load_card(model_dir: str | os.PathLike) -> dict:
     path = Path(model_dir) / CARD
     if not path.exists():

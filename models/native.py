@@ -52,6 +52,10 @@ class Linear:
     parts: list[Part]
     bias: np.ndarray | None   # float32 [N]
 
+    def __post_init__(self):
+        self.operands = [(p.w, p.qtype, p.col) for p in self.parts]     # one call: the input quantized once
+        self.nbytes = sum(p.w.nbytes for p in self.parts)
+
 
 def _quantized(model: GGUFModel, name: str) -> tuple[str, np.ndarray]:
     qtype = model.tensor_type(name)
@@ -184,10 +188,9 @@ class NativeSession:
         self.gate_up, self.act = np.zeros((T, 2 * F), np.float32), np.zeros((T, F), np.float32)
 
     def linear(self, lin: Linear, x: np.ndarray, out: np.ndarray) -> np.ndarray:
-        for p in lin.parts:
-            qmatmul.matmul(p.w, p.qtype, x, out, threads=self.threads, scratch=self.scratch, col=p.col)
-            if self.timing is not None:
-                self._tick(f"matmul {p.qtype} K{lin.K} N{p.w.shape[0]}", p.w.nbytes)
+        qmatmul.matmul_parts(lin.operands, x, out, threads=self.threads, scratch=self.scratch)
+        if self.timing is not None:
+            self._tick(f"matmul {'+'.join(p.qtype for p in lin.parts)} K{lin.K} N{lin.N}", lin.nbytes)
         if lin.bias is not None:
             out += lin.bias
         return out

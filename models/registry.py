@@ -20,7 +20,7 @@ from pathlib import Path
 
 from tqdm import tqdm
 
-from .convert import CARD, FORMAT, WEIGHTS, convert, load_card
+from .convert import CARD, FORMAT, WEIGHTS, convert, load_card, relocate
 from .filelock import locked
 from .gguf import sha256_file
 
@@ -229,6 +229,7 @@ def converted_dir(gguf_path: str | os.PathLike, progress: bool = True) -> Path:
     digest = _known_sha256(gguf_path) or file_sha256(gguf_path)
     out = home() / "converted" / f"{gguf_path.stem}-{digest[:12]}"
     if _intact(out):
+        relocate(out, gguf_path)
         return out
     with locked(out):
         if not _intact(out):

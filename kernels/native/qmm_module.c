@@ -63,11 +63,18 @@ static int best_isa(void) {
 #define PARTS_PER_THREAD 4
 #define SPIN_ROUNDS 20000
 
+#define MAX_WEIGHTS 4                      /* weights sharing one call's input (a fused projection's parts) */
+
+typedef struct {
+    int type, N, col, units;                /* units: 16-column runs */
+    const uint8_t *W;
+    const qmm_act *x;                       /* the input quantized in this type's family */
+} weight_t;
+
 typedef struct {
     qmm_gemm_fn fn;
-    int type, K, M, N, ldy, parts;
-    const uint8_t *W;
-    qmm_act x;
+    int K, M, ldy, n_weights, units, parts;
+    weight_t w[MAX_WEIGHTS];
     float *Y;
 } job_t;
 
@@ -80,11 +87,16 @@ static _Atomic uint64_t claim;                /* (that call's generation << 32) 
 static atomic_int parts_done, sleepers;
 static int n_workers;
 
-static void run_part(int p) {
-    const int units = (job.N + 15) / 16;
-    int n0 = (int)((long)units * p / job.parts) * 16, n1 = (int)((long)units * (p + 1) / job.parts) * 16;
-    if (n1 > job.N) n1 = job.N;
-    if (n0 < n1) job.fn(job.type, job.W, job.K, &job.x, job.M, job.Y, job.ldy, n0, n1);
+static void run_part(int p) {          /* the p-th of job.parts runs of 16 columns, over the weights in order */
+    const int u0 = (int)((long)job.units * p / job.parts), u1 = (int)((long)job.units * (p + 1) / job.parts);
+    int start = 0;
+    for (int i = 0; i < job.n_weights; start += job.w[i].units, i++) {
+        const weight_t *w = &job.w[i];
+        const int a = u0 > start ? u0 : start, b = u1 < start + w->units ? u1 : start + w->units;
+        if (a >= b) continue;
+        const int n0 = (a - start) * 16, n1 = (b - start) * 16 < w->N ? (b - start) * 16 : w->N;
+        job.fn(w->type, w->W, job.K, w->x, job.M, job.Y + w->col, job.ldy, n0, n1);
+    }
 }
 
 /* the next part of call `gen`, or -1 when it has none left (or is over: a late worker claims nothing) */
@@ -159,7 +171,9 @@ static void grow_pool(int threads) {          /* as many workers as it can start
 static void run_job(const job_t *todo, int threads) {
     pthread_mutex_lock(&call_lock);
     job = *todo;
-    const int units = (job.N + 15) / 16;
+    job.units = 0;
+    for (int i = 0; i < job.n_weights; i++) job.units += job.w[i].units = (job.w[i].N + 15) / 16;
+    const int units = job.units;
     job.parts = threads > 1 ? (units < threads * PARTS_PER_THREAD ? units : threads * PARTS_PER_THREAD) : 1;
     if (job.parts <= 1) {
         run_part(0);
@@ -184,60 +198,84 @@ static void run_job(const job_t *todo, int threads) {
 
 static size_t align64(size_t n) { return (n + 63) & ~(size_t)63; }
 
-static size_t scratch_bytes(long M, long K, int B) {
-    return align64((size_t)(M * K)) + align64(sizeof(float) * (size_t)(M * K / B)) + sizeof(int16_t) * (size_t)(M * K / 16);
+static size_t act_bytes(long M, long K, int B) {
+    return align64((size_t)(M * K)) + align64(sizeof(float) * (size_t)(M * K / B)) + align64(sizeof(int16_t) * (size_t)(M * K / 16));
+}
+
+/* the scratch of an input quantized both ways (32-blocks first, then 256-blocks when K allows) */
+static size_t scratch_bytes(long M, long K) {
+    return act_bytes(M, K, 32) + (K % 256 == 0 ? act_bytes(M, K, 256) : 0);
+}
+
+static qmm_act act_at(char *base, long M, long K, int B) {
+    int8_t *q = (int8_t *)base;
+    float *d = (float *)(base + align64((size_t)(M * K)));
+    int16_t *s = (int16_t *)((char *)d + align64(sizeof(float) * (size_t)(M * K / B)));
+    return (qmm_act){q, d, s, (int)K, B};
 }
 
 static PyObject *py_scratch_bytes(PyObject *self, PyObject *args) {
-    int type;
     long M, K;
-    if (!PyArg_ParseTuple(args, "ill", &type, &M, &K)) return NULL;
-    if (type < 0 || type >= QMM_NTYPES) return PyErr_Format(PyExc_ValueError, "unknown type %d", type);
-    return PyLong_FromSize_t(scratch_bytes(M, K, qmm_act_block(type)));
+    if (!PyArg_ParseTuple(args, "ll", &M, &K)) return NULL;
+    return PyLong_FromSize_t(scratch_bytes(M, K));
 }
 
-/* matmul(type, W, x, M, K, N, Y, ldy, col, threads, isa, scratch) -> the path that ran: Y[m*ldy + col + n]. Shapes
- * are checked here against the buffers' lengths; kernels/qmatmul.py gives the readable errors first. */
+/* matmul(weights, x, M, K, Y, ldy, threads, isa, scratch) -> the path that ran. weights: up to MAX_WEIGHTS tuples
+ * (type, W, N, col), each writing Y[m*ldy + col + n], n < N, from the same input x [M, K] (quantized once a family).
+ * Shapes are checked here against the buffers' lengths; kernels/qmatmul.py gives the readable errors first. */
 static PyObject *py_matmul(PyObject *self, PyObject *args) {
-    int type, threads, isa;
-    long M, K, N, ldy, col;
-    Py_buffer w, x, y, sc;
-    if (!PyArg_ParseTuple(args, "iy*y*lllw*lliiw*", &type, &w, &x, &M, &K, &N, &y, &ldy, &col, &threads, &isa, &sc))
+    PyObject *weights;
+    int threads, isa;
+    long M, K, ldy;
+    Py_buffer x, y, sc, w[MAX_WEIGHTS];
+    if (!PyArg_ParseTuple(args, "O!y*llw*liiw*", &PyTuple_Type, &weights, &x, &M, &K, &y, &ldy, &threads, &isa, &sc))
         return NULL;
-    PyObject *result = NULL;
+    const Py_ssize_t n = PyTuple_GET_SIZE(weights);
+    job_t todo = {0};
+    int got = 0, need32 = 0, need256 = 0;
     const char *err = NULL;
-    int B = 0;
-    qmm_gemm_fn fn = NULL;
-    if (type < 0 || type >= QMM_NTYPES) err = "unknown type";
-    else {
-        B = qmm_act_block(type);
-        if (isa < 0) isa = best_isa();
-        fn = isa < QMM_NISAS ? path_of(isa) : NULL;
-        size_t row = (size_t)(K / qmm_block_weights[type]) * qmm_block_bytes[type];
-        if (!fn) err = "that path is not available on this CPU";
-        else if (M < 1 || N < 1 || K < 1 || K % qmm_block_weights[type] != 0) err = "K is not a whole number of blocks";
-        else if ((size_t)w.len < row * (size_t)N) err = "W is shorter than N rows of blocks";
-        else if ((size_t)x.len < sizeof(float) * (size_t)(M * K)) err = "x is shorter than M x K floats";
+    if (n < 1 || n > MAX_WEIGHTS) err = "one to four weights a call";
+    if (isa < 0) isa = best_isa();
+    todo.fn = isa < QMM_NISAS ? path_of(isa) : NULL;
+    if (!err && !todo.fn) err = "that path is not available on this CPU";
+    if (!err && (M < 1 || K < 1 || (size_t)x.len < sizeof(float) * (size_t)(M * K))) err = "x is shorter than M x K floats";
+    if (!err && (size_t)sc.len < scratch_bytes(M, K)) err = "scratch is too short";
+    if (!err && (threads < 1 || threads > MAX_THREADS)) err = "threads must be 1..64";
+    for (Py_ssize_t i = 0; !err && i < n; i++) {
+        weight_t *wt = &todo.w[i];
+        long N, col;
+        if (!PyArg_ParseTuple(PyTuple_GET_ITEM(weights, i), "iy*ll", &wt->type, &w[i], &N, &col)) {
+            err = "";                                /* the parser's own error */
+            break;
+        }
+        got++;
+        wt->N = (int)N, wt->col = (int)col, wt->W = (const uint8_t *)w[i].buf;
+        if (wt->type < 0 || wt->type >= QMM_NTYPES) { err = "unknown type"; break; }
+        const size_t row = (size_t)(K / qmm_block_weights[wt->type]) * qmm_block_bytes[wt->type];
+        if (K % qmm_block_weights[wt->type] != 0) err = "K is not a whole number of blocks";
+        else if (N < 1 || (size_t)w[i].len < row * (size_t)N) err = "W is shorter than N rows of blocks";
         else if (col < 0 || ldy < col + N || (size_t)y.len < sizeof(float) * (size_t)((M - 1) * ldy + col + N))
             err = "Y is too short";
-        else if ((size_t)sc.len < scratch_bytes(M, K, B)) err = "scratch is too short";
-        else if (threads < 1 || threads > MAX_THREADS) err = "threads must be 1..64";
+        need32 |= qmm_act_block(wt->type) == 32;
+        need256 |= qmm_act_block(wt->type) == 256;
     }
+    PyObject *result = NULL;
     if (err) {
-        PyErr_SetString(PyExc_ValueError, err);
+        if (*err) PyErr_SetString(PyExc_ValueError, err);
     } else {
-        int8_t *q = (int8_t *)sc.buf;
-        float *d = (float *)((char *)sc.buf + align64((size_t)(M * K)));
-        int16_t *s = (int16_t *)((char *)d + align64(sizeof(float) * (size_t)(M * K / B)));
-        const job_t todo = {fn, type, (int)K, (int)M, (int)N, (int)ldy, 1, (const uint8_t *)w.buf,
-                            {q, d, s, (int)K, B}, (float *)y.buf + col};
+        qmm_act a32 = act_at((char *)sc.buf, M, K, 32);
+        qmm_act a256 = act_at((char *)sc.buf + act_bytes(M, K, 32), M, K, 256);
+        todo.K = (int)K, todo.M = (int)M, todo.ldy = (int)ldy, todo.n_weights = (int)n, todo.Y = (float *)y.buf;
+        for (Py_ssize_t i = 0; i < n; i++) todo.w[i].x = qmm_act_block(todo.w[i].type) == 32 ? &a32 : &a256;
         Py_BEGIN_ALLOW_THREADS
-        qmm_quantize((const float *)x.buf, (int)M, (int)K, B, q, d, s);
+        if (need32) qmm_quantize((const float *)x.buf, (int)M, (int)K, 32, (int8_t *)a32.q, (float *)a32.d, (int16_t *)a32.s);
+        if (need256) qmm_quantize((const float *)x.buf, (int)M, (int)K, 256, (int8_t *)a256.q, (float *)a256.d, (int16_t *)a256.s);
         run_job(&todo, threads);
         Py_END_ALLOW_THREADS
         result = PyUnicode_FromString(isa_names[isa]);
     }
-    PyBuffer_Release(&w); PyBuffer_Release(&x); PyBuffer_Release(&y); PyBuffer_Release(&sc);
+    for (int i = 0; i < got; i++) PyBuffer_Release(&w[i]);
+    PyBuffer_Release(&x); PyBuffer_Release(&y); PyBuffer_Release(&sc);
     return result;
 }
 
@@ -336,8 +374,8 @@ static PyMethodDef methods[] = {
     {"swiglu", py_swiglu, METH_VARARGS, "swiglu(gate_up, T, F, out)"},
     {"rows", py_rows, METH_VARARGS, "rows(type, W, V, K, ids, T, out)"},
     {"nll", py_nll, METH_VARARGS, "nll(logits, M, V, ld, targets, out)"},
-    {"matmul", py_matmul, METH_VARARGS, "matmul(type, W, x, M, K, N, Y, ldy, col, threads, isa, scratch) -> path name"},
-    {"scratch_bytes", py_scratch_bytes, METH_VARARGS, "scratch_bytes(type, M, K) -> bytes"},
+    {"matmul", py_matmul, METH_VARARGS, "matmul(((type, W, N, col), ...), x, M, K, Y, ldy, threads, isa, scratch) -> path"},
+    {"scratch_bytes", py_scratch_bytes, METH_VARARGS, "scratch_bytes(M, K) -> bytes"},
     {"paths", py_paths, METH_NOARGS, "paths() -> [(name, id)], best first"},
     {NULL, NULL, 0, NULL}};
 
