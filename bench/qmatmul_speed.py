@@ -3,10 +3,11 @@
 Owns the protocol: for each shape (N x K: the 1.5B's MLP up 8960 x 1536 and down 1536 x 8960 by default), type, row
 count and thread count, one warm call a path, then rounds of one call a path (interleaved, so a busy machine slows
 the paths alike) until `--min-time` seconds a path have passed (at least 3 rounds); each path's median call time, and
-the weights' bytes (N rows of K/block blocks as GGUF stores them) over it; the load average is printed beside. A call includes
-quantizing the activations (the kernel's own entry does it). Weights are random codes with ordinary float16 scales
-(no subnormal or NaN scale slowing the float side). Never asserts a speed, never compares outputs (the tests hold the
-paths' bits equal: tests/kernels/test_qmatmul_paths.py); a path this CPU lacks is left out with a line saying so.
+the weights' bytes (N rows of K/block blocks as GGUF stores them) over it; the load average is printed beside. A
+call includes quantizing the activations (the kernel's own entry does it). Weights are random codes with ordinary
+float16 scales (no subnormal or NaN scale slowing the float side); `--clock cpu` times one thread's calls by its
+CPU time (what a call costs whatever else runs on the cores). Never asserts a speed, never compares outputs (the
+tests hold the paths' bits equal: tests/kernels/test_qmatmul_paths.py); a path this CPU lacks is left out, said.
 
     python -m bench.qmatmul_speed --types Q4_K,Q6_K --rows 1,2,4,8 --threads 1,2 --paths avx2,scalar
 """
@@ -32,7 +33,8 @@ def weights(qtype: str, n: int, k: int, rng: np.random.Generator) -> np.ndarray:
     nblocks = n * k // qmatmul.BLOCK_WEIGHTS[qtype]
     raw = rng.integers(0, 256, (nblocks, qmatmul.BLOCK_BYTES[qtype]), dtype=np.uint8)
     for at in SCALE_AT[qtype]:
-        raw[:, at:at + 2] = (rng.standard_normal(nblocks) * 0.01 + 0.02).astype(np.float16).view(np.uint8).reshape(-1, 2)
+        scales = (rng.standard_normal(nblocks) * 0.01 + 0.02).astype(np.float16)
+        raw[:, at:at + 2] = scales.view(np.uint8).reshape(-1, 2)
     return raw.reshape(n, -1)
 
 
@@ -56,7 +58,8 @@ def main(argv=None) -> int:
     p.add_argument("--rows", default="1,2,4,8")
     p.add_argument("--threads", default="1,2")
     p.add_argument("--paths", default="", help="comma-separated; default: every path this CPU runs")
-    p.add_argument("--shapes", default="up,down", help=f"of {', '.join(f'{k} {n}x{kk}' for k, (n, kk) in SHAPES.items())}")
+    p.add_argument("--shapes", default="up,down",
+                   help=f"of {', '.join(f'{k} {n}x{kk}' for k, (n, kk) in SHAPES.items())}")
     p.add_argument("--clock", choices=("wall", "cpu"), default="wall",
                    help="cpu: the calling thread's CPU time where threads = 1 (what the call costs, whatever else runs "
                         "on the cores); rows with more threads stay on the wall clock, marked w")
@@ -97,8 +100,10 @@ def main(argv=None) -> int:
                 for th in threads:
                     cpu = a.clock == "cpu" and th == 1
                     clock = time.thread_time if cpu else time.perf_counter
-                    speed = {s: gb / sec for s, sec in seconds_a_call(w, t, x, out, th, paths, a.min_time, clock).items()}
-                    line = f"{shape:<6} {f'{n}x{k}':<12} {t:<5} {m:>4} {th:>2}{'w' if a.clock == 'cpu' and not cpu else ' '}| " + \
+                    secs = seconds_a_call(w, t, x, out, th, paths, a.min_time, clock)
+                    speed = {s: gb / sec for s, sec in secs.items()}
+                    mark = "w" if a.clock == "cpu" and not cpu else " "
+                    line = f"{shape:<6} {f'{n}x{k}':<12} {t:<5} {m:>4} {th:>2}{mark}| " + \
                         " | ".join(f"{speed[s]:>11.2f}" for s in paths)
                     line += "".join(f" | {speed[s] / speed[r]:>{len(s) + len(r) + 1}.2f}" for s, r in ratios)
                     print(line, flush=True)

@@ -53,6 +53,15 @@ ALWAYS __m256 f16x8(const uint8_t *const w[8], size_t off) {      /* built in a 
                                           f16at(w[4] + off), f16at(w[5] + off), f16at(w[6] + off), f16at(w[7] + off)));
 }
 
+/* The next tile's 8 rows are the next 8 * row bytes: each column stream fetches the same offset there (ahead), so
+ * short rows (8960 x 1536: 13 lines a row) still reach the core from a prefetched line (ahead = 0: the last tile, or
+ * a tile's later rows, which read from cache). */
+ALWAYS void prefetch_next(const uint8_t *const w[8], size_t ahead, size_t off, int bb) {
+    if (!ahead) return;
+    for (int c = 0; c < 8; c++)
+        for (int l = 0; l < bb; l += 64) _mm_prefetch((const char *)(w[c] + ahead + off + l), _MM_HINT_T0);
+}
+
 ALWAYS __m256i load(const void *p) { return _mm256_loadu_si256((const __m256i *)p); }
 
 /* ---- the 32-weight types: acc += (dx*d) * (float)(dot - z*sx), or (dx*d)*(float)dot + (dx*m)*(float)sx ----
@@ -94,7 +103,7 @@ ALWAYS __m256i fifth_bits(__m256i h, int k) {
 ALWAYS __m256i bcast4(const int8_t *q) { return _mm256_set1_epi32(rd32((const uint8_t *)q)); }
 
 ALWAYS void tile32(const int type, const uint8_t *const w[8], int nb, const qmm_act *x, int m0, const int R, float *Y,
-                   int ldy, int n) {
+                   int ldy, int n, size_t ahead) {
     const int K = x->K, bb = qmm_block_bytes[type];
     const int z = type == QMM_Q4_0 ? 8 : type == QMM_Q5_0 ? 16 : 0;
     const int with_min = type == QMM_Q4_1 || type == QMM_Q5_1;
@@ -104,6 +113,7 @@ ALWAYS void tile32(const int type, const uint8_t *const w[8], int nb, const qmm_
     for (int r = 0; r < R; r++) acc[r] = _mm256_setzero_ps();
     for (int b = 0; b < nb; b++) {
         const size_t off = (size_t)b * bb;
+        prefetch_next(w, ahead, off, bb);
         __m256i v[8];                /* v[k]: weights 4k..4k+3 of each column (lane), k = 0..7 */
         if (type == QMM_Q8_0) {
             transpose4(w, off + 2, v);
@@ -155,9 +165,9 @@ ALWAYS void tile32(const int type, const uint8_t *const w[8], int nb, const qmm_
             const int sx = s[0] + s[1];
             const __m256 dx = _mm256_set1_ps(x->d[(size_t)(m0 + r) * (K / 32) + b]);
             if (with_min)
-                acc[r] = _mm256_add_ps(acc[r], _mm256_add_ps(_mm256_mul_ps(_mm256_mul_ps(dx, dw), _mm256_cvtepi32_ps(dot)),
-                                                             _mm256_mul_ps(_mm256_mul_ps(dx, mw),
-                                                                           _mm256_set1_ps((float)sx))));
+                acc[r] = _mm256_add_ps(acc[r],
+                                       _mm256_add_ps(_mm256_mul_ps(_mm256_mul_ps(dx, dw), _mm256_cvtepi32_ps(dot)),
+                                                     _mm256_mul_ps(_mm256_mul_ps(dx, mw), _mm256_set1_ps((float)sx))));
             else
                 acc[r] = _mm256_add_ps(acc[r], _mm256_mul_ps(_mm256_mul_ps(dx, dw),
                                                              _mm256_cvtepi32_ps(_mm256_sub_epi32(
@@ -175,13 +185,14 @@ ALWAYS void tile32(const int type, const uint8_t *const w[8], int nb, const qmm_
  * int8 scales), reduced once a super-block by sum8. (Lanes as columns, as Q4_K, measured no faster for Q6_K: its
  * 63-codes allow int16 sums of two maddubs only, and its decode is three transposes a half.) */
 ALWAYS void tile_q6k(const int type, const uint8_t *const w[8], int nb, const qmm_act *x, int m0, const int R,
-                     float *Y, int ldy, int n) {
+                     float *Y, int ldy, int n, size_t ahead) {
     const int K = x->K, bb = qmm_block_bytes[type];
     const __m256i low4 = _mm256_set1_epi8(15), b45 = _mm256_set1_epi8(0x30);
     __m256 acc[TILE_ROWS];
     for (int r = 0; r < R; r++) acc[r] = _mm256_setzero_ps();
     for (int b = 0; b < nb; b++) {
         const size_t off = (size_t)b * bb;
+        prefetch_next(w, ahead, off, bb);
         __m256i pi[TILE_ROWS][8];
         for (int c = 0; c < 8; c++) {
             const blk_q6_k *b6 = (const blk_q6_k *)(w[c] + off);
@@ -228,7 +239,7 @@ ALWAYS void tile_q6k(const int type, const uint8_t *const w[8], int nb, const qm
  * 8*2*15*127 = 30480; Q5_K's codes <= 31: two sums of four, 31496), one madd by sc_i, lane c = column c; the mins'
  * sum as four madds of (m_2k, m_2k+1) pairs against the row's (sx_2k, sx_2k+1). No reduction. */
 ALWAYS void tile_k45(const int type, const uint8_t *const w[8], int nb, const qmm_act *x, int m0, const int R,
-                     float *Y, int ldy, int n) {
+                     float *Y, int ldy, int n, size_t ahead) {
     const int K = x->K, bb = qmm_block_bytes[type], qs_at = type == QMM_Q4_K ? 16 : 48;
     const __m256i low4 = _mm256_set1_epi8(15), b4 = _mm256_set1_epi8(16);
     const __m256i m3f = _mm256_set1_epi8(0x3f), m30 = _mm256_set1_epi8(0x30);
@@ -237,15 +248,18 @@ ALWAYS void tile_k45(const int type, const uint8_t *const w[8], int nb, const qm
     for (int r = 0; r < R; r++) acc[r] = _mm256_setzero_ps();
     for (int b = 0; b < nb; b++) {
         const size_t off = (size_t)b * bb;
+        prefetch_next(w, ahead, off, bb);
         __m256i u[4];                          /* lane c: column c's (d, dmin), then the scale bytes' dwords u0..u2 */
         transpose4(w, off, u);
         const __m256i dd = _mm256_permute4x64_epi64(
             _mm256_shuffle_epi8(u[0], _mm256_setr_epi8(0, 1, 4, 5, 8, 9, 12, 13, 2, 3, 6, 7, 10, 11, 14, 15,
                                                        0, 1, 4, 5, 8, 9, 12, 13, 2, 3, 6, 7, 10, 11, 14, 15)), 0xd8);
-        const __m256 d = _mm256_cvtph_ps(_mm256_castsi256_si128(dd)), dmin = _mm256_cvtph_ps(_mm256_extracti128_si256(dd, 1));
+        const __m256 d = _mm256_cvtph_ps(_mm256_castsi256_si128(dd));
+        const __m256 dmin = _mm256_cvtph_ps(_mm256_extracti128_si256(dd, 1));
         /* qmm_k4_scales in each lane: sc[0..3], sc[4..7], m[0..3], m[4..7] */
         const __m256i sc[2] = {_mm256_and_si256(u[1], m3f),
-                               _mm256_or_si256(_mm256_and_si256(u[3], low4), _mm256_and_si256(_mm256_srli_epi32(u[1], 2), m30))};
+                               _mm256_or_si256(_mm256_and_si256(u[3], low4),
+                                               _mm256_and_si256(_mm256_srli_epi32(u[1], 2), m30))};
         const __m256i mn[2] = {_mm256_and_si256(u[2], m3f),
                                _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi32(u[3], 4), low4),
                                                _mm256_and_si256(_mm256_srli_epi32(u[2], 2), m30))};
@@ -253,13 +267,13 @@ ALWAYS void tile_k45(const int type, const uint8_t *const w[8], int nb, const qm
         for (int r = 0; r < R; r++) {
             const int16_t *s = x->s + (size_t)(m0 + r) * (K / 16) + 16 * b;
             isum[r] = msum[r] = _mm256_setzero_si256();
-            for (int k = 0; k < 4; k++) {          /* (m_2k, m_2k+1) in lane c's int16 halves, against (sx_2k, sx_2k+1) */
+            for (int k = 0; k < 4; k++) {      /* (m_2k, m_2k+1) in lane c's int16 halves, against (sx_2k, sx_2k+1) */
                 const int lo = (2 * k) & 3;
                 const __m256i mp = _mm256_shuffle_epi8(
                     mn[k >> 1], _mm256_add_epi8(at, _mm256_set1_epi32((int)(0x80008000u | (lo + 1) << 16 | lo))));
                 const int sx0 = s[4 * k] + s[4 * k + 1], sx1 = s[4 * k + 2] + s[4 * k + 3];
-                msum[r] = _mm256_add_epi32(msum[r], _mm256_madd_epi16(
-                                                        mp, _mm256_set1_epi32((int)((uint32_t)(uint16_t)sx0 | (uint32_t)sx1 << 16))));
+                const __m256i sx = _mm256_set1_epi32((int)((uint32_t)(uint16_t)sx0 | (uint32_t)sx1 << 16));
+                msum[r] = _mm256_add_epi32(msum[r], _mm256_madd_epi16(mp, sx));
             }
         }
         __m256i qh[8];
@@ -287,7 +301,8 @@ ALWAYS void tile_k45(const int type, const uint8_t *const w[8], int nb, const qm
                     __m256i dot;
                     if (type == QMM_Q4_K) {
                         __m256i p = _mm256_setzero_si256();
-                        for (int k = 0; k < 8; k++) p = _mm256_add_epi16(p, _mm256_maddubs_epi16(v[k], bcast4(q + 4 * k)));
+                        for (int k = 0; k < 8; k++)
+                            p = _mm256_add_epi16(p, _mm256_maddubs_epi16(v[k], bcast4(q + 4 * k)));
                         dot = _mm256_madd_epi16(p, sci);
                     } else {
                         __m256i p0 = _mm256_setzero_si256(), p1 = _mm256_setzero_si256();
@@ -303,8 +318,9 @@ ALWAYS void tile_k45(const int type, const uint8_t *const w[8], int nb, const qm
         }
         for (int r = 0; r < R; r++) {
             const __m256 dx = _mm256_set1_ps(x->d[(size_t)(m0 + r) * (K / 256) + b]);
-            acc[r] = _mm256_add_ps(acc[r], _mm256_sub_ps(_mm256_mul_ps(_mm256_mul_ps(dx, d), _mm256_cvtepi32_ps(isum[r])),
-                                                         _mm256_mul_ps(_mm256_mul_ps(dx, dmin), _mm256_cvtepi32_ps(msum[r]))));
+            acc[r] = _mm256_add_ps(acc[r],
+                                   _mm256_sub_ps(_mm256_mul_ps(_mm256_mul_ps(dx, d), _mm256_cvtepi32_ps(isum[r])),
+                                                 _mm256_mul_ps(_mm256_mul_ps(dx, dmin), _mm256_cvtepi32_ps(msum[r]))));
         }
     }
     for (int r = 0; r < R; r++) _mm256_storeu_ps(Y + (size_t)(m0 + r) * ldy + n, acc[r]);
@@ -313,18 +329,18 @@ ALWAYS void tile_k45(const int type, const uint8_t *const w[8], int nb, const qm
 /* one tile, the type and row count made constants so each (type, rows) pair is its own unrolled kernel */
 #define ROWS(fn, T)                                                                                                   \
     switch (R) {                                                                                                      \
-    case 1: fn(T, w, nb, x, m0, 1, Y, ldy, n); break;                                                                 \
-    case 2: fn(T, w, nb, x, m0, 2, Y, ldy, n); break;                                                                 \
-    case 3: fn(T, w, nb, x, m0, 3, Y, ldy, n); break;                                                                 \
-    case 4: fn(T, w, nb, x, m0, 4, Y, ldy, n); break;                                                                 \
-    case 5: fn(T, w, nb, x, m0, 5, Y, ldy, n); break;                                                                 \
-    case 6: fn(T, w, nb, x, m0, 6, Y, ldy, n); break;                                                                 \
-    case 7: fn(T, w, nb, x, m0, 7, Y, ldy, n); break;                                                                 \
-    default: fn(T, w, nb, x, m0, 8, Y, ldy, n); break;                                                                \
+    case 1: fn(T, w, nb, x, m0, 1, Y, ldy, n, ahead); break;                                                          \
+    case 2: fn(T, w, nb, x, m0, 2, Y, ldy, n, ahead); break;                                                          \
+    case 3: fn(T, w, nb, x, m0, 3, Y, ldy, n, ahead); break;                                                          \
+    case 4: fn(T, w, nb, x, m0, 4, Y, ldy, n, ahead); break;                                                          \
+    case 5: fn(T, w, nb, x, m0, 5, Y, ldy, n, ahead); break;                                                          \
+    case 6: fn(T, w, nb, x, m0, 6, Y, ldy, n, ahead); break;                                                          \
+    case 7: fn(T, w, nb, x, m0, 7, Y, ldy, n, ahead); break;                                                          \
+    default: fn(T, w, nb, x, m0, 8, Y, ldy, n, ahead); break;                                                         \
     }
 
 static void tile(int type, const uint8_t *const w[8], int nb, const qmm_act *x, int m0, int R, float *Y, int ldy,
-                 int n) {
+                 int n, size_t ahead) {
     switch (type) {
     case QMM_Q4_0: ROWS(tile32, QMM_Q4_0); break;
     case QMM_Q4_1: ROWS(tile32, QMM_Q4_1); break;
@@ -341,10 +357,12 @@ void qmm_gemm_avx2(int type, const uint8_t *W, int K, const qmm_act *x, int M, f
     const int nb = K / qmm_block_weights[type];
     const size_t row = (size_t)nb * qmm_block_bytes[type];
     const int n8 = n0 + (n1 - n0) / 8 * 8;
+    const int rows = type == QMM_Q6_K ? 4 : TILE_ROWS;      /* Q6_K's per-column accumulators spill past 4 rows */
     for (int n = n0; n < n8; n += 8) {
         const uint8_t *w[8];
         for (int c = 0; c < 8; c++) w[c] = W + (size_t)(n + c) * row;
-        for (int m0 = 0; m0 < M; m0 += TILE_ROWS) tile(type, w, nb, x, m0, M - m0 < TILE_ROWS ? M - m0 : TILE_ROWS, Y, ldy, n);
+        for (int m0 = 0; m0 < M; m0 += rows)
+            tile(type, w, nb, x, m0, M - m0 < rows ? M - m0 : rows, Y, ldy, n, m0 == 0 && n + 8 < n8 ? 8 * row : 0);
     }
     if (n8 < n1) qmm_gemm_ref(type, W, K, x, M, Y, ldy, n8, n1);      /* the columns that do not fill a tile */
 }
