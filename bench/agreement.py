@@ -14,7 +14,7 @@ from pathlib import Path
 
 import numpy as np
 
-from bench import speed
+from bench import llama_build, speed
 from kernels.sampling import SamplingParams
 from models.gguf import sha256_file
 from models.registry import resolve_gguf
@@ -42,10 +42,10 @@ def fixed_text() -> str:
 
 def llama_cpp_fixture(gguf: Path, text: str, threads: int = 2) -> dict:
     """What llama.cpp computes on `text` (all logits in one causal pass, flash attention, `threads` threads)."""
-    llama_cpp = speed.llama_cpp()
+    llama_cpp = speed.llama_cpp(build=True)     # this environment's, or built for this CPU (bench/llama_build.py)
     if llama_cpp is None:
-        raise SystemExit("agree: llama-cpp-python is not installed (pip install -e \".[bench]\"); or compare against "
-                         "a saved fixture with --fixture")
+        raise SystemExit(f"agree: llama.cpp does not run here ({llama_build.chosen().reason}); compare against a "
+                         "saved fixture with --fixture")
     Jinja2ChatFormatter = llama_cpp.llama_chat_format.Jinja2ChatFormatter
     llm = llama_cpp.Llama(model_path=str(gguf), n_ctx=4096, n_threads=threads, n_threads_batch=threads, n_batch=512,
                           logits_all=True, flash_attn=True, verbose=False)
@@ -79,7 +79,13 @@ def llama_cpp_fixture(gguf: Path, text: str, threads: int = 2) -> dict:
             "greedy_continuation_ids": np.array(continuation, np.int32),
             "chat_jinja": rendered(CHAT), "chat_jinja_system": rendered(CHAT_WITH_SYSTEM),
             "chat_builtin_system": builtin(CHAT_WITH_SYSTEM), "model_sha256": sha256_file(gguf),
-            "producer": f"llama-cpp-python {llama_cpp.__version__}, {threads} threads, flash attention"}
+            "producer": f"llama-cpp-python {llama_cpp.__version__} ({_build()}), {threads} threads, flash attention"}
+
+
+def _build() -> str:
+    """Which llama.cpp build computed a fixture: the environment's, or the one built here with its options."""
+    build = llama_build.chosen()
+    return build.source + (f": {' '.join(build.cmake_args)}" if build.cmake_args else "")
 
 
 @dataclass

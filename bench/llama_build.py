@@ -264,7 +264,7 @@ def _build(args: list[str], home: Path, progress) -> str:
     lacking = [req for mod, req in RUNTIME_DEPS.items() if importlib.util.find_spec(mod) is None]
     if lacking:                                   # only what this Python lacks: nothing it has gets shadowed
         steps.append(pip + lacking)
-    progress(f"CMAKE_ARGS=\"{' '.join(args)}\" (about 8 minutes on 2 cores; log: {log})")
+    progress(f"CMAKE_ARGS=\"{' '.join(args)}\" (about 8 minutes on 2 idle cores; log: {log})")
     t0 = time.monotonic()
     with open(log, "w") as out:
         for argv in steps:

@@ -25,6 +25,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from bench import llama_build
 from bench.llama_draft import greedy_draft
 from bench.pipelined import PipelinedWorker
 from bench.systems import System, load, select, settings, systems
@@ -51,8 +52,15 @@ class Disagreement(RuntimeError):
     pass
 
 
-def llama_cpp():
-    """llama-cpp-python (the bench extra), or None when it is not installed: the one place it is imported."""
+def llama_cpp(build: bool = False):
+    """llama-cpp-python as bench/llama_build.py chose it for this process tree (this environment's when it generates
+    on this CPU, else the build for this CPU; build=True: build one if need be), or None when there is none (the
+    reason on stderr): the one place it is imported."""
+    chosen = llama_build.chosen(build)
+    if chosen.source == "none":
+        print(f"bench: llama.cpp left out: {chosen.reason}", file=sys.stderr, flush=True)
+        return None
+    llama_build.put_first(chosen)
     try:
         import llama_cpp
         import llama_cpp.llama_chat_format
@@ -63,7 +71,8 @@ def llama_cpp():
 
 
 def llama_cpp_available() -> bool:
-    return llama_cpp() is not None
+    """Whether llama.cpp runs here without building it (what bench() would include when none may be built)."""
+    return llama_build.chosen().source != "none"
 
 
 # -- what a system sees --------------------------------------------------------------------------------------------
@@ -233,7 +242,12 @@ def bench(log: str, tasks=TASKS, n_offsets: int = 5, repeats: int = 3, threads: 
     the one-row padding rule, alternated with the rest. profile: the TOML profile each system's keys are set over
     (bench/systems.py; default configs/default.toml), and the model the prompts are tokenized for. new_tokens: at
     most this many tokens per prompt (0: the task's own, NEW_TOKENS)."""
-    use_llama_cpp = llama_cpp_available() if use_llama_cpp is None else use_llama_cpp
+    llama = {"source": "left out by the caller"}
+    if use_llama_cpp is not False:           # this environment's llama.cpp, or one built for this CPU (workers inherit it)
+        found = llama_build.chosen(build=use_llama_cpp is None)
+        use_llama_cpp, llama = found.source != "none", found.as_dict()
+        if not use_llama_cpp:
+            print(f"bench: llama.cpp left out: {found.reason}", file=sys.stderr, flush=True)
     chosen = select(systems(draft_gguf, use_llama_cpp, unpadded), only)
     cpus = sorted(os.sched_getaffinity(0))[:2]
     base = load(profile)
@@ -249,7 +263,7 @@ def bench(log: str, tasks=TASKS, n_offsets: int = 5, repeats: int = 3, threads: 
         exactness = {w.system.name: w._reply()["exactness"] for w in workers}
         out: dict = {"_meta": {"log": str(log), "offsets": n_offsets, "repeats": repeats, "threads": threads,
                                "cpus": cpus, "pool": {"sink": base.cache.sink, "window": window},
-                               "systems": [s.name for s in chosen], "platform": facts(),
+                               "systems": [s.name for s in chosen], "platform": facts(), "llama_cpp": llama,
                                "exactness": {k: v for k, v in exactness.items() if v is not None}}}
         for task, ps in task_prompts.items():
             runs: dict[str, list[dict]] = {s.name: [] for s in chosen}
@@ -384,7 +398,8 @@ def run_bench(cfg, profile: str | None, log: str | None = None, task: str = "all
     """Greedy decoding of the same prompts by every system, each in its own worker process confined to the same two
     cores, alternated per prompt; medians printed. Tasks: log (line-aligned 512-token prefixes, 256 tokens, no wrap)
     and analysis (the replay's chat frame around a 512-token window, 'summarise the most severe alarms above', 128
-    tokens). llama.cpp joins when llama-cpp-python is installed (pip install -e '.[bench]'). Exits 3 if a ringspec
+    tokens). llama.cpp joins when it generates here: the environment's llama-cpp-python (pip install -e '.[bench]'), else
+    one built for this CPU on first use (bench/llama_build.py; which one in "_meta"). Exits 3 if a ringspec
     system's tokens differ from target_only's. --unpadded adds every ringspec system without the one-row padding
     rule (NAME_unpadded), alternated with the rest: what exactness on every CPU costs (python run.py doctor). The
     draft_serial, hybrid_* and pipelined_hybrid systems run the neural draft (--draft-model, the profile's
