@@ -1,8 +1,9 @@
 """A target session's memory beyond its weights file, pool and pass buffers: what pipeline/budget.py's session term
-models. `python -m bench.session_memory --model NAME`: opens the engine's runner for the model (default profile:
-window 1024, max_rows 32), runs a 32-row prefill and 16 decode passes, then reads the process's PSS by mapping
-(/proc/self/smaps): the weights file's pages, anonymous memory (ONNX Runtime's prepacked weights, arena, pools and
-buffers), the rest. Prints one JSON object. Owns only this measurement.
+models. `python -m bench.session_memory --model NAME [--kernel native]`: opens the engine's runner for the model
+(default profile: window 1024, max_rows 32), runs a 32-row prefill and 16 decode passes, then reads the process's PSS
+by mapping (/proc/self/smaps): the weights file's pages (the native pass: the GGUF's, mapped as stored, and the
+converted file's norms and biases), anonymous memory (ONNX Runtime's prepacked weights, arena, pools and buffers),
+the rest. Prints one JSON object. Owns only this measurement.
 """
 from __future__ import annotations
 
@@ -34,8 +35,8 @@ def pss_by_mapping() -> dict[str, float]:
     return out
 
 
-def measure(model: str) -> dict:
-    cfg = config.override(config.parse({}), {"model.gguf": model})
+def measure(model: str, kernel: str = "nbits") -> dict:
+    cfg = config.override(config.parse({}), {"model.gguf": model, "model.kernel": kernel})
     before = sum(pss_by_mapping().values())
     model_dir = converted_dir(resolve_gguf(model))
     runner = Runner(model_dir, ring_spec(cfg), cfg.model.runner_options())
@@ -47,18 +48,24 @@ def measure(model: str) -> dict:
         runner.store(np.arange(size), index.write(pos))
         index.commit(size)
     pss = pss_by_mapping()
-    weights_file = str(model_dir / "weights.bin")
+    gguf = str(resolve_gguf(model).resolve())
+    weights_file = gguf if kernel == "native" else str(model_dir / "weights.bin")
     pool = runner.pool_bytes / MiB
     total = sum(pss.values()) - before
     weights = os.path.getsize(weights_file) / MiB
-    mapped = pss.get(weights_file, 0.0)
-    return {"model": model, "weights_file_mib": round(weights, 1), "weights_file_pss_mib": round(mapped, 1),
+    mapped = pss.get(weights_file, 0.0) + (pss.get(str(model_dir / "weights.bin"), 0.0) if kernel == "native" else 0)
+    resident = mapped + (pss.get("[anon]", 0.0) + pss.get("[heap]", 0.0) - pool if kernel == "nbits" else 0)
+    return {"model": model, "kernel": kernel, "gguf_mib": round(os.path.getsize(gguf) / MiB, 1),
+            "weights_file_mib": round(weights, 1), "weights_file_pss_mib": round(mapped, 1),
             "anonymous_pss_mib": round(pss.get("[anon]", 0.0) + pss.get("[heap]", 0.0), 1),
             "pool_mib": round(pool, 1), "process_growth_pss_mib": round(total, 1),
-            "session_beyond_weights_pool_mib": round(total - weights - pool, 1)}
+            "session_beyond_weights_pool_mib": round(total - weights - pool, 1),
+            "weights_resident_over_gguf": round(resident / (os.path.getsize(gguf) / MiB), 3)}
 
 
 if __name__ == "__main__":
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--model", default="default")
-    print(json.dumps(measure(p.parse_args().model)))
+    p.add_argument("--kernel", default="nbits", choices=("nbits", "native"))
+    args = p.parse_args()
+    print(json.dumps(measure(args.model, args.kernel)))

@@ -78,7 +78,8 @@ class NativeWeights:
         if not source.exists():
             raise NativeUnavailable(f"the native pass reads the GGUF {model_dir.name} was converted from, {source}, "
                                     "which is gone: convert the model again, or use [model] kernel = \"nbits\"")
-        self.gguf = GGUFModel(source)
+        self.gguf = GGUFModel(source)   # dropped after: its parsed metadata (the tokenizer's) is ~150 MB for a
+        # 49k vocabulary, the tensors' views hold only the mapped file
         self._stored = np.memmap(model_dir / "weights.bin", np.uint8, mode="r")
         self.card = card
         cfg = card["config"]
@@ -94,6 +95,7 @@ class NativeWeights:
             self.embed_type, self.embed = _quantized(self.gguf, "token_embd.weight")
         else:                                   # a float table: its rows as float32, gathered by numpy
             self.embed_type, self.embed = "", np.asarray(self.gguf.tensor("token_embd.weight"))
+        del self.gguf
 
     def stored(self, name: str) -> np.ndarray:
         meta = self.card["tensors"][name]

@@ -1,7 +1,7 @@
 """The memory plan: what every process of a profile's pipeline holds, term by term, against the board's RAM.
 
 Owns the terms and where each comes from. Computed: a model's weights (its converted weights.bin, which ONNX Runtime
-reads in), its K/V pool (`kv_bytes_per_slot` x the ring's slots, the formula the soak checks against the pool it
+reads in; the native pass: its GGUF, mapped), its K/V pool (`kv_bytes_per_slot` x the ring's slots, the formula the soak checks against the pool it
 allocates), its pass buffers (the new rows' K/V, the logits and the mask at max_rows), the channels (each counted
 once, in the process that creates it, at its full segment size: pipeline/topology.py), the archive's SQLite page
 cache. Measured once and recorded below, with the command that measured them: what a process holds beyond those
@@ -67,6 +67,13 @@ STREAM_MIB = {"target": 1, "draft": 3, "cache_owner": 2}
 # in the session, ONNX Runtime's state for them. Measured for SmolLM2-135M (30 layers): the target's PSS at 8 streams
 # with pass_streams 8 against 2, per slot (`python run.py bench --task streams`, "graph slots"); scaled by layers.
 SLOT_MIB_PER_LAYER = 8 / 30
+# The native pass (`model.kernel = "native"`, models/native.py): its weights are the GGUF's pages, mapped as stored
+# (counted whole: a long run touches them all), and the converted file's norms and biases; its session (the attention
+# graph's, its IOBindings, the activation buffers) beyond them and the pool: `python -m bench.session_memory --model
+# default --kernel native` (5.9 MiB, x86-64, ONNX Runtime 1.32.0, window 1024, max_rows 32), rounded up; per model
+# where measured (keyed by the GGUF's sha256).
+NATIVE_SESSION_MIB = 8
+NATIVE_SESSION_MIB_MEASURED: dict[str, int] = {}
 SQLITE_CACHE_BYTES = 2000 * 1024     # SQLite's default cache_size (-2000: 2,000 KiB) per connection
 ARCHIVE_CONNECTIONS = 2              # the owner's writer, the front's reader
 
@@ -172,7 +179,7 @@ def plan(cfg: Config, ram: int | None = None, node: str | None = None) -> Plan:
     streams = streams_of(cfg)
     terms += _model_terms(home_of("target"), "target", target, target_dir, spec, cfg.model.max_rows, "model.gguf",
                           npu=False, pools=len(streams),           # one pool per stream in the one target
-                          lone_graph=len(streams) > 1 and cfg.model.lone_graph)
+                          lone_graph=len(streams) > 1 and cfg.model.lone_graph, kernel=cfg.model.kernel)
     slots = cfg.model.graph_sizes(len(streams))[-1]
     if slots > 1:                             # the several-stream graph's slots beyond the one its session counts
         terms.append(Term(home_of("target"), f"graph slots x {slots - 1} added",
@@ -183,7 +190,7 @@ def plan(cfg: Config, ram: int | None = None, node: str | None = None) -> Plan:
         draft_dir = converted_dir(resolve_gguf(cfg.draft.model))
         terms += _model_terms(home_of("draft"), "draft", load_card(draft_dir), draft_dir, spec, cfg.model.max_rows,
                               "draft.model", npu=cfg.draft.backend == "rknn", pools=len(streams),
-                              buffers=len(streams))
+                              buffers=len(streams), kernel=cfg.model.kernel)
     for name, scfg in streams:                # a group's actors serve every stream: its channels are theirs
         if not serial:
             for ch_name, ch in channels(scfg, spec, vocab, "plan").items():
@@ -257,12 +264,19 @@ def parse_size(text: str) -> int:
 
 
 def _model_terms(process: str, role: str, card: dict, model_dir: Path, spec, max_rows: int, knob: str,
-                 npu: bool, pools: int = 1, lone_graph: bool = False, buffers: int = 1) -> list[Term]:
+                 npu: bool, pools: int = 1, lone_graph: bool = False, buffers: int = 1,
+                 kernel: str = "nbits") -> list[Term]:
     """A model's terms in `process`; `pools`: K/V pools it holds (a target or draft serving several streams: one
     each); `lone_graph`: it also keeps the single-stream graph's session (`model.lone_graph`); `buffers`: runners
-    with pass buffers of their own (a draft's streams: one each, on one session)."""
+    with pass buffers of their own (a draft's streams: one each, on one session); `kernel`: the linears' (the
+    native pass maps the GGUF instead of holding packed weights)."""
     c = card["config"]
-    weights = os.path.getsize(model_dir / "weights.bin")
+    native = kernel == "native" and not npu
+    if native:
+        small = sum(t["nbytes"] for name, t in card["tensors"].items() if name.endswith(("norm", ".bias")))
+        weights = os.path.getsize(card["source"]["path"]) + small
+    else:
+        weights = os.path.getsize(model_dir / "weights.bin")
     pool = kv_bytes_per_slot(c) * (spec.pool_slots if npu else spec.stored_slots)   # a CPU runner mirrors views
     f32 = np.dtype(np.float32).itemsize
     pass_bytes = (2 * c["n_layers"] * c["n_kv_heads"] * max_rows * c["head_dim"] * f32     # new rows' K and V
@@ -279,15 +293,17 @@ def _model_terms(process: str, role: str, card: dict, model_dir: Path, spec, max
                 Term(process, f"{of}kv pool inputs", len(sizes) * pool // 2, "cache.window", npu),
                 Term(process, f"{of}kv pool (host){many}", pool * pools, "cache.window"),
                 Term(process, f"{of}pass buffers{each}", pass_bytes * buffers, "model.max_rows")]
-    measured = SESSION_MIB_MEASURED.get(card.get("source", {}).get("sha256", ""))
+    sha = card.get("source", {}).get("sha256", "")
+    measured = (NATIVE_SESSION_MIB_MEASURED.get(sha, NATIVE_SESSION_MIB) if native else
+                SESSION_MIB_MEASURED.get(sha))
     session = measured * MiB if measured is not None else int(SESSION_MIB_PER_WEIGHT_MIB * weights)
-    terms = [Term(process, f"{of}weights", weights, knob, npu),
+    terms = [Term(process, f"{of}weights{' (the GGUF, mapped)' if native else ''}", weights, knob, npu),
              Term(process, f"{of}kv pool{many}", pool * pools, "cache.window", npu),
              Term(process, f"{of}pass buffers{each}", pass_bytes * buffers, "model.max_rows", npu),
              Term(process, f"{of}session", session, knob, npu)]
-    if lone_graph:
-        terms.append(Term(process, f"{of}single-stream graph", int(LONE_GRAPH_MIB_PER_WEIGHT_MIB * weights),
-                          "model.lone_graph"))
+    if lone_graph:                          # native: the same mapped pages, its own attention session
+        terms.append(Term(process, f"{of}single-stream graph", session if native else
+                          int(LONE_GRAPH_MIB_PER_WEIGHT_MIB * weights), "model.lone_graph"))
     return terms
 
 
