@@ -46,6 +46,8 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--no-llama-cpp", action="store_true", help="leave llama.cpp out even when installed")
     p.add_argument("--systems", default="", help="comma-separated systems to run (default: all; target_only always)")
     p.add_argument("--unpadded", action="store_true", help="also every ringspec system without the padding rule")
+    p.add_argument("--native", action="store_true", help="also every ringspec system on the native kernel "
+                   "(NAME_native: [model] kernel = \"native\", our matmul over the GGUF's blocks)")
     p.add_argument("--json", action="store_true", help="print {task: {system: figures}, \"_meta\": ...} as JSON")
     p.add_argument("--out", help="also write the result (with run metadata) to this JSON file")
     p.add_argument("--rate", type=float, help="operator: the stream's lines per second (default 20); streams: "
@@ -93,7 +95,7 @@ def parser() -> argparse.ArgumentParser:
                                              a.repeats or 2, a.config, a.rate or 20.0, a.stream_lines, a.every)
                    if a.task == "streams" else
                    speed.run_bench(profile_of(a), a.config, a.log, a.task, a.offsets, a.repeats or 3, a.systems,
-                                   not a.no_llama_cpp, a.unpadded, a.new_tokens))
+                                   not a.no_llama_cpp, a.unpadded, a.new_tokens, a.native))
 
     p = add_verb(sub, "chaos", chaos.run_chaos, MEASURING["chaos"], profile="TOML profile of the pipeline under test")
     p.add_argument("log", nargs="?", help="the log to replay (default: the profile's replay.log), repeated --copies "

@@ -236,7 +236,7 @@ class _Worker:
 # -- the run -------------------------------------------------------------------------------------------------------
 def bench(log: str, tasks=TASKS, n_offsets: int = 5, repeats: int = 3, threads: int = 2, window: int = 1024,
           draft_gguf: str = "", use_llama_cpp: bool | None = None, progress=None, only=(),
-          unpadded: bool = False, profile: str | None = None, new_tokens: int = 0) -> dict:
+          unpadded: bool = False, profile: str | None = None, new_tokens: int = 0, native: bool = False) -> dict:
     """{task: {system: figures}} plus "_meta"; medians over repeats x offsets, systems alternated per prompt.
     only: these systems (and target_only, the reference), else all. unpadded: every ringspec system also without
     the one-row padding rule, alternated with the rest. profile: the TOML profile each system's keys are set over
@@ -248,7 +248,7 @@ def bench(log: str, tasks=TASKS, n_offsets: int = 5, repeats: int = 3, threads: 
         use_llama_cpp, llama = found.source != "none", found.as_dict()
         if not use_llama_cpp:
             print(f"bench: llama.cpp left out: {found.reason}", file=sys.stderr, flush=True)
-    chosen = select(systems(draft_gguf, use_llama_cpp, unpadded), only)
+    chosen = select(systems(draft_gguf, use_llama_cpp, unpadded, native), only)
     cpus = sorted(os.sched_getaffinity(0))[:2]
     base = load(profile)
     one_owner(npu_openers(chosen, base), "run one of them at a time (--systems NAME) or the draft on the CPU (a "
@@ -308,7 +308,7 @@ def goals(out: dict) -> list[dict]:
         table = out.get(task, {})
         ours = [s for s in table if not s.startswith("llama_cpp") and table[s].get("exact_here") is not False]
         name = max(ours, key=lambda s: table[s]["tokens_per_s"], default=None) if what == "best" else what
-        for against in (ref, f"{ref}_unpadded") if ref == "target_only" else (ref,):
+        for against in (ref, f"{ref}_unpadded", f"{ref}_native") if ref == "target_only" else (ref,):
             if name in table and against in table and table[against]["tokens_per_s"]:
                 ratio = table[name]["tokens_per_s"] / table[against]["tokens_per_s"]
                 rows.append({"task": task, "system": name, "against": against, "ratio": ratio, "goal": need,
@@ -394,14 +394,16 @@ def _progress(task, repeat, k, name, res) -> None:
 
 
 def run_bench(cfg, profile: str | None, log: str | None = None, task: str = "all", n_offsets: int = 5, repeats: int = 3,
-              systems_named: str = "", llama_cpp: bool = True, unpadded: bool = False, new_tokens: int = 0) -> Report:
+              systems_named: str = "", llama_cpp: bool = True, unpadded: bool = False, new_tokens: int = 0,
+              native: bool = False) -> Report:
     """Greedy decoding of the same prompts by every system, each in its own worker process confined to the same two
     cores, alternated per prompt; medians printed. Tasks: log (line-aligned 512-token prefixes, 256 tokens, no wrap)
     and analysis (the replay's chat frame around a 512-token window, 'summarise the most severe alarms above', 128
     tokens). llama.cpp joins when it generates here: the environment's llama-cpp-python (pip install -e '.[bench]'), else
     one built for this CPU on first use (bench/llama_build.py; which one in "_meta"). Exits 3 if a ringspec
     system's tokens differ from target_only's. --unpadded adds every ringspec system without the one-row padding
-    rule (NAME_unpadded), alternated with the rest: what exactness on every CPU costs (python run.py doctor). The
+    rule (NAME_unpadded), alternated with the rest: what exactness on every CPU costs (python run.py doctor);
+    --native every ringspec system on the native kernel too (NAME_native, [model] kernel = "native"). The
     draft_serial, hybrid_* and pipelined_hybrid systems run the neural draft (--draft-model, the profile's
     draft.model; none leaves them out). --json prints {task: {system: figures}, "_meta": run metadata (platform,
     exactness verdicts, goals)}. --task operator: a real `serve` answering 30-token questions while the log replays at
@@ -424,7 +426,7 @@ def run_bench(cfg, profile: str | None, log: str | None = None, task: str = "all
         only = [name.strip() for name in systems_named.split(",") if name.strip()]
         out = bench(log or config.replay_log(cfg), TASKS if task == "all" else (task,), n_offsets, repeats,
                     cfg.model.threads, cfg.cache.window, draft, None if llama_cpp else False, _progress, only, unpadded,
-                    (profile, {"model.gguf": cfg.model.gguf}), new_tokens)
+                    (profile, {"model.gguf": cfg.model.gguf}), new_tokens, native)
     except Disagreement as exc:
         return Failure(line=f"ringspec: bench: {exc}", code=3)
     except NpuBusy as exc:

@@ -25,11 +25,13 @@ class System:
     end_at_line: bool = False     # ringspec: a block ends after a newline-carrying proposal
     siblings: int = 0             # ringspec: token trees with this many other first tokens (the tree graph)
     batch_invariant: bool = True  # ringspec: the runner's one-row padding rule (off: the "_unpadded" twins)
+    kernel: str = ""              # ringspec: the linears' kernel ("native": the "_native" twins); "": the profile's
 
     @property
     def exact_reference(self) -> str:
-        """The system whose tokens this one's must equal: target-only under the same padding rule."""
-        return "target_only" if self.batch_invariant else "target_only_unpadded"
+        """The system whose tokens this one's must equal: target-only under the same padding rule and kernel."""
+        return ("target_only" if self.batch_invariant else "target_only_unpadded") + \
+            (f"_{self.kernel}" if self.kernel else "")
 
 
 def select(chosen: list[System], only) -> list[System]:
@@ -40,16 +42,21 @@ def select(chosen: list[System], only) -> list[System]:
     if unknown:
         raise ValueError(f"unknown bench system(s) {', '.join(sorted(unknown))}: choose from "
                          f"{', '.join(s.name for s in chosen)}")
-    return [s for s in chosen if s.name in only or s.name in ("target_only", "target_only_unpadded")]
+    picked = [s for s in chosen if s.name in only]
+    references = {"target_only", "target_only_unpadded"} | {s.exact_reference for s in picked}
+    return [s for s in chosen if s.name in only or s.name in references]
 
 
-def systems(draft_gguf: str = "", llama_cpp: bool = True, unpadded: bool = False) -> list[System]:
+def systems(draft_gguf: str = "", llama_cpp: bool = True, unpadded: bool = False, native: bool = False) -> list[System]:
     """Every system; unpadded: each ringspec system also without the one-row padding rule (name + "_unpadded"),
-    to measure what the rule costs."""
+    to measure what the rule costs; native: each (padded) ringspec system also on the native kernel (name +
+    "_native", models/native.py), side by side with the profile's."""
     out = _systems(draft_gguf, llama_cpp)
+    ours = [s for s in out if s.kind != "llama_cpp"]
     if unpadded:
-        out += [dataclasses.replace(s, name=f"{s.name}_unpadded", batch_invariant=False)
-                for s in out if s.kind != "llama_cpp"]
+        out += [dataclasses.replace(s, name=f"{s.name}_unpadded", batch_invariant=False) for s in ours]
+    if native:
+        out += [dataclasses.replace(s, name=f"{s.name}_native", kernel="native") for s in ours]
     return out
 
 
@@ -91,4 +98,6 @@ def settings(system: System, threads: int, window: int) -> dict:
            "draft.min_confidence": system.min_confidence, "draft.adaptive": system.adaptive,
            "draft.end_at_line": system.end_at_line, "draft.siblings": system.siblings,
            "actors.launcher": "serial" if system.kind == "ringspec" else "local"}
+    if system.kernel:
+        out["model.kernel"] = system.kernel
     return {**out, "draft.model": system.draft_gguf} if system.draft_gguf else out
