@@ -159,9 +159,11 @@ class NativeSession:
             build_once(path, lambda part: onnx.save(build_attention_graph(card, sink, ring, kv_dtype, tree, streams),
                                                     part), guard=Path(model_dir) / "graphs")
         so = ort.SessionOptions()
-        so.intra_op_num_threads = min(threads, len(os.sched_getaffinity(0)))
+        # One thread: a layer's attention is a few small products (a decode row against the pool), where waking
+        # ONNX Runtime's pool costs more than it splits (the 135M: 253 us a layer at 2 threads without spinning);
+        # the matmul's own threads do the pass's heavy work.
+        so.intra_op_num_threads = 1
         so.inter_op_num_threads = 1
-        # the matmul's own threads run between attention calls: ONNX Runtime's must not spin through them
         so.add_session_config_entry("session.intra_op.allow_spinning", "0")
         so.enable_mem_pattern = False
         self.attention = ort.InferenceSession(str(path), so, providers=["CPUExecutionProvider"])
@@ -174,6 +176,7 @@ class NativeSession:
     def io_binding(self) -> NativeBinding:
         binding = NativeBinding()
         binding.layers = [self.attention.io_binding() for _ in range(self.cfg["n_layers"])]
+        binding.held = [{} for _ in range(self.cfg["n_layers"])]    # name -> (address, shape, dtype) bound there
         return binding
 
     def _buffers(self, T: int) -> None:
@@ -258,27 +261,40 @@ class NativeSession:
             self._tick("head rows, surprisal")
 
     def _bind_layer(self, io: NativeBinding, att, i: int, qkv, o, new_k, new_v) -> None:
-        """Layer i's attention binding: this pass's rows, and whatever the runner bound anew since the last pass."""
-        a = io.arrays
-        bind = att.bind_input
-        bind("qkv", "cpu", 0, np.float32, qkv.shape, qkv.ctypes.data)
-        for name in ("cos", "sin", "cos_sink", "sin_sink"):
-            t = a[name]
-            bind(name, "cpu", 0, t.dtype, t.shape, t.ctypes.data)
+        """Layer i's attention binding: this pass's rows, and whatever the runner bound anew since the last pass;
+        an array already bound there at the same address and shape is left as it is (a decode step's buffers are
+        the last step's): binding costs microseconds a name, comparing nanoseconds."""
+        a, held = io.arrays, io.held[i]
+        if i == 0:                  # the names every layer binds alike, keyed once a pass
+            shared = [(n, a[n]) for n in ("cos", "sin", "cos_sink", "sin_sink")]
+            shared += [(n, a[n]) for tag in self.tags for n in (f"mask{tag}", f"path{tag}") if n in a]
+            io.shared = [(n, t, (t.ctypes.data, t.shape)) for n, t in [("qkv", qkv), *shared]]
+            io.shared_out = [("o", o, (o.ctypes.data, o.shape))]
+        for name, t, key in io.shared:
+            if held.get(name) != key:
+                att.bind_input(name, "cpu", 0, t.dtype, t.shape, key[0])
+                held[name] = key
+        for name, t, key in io.shared_out:
+            if held.get(name) != key:
+                att.bind_output(name, "cpu", 0, t.dtype, t.shape, key[0])
+                held[name] = key
         KVH = self.cfg["n_kv_heads"]
+        layer = [(f"recent_k{tag}", a[f"recent_k{tag}"]) for tag in self.tags] + \
+                [(f"recent_v{tag}", a[f"recent_v{tag}"]) for tag in self.tags]
+        for name, whole in layer:
+            t = whole[i * KVH:(i + 1) * KVH]
+            key = (whole.ctypes.data + i * KVH * whole.strides[0] if whole.size else 0, t.shape)
+            if held.get(name) != key:
+                att.bind_input(name, "cpu", 0, t.dtype, t.shape, t.ctypes.data)
+                held[name] = key
         for tag in self.tags:
-            for name in (f"mask{tag}", f"path{tag}"):
-                if name in a:
-                    t = a[name]
-                    bind(name, "cpu", 0, t.dtype, t.shape, t.ctypes.data)
-            for name in (f"recent_k{tag}", f"recent_v{tag}"):
-                t = a[name][i * KVH:(i + 1) * KVH]
-                bind(name, "cpu", 0, t.dtype, t.shape, t.ctypes.data)
             for kind in ("sink_k", "sink_v", "ring_k", "ring_v"):
                 name = f"{kind}.{i}{tag}"
                 if name in io.fresh:
                     t = a[name]
-                    bind(f"{kind}.0{tag}", "cpu", 0, t.dtype, t.shape, t.ctypes.data)
-        att.bind_output("o", "cpu", 0, np.float32, o.shape, o.ctypes.data)
-        att.bind_output("new_k", "cpu", 0, new_k.dtype, new_k.shape, new_k.ctypes.data)
-        att.bind_output("new_v", "cpu", 0, new_v.dtype, new_v.shape, new_v.ctypes.data)
+                    att.bind_input(f"{kind}.0{tag}", "cpu", 0, t.dtype, t.shape, t.ctypes.data)
+        for name, t in (("new_k", new_k), ("new_v", new_v)):
+            key = (t.ctypes.data, t.shape)
+            if held.get(name) != key:
+                att.bind_output(name, "cpu", 0, t.dtype, t.shape, key[0])
+                held[name] = key
