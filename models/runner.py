@@ -201,6 +201,8 @@ class Runner:
         new_k, new_v = (buf[: L * KVH * st.T * D].reshape(L, KVH, st.T, D) for buf in self._new_kv)
         self._bind_out("new_k", new_k.reshape(L * KVH, st.T, D))
         self._bind_out("new_v", new_v.reshape(L * KVH, st.T, D))
+        if self.opts.kernel == "native":            # its linears need no padding row: attention only (models/native.py)
+            self._io.pad = st.pad
         t0 = time.perf_counter()
         self.session.run_with_iobinding(self._io)
         self.took(time.perf_counter() - t0, st, new_k, new_v, self._nll[:st.M])
