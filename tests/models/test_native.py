@@ -123,3 +123,28 @@ def test_the_native_pass_agrees_with_llamacpp_on_the_default_model(default_gguf,
     assert top1 >= 0.98 and abs(nll - ref) / ref <= 0.0012, (top1, nll, ref)
     fresh = engine_of("default", {"model.kernel": "native", "cache.sink": 0, "cache.window": n + 32})
     assert fresh.generate(ids, 16, SamplingParams()).token_ids == fixture_npz["greedy_continuation_ids"][:16].tolist()
+
+
+# -- the default model: greedy identity with drafts over a wrapping ring, on the native pass ------------------------
+
+from tests.pipeline.decode.test_engine_real import POLICY, draft_gguf, run_stream, stream_ids  # noqa: E402,F401
+
+
+@pytest.fixture(scope="module")
+def native_target_only(stream_ids):
+    return run_stream(engine_of("default", {**POLICY, "model.kernel": "native"}), stream_ids)
+
+
+@pytest.mark.parametrize("draft", ["model", "hybrid tree"])
+def test_greedy_identity_with_each_draft_while_the_ring_wraps_on_the_default_model(draft, stream_ids,
+                                                                                   native_target_only, draft_gguf):
+    """The target and the draft both on the native pass (a draft takes the target's kernel): every generation is
+    target-only's, token for token, while the stream wraps the ring and proposals are rejected."""
+    kind, _, tree = draft.partition(" ")
+    engine = engine_of("default", {**POLICY, "model.kernel": "native", "draft.kind": kind,
+                                   "draft.siblings": 2 if tree else 0, "draft.model": str(draft_gguf),
+                                   "draft.length": 5})
+    outputs, stats = run_stream(engine, stream_ids)
+    assert outputs == native_target_only[0]
+    assert engine.index.n // engine.spec.ring >= 10
+    assert sum(s["rejections"] for s in stats) >= 5 and sum(s["rejections_after_wrap"] for s in stats) >= 1
