@@ -21,7 +21,7 @@ from kernels.ring import RingIndex, RingSpec
 from models.registry import converted_dir, resolve_gguf
 from models.runner import Runner, RunnerOptions
 
-from . import llama_build
+from .speed import llama_cpp
 
 
 def _ringspec(model: str, kernel: str, threads: int, context: int, rows: list[int]):
@@ -43,7 +43,7 @@ def _ringspec(model: str, kernel: str, threads: int, context: int, rows: list[in
 
 
 def _llama(model: str, threads: int, context: int, rows: list[int]):
-    lib = llama_build_module()
+    lib = llama_cpp()
     if lib is None:
         return None
     llm = lib.Llama(model_path=str(resolve_gguf(model)), n_ctx=context + 64, n_threads=threads,
@@ -55,16 +55,6 @@ def _llama(model: str, threads: int, context: int, rows: list[int]):
         llm.n_tokens = context                               # eval cuts the KV cache back to n_tokens
         llm.eval(ids[context:context + T])
     return run
-
-
-def llama_build_module():
-    found = llama_build.chosen(build=False)
-    if found.source == "none":
-        print(f"bench.passes: llama.cpp left out: {found.reason}", flush=True)
-        return None
-    llama_build.put_first(found)
-    import llama_cpp
-    return llama_cpp
 
 
 def measure(model: str, rows: list[int], threads: int, context: int, repeats: int) -> dict:
