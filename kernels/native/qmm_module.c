@@ -46,10 +46,11 @@ static qmm_gemm_fn path_of(int isa) {
     }
 }
 
-/* Best first, by measurement (bench/qmatmul_speed.py; a fixed order, never the rows): on an Intel Xeon with AVX-512
- * VNNI the AVX2 path's columns-in-lanes tiles beat the AVX-512 path's per-column reductions (Q4_K 8960x1536 one
- * thread, 1/4/8 rows: 479/987/1696 us against 647/1273/2198). */
-static const int preference[] = {QMM_AVX2, QMM_AVX512_VNNI, QMM_AVX512, QMM_NEON_DOTPROD, QMM_SCALAR};
+/* Best first, by measurement (a fixed order, never the rows): `python -m bench.qmatmul_speed --types
+ * Q4_K,Q6_K,Q8_0,Q5_0,Q4_1 --rows 1,4 --threads 1 --paths avx512_vnni,avx2 --shapes up` on an Intel Xeon with
+ * AVX-512 VNNI, GB/s at 1 and 4 rows, AVX-512 VNNI / AVX2: Q4_K 15.8, 10.3 / 15.6, 7.5; Q6_K 16.0, 8.7 / 14.3, 7.5;
+ * Q8_0 20.6, 13.9 / 17.0, 8.3; Q5_0 14.1, 9.3 / 8.6, 5.3; Q4_1 13.9, 9.6 / 9.8, 6.1. */
+static const int preference[] = {QMM_AVX512_VNNI, QMM_AVX512, QMM_AVX2, QMM_NEON_DOTPROD, QMM_SCALAR};
 
 static int best_isa(void) {
     static const int *order = preference;
