@@ -56,7 +56,8 @@ ALWAYS void transpose16(const uint8_t *const w[16], size_t at, __m512i v[4]) {
     v[3] = _mm512_unpackhi_epi64(t2, t3);
 }
 
-/* lane c: the dword at byte `at` of column c's row (the columns' rows `row` bytes apart) */
+/* lane c: the dword at byte `at` of column c's row (the columns' rows `row` bytes apart); every read stays inside
+ * its block (Q6_K's d, its last two bytes, is read as the high half of the dword at 206) */
 ALWAYS __m512i dwords(const uint8_t *const w[16], size_t at, __m512i idx) {
     return _mm512_i32gather_epi32(idx, (const void *)(w[0] + at), 1);
 }
@@ -288,7 +289,7 @@ ALWAYS void tile_q6k(const uint8_t *const w[16], __m512i idx, int nb, const qmm_
                 is[r][c] = _mm512_sub_epi32(v, _mm512_slli_epi32(_mm512_zextsi256_si512(zsum), 5));
             }
         }
-        const __m512 D = f16lo(dwords(w, off + 208, idx));
+        const __m512 D = f16hi(dwords(w, off + 206, idx));   /* d: bytes 208..209, the block's last (210) */
         for (int r = 0; r < R; r++) {               /* acc += (dx*d) * (float)isum */
             const __m512 dx = _mm512_set1_ps(x->d[(size_t)(m0 + r) * (K / 256) + b]);
             acc[r] = _mm512_add_ps(acc[r], _mm512_mul_ps(_mm512_mul_ps(dx, D), _mm512_cvtepi32_ps(reduce16(is[r]))));
