@@ -42,9 +42,10 @@ def select(chosen: list[System], only) -> list[System]:
     if unknown:
         raise ValueError(f"unknown bench system(s) {', '.join(sorted(unknown))}: choose from "
                          f"{', '.join(s.name for s in chosen)}")
-    picked = [s for s in chosen if s.name in only]
+    twin = (lambda s: s.kernel and s.name.removesuffix(f"_{s.kernel}") in only)   # a named system's kernel twin
+    picked = [s for s in chosen if s.name in only or twin(s)]
     references = {"target_only", "target_only_unpadded"} | {s.exact_reference for s in picked}
-    return [s for s in chosen if s.name in only or s.name in references]
+    return [s for s in chosen if s in picked or s.name in references]
 
 
 def systems(draft_gguf: str = "", llama_cpp: bool = True, unpadded: bool = False, native: bool = False) -> list[System]:
