@@ -148,3 +148,20 @@ def test_greedy_identity_with_each_draft_while_the_ring_wraps_on_the_default_mod
     assert outputs == native_target_only[0]
     assert engine.index.n // engine.spec.ring >= 10
     assert sum(s["rejections"] for s in stats) >= 5 and sum(s["rejections_after_wrap"] for s in stats) >= 1
+
+
+def test_a_model_whose_gguf_moved_runs_natively_from_where_it_is_now(tmp_path):
+    """The converted directory is keyed by the GGUF's content; the card is pointed at the file it was asked for, so
+    the native pass reads blocks that exist (the first file deleted)."""
+    from models.convert import load_card
+    from models.registry import converted_dir
+    from tests.tiny_gguf import write_tiny_gguf
+    first, second = tmp_path / "a" / "m.gguf", tmp_path / "b" / "m.gguf"
+    for path in (first, second):
+        path.parent.mkdir()
+        write_tiny_gguf(path, weight_type="Q4_1", seed=11)
+    converted_dir(first)
+    first.unlink()
+    model_dir = converted_dir(second)
+    assert load_card(model_dir)["source"]["path"] == str(second.resolve())
+    Runner(model_dir, RingSpec(4, 32, 48), NATIVE)

@@ -158,3 +158,15 @@ def test_ram_sizes_read_as_binary_units(text, size):
 def test_a_ram_size_that_is_not_one_is_refused():
     with pytest.raises(ValueError, match="expected a size like 4G"):
         budget.parse_size("lots")
+
+
+def test_the_native_pass_is_planned_as_its_gguf_mapped_and_a_session_of_its_own(default_gguf):
+    """kernel = "native": the weights term is the GGUF (read in place, no packed copy) and its norms and biases, the
+    session term the native pass's measured one, for the target and for a draft that takes its kernel."""
+    cfg = config.override(config.load(), {"model.kernel": "native"})
+    terms = {(t.process, t.what): t.bytes for t in budget.plan(cfg).terms}
+    gguf = resolve_gguf(cfg.model.gguf).stat().st_size
+    assert gguf < terms[("target", "weights (the GGUF, mapped)")] < gguf + (1 << 20)
+    assert terms[("target", "session")] == budget.NATIVE_SESSION_MIB * budget.MiB
+    nbits = {(t.process, t.what): t.bytes for t in budget.plan(config.load()).terms}
+    assert sum(terms.values()) < sum(nbits.values())
