@@ -161,7 +161,9 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--fixture-out", help="save llama.cpp's figures as a fixture (.npz) for the pair tier")
     p.add_argument("--threads", type=int, default=2, help="threads of both runtimes (default %(default)s)")
     p.add_argument("--json", action="store_true", help="print the comparison as one JSON object")
-    p.set_defaults(run=lambda a: agreement.run_agree(a.model, a.fixture, a.fixture_out, a.threads))
+    p.add_argument("--kernel", choices=("nbits", "native"), default="nbits",
+                   help="ringspec's linears: MatMulNBits or the native kernel (default %(default)s)")
+    p.set_defaults(run=lambda a: agreement.run_agree(a.model, a.fixture, a.fixture_out, a.threads, a.kernel))
 
     p = add_verb(sub, "profile", opprofile.run_profile, MEASURING["profile"])
     add_model_flags(p)

@@ -128,15 +128,17 @@ class Agreement:
         return ""
 
 
-def compare(fx, model: str, threads: int = 2) -> Agreement:
-    """ringspec (the profile's engine: accuracy level 4, full cache) against a fixture's figures."""
+def compare(fx, model: str, threads: int = 2, kernel: str = "nbits") -> Agreement:
+    """ringspec (the profile's engine: accuracy level 4, full cache; `kernel`: its linears') against a fixture's
+    figures."""
     gguf = resolve_gguf(model)
     tok = Tokenizer.from_gguf(gguf)
     ids = np.asarray(fx["token_ids"], np.int64)
     n = len(ids)
     cont = np.asarray(fx["greedy_continuation_ids"], np.int64)
     cfg = config.override(config.parse({}), {"model.gguf": model, "model.threads": threads, "draft.kind": "none",
-                                             "cache.sink": 0, "cache.window": n + len(cont) + 8})
+                                             "cache.sink": 0, "cache.window": n + len(cont) + 8,
+                                             "model.kernel": kernel})
     engine = make_engine(cfg)
     rows: list[np.ndarray] = []
     engine.feed(np.concatenate([ids, cont]), on_logits=lambda start, logits: rows.append(logits.copy()))
@@ -157,7 +159,8 @@ def compare(fx, model: str, threads: int = 2) -> Agreement:
         chat_builtin_equal=tok.chat_text(CHAT_WITH_SYSTEM) == str(fx["chat_builtin_system"]))
 
 
-def run_agree(model: str, fixture: str | None, fixture_out: str | None, threads: int) -> Agreement:
+def run_agree(model: str, fixture: str | None, fixture_out: str | None, threads: int,
+              kernel: str = "nbits") -> Agreement:
     """ringspec against llama.cpp on one model: the same text's token ids, top-1 agreement and mean NLL of the
     logits, greedy tokens, and the chat template as llama.cpp renders it.
 
@@ -169,4 +172,4 @@ def run_agree(model: str, fixture: str | None, fixture_out: str | None, threads:
         fx = llama_cpp_fixture(resolve_gguf(model), fixed_text(), threads)
         if fixture_out:
             np.savez_compressed(fixture_out, **fx)
-    return compare(fx, model, threads)
+    return compare(fx, model, threads, kernel)
