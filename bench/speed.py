@@ -65,7 +65,9 @@ def llama_cpp(build: bool = False):
         import llama_cpp
         import llama_cpp.llama_chat_format
         import llama_cpp.llama_speculative
-    except ImportError:
+    except ImportError as exc:
+        print(f"bench: llama.cpp left out: {chosen.source} build at {chosen.path or 'this environment'} does not "
+              f"import here ({exc})", file=sys.stderr, flush=True)
         return None
     return llama_cpp
 
@@ -160,6 +162,8 @@ def _ringspec_runner(system: System, threads: int, window: int, profile: str | N
 
 def _llama_cpp_runner(system: System, threads: int, window: int, profile: str | None = None):
     lib = llama_cpp()
+    if lib is None:
+        raise RuntimeError("the llama.cpp the bench chose does not load in this worker (the reason above)")
     draft = None
     if system.draft == "lookup":
         draft = lib.llama_speculative.LlamaPromptLookupDecoding(num_pred_tokens=system.draft_len)
