@@ -32,6 +32,8 @@ import numpy as np
 from gguf import GGMLQuantizationType
 from gguf.quants import dequantize as gg_dequantize
 
+from kernels.qmatmul import BLOCK_BYTES, BLOCK_WEIGHTS   # the blocks' layouts: one table for both readers
+
 QK_K = 256                # weights per K-quant super-block (llama.cpp's QK_K)
 
 
@@ -52,8 +54,6 @@ FORMS = {"Q4_0": Form(4, 32, 8, False), "Q4_1": Form(4, 32, 8, True), "Q5_0": Fo
          "Q5_1": Form(8, 32, 128, True), "Q8_0": Form(8, 32, 128, False), "Q4_K": Form(4, 32, 0, True),
          "Q5_K": Form(8, 32, 128, True), "Q6_K": Form(8, 16, 128, False)}
 NBITS_TYPES = {name: form.bits for name, form in FORMS.items()}
-BLOCK_BYTES = {"Q4_0": 18, "Q4_1": 20, "Q5_0": 22, "Q5_1": 24, "Q8_0": 34, "Q4_K": 144, "Q5_K": 176, "Q6_K": 210}
-BLOCK_WEIGHTS = {"Q4_0": 32, "Q4_1": 32, "Q5_0": 32, "Q5_1": 32, "Q8_0": 32, "Q4_K": QK_K, "Q5_K": QK_K, "Q6_K": QK_K}
 
 
 class QuantError(ValueError):
