@@ -108,16 +108,11 @@ def test_the_native_pass_agrees_with_llamacpp_on_the_default_model(default_gguf,
     """llama.cpp's logits (../shared/fixtures) for the default model: mean NLL no further from llama.cpp's than the
     MatMulNBits pass's (+0.12%, docs/models.md), top-1 agreement, and its greedy continuation."""
     from kernels.sampling import SamplingParams
-    from tests.pipeline.decode.test_engine_real import log_softmax
+    from tests.pipeline.decode.test_engine_real import llamacpp_agreement
     ids = fixture_npz["token_ids"].astype(np.int64)
     n = len(ids)
-    engine = engine_of("default", {"model.kernel": "native", "cache.sink": 0, "cache.window": n + 32})
-    rows = []
-    engine.feed(ids, on_logits=lambda start, logits: rows.append(logits.copy()))
-    logits = np.concatenate(rows)
-    top1 = (logits.argmax(-1) == fixture_npz["topk_ids"][:, 0]).mean()
-    nll = -log_softmax(logits)[np.arange(n - 1), ids[1:]].mean()
-    ref = -fixture_npz["next_token_logprob"].astype(np.float64).mean()
+    _, top1, nll, ref = llamacpp_agreement(
+        engine_of("default", {"model.kernel": "native", "cache.sink": 0, "cache.window": n + 32}), fixture_npz)
     print(f"\nnative pass: top-1 agreement with llama.cpp {top1:.4f}, mean NLL {nll:.5f} vs llama.cpp's {ref:.5f} "
           f"({(nll - ref) / ref:+.3%})")
     assert top1 >= 0.98 and abs(nll - ref) / ref <= 0.0012, (top1, nll, ref)

@@ -26,16 +26,21 @@ def log_softmax(x: np.ndarray) -> np.ndarray:
     return x - np.log(np.exp(x).sum(axis=-1, keepdims=True))
 
 
-def test_logits_agree_with_llamacpp_on_the_tep_fixture(default_gguf, fixture_npz):
+def llamacpp_agreement(engine, fixture_npz) -> tuple[int, float, float, float]:
+    """(tokens, top-1 agreement, mean NLL, llama.cpp's mean NLL) of `engine` fed the fixture's text."""
     ids = fixture_npz["token_ids"].astype(np.int64)
     n = len(ids)
-    engine = engine_of({"cache.sink": 0, "cache.window": n})
     rows = []
     engine.feed(ids, on_logits=lambda start, logits: rows.append(logits.copy()))
     logits = np.concatenate(rows)
     top1 = (logits.argmax(-1) == fixture_npz["topk_ids"][:, 0]).mean()
     nll = -log_softmax(logits)[np.arange(n - 1), ids[1:]].mean()
-    ref = -fixture_npz["next_token_logprob"].astype(np.float64).mean()
+    return n, top1, nll, -fixture_npz["next_token_logprob"].astype(np.float64).mean()
+
+
+def test_logits_agree_with_llamacpp_on_the_tep_fixture(default_gguf, fixture_npz):
+    n, top1, nll, ref = llamacpp_agreement(engine_of({"cache.sink": 0, "cache.window": len(fixture_npz["token_ids"])}),
+                                           fixture_npz)
     print(f"\n{n} tokens: top-1 agreement with llama.cpp {top1:.4f}, mean NLL {nll:.5f} vs llama.cpp's {ref:.5f} "
           f"({(nll - ref) / ref:+.3%})")                        # bench/arm64-rootfs.sh quotes this line
     assert top1 >= 0.95, f"top-1 agreement {top1:.3f}"
