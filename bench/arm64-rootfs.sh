@@ -19,6 +19,7 @@ root=$(cd "$(dirname "$0")/.." && pwd)
 dir=${1:-${RINGSPEC_HOME:-$HOME/.cache/ringspec}/arm64}
 shift || true
 rootfs=$dir/rootfs opt=$dir/rootfs/opt/ringspec wheels=$dir/wheelhouse
+mkdir -p "$dir"                                   # a first run: the logs below are written there
 stamp() { echo "== $(date -u +%H:%M:%S) $*"; }
 pipq() { python3 -m pip "$@" 2> >(grep -v "is ignored: it is neither" >&2); }   # a host's stale index paths
 t0=$(date +%s)
