@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 
 from bench import agreement
+from kernels import qmatmul
 from kernels.sampling import SamplingParams
 from models.convert import WEIGHTS, leaves, linears, load_card
 from models.registry import MODELS, converted_dir, resolve_gguf
@@ -26,6 +27,9 @@ pytestmark = pytest.mark.pair
 TARGET, DRAFT = "qwen2.5-coder-1.5b", "qwen2.5-coder-0.5b"
 FIXTURES = ROOT / "tests" / "fixtures"
 GREEDY = SamplingParams()
+# Both kernels of the linears (`[model] kernel`): MatMulNBits, and ours when this machine built it.
+KERNELS = ["nbits", pytest.param("native", marks=pytest.mark.skipif(not qmatmul.available(),
+                                                                    reason=qmatmul.MISSING))]
 
 
 @pytest.mark.parametrize("model", [TARGET, DRAFT])
@@ -40,11 +44,12 @@ def test_every_quantized_weight_stays_packed_within_1_45x_the_gguf(model):
     assert ratio <= 1.45
 
 
+@pytest.mark.parametrize("kernel", KERNELS)
 @pytest.mark.parametrize("model", [TARGET, DRAFT])
-def test_tokens_logits_greedy_tokens_and_chat_agree_with_llamacpp(model):
+def test_tokens_logits_greedy_tokens_and_chat_agree_with_llamacpp(model, kernel):
     fx = dict(np.load(FIXTURES / f"llamacpp_{model}.npz"))
     assert str(fx["model_sha256"]) == MODELS[model].sha256
-    got = agreement.compare(fx, model)
+    got = agreement.compare(fx, model, kernel=kernel)
     print("\n" + got.text())                                   # the note quotes these lines
     assert got.token_ids_equal and got.chat_equal and got.chat_system_equal
     assert got.top1 >= 0.95, got.top1
@@ -52,9 +57,10 @@ def test_tokens_logits_greedy_tokens_and_chat_agree_with_llamacpp(model):
     assert got.greedy_teacher_forced
 
 
+@pytest.mark.parametrize("kernel", KERNELS)
 @pytest.mark.parametrize("model", [TARGET, DRAFT])
-def test_doctor_finds_the_engines_passes_batch_invariant(model):
-    report = doctor(config.override(config.parse({}), {"model.gguf": model}))
+def test_doctor_finds_the_engines_passes_batch_invariant(model, kernel):
+    report = doctor(config.override(config.parse({}), {"model.gguf": model, "model.kernel": kernel}))
     print("\n" + report.text())
     assert report.exit_code == 0
 
@@ -80,15 +86,21 @@ def stream_ids():
     return Tokenizer.from_gguf(resolve_gguf(TARGET)).encode(text)[:800]
 
 
+@pytest.fixture(scope="module", params=KERNELS)
+def kernel(request):
+    return request.param
+
+
 @pytest.fixture(scope="module")
-def target_only(stream_ids):
-    return run_stream({}, stream_ids)[1]
+def target_only(stream_ids, kernel):
+    return run_stream({"model.kernel": kernel}, stream_ids)[1]
 
 
 @pytest.mark.parametrize("draft", ["suffix", "model", "hybrid", "suffix tree"])
-def test_greedy_identity_with_each_draft_while_the_ring_wraps(draft, stream_ids, target_only):
+def test_greedy_identity_with_each_draft_while_the_ring_wraps(draft, stream_ids, kernel, target_only):
     kind, _, tree = draft.partition(" ")
-    engine, outputs, stats = run_stream({"draft.kind": kind, "draft.siblings": 2 if tree else 0}, stream_ids)
+    engine, outputs, stats = run_stream({"draft.kind": kind, "draft.siblings": 2 if tree else 0,
+                                         "model.kernel": kernel}, stream_ids)
     for i, (ref, got) in enumerate(zip(target_only, outputs)):
         assert got == ref, f"generation {i} differs from target-only: {ref} vs {got}"
     assert engine.index.n // engine.spec.ring >= 10, "the stream wrapped the ring fewer than 10 times"
