@@ -76,6 +76,8 @@ def parser() -> argparse.ArgumentParser:
                    "actors, at --rate lines/s (default %(default)s)")
     p.add_argument("--every", type=int, default=16, help="streams: lines between a stream's assessments through the "
                    "actors (default %(default)s)")
+    p.add_argument("--target-only", action="store_true", help="streams: the target-only figures alone (not "
+                   "through the actors)")
     p.add_argument("--prompt-tokens", type=int, default=512, help="streams: tokens of its log each stream is fed "
                    "before it continues (default %(default)s)")
     p.add_argument("--logs", default="", help="ingest: comma-separated logs (default: the profile's replay.log, "
@@ -92,7 +94,8 @@ def parser() -> argparse.ArgumentParser:
                                            ingest.progress_line)
                    if a.task == "ingest" else
                    streams.run_streams_bench(profile_of(a), a.streams, a.prompt_tokens, a.new_tokens or 128,
-                                             a.repeats or 2, a.config, a.rate or 20.0, a.stream_lines, a.every)
+                                             a.repeats or 2, a.config, a.rate or 20.0, a.stream_lines, a.every,
+                                             not a.target_only)
                    if a.task == "streams" else
                    speed.run_bench(profile_of(a), a.config, a.log, a.task, a.offsets, a.repeats or 3, a.systems,
                                    not a.no_llama_cpp, a.unpadded, a.new_tokens, a.native))

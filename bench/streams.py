@@ -255,6 +255,13 @@ class StreamsReport(Report):
         return {str(n): row for n, row in self.data.items()}
 
     def text(self) -> str:
+        return "\n".join((self._actor_lines() if self.through_actors else []) + self._target_lines())
+
+    @property
+    def through_actors(self) -> bool:
+        return all("actors" in row for row in self.data.values())
+
+    def _actor_lines(self) -> list[str]:
         lines = ["through the actors (replay --rate; one pipeline for N streams against N pipelines):",
                  f"{'streams':>7s} {'decode tok/s':>12s} {'x one':>6s} {'independent':>11s} {'per stream':>10s} "
                  f"{'TTFT ms':>8s} {'same text':>9s} {'MB/added stream':>15s} {'of it pools':>11s}"]
@@ -267,7 +274,17 @@ class StreamsReport(Report):
                          f"{np.mean([p['ttft_ms'] for p in s['per_stream']]):8.0f} {str(a['identical']):>9s} "
                          f"{a['memory_per_added_stream_bytes'] / 2**20:15.1f} "
                          f"{a['kv_pool_bytes_per_stream'] / 2**20 if n > 1 else 0:11.1f}")
-        lines += ["target only (one several-stream target against N runners taking turns):",
+        lines.append("peak PSS by process, one pipeline for N streams (MB; memory per added stream from the count "
+                     "before, in brackets):")
+        for n, row in self.data.items():
+            a = row["actors"]
+            by = ", ".join(f"{k.removeprefix('rs:')} {v / 2**20:.0f}" for k, v in a["shared"]["pss_by_process_bytes"]
+                           .items())
+            lines.append(f"{n:7d} {by} [{a['memory_per_added_stream_marginal_bytes'] / 2**20:.0f}]")
+        return lines
+
+    def _target_lines(self) -> list[str]:
+        lines = ["target only (one several-stream target against N runners taking turns):",
                   f"{'streams':>7s} {'decode tok/s':>12s} {'x one':>6s} {'independent':>11s} {'prefill tok/s':>13s} "
                   f"{'independent':>11s} {'same tokens':>11s} {'MB/added stream':>15s} {'of it pools':>11s}"]
         for n, row in self.data.items():
@@ -278,29 +295,23 @@ class StreamsReport(Report):
                          f"{i['prefill_tokens_per_s']:11.0f} {str(t['identical']):>11s} "
                          f"{t['memory_per_added_stream_bytes'] / 2**20:15.1f} "
                          f"{t['kv_pool_bytes_per_stream'] / 2**20 if n > 1 else 0:11.1f}")
-        lines.append("peak PSS by process, one pipeline for N streams (MB; memory per added stream from the count "
-                     "before, in brackets):")
-        for n, row in self.data.items():
-            a = row["actors"]
-            by = ", ".join(f"{k.removeprefix('rs:')} {v / 2**20:.0f}" for k, v in a["shared"]["pss_by_process_bytes"]
-                           .items())
-            lines.append(f"{n:7d} {by} [{a['memory_per_added_stream_marginal_bytes'] / 2**20:.0f}]")
         extra = [row["target_only"]["single_stream_graph_bytes"] / 2**20 for n, row in self.data.items() if n > 1]
         if extra:
             lines.append(f"and once per target, not per stream: the single-stream graph kept beside the N-stream "
                          f"one, {min(extra):.0f}-{max(extra):.0f} MB")
-        return "\n".join(lines)
+        return lines
 
     @property
     def exit_code(self) -> int:
-        same = all(row["target_only"]["identical"] and row["actors"]["identical"] for row in self.data.values())
+        same = all(row["target_only"]["identical"] and ("actors" not in row or row["actors"]["identical"])
+                   for row in self.data.values())
         return 0 if same else 3
 
 
 def run_streams_bench(cfg, counts: str, prompt_tokens: int, new_tokens: int, repeats: int, config: str | None = None,
-                      rate: float = 20.0, lines: int = 48, every: int = 16) -> Report:
-    """`bench --task streams`: see the module docstring and bench/streams_actors.py. Exits 3 if a stream's tokens
-    differ between the ways it ran."""
+                      rate: float = 20.0, lines: int = 48, every: int = 16, through_actors: bool = True) -> Report:
+    """`bench --task streams`: see the module docstring and bench/streams_actors.py (through_actors False: the
+    target-only figures alone). Exits 3 if a stream's tokens differ between the ways it ran."""
     try:
         wanted = sorted({int(x) for x in counts.split(",") if x.strip()})
     except ValueError:
@@ -311,6 +322,9 @@ def run_streams_bench(cfg, counts: str, prompt_tokens: int, new_tokens: int, rep
     if 1 not in wanted:
         wanted = [1] + wanted                     # the ratios are against one stream, measured in the same run
     say = lambda m: print(m, file=sys.stderr, flush=True)      # noqa: E731
+    if not through_actors:
+        target = run_streams(cfg, wanted, prompt_tokens, new_tokens, repeats, progress=say)
+        return StreamsReport({n: {"target_only": target[n]} for n in wanted})
     actors = run_actors(config, wanted, [str(SHARED / name) for name in LOGS], lines, every, rate, repeats,
                         progress=say)
     target = run_streams(cfg, wanted, prompt_tokens, new_tokens, repeats, progress=say)

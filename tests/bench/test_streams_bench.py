@@ -7,7 +7,7 @@ import threading
 
 import numpy as np
 
-from bench.streams import Lockstep, run_streams_bench
+from bench.streams import Lockstep, StreamsReport, run_streams_bench
 from models.streams import Rows
 from pipeline import config
 
@@ -95,3 +95,17 @@ def test_the_peak_pss_is_split_by_process_name_at_the_peak_sample():
     child.wait()
     assert peak > 1 << 20 and sum(by_process.values()) == peak
     assert by_process and all(v > 0 for v in by_process.values()), by_process
+
+
+def test_the_target_only_report_prints_its_table_alone_and_fails_when_a_streams_tokens_differ():
+    """`--target-only`: no actors' rows in the figures; the exit code still says whether the tokens were the same."""
+    def target(n: int, identical: bool) -> dict:
+        runs = {"decode_tokens_per_s": 10.0 * n, "prefill_tokens_per_s": 50.0}
+        return {"batched": runs, "independent": runs, "identical": identical, "decode_vs_one_stream": float(n),
+                "memory_per_added_stream_bytes": 2**20, "kv_pool_bytes_per_stream": 2**20,
+                "single_stream_graph_bytes": 0.0}
+
+    same = StreamsReport({1: {"target_only": target(1, True)}, 4: {"target_only": target(4, True)}})
+    assert not same.through_actors and "through the actors" not in same.text()
+    assert "target only" in same.text() and same.exit_code == 0
+    assert StreamsReport({1: {"target_only": target(1, True)}, 4: {"target_only": target(4, False)}}).exit_code == 3
