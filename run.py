@@ -109,6 +109,8 @@ def add_model_flags(p) -> None:
             "\"default\" (= smollm2-135m, SmolLM2-135M-Instruct Q4_1), qwen2.5-coder-0.5b, qwen2.5-coder-1.5b "
             "(Qwen2.5-Coder-Instruct Q4_K_M, 491 MB / 1.1 GB)")
     add_key(p, "--threads", "model.threads", "ONNX Runtime intra-op threads", type=int)
+    add_key(p, "--kernel", "model.kernel", "the linears' kernel: nbits (ONNX Runtime's MatMulNBits) or native (ours, "
+            "over the GGUF's blocks as stored; docs/kernel.md)", choices=("nbits", "native"))
 
 
 def _decoding(p) -> None:

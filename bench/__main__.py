@@ -41,6 +41,8 @@ def parser() -> argparse.ArgumentParser:
     add_key(p, "--model", "model.gguf", "the target of every system: a GGUF or a model name (run.py generate "
             "--help lists them)")
     add_key(p, "--threads", "model.threads", "ONNX Runtime threads of every system", type=int)
+    add_key(p, "--kernel", "model.kernel", "the linears' kernel of every ringspec system: nbits (MatMulNBits) or "
+            "native (docs/kernel.md)", choices=("nbits", "native"))
     add_key(p, "--draft-model", "draft.model",
             "the neural draft of the draft and hybrid systems (none: leave them out)")
     p.add_argument("--no-llama-cpp", action="store_true", help="leave llama.cpp out even when installed")

@@ -341,7 +341,8 @@ def _table(chosen: list[System], runs: dict[str, list[dict]], exactness: dict | 
                                    f"{_prefix_agreement(bad['token_ids'], want[bad['prompt']])}: speculative "
                                    f"output must be the target's")
         mine = {r["prompt"]: r["token_ids"] for r in rs}
-        same = [mine[k] == ref[k] for k in ref]
+        own = first[s.exact_reference] if s.kind != "llama_cpp" else ref     # its own kernel's target-only
+        same = [mine[k] == own[k] for k in own]
 
         def med(key, rs=rs):
             vals = [r[key] for r in rs if r.get(key) is not None]
@@ -357,7 +358,7 @@ def _table(chosen: list[System], runs: dict[str, list[dict]], exactness: dict | 
             "identical_to_target_only": sum(same), "prompts": len(ref),
             "exact_here": exact if s.kind != "llama_cpp" else None,   # identity with target-only claimed and checked
             "agreement_with_target_only": statistics.mean(
-                _prefix_agreement(mine[k], ref[k]) / max(len(ref[k]), 1) for k in ref),
+                _prefix_agreement(mine[k], own[k]) / max(len(own[k]), 1) for k in own),
             "agreement_with_llama_cpp": None if llama is None else statistics.mean(
                 _prefix_agreement(mine[k], llama[k]) / max(len(llama[k]), 1) for k in llama)}
     return table
