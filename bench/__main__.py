@@ -15,6 +15,38 @@ from run import MEASURING, ROOT, add_key, add_model_flags, add_verb, main, profi
 SHARED = ROOT.parent / "shared"
 
 
+def _profile_only(a) -> None:
+    """The tasks that start their own `serve` or actors pass them only the profile (--config): a profile-key flag
+    (--kernel, --model, ...) would be silently ignored there, so it is refused."""
+    flags = [k for k, v in vars(a).items() if "." in k and v is not None
+             and not (a.task == "ingest" and k == "model.gguf")]     # ingest writes --model into its profile
+    through_actors = a.task == "streams" and not a.target_only
+    if flags and (a.task in ("operator", "answers", "ingest") or through_actors):
+        raise ValueError(f"bench --task {a.task}: {', '.join(flags)} would not reach the servers and actors it "
+                         f"starts, which read only the profile: set {'them' if len(flags) > 1 else 'it'} in the "
+                         f"--config file" + (" (or --target-only)" if through_actors else ""))
+
+
+def _bench(a):
+    """`bench`: the task's measurement."""
+    _profile_only(a)
+    if a.task == "operator":
+        return operators.run_operator_bench(profile_of(a), a.config, a.log, a.rate or 20.0, a.questions or 20,
+                                            a.rates, a.seconds, a.warm_lines)
+    if a.task == "answers":
+        return answers.run_answers_bench(profile_of(a), a.config, a.split, a.readers, a.rate or 4.0, a.logs,
+                                         a.questions or 0, a.new_tokens or answers.MAX_TOKENS)
+    if a.task == "ingest":
+        return ingest.run_ingest_bench(profile_of(a), a.config, [x for x in a.logs.split(",") if x], a.seconds,
+                                       a.repeats or 1, ingest.progress_line)
+    if a.task == "streams":
+        return streams.run_streams_bench(profile_of(a), a.streams, a.prompt_tokens, a.new_tokens or 128,
+                                         a.repeats or 2, a.config, a.rate or 20.0, a.stream_lines, a.every,
+                                         not a.target_only)
+    return speed.run_bench(profile_of(a), a.config, a.log, a.task, a.offsets, a.repeats or 3, a.systems,
+                           not a.no_llama_cpp, a.unpadded, a.new_tokens, a.native)
+
+
 def parser() -> argparse.ArgumentParser:
     top = argparse.ArgumentParser(prog="run.py", description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     sub = top.add_subparsers(dest="verb")
@@ -85,22 +117,7 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--logs", default="", help="ingest: comma-separated logs (default: the profile's replay.log, "
                    + " and ".join(ingest.LOGHUB) + " from ../shared/data); answers: comma-separated question sets "
                    "(Linux_2k, text_alarms_filter_5, ...; default: all)")
-    p.set_defaults(run=lambda a: operators.run_operator_bench(profile_of(a), a.config, a.log, a.rate or 20.0,
-                                                              a.questions or 20, a.rates, a.seconds, a.warm_lines)
-                   if a.task == "operator" else
-                   answers.run_answers_bench(profile_of(a), a.config, a.split, a.readers, a.rate or 4.0, a.logs,
-                                             a.questions or 0, a.new_tokens or answers.MAX_TOKENS)
-                   if a.task == "answers" else
-                   ingest.run_ingest_bench(profile_of(a), a.config, [x for x in a.logs.split(",") if x],
-                                           a.seconds, a.repeats or 1,
-                                           ingest.progress_line)
-                   if a.task == "ingest" else
-                   streams.run_streams_bench(profile_of(a), a.streams, a.prompt_tokens, a.new_tokens or 128,
-                                             a.repeats or 2, a.config, a.rate or 20.0, a.stream_lines, a.every,
-                                             not a.target_only)
-                   if a.task == "streams" else
-                   speed.run_bench(profile_of(a), a.config, a.log, a.task, a.offsets, a.repeats or 3, a.systems,
-                                   not a.no_llama_cpp, a.unpadded, a.new_tokens, a.native))
+    p.set_defaults(run=_bench)
 
     p = add_verb(sub, "chaos", chaos.run_chaos, MEASURING["chaos"], profile="TOML profile of the pipeline under test")
     p.add_argument("log", nargs="?", help="the log to replay (default: the profile's replay.log), repeated --copies "
