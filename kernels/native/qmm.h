@@ -57,6 +57,10 @@ static inline int qmm_act_block(int type) { return type >= QMM_Q4_K ? 256 : 32; 
  * d = NaN (its outputs are NaN, as the float product would be). */
 void qmm_quantize(const float *x, int M, int K, int B, int8_t *q, float *d, int16_t *s);
 
+/* One block's integer codes as stored (unsigned, or int8 for Q8_0), weight order: the reference's reading of every
+ * format, also the table rows' (qmm_ops.c). */
+void qmm_codes(int type, const uint8_t *blk, int32_t *c);
+
 /* Y[m*ldy + n] for n in [n0, n1), every m < M. W: N rows of K/block blocks. */
 typedef void (*qmm_gemm_fn)(int type, const uint8_t *W, int K, const qmm_act *x, int M, float *Y, int ldy, int n0,
                             int n1);

@@ -23,63 +23,39 @@ void qmm_swiglu(const float *gu, int T, int F, float *out) {
         }
 }
 
-/* One block's weights as float32, as ggml's dequantize_row_* computes them (d*q products, one rounding each). */
+/* One block's weights as float32, as ggml's dequantize_row_* computes them: each a float16 scale times a code (exact
+ * in float32), then at most one rounding operation (Q4_1/Q5_1's + m, the K-quants' - dmin * min). */
 static void dequant_block(int type, const uint8_t *blk, float *y) {
+    int32_t c[256];
+    qmm_codes(type, blk, c);
+    const uint16_t *h = (const uint16_t *)blk;
     switch (type) {
-    case QMM_Q4_0: case QMM_Q4_1: case QMM_Q5_0: case QMM_Q5_1: {
-        const int m_at = type == QMM_Q4_1 || type == QMM_Q5_1, five = type == QMM_Q5_0 || type == QMM_Q5_1;
-        const uint16_t *h = (const uint16_t *)blk;
-        const float d = qmm_f16(h[0]), m = m_at ? qmm_f16(h[1]) : 0.0f;
-        const uint8_t *qs = blk + 2 + 2 * m_at + 4 * five;
-        uint32_t qh = 0;
-        if (five) memcpy(&qh, blk + 2 + 2 * m_at, 4);
-        const int z = m_at ? 0 : five ? 16 : 8;
-        for (int j = 0; j < 16; j++) {
-            int lo = (qs[j] & 15) | (int)(((qh >> j) & 1) << 4), hi = (qs[j] >> 4) | (int)(((qh >> (j + 16)) & 1) << 4);
-            if (m_at) { y[j] = d * lo + m; y[j + 16] = d * hi + m; }
-            else { y[j] = d * (lo - z); y[j + 16] = d * (hi - z); }
-        }
+    case QMM_Q4_0: case QMM_Q5_0: case QMM_Q8_0: {
+        const int z = type == QMM_Q4_0 ? 8 : type == QMM_Q5_0 ? 16 : 0;
+        const float d = qmm_f16(h[0]);
+        for (int j = 0; j < 32; j++) y[j] = d * (c[j] - z);
         break;
     }
-    case QMM_Q8_0: {
-        const float d = qmm_f16(((const uint16_t *)blk)[0]);
-        for (int j = 0; j < 32; j++) y[j] = d * ((const int8_t *)(blk + 2))[j];
+    case QMM_Q4_1: case QMM_Q5_1: {
+        const float d = qmm_f16(h[0]), m = qmm_f16(h[1]);
+        for (int j = 0; j < 32; j++) y[j] = d * c[j] + m;
         break;
     }
-    case QMM_Q4_K: case QMM_Q5_K: {
+    case QMM_Q4_K: case QMM_Q5_K: {                      /* d, dmin, scales sit alike in Q5_K */
         const blk_q4_k *k4 = (const blk_q4_k *)blk;
-        const uint8_t *qs = type == QMM_Q4_K ? k4->qs : ((const blk_q5_k *)blk)->qs;
-        const uint8_t *qh = type == QMM_Q5_K ? ((const blk_q5_k *)blk)->qh : NULL;
         uint8_t sc[8], mn[8];
         qmm_k4_scales(k4->scales, sc, mn);
         const float d = qmm_f16(k4->d), dmin = qmm_f16(k4->dmin);
-        for (int j = 0; j < 4; j++)
-            for (int half = 0; half < 2; half++) {
-                const int s = 2 * j + half;
-                const float d1 = d * sc[s], m1 = dmin * mn[s];
-                for (int l = 0; l < 32; l++) {
-                    int q = half ? qs[32 * j + l] >> 4 : qs[32 * j + l] & 15;
-                    if (qh) q |= ((qh[l] >> s) & 1) << 4;
-                    y[32 * s + l] = d1 * q - m1;
-                }
-            }
+        for (int s = 0; s < 8; s++) {
+            const float d1 = d * sc[s], m1 = dmin * mn[s];
+            for (int l = 0; l < 32; l++) y[32 * s + l] = d1 * c[32 * s + l] - m1;
+        }
         break;
     }
     case QMM_Q6_K: {
         const blk_q6_k *b6 = (const blk_q6_k *)blk;
         const float d = qmm_f16(b6->d);
-        for (int h = 0; h < 2; h++) {
-            const uint8_t *ql = b6->ql + 64 * h, *qh = b6->qh + 32 * h;
-            const int8_t *sc = b6->scales + 8 * h;
-            float *o = y + 128 * h;
-            for (int l = 0; l < 32; l++) {
-                const int is = l / 16;
-                o[l] = d * sc[is] * (((ql[l] & 15) | (((qh[l] >> 0) & 3) << 4)) - 32);
-                o[l + 32] = d * sc[is + 2] * (((ql[l + 32] & 15) | (((qh[l] >> 2) & 3) << 4)) - 32);
-                o[l + 64] = d * sc[is + 4] * (((ql[l] >> 4) | (((qh[l] >> 4) & 3) << 4)) - 32);
-                o[l + 96] = d * sc[is + 6] * (((ql[l + 32] >> 4) | (((qh[l] >> 6) & 3) << 4)) - 32);
-            }
-        }
+        for (int i = 0; i < 256; i++) y[i] = d * b6->scales[i / 16] * (c[i] - 32);
         break;
     }
     }

@@ -37,8 +37,7 @@ void qmm_quantize(const float *x, int M, int K, int B, int8_t *q, float *d, int1
     }
 }
 
-/* One block's integer codes as stored (unsigned, or int8 for Q8_0), weight order. */
-static void codes(int type, const uint8_t *blk, int32_t *c) {
+void qmm_codes(int type, const uint8_t *blk, int32_t *c) {
     switch (type) {
     case QMM_Q4_0: case QMM_Q4_1: {
         const uint8_t *qs = type == QMM_Q4_0 ? ((const blk_q4_0 *)blk)->qs : ((const blk_q4_1 *)blk)->qs;
@@ -109,7 +108,7 @@ static float element(int type, const uint8_t *w, int K, const int8_t *q, const f
     float acc = 0.0f;
     for (int b = 0; b < K / bw; b++, w += bb, q += bw, s += bw / 16) {
         const float dx = d[b];
-        codes(type, w, c);
+        qmm_codes(type, w, c);
         switch (type) {
         case QMM_Q4_0: case QMM_Q5_0: case QMM_Q8_0: {
             const int z = type == QMM_Q4_0 ? 8 : type == QMM_Q5_0 ? 16 : 0;

@@ -67,6 +67,19 @@ def test_the_reference_equals_float64_dots_over_the_formats_weights_and_the_quan
 
 
 @pytest.mark.parametrize("qtype", TYPES)
+def test_a_tables_rows_are_the_formats_weights_rounded_once_to_float32(qtype):
+    """`rows` (the token table's lookup): every weight is one float32 rounding of its exact value (the products of a
+    float16 scale and a code are exact in float32; only the last operation rounds), in any order of ids."""
+    rng = np.random.default_rng(60 + TYPES.index(qtype))
+    n, k = 7, 512
+    raw = random_blocks(rng, qtype, n * k // qmatmul.BLOCK_WEIGHTS[qtype]).reshape(n, -1)
+    main, offset = terms(raw, qtype, n, k)
+    ids = np.array([3, 0, 6, 3, 5], np.int64)
+    got = qmatmul.rows(raw, qtype, ids, np.zeros((len(ids), k), np.float32))
+    assert np.array_equal(got, (main + offset)[ids].astype(np.float32))
+
+
+@pytest.mark.parametrize("qtype", TYPES)
 def test_extreme_float16_scales_are_read_exactly(qtype):
     """Subnormal, largest and zero scales: the kernel's own float16 decoding against Python's."""
     rng = np.random.default_rng(40 + TYPES.index(qtype))
