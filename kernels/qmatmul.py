@@ -25,6 +25,9 @@ TYPES = ("Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q8_0", "Q4_K", "Q5_K", "Q6_K")      # 
 BLOCK_BYTES = {"Q4_0": 18, "Q4_1": 20, "Q5_0": 22, "Q5_1": 24, "Q8_0": 34, "Q4_K": 144, "Q5_K": 176, "Q6_K": 210}
 BLOCK_WEIGHTS = {t: 256 if t.endswith("_K") else 32 for t in TYPES}
 ACT_BLOCK = BLOCK_WEIGHTS                # the activation block of a type's family
+# Where a block keeps its float16 scales (byte offsets): d, and the second one (Q4_1/Q5_1's m, the K-quants' dmin).
+SCALE_AT = {"Q4_0": (0,), "Q8_0": (0,), "Q5_0": (0,), "Q4_1": (0, 2), "Q5_1": (0, 2), "Q4_K": (0, 2),
+            "Q5_K": (0, 2), "Q6_K": (208,)}
 
 
 def available() -> bool:

@@ -236,10 +236,8 @@ def native_families(types: dict[tuple[int, int], set[str]], threads: tuple[int, 
 
 def _finite_scales(w: np.ndarray, qtype: str) -> None:
     """Random blocks with small finite float16 scales where the format keeps them."""
-    at = {"Q4_0": (0,), "Q8_0": (0,), "Q5_0": (0,), "Q4_1": (0, 2), "Q5_1": (0, 2), "Q4_K": (0, 2), "Q5_K": (0, 2),
-          "Q6_K": (208,)}[qtype]
     blocks = w.reshape(-1, qmatmul.BLOCK_BYTES[qtype])
-    for a in at:
+    for a in qmatmul.SCALE_AT[qtype]:
         blocks[:, a:a + 2] = (np.random.default_rng(len(blocks)).random(len(blocks)) * 1e-2).astype(
             np.float16).view(np.uint8).reshape(-1, 2)
 

@@ -17,6 +17,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from onnx import TensorProto, helper, numpy_helper
 
+from kernels.qmatmul import SCALE_AT
 from models import quant
 from tests.quant_reference import BLOCK_BYTES, weight_terms
 
@@ -24,9 +25,6 @@ MS = "com.microsoft"
 TYPES = list(quant.FORMS)
 EXACT_TYPES = [t for t in TYPES if t != "Q4_1"]     # Q4_1's offset 8d + m is rounded to float32 (models/quant.py)
 PER_BLOCK = {t: quant.BLOCK_WEIGHTS[t] for t in TYPES}
-# Where a block keeps its float16 scales: d (and the second one: Q4_1/Q5_1's m, the K-quants' dmin).
-SCALE_AT = {"Q4_0": (0,), "Q8_0": (0,), "Q5_0": (0,), "Q4_1": (0, 2), "Q5_1": (0, 2), "Q4_K": (0, 2),
-            "Q5_K": (0, 2), "Q6_K": (208,)}
 EXTREME_F16 = [65504.0, -65504.0, 2.0 ** -24, -(2.0 ** -24), 2.0 ** -14, 0.0, -0.0, 1.0, 0.000123, -3.5]
 
 
