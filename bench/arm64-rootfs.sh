@@ -129,10 +129,11 @@ inside /bin/sh -c 'uname -m; python -c "import numpy, onnxruntime; from models i
     python -c "from kernels import qmatmul as q; print(\"native kernel paths:\", q.paths() if q.available() else q.MISSING)"' \
     2>&1 | sed 's/^/   /' || true
 status=0
-for threads in 2 4; do                       # the default profile's threads, and the RK3588 profile's four big cores
-    stamp "python run.py doctor --threads $threads"
+# the default profile's threads, and the RK3588 profile's four big cores; then the whole pass on the native kernel
+for run in "--threads 2" "--threads 4" "--threads 4 --kernel native"; do
+    stamp "python run.py doctor $run"
     t=$(date +%s) code=0
-    inside /bin/sh -c "cd /opt/ringspec/main && python run.py doctor --threads $threads" || code=$?
+    inside /bin/sh -c "cd /opt/ringspec/main && python run.py doctor $run" || code=$?
     echo "   doctor exit $code in $(( $(date +%s) - t )) s"
     [ $code = 0 ] || status=$code
 done

@@ -150,7 +150,7 @@ class NativeSession:
     """Runs a pass bound through `io_binding()` (the graph's names, models/graph.py `build_graph`)."""
 
     def __init__(self, model_dir: Path, card: dict, sink: int, ring: int, threads: int, kv_dtype: str = "float32",
-                 tree: bool = False, streams: int = 1, spin: bool = True):
+                 tree: bool = False, streams: int = 1):
         self.weights = NativeWeights(Path(model_dir), card)
         self.cfg = cfg = card["config"]
         self.threads, self.streams = threads, streams

@@ -67,13 +67,14 @@ def open_session(model_dir: Path, card: dict, spec: RingSpec, opts: RunnerOption
                  streams: int = 1) -> ort.InferenceSession:
     """The session of the dynamic graph for these pools and options (`streams`: a pass over that many streams' rows,
     models/streams.py), built on first use; with `kernel = "native"`, the native pass speaking its contract."""
+    threads = min(opts.threads, len(os.sched_getaffinity(0)))      # no more than the CPUs it may use (either kernel)
     if opts.kernel == "native":
-        return NativeSession(Path(model_dir), card, spec.sink, spec.ring, opts.threads, opts.kv_dtype, opts.trees,
+        return NativeSession(Path(model_dir), card, spec.sink, spec.ring, threads, opts.kv_dtype, opts.trees,
                              streams)
     graph = ensure_graph(Path(model_dir), card, None, spec.sink, spec.ring, opts.accuracy_level, opts.kv_dtype,
                          tree=opts.trees, streams=streams)
     so = ort.SessionOptions()
-    so.intra_op_num_threads = min(opts.threads, len(os.sched_getaffinity(0)))   # no more than the CPUs it may use
+    so.intra_op_num_threads = threads
     so.inter_op_num_threads = 1
     so.add_session_config_entry("session.intra_op.allow_spinning", "1" if opts.spin else "0")
     so.enable_mem_pattern = False      # ORT keeps a memory pattern per input-shape set it meets, without bound

@@ -7,6 +7,8 @@ several-stream replay of tests/models/test_streams.py).
 """
 from __future__ import annotations
 
+import os
+
 import numpy as np
 import pytest
 
@@ -96,6 +98,19 @@ def test_each_of_three_streams_gets_its_alone_bits_in_shared_native_passes(tiny,
                 for n, text in enumerate(texts(3, 90))]
     streams = Streams(tiny, SPEC, 3, opts, sizes=(1, 2, 3))
     assert replay_together(streams, recorded, delays=[0, 1, 3]) >= 8
+
+
+def test_a_process_pinned_to_one_cpu_runs_the_native_pass_on_one_thread(tiny):
+    """An actor pinned to one CPU (configs/pair.toml's target) gets no second thread to wait on that CPU: the native
+    pass's threads are capped by the affinity as ONNX Runtime's are."""
+    before = os.sched_getaffinity(0)
+    try:
+        os.sched_setaffinity(0, {min(before)})
+        pinned = Runner(tiny, RingSpec(4, 32, 48), NATIVE)
+    finally:
+        os.sched_setaffinity(0, before)
+    assert pinned.session.threads == 1
+    assert Runner(tiny, RingSpec(4, 32, 48), NATIVE).session.threads == min(NATIVE.threads, len(before))
 
 
 def test_a_weight_the_kernel_does_not_read_is_refused_by_name(tmp_path):
