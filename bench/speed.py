@@ -431,7 +431,7 @@ def run_bench(cfg, profile: str | None, log: str | None = None, task: str = "all
         only = [name.strip() for name in systems_named.split(",") if name.strip()]
         out = bench(log or config.replay_log(cfg), TASKS if task == "all" else (task,), n_offsets, repeats,
                     cfg.model.threads, cfg.cache.window, draft, None if llama_cpp else False, _progress, only, unpadded,
-                    (profile, {"model.gguf": cfg.model.gguf}), new_tokens, native)
+                    (profile, {"model.gguf": cfg.model.gguf, "model.kernel": cfg.model.kernel}), new_tokens, native)
     except Disagreement as exc:
         return Failure(line=f"ringspec: bench: {exc}", code=3)
     except NpuBusy as exc:

@@ -155,3 +155,16 @@ def test_llama_cpp_speculative_peer_keeps_its_cache_and_changes_no_token(default
     assert run(draft) == plain
     assert draft.calls >= 24 // 5 and draft.proposed >= 24 - draft.calls
     assert draft.evaluated < 2 * (len(prompt.ids) + 24 + 4 * draft.calls)
+
+
+def test_the_profile_keys_given_on_the_command_line_reach_every_worker(monkeypatch):
+    """`bench --kernel nbits` over a profile naming the native kernel: the workers build their engines from the
+    profile file and the overrides handed to them, so the kernel (and the model) travel with it."""
+    from pipeline import config
+    seen = {}
+    monkeypatch.setattr(speed, "bench", lambda *a, **k: seen.setdefault("profile", a[11]) and {})
+    cfg = config.override(config.parse({}), {"model.kernel": "nbits", "model.gguf": "qwen2.5-coder-1.5b"})
+    speed.run_bench(cfg, "configs/pair.toml", "data/tep_demo.csv", "log", 1, 1)
+    path, keys = seen["profile"]
+    assert path == "configs/pair.toml" and keys["model.kernel"] == "nbits"
+    assert config.load(path, keys).model.kernel == "nbits"
