@@ -223,11 +223,15 @@ def parser() -> argparse.ArgumentParser:
     return top
 
 
+def given_keys(args) -> dict:
+    """The profile-key flags given on the command line (dest "section.key"), by key."""
+    return {key: value for key, value in vars(args).items() if "." in key and value is not None}
+
+
 def profile_of(args, extra: dict | None = None, here: bool = True) -> config.Config:
-    """The profile (--config) with every profile-key flag given on the command line (dest "section.key") over it;
-    here: it runs on this machine (see config.load)."""
-    given = {key: value for key, value in vars(args).items() if "." in key and value is not None}
-    return config.load(getattr(args, "config", None), {**given, **(extra or {})}, here)
+    """The profile (--config) with every profile-key flag given on the command line over it; here: it runs on this
+    machine (see config.load)."""
+    return config.load(getattr(args, "config", None), {**given_keys(args), **(extra or {})}, here)
 
 
 def _size(text: str) -> int:

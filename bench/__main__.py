@@ -10,7 +10,7 @@ import sys
 
 from bench import (agreement, answers, chaos, distill, draftscan, fuzz, ingest, npu, operators, opprofile, perplexity,
                    pipeline_vs_serial, projection, quality, recall, soak, speed, streams)
-from run import MEASURING, ROOT, add_key, add_model_flags, add_verb, main, profile_of
+from run import MEASURING, ROOT, add_key, add_model_flags, add_verb, given_keys, main, profile_of
 
 SHARED = ROOT.parent / "shared"
 
@@ -18,8 +18,7 @@ SHARED = ROOT.parent / "shared"
 def _profile_only(a) -> None:
     """The tasks that start their own `serve` or actors pass them only the profile (--config): a profile-key flag
     (--kernel, --model, ...) would be silently ignored there, so it is refused."""
-    flags = [k for k, v in vars(a).items() if "." in k and v is not None
-             and not (a.task == "ingest" and k == "model.gguf")]     # ingest writes --model into its profile
+    flags = [k for k in given_keys(a) if not (a.task == "ingest" and k == "model.gguf")]  # ingest writes --model
     through_actors = a.task == "streams" and not a.target_only
     if flags and (a.task in ("operator", "answers", "ingest") or through_actors):
         raise ValueError(f"bench --task {a.task}: {', '.join(flags)} would not reach the servers and actors it "
@@ -44,7 +43,7 @@ def _bench(a):
                                          a.repeats or 2, a.config, a.rate or 20.0, a.stream_lines, a.every,
                                          not a.target_only)
     return speed.run_bench(profile_of(a), a.config, a.log, a.task, a.offsets, a.repeats or 3, a.systems,
-                           not a.no_llama_cpp, a.unpadded, a.new_tokens, a.native)
+                           not a.no_llama_cpp, a.unpadded, a.new_tokens, a.native, given_keys(a))
 
 
 def parser() -> argparse.ArgumentParser:

@@ -400,7 +400,7 @@ def _progress(task, repeat, k, name, res) -> None:
 
 def run_bench(cfg, profile: str | None, log: str | None = None, task: str = "all", n_offsets: int = 5, repeats: int = 3,
               systems_named: str = "", llama_cpp: bool = True, unpadded: bool = False, new_tokens: int = 0,
-              native: bool = False) -> Report:
+              native: bool = False, given: dict | None = None) -> Report:
     """Greedy decoding of the same prompts by every system, each in its own worker process confined to the same two
     cores, alternated per prompt; medians printed. Tasks: log (line-aligned 512-token prefixes, 256 tokens, no wrap)
     and analysis (the replay's chat frame around a 512-token window, 'summarise the most severe alarms above', 128
@@ -431,7 +431,7 @@ def run_bench(cfg, profile: str | None, log: str | None = None, task: str = "all
         only = [name.strip() for name in systems_named.split(",") if name.strip()]
         out = bench(log or config.replay_log(cfg), TASKS if task == "all" else (task,), n_offsets, repeats,
                     cfg.model.threads, cfg.cache.window, draft, None if llama_cpp else False, _progress, only, unpadded,
-                    (profile, {"model.gguf": cfg.model.gguf, "model.kernel": cfg.model.kernel}), new_tokens, native)
+                    (profile, given or {}), new_tokens, native)
     except Disagreement as exc:
         return Failure(line=f"ringspec: bench: {exc}", code=3)
     except NpuBusy as exc:

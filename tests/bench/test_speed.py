@@ -163,8 +163,9 @@ def test_the_profile_keys_given_on_the_command_line_reach_every_worker(monkeypat
     from pipeline import config
     seen = {}
     monkeypatch.setattr(speed, "bench", lambda *a, **k: seen.setdefault("profile", a[11]) and {})
-    cfg = config.override(config.parse({}), {"model.kernel": "nbits", "model.gguf": "qwen2.5-coder-1.5b"})
-    speed.run_bench(cfg, "configs/pair.toml", "data/tep_demo.csv", "log", 1, 1)
+    given = {"model.kernel": "nbits", "model.gguf": "qwen2.5-coder-1.5b"}
+    cfg = config.override(config.parse({}), given)
+    speed.run_bench(cfg, "configs/pair.toml", "data/tep_demo.csv", "log", 1, 1, given=given)
     path, keys = seen["profile"]
     assert path == "configs/pair.toml" and keys["model.kernel"] == "nbits"
     assert config.load(path, keys).model.kernel == "nbits"
