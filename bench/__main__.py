@@ -93,7 +93,8 @@ def parser() -> argparse.ArgumentParser:
                    "OpenStack, Thunderbird), fresh3 (4 logs of other kinds there: a web shop's access log, an IIS W3C "
                    "log, a Zeek http.log, a PostgreSQL log), fresh4 (4 more kinds there: a WinCC S7 channel log, a "
                    "TeamViewer log, a Windows setupapi log, an SSH honeypot log), fresh5 (2 more kinds there: a "
-                   "MongoDB mongod log, a Kafka broker server.log), all (default %(default)s). Each "
+                   "MongoDB mongod log, a Kafka broker server.log), fresh6 and fresh7 (issue 59's unseen splits: log kinds no "
+                   "other split has, bench/data/README.md), all (default %(default)s). Each "
                    "fresh split was written apart from the reader and held out until it was measured once (README, "
                    "Operators)")
     p.add_argument("--readers", default="cited", help="answers: comma-separated serve.reader values, one server per "

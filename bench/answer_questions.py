@@ -71,7 +71,7 @@ class Question:
     gold: str | None             # None: not in the log
     gold_lines: tuple[int, ...]  # lines holding the gold (a lookup: every agreeing line, newest last; count: all)
     stable_through: int          # the gold (and gold_lines) is the same over lines[:n], ask_after <= n <= this
-    split: str                   # dev | heldout | fresh | fresh2 | fresh3 | fresh4 | fresh5
+    split: str                   # dev | heldout | fresh | fresh2 | ... | fresh7
     absent: str | None = None    # not_found: the identifier in the text that occurs in no line of the log
 
 
@@ -109,7 +109,7 @@ class LogSpec:
     lookups: tuple[Lookup, ...]
     tallies: tuple[Tally, ...]
     values: tuple[Values, ...]
-    split: str | None = None     # every question's split (fresh, fresh2, ..., fresh5); None: dev or heldout by
+    split: str | None = None     # every question's split (fresh, fresh2, ..., fresh7); None: dev or heldout by
                                  # a hash (`split_of`)
 
 

@@ -49,7 +49,7 @@ from pipeline.report import Report
 from pipeline.watch import wait_for
 
 READERS = ("cited", "free")
-SPLITS = ("dev", "heldout", "fresh", "fresh2", "fresh3", "fresh4", "fresh5", "all")   # a question set's split
+SPLITS = ("dev", "heldout", "fresh", "fresh2", "fresh3", "fresh4", "fresh5", "fresh6", "fresh7", "all")   # a question set's split
                                                                                  # (answer_questions.py), or every one
 ROUTES = ("lookup", "aggregate", "not_found")
 MAX_TOKENS = 48            # enough for any gold here (the longest, a jar path, is about 40 tokens)
@@ -283,7 +283,7 @@ def progress_line(reader, log, i, n, q, row) -> None:
 
 
 def select(questions: list[Question], split: str, logs: str = "", per_log: int = 0) -> dict[str, list[Question]]:
-    """The questions of `split` (dev, heldout, fresh, fresh2, fresh3, fresh4, fresh5, all) per log; `logs`:
+    """The questions of `split` (dev, heldout, fresh, fresh2, ..., fresh7, all) per log; `logs`:
     comma-separated stems (Linux_2k) to keep; per_log: at most this many per log (the first by ask_after; 0: all)."""
     keep = {s.strip() for s in logs.split(",") if s.strip()}
     out: dict[str, list[Question]] = {}
