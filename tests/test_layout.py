@@ -23,6 +23,7 @@ LAYERS = [                      # bottom first; a module may import its own laye
                                                              # channels' geometry
     "pipeline.decode",          # sequence state, the speculative step, the serial and pipelined engines, drafts
     "pipeline.stream",          # records, sources, triggers, prompts, the replay frame, the archive
+    "pipeline.answer",          # the answering layer: span candidates (issue 59; the cited reader moves here)
     "pipeline.serve",           # the operators' front: HTTP, zmq, metrics, the fair queue
     "actors",                   # one process each, and what each is started with (actors/args.py)
     "pipeline.launch pipeline.budget",   # starts the actors (local processes or Ray; the package pipeline/launch/);

@@ -58,7 +58,8 @@ _PART = re.compile(r"[A-Za-z0-9]+")
 @dataclass(frozen=True)
 class Header:
     names: tuple[str, ...]
-    sep: str                       # the cells' separator: " " (W3C) or "\t" (Zeek)
+    sep: str                       # the cells' separator: " " (W3C), "\t" (Zeek), or a delimited file's
+    quoted: bool = False           # a cell may be written in double quotes (CSV's rule: RFC 4180, "" inside)
 
 
 def header_of(text: str) -> Header | None:
@@ -68,6 +69,45 @@ def header_of(text: str) -> Header | None:
     if text.startswith("#fields\t"):
         return Header(tuple(text.split("\t")[1:]), "\t")
     return None
+
+
+_NAME = re.compile(r"[A-Za-z_][\w .()/#%\[\]-]{0,63}")
+_DELIMITERS = ("\t", ";", ",", "|")
+
+
+def delimited_header(text: str) -> Header | None:
+    """The columns a delimited file's first line names (CSV, TSV, semicolon or pipe separated): at least 3 cells,
+    each a name (a letter or `_` first, no more than 64 characters, none of them a number or a time), under the first
+    separator giving that; else None. Whether the line is a file's first is the caller's to know."""
+    for sep in _DELIMITERS:
+        parts = [text[a:b] for a, b in split_cells(text, sep, True)]
+        if len(parts) >= 3 and all(_NAME.fullmatch(p.strip()) for p in parts) \
+                and not any(re.search(r"\d:\d\d|^\d+$", p) for p in parts):
+            return Header(tuple(p.strip() for p in parts), sep, True)
+    return None
+
+
+def split_cells(text: str, sep: str, quoted: bool = False) -> list[tuple[int, int]]:
+    """Each cell's (start, end) in `text`; `quoted`: a cell opening with a double quote runs to its closing one (a
+    doubled quote inside stays), its span inside the quotes."""
+    out, at = [], 0
+    while True:
+        if quoted and text.startswith('"', at):
+            end = at + 1
+            while (end := text.find('"', end)) >= 0 and text.startswith('""', end):
+                end += 2
+            if end >= 0 and (end + 1 == len(text) or text.startswith(sep, end + 1)):
+                out.append((at + 1, end))
+                if end + 1 == len(text):
+                    return out
+                at = end + 1 + len(sep)
+                continue
+        nxt = text.find(sep, at)
+        if nxt < 0:
+            out.append((at, len(text)))
+            return out
+        out.append((at, nxt))
+        at = nxt + len(sep)
 
 
 BLOCK = 16                 # directive lines a header block holds at most (Zeek writes 8)
@@ -105,11 +145,8 @@ def cells(text: str, header: Header | None) -> list[Value]:
     if text.startswith("#"):
         return []
     if header is not None:
-        spans, at = [], 0
-        for part in text.split(header.sep):
-            spans.append((at, at + len(part)))
-            at += len(part) + len(header.sep)
-        if len(spans) == len(header.names):
+        spans = split_cells(text, header.sep, header.quoted)
+        if len(spans) == len(header.names) and tuple(text[a:b].strip() for a, b in spans) != header.names:
             return [Value(f"col:{name}", text[a:b], a, b) for name, (a, b) in zip(header.names, spans)
                     if text[a:b] not in EMPTY]
     if m := _NCSA.match(text):

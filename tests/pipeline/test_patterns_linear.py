@@ -29,7 +29,7 @@ from pipeline.stream.archive import Archive
 MODULES = ("pipeline.stream.values", "pipeline.stream.records", "pipeline.stream.columns", "pipeline.stream.templates",
            "pipeline.stream.evidence", "pipeline.stream.sources", "pipeline.stream.identifiers",
            "pipeline.stream.severity", "pipeline.stream.surprise", "pipeline.stream.archive",
-           "pipeline.serve.route", "pipeline.serve.cited")
+           "pipeline.answer.spans", "pipeline.serve.route", "pipeline.serve.cited")
 # patterns compiled inline where they run (re.search(r"...", q) in pipeline/serve/route.py, on the question; the
 # front's text splitter, on a reply the cited reader wrote)
 INLINE = (r"\bhow many (\w+)\b", r"\bhow many\b", r"\bhow many (bytes|kb|mb|gb)\b",

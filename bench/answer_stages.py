@@ -1,0 +1,110 @@
+"""The answering layer measured offline, stage by stage, over the committed question sets (issue 59).
+
+Owns the per-stage figures `bench --task answers` cannot give (it sees only replies): for each question with a span
+for its gold (a lookup; a first, last or most frequent value; each value of a "which"), on the newest line holding the
+gold (a "which": each value on one of its lines), under the header in force there: is the gold among the line's candidates (`pipeline.answer.spans`)? Reported
+per split with its Wilson 95% interval, with the candidates a line has (p50, p95, max: the ranker's work) and which
+sources held the gold. Counts are computed, not chosen: they have no stage here. Later stages (the ranker's top-1,
+the model's choice when the gold was offered, end to end) join this table as they are built.
+
+A held-out split is measured once, at a commit fixed before it is opened: `--split fresh6|fresh7` is refused unless
+`--first-sight` says this is that run. Never runs a server or a model; reads the logs and question sets only.
+
+    python -m bench.answer_stages --split dev,heldout,fresh,fresh2,fresh3,fresh4,fresh5
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+from collections import Counter, defaultdict
+from functools import lru_cache
+
+import numpy as np
+
+from bench.answer_questions import Question, lines_of, load, log_path
+from bench.answers import wilson
+from pipeline.answer.spans import candidates
+from pipeline.stream.columns import Header, Headers, delimited_header
+
+HELD_OUT = ("fresh6", "fresh7")       # issue 59's unseen splits: opened once, at a fixed commit
+SPAN_KINDS = ("first", "last", "most_frequent", "which")
+
+
+@lru_cache(maxsize=None)
+def _lines(log: str, fmt: str) -> tuple[str, ...]:
+    return tuple(lines_of(log_path(log), fmt))
+
+
+@lru_cache(maxsize=None)
+def _headers(log: str, fmt: str) -> tuple[Header | None, ...]:
+    """The header in force at each line: columns.Headers over the log in order, or the columns its first line names."""
+    lines, headers = _lines(log, fmt), Headers()
+    first = delimited_header(lines[0]) if lines else None
+    return tuple(headers.take(text, n == 0) or first for n, text in enumerate(lines))
+
+
+def golds(q: Question) -> list[str]:
+    """The spans a question's answer copies (none for a count or a not-found question)."""
+    if q.gold is None or q.kind == "count":
+        return []
+    if q.route == "lookup" or q.kind in SPAN_KINDS[:3]:
+        return [q.gold]
+    return [v.strip() for v in q.gold.split(",")] if q.kind == "which" else []
+
+
+def stage_candidates(questions: list[Question]) -> dict:
+    """Gold among the candidates of its newest gold line: per question (covered?), the lines' candidate counts, and
+    which sources held a covered gold."""
+    covered = total = 0
+    sizes, sources, misses = [], Counter(), []
+    for q in questions:
+        want = golds(q)
+        if not want or not q.gold_lines:
+            continue
+        lines = (q.gold_lines[-1],) if q.kind != "which" else q.gold_lines   # a "which" gathers its values' lines
+        by_text = defaultdict(set)
+        for n in lines:
+            spans = candidates(_lines(q.log, q.format)[n - 1], _headers(q.log, q.format)[n - 1])
+            sizes.append(len(spans))
+            for s in spans:
+                by_text[s.text].update(src.split(":")[0] for src in s.sources)
+        total += 1
+        if all(g in by_text for g in want):
+            covered += 1
+            sources.update(frozenset().union(*(by_text[g] for g in want)))
+        else:
+            misses.append(q.id)
+    return {"covered": covered, "total": total, "sizes": sizes, "sources": sources, "misses": misses}
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m bench.answer_stages", description=__doc__.split("\n\n")[0],
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--split", default="dev,heldout,fresh,fresh2,fresh3,fresh4,fresh5",
+                   help="comma-separated splits (bench/answer_questions.py); default every split already opened")
+    p.add_argument("--first-sight", action="store_true",
+                   help=f"this is the one measurement of a held-out split ({', '.join(HELD_OUT)})")
+    p.add_argument("--misses", action="store_true", help="list the questions whose gold no candidate holds")
+    a = p.parse_args(argv)
+    splits = a.split.split(",")
+    if set(splits) & set(HELD_OUT) and not a.first_sight:
+        p.error(f"{', '.join(sorted(set(splits) & set(HELD_OUT)))} is held out: measured once, with --first-sight")
+    questions = load()
+    print(f"{'split':<8} {'gold among candidates':>24} {'Wilson 95%':>14} {'candidates p50/p95/max':>24}  sources")
+    for split in splits:
+        chosen = [q for q in questions if q.split == split]
+        if not chosen:
+            p.error(f"no questions in split {split!r}")
+        r = stage_candidates(chosen)
+        lo, hi = wilson(r["covered"], r["total"])
+        s = np.array(r["sizes"])
+        print(f"{split:<8} {r['covered']:>5}/{r['total']:<5} {100 * r['covered'] / max(r['total'], 1):6.1f}%"
+              f"      [{lo:.2f}, {hi:.2f}] {int(np.median(s)):>8}/{int(np.percentile(s, 95))}/{s.max():<8}  "
+              + ", ".join(f"{k} {v}" for k, v in r["sources"].most_common()))
+        if a.misses and r["misses"]:
+            print("  missed:", " ".join(r["misses"]))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
