@@ -8,7 +8,7 @@ from. Four sources, none naming a log format or a dataset (issue 59):
     cut ("Resumed." -> "Resumed"), and a dotted or dashed atom's heads and tails ("action.SCREEN_OFF" -> "SCREEN_OFF");
   - value shapes, read whole however many atoms they hold: a URL, a path (unix or Windows), an IPv4 or IPv6 address,
     the port after an address or host, a time (ISO 8601, RFC 3164 syslog, ctime, Common Log Format, a date with a
-    clock, a clock), a number with its unit, a hex number, a UUID, a quoted or bracketed text, and the rest of the
+    clock, a clock, epoch seconds), a number with its unit, a host name, an address or host with its port, a hex number, a UUID, a quoted or bracketed text, and the rest of the
     line after a label's ": ";
   - structure the line declares itself: a JSON object's scalar values named by their key path ("alert.signature"),
     `key=value` and `key: value` pairs named by their key, and a delimited row's cells named by the header in force
@@ -31,25 +31,32 @@ _ATOM = re.compile(r"[\w.-]+|[^\s\w.-]")
 _WORD = re.compile(r"[\w.-]+")
 _TRIM = re.compile(r"^[.-]+|[.-]+$")
 _INNER = re.compile(r"[.-]+")
+_ALNUM = re.compile(r"[^\W_]")
 _SHAPES = {                 # a value kind read whole; each pattern linear (no nested repetition over one run)
     "url": r"\b[A-Za-z][A-Za-z0-9+.-]{1,15}:/{1,2}[^\s\"'<>]*[^\s\"'<>.,;:)\]}]",
     "path": r"(?<![\w/.:-])/[^\s\"'<>|,;)\]}]*[^\s\"'<>|,;:.)\]}]|\b[A-Za-z]:\\[^\s,;\]\)'\"]*[^\s,;\]\)'\".:]",
     "ip": r"(?<![\w.])\d{1,3}(?:\.\d{1,3}){3}(?![\w.])",
     "ipv6": r"(?<![\w:])(?:[0-9A-Fa-f]{1,4}:){7}[0-9A-Fa-f]{1,4}(?![\w:])"             # full, or with "::"
             r"|(?<![\w:])(?:[0-9A-Fa-f]{1,4}(?::[0-9A-Fa-f]{1,4})*)?::(?:[0-9A-Fa-f]{1,4}(?::[0-9A-Fa-f]{1,4})*)?(?![\w:])",
-    "time": r"\b\d{4}-\d\d-\d\d(?:[T ]\d\d:\d\d(?::\d\d(?:[.,]\d{1,9})?)?(?:Z|[+-]\d\d:?\d\d)?)?\b"
+    "time": r"\b\d{4}-\d\d-\d\d(?:[T ]\d\d:\d\d(?::\d\d(?:[.,]\d{1,9})?)?(?:Z|[+-]\d\d:?\d\d| ?(?:UTC|GMT))?)?\b"
             r"|(?<![\w.])\d{1,4}[/.]\d{1,2}[/.]\d{1,4}(?:[ T,-]\d\d?:\d\d(?::\d\d(?:[.,]\d{1,9})?)?)?(?![\w.])"
             r"|\b(?:(?:Mon|Tue|Wed|Thu|Fri|Sat|Sun),? )?(?:Jan|Feb|Mar|Apr|May|Jun|Jul|Aug|Sep|Oct|Nov|Dec) +\d{1,2},?"
             r"(?: \d{4})? \d\d:\d\d:\d\d(?:[.,]\d{1,9})?(?: \d{4})?"
             r"|\b\d\d/(?:Jan|Feb|Mar|Apr|May|Jun|Jul|Aug|Sep|Oct|Nov|Dec)/\d{4}:\d\d:\d\d:\d\d(?: [+-]\d{4})?"
-            r"|(?<![\d:.])\d{1,2}:\d\d:\d\d(?:[.,]\d{1,9})?",
+            r"|(?<![\d:.])\d{1,2}:\d\d:\d\d(?:[.,]\d{1,9})?"
+            r"|(?<![\w.])1\d{9}(?:\.\d{1,6})?(?![\w.])"                       # epoch seconds, 2001-2033
+            r"|(?<![\w.])\d{1,2}[./-]\d{1,2} \d{1,2}:\d\d:\d\d(?:[.,]\d{1,9})?"      # a month.day and a clock
+            r"|(?<![\w.])\d{6}[ T-]\d{6}(?![\w.])",                              # compact: 081109 205931
     "number": r"(?<![\w.:/@-])-?\d+(?:\.\d+)?(?: ?(?:[kKMGT]i?B|bytes?|B|ms|us|µs|ns|s|sec|secs|seconds|min|h|%|V|A|W|kW|"
               r"kWh|Hz|°C|C|bar|rpm|days?|hours?|minutes?|mins?|weeks?))?(?![\w]|\.\d|[-:]\d)",
     "hex": r"\b0[xX][0-9A-Fa-f]+\b",
+    "host": r"(?<![\w.-])[A-Za-z][\w-]*(?:\.[\w-]+)+(?=[^\w.-]|\.?$)(?<=[A-Za-z])",    # a dotted name ending in letters
+    "hostport": r"(?<![\w.-])(?:\d{1,3}(?:\.\d{1,3}){3}|[A-Za-z][\w-]*(?:\.[\w-]+)*):\d{1,5}(?![\w.:])",
     "uuid": r"\b[0-9A-Fa-f]{8}-[0-9A-Fa-f]{4}-[0-9A-Fa-f]{4}-[0-9A-Fa-f]{4}-[0-9A-Fa-f]{12}\b",
 }
 _SHAPE = tuple(re.compile(p) for p in _SHAPES.values())     # a tuple: tests/pipeline/test_patterns_linear.py reads it
 _OFFSET = re.compile(r":\d+(?:\+\d+)?$")
+NAMED = ("json:", "pair:", "column:")   # sources that name their span
 MAX_LABELS = 8              # "label: rest of the line" candidates a line gives at most
 _PORT = re.compile(r"(?<![\w.-])(?:\d{1,3}(?:\.\d{1,3}){3}|\[[0-9A-Fa-f:]{2,39}\]|[A-Za-z][\w.-]*)"   # an address or
                    r":(\d{1,5})(?![\w.:])")                                              # a host, its port
@@ -84,7 +91,7 @@ def candidates(text: str, header: Header | None = None) -> list[Span]:
             start += 1
         while end > start and text[end - 1].isspace():
             end -= 1
-        if end > start:
+        if end > start and (_ALNUM.search(text, start, end) or source.startswith(NAMED)):   # "-", "()": no answer
             found.setdefault((start, end), []).append(source)
 
     _atoms(text, add)
