@@ -2054,7 +2054,248 @@ SPECS += (
 
 # The fresh6 split (issue 59): logs of kinds no other set has, vendored in bench/data, written by a helper who never
 # read the reader; every question over them is `fresh6`.
-SPECS += ()
+# Three logs whose lines declare their own structure (bench/data/README.md): Zeek's dns and http records as JSON lines
+# (a Metron sensor stub's replay of a malware capture), a Cisco ISE syslog of `Key=Value, ` pairs (RADIUS
+# authentications, failures, accounting, profiling) from Apache Metron's test data, and an HDFS audit log of
+# tab-separated `key=value` fields from Apache Eagle's.
+ZEEK_T = r'(?<="ts":)1\d{9}\.\d+'                                    # Zeek JSON: the record's ts, epoch seconds
+ZEEK_HTTP = r'^\{"http": \{"ts":[\d.]+,"uid":"(?P<uid>C\w+)",'        # ... an http record and its connection uid
+ZEEK_DNS = r'"id\.resp_p":53,"proto":"udp","trans_id":\d+,'           # ... a dns query's fields before the name
+ISE_T = r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d\.\d{3} [+-]\d\d:\d\d"        # ISE: the message's own date, time, ms, offset
+ISE_SID = r"AcsSessionID=(?P<sid>[\w.-]+/\d+/\d+),"                   # ... an ACS session id (node/boot/counter)
+ISE_MAC = r"[0-9A-Fa-f]{2}(?:[-:][0-9A-Fa-f]{2}){5}"                   # ... a station MAC as ISE writes it
+HDFS_T = r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3}"                      # HDFS audit: date, time, comma, milliseconds
+HDFS_UGI = r"\tugi=(?P<user>\w+)[^\t]*\tip=/[\d.]+"                     # ... the caller's short name, then its address
+SPECS += (
+    LogSpec(FRESH + "metron/bro_dns_http.out", "plain", ZEEK_T, (
+        Lookup("ip", ZEEK_HTTP + rf'"id\.orig_h":"{IP}","id\.orig_p":\d+,"id\.resp_h":"(?P<value>{IP})",', (
+            "Which server address did HTTP connection {uid} talk to?",
+            "Connection {uid}: what was the responder IP?",
+            "What destination IP does Zeek log for the HTTP session {uid}?")),
+        Lookup("port", ZEEK_HTTP + rf'"id\.orig_h":"{IP}","id\.orig_p":(?P<value>\d+),', (
+            "Which client source port did HTTP connection {uid} use?",
+            "Source port of connection {uid}?")),
+        Lookup("node", ZEEK_HTTP + r'.*?"method":"\w+","host":"(?P<value>[^"]+)"', (
+            "Which Host header was sent on HTTP connection {uid}?",
+            "Which web host did connection {uid} ask for?")),
+        Lookup("path", ZEEK_HTTP + r'.*?"trans_depth":1,"method":"\w+","host":"[^"]*","uri":"(?P<value>[^"]+)"', (
+            "Which URI did the first request on connection {uid} ask for?",
+            "First request of {uid}: which path?")),
+        Lookup("status", ZEEK_HTTP + r'.*?"status_code":(?P<value>\d+),', (
+            "What HTTP status did connection {uid} get back?",
+            "Status code returned on {uid}?")),
+        Lookup("size", ZEEK_HTTP + r'.*?"trans_depth":1,.*?"response_body_len":(?P<value>\d+),', (
+            "How many bytes of response body did the first request on connection {uid} get?",
+            "Response body length of the first request on {uid}?")),
+        Lookup("time", r'^\{"http": \{"ts":(?P<value>{T}),"uid":"(?P<uid>C\w+)",.*?"trans_depth":1,', (
+            "When did the first HTTP request on connection {uid} happen?",
+            "Timestamp of the first request on {uid}?")),
+        Lookup("id", ZEEK_HTTP + r'.*?"trans_depth":1,.*?"resp_fuids":\["(?P<value>F\w+)"\]', (
+            "Which file id did Zeek assign to the first response on connection {uid}?",
+            "Response fuid of the first request on {uid}?")),
+        Lookup("ip", rf'"query":"(?P<query>[^"]+)",.*?"answers":\["(?P<value>{IP})"\]', (
+            "Which address did {query} resolve to?",
+            "DNS answer for {query}?",
+            "What IP came back for the lookup of {query}?")),
+        Lookup("id", r'"trans_id":(?P<value>\d+),"query":"(?P<query>[^"]+)"', (
+            "What DNS transaction id was used to look up {query}?",
+            "Transaction id of the query for {query}?")),
+        Lookup("port", rf'"id\.orig_p":(?P<value>\d+),"id\.resp_h":"{IP}",' + ZEEK_DNS
+                       + r'"query":"(?P<query>[^"]+)"', (
+            "From which source port was {query} looked up?",
+            "Client port of the DNS query for {query}?")),
+        Lookup("time", r'^\{"dns": \{"ts":(?P<value>{T}),"uid":"(?P<uid>C\w+)",.*?"query":"(?P<query>[^"]+)"', (
+            "When was the DNS query {uid} for {query} sent?",
+            "At what time did Zeek log lookup {uid} of {query}?")),
+    ), (
+        Tally(r'^\{"http": .*?"host":"(?P<host>[^"]+)"', (
+            "How many HTTP requests went to host {host}?",
+            "Count the requests for {host}."), (
+            "When was {host} first requested?",), (
+            "When was the latest request to {host}?",)),
+        Tally(r'"query":"(?P<query>[^"]+)"', (
+            "How many times was {query} looked up?",
+            "How many DNS queries for {query} so far?"), (
+            "When was {query} first looked up?",), (
+            "When was {query} last looked up?",)),
+        Tally(r'"status_code":(?P<code>[45]\d\d),', (
+            "How many HTTP responses had status {code}?",
+            "How often did a server answer {code}?"), (
+            "When did a {code} response first appear?",), (
+            "When was the latest {code} response?",)),
+        Tally(r'"method":"POST"', (
+            "How many POST requests has Zeek seen?",
+            "How many HTTP POSTs so far?"), (
+            "When was the first POST request?",), (
+            "When was the latest POST?",)),
+        Tally(rf'^\{{"http": .*?"id\.resp_h":"(?P<ip>{IP})","id\.resp_p":80,', (
+            "How many HTTP requests went to server {ip}?",), (
+            "When did the first HTTP request to {ip} happen?",), (
+            "When did the latest HTTP request to {ip} happen?",)),
+    ), (
+        Values(r'"host":"(?P<value>[^"]+)"', (
+            "Which web host is requested most often?",), (
+            "Which web hosts have been requested?",)),
+        Values(r'"qtype_name":"(?P<value>\w+)"', (
+            "Which DNS query type is most common?",), (
+            "Which DNS query types have been seen?",)),
+        Values(r'"resp_mime_types":\["(?P<value>application/[^"]+)"\]', (
+            "Which application MIME type is served most often?",), (
+            "Which application MIME types have been served?",)),
+        Values(r'"query":"(?P<value>[^"]+)"', (
+            "Which name is looked up most often?",), (
+            "Which names have been looked up?",)),
+    ), split="fresh6"),
+    LogSpec(FRESH + "metron/ise_sample_output.log", "plain", ISE_T, (
+        Lookup("user", r", UserName=(?P<value>[^,]+), .*?" + ISE_SID, (
+            "Which user name did ISE record in session {sid}?",
+            "Session {sid}: which UserName?",
+            "Who was trying to authenticate in ACS session {sid}?")),
+        Lookup("ip", rf", Device IP Address=(?P<value>{IP}), .*?NetworkDeviceName=(?P<dev>[^,]+),", (
+            "What IP address does network device {dev} have?",
+            "Which Device IP Address is logged for {dev}?")),
+        Lookup("node", r"^(?=.*?, NetworkDeviceName=(?P<value>[^,]+),)(?=.*?" + ISE_SID + ")", (
+            "Which network device sent the request of session {sid}?",
+            "Session {sid} came through which NAS device?")),
+        Lookup("status", r"(?=.*?" + ISE_SID + r")(?=.*?, FailureReason=(?P<value>\d+) )", (
+            "Which failure reason code did ISE log for session {sid}?",
+            "Session {sid} failed - with which reason code?")),
+        Lookup("time", r"(?P<value>{T}) .*?" + ISE_SID, (
+            "When was ACS session {sid} logged?",
+            "At what time did ISE log session {sid}?")),
+        Lookup("user", r"Passed-Authentication: Authentication succeeded, .*?, UserName=(?P<value>[^,]+), .*?"
+                       rf"Calling-Station-ID=(?P<mac>{ISE_MAC}),", (
+            "Which user authenticated successfully from station {mac}?",
+            "Station {mac} passed authentication as which user?")),
+        Lookup("ip", rf", Framed-IP-Address=(?P<value>{IP}), .*?Calling-Station-ID=(?P<mac>{ISE_MAC}),", (
+            "Which Framed-IP-Address did station {mac} have?",
+            "What client IP was reported for {mac}?")),
+        Lookup("path", rf"Calling-Station-ID=(?P<mac>{ISE_MAC}), .*?NAS-Port-Id=(?P<value>[^,]+),", (
+            "On which NAS port id was station {mac} connected?",
+            "Which switch or AP port did {mac} come in on?")),
+        Lookup("port", r", Device Port=(?P<value>\d+), .*?" + ISE_SID, (
+            "From which UDP port did the network device send session {sid}?",
+            "Device Port of session {sid}?")),
+        Lookup("id", ISE_SID + r".*?, CPMSessionID=(?P<value>\w+),", (
+            "Which CPM session id goes with ACS session {sid}?",
+            "CPMSessionID of session {sid}?")),
+        Lookup("size", r", Acct-Input-Octets=(?P<value>\d+), .*?Acct-Session-Id=(?P<acct>[^,]+), .*?"
+                       r"Acct-Session-Time=(?P<secs>\d+),", (
+            "How many input octets had accounting session {acct} used after {secs} seconds?",
+            "Acct-Input-Octets of session {acct} at session time {secs}?")),
+        Lookup("status", rf"EndpointMacAddress=(?P<mac>{ISE_MAC}), EndpointMatchedPolicy=(?P<value>[^,]+),", (
+            "Which profiling policy did ISE match for endpoint {mac}?",
+            "Endpoint {mac} was profiled as what?")),
+        Lookup("size", r", RequestLatency=(?P<value>\d+), .*?" + ISE_SID, (
+            "How many milliseconds of request latency did session {sid} have?",
+            "RequestLatency of session {sid}?")),
+    ), (
+        Tally(r", FailureReason=(?P<code>\d+) ", (
+            "How many failures with reason code {code} have been logged?",
+            "How often has ISE logged failure reason {code}?"), (
+            "When was failure reason {code} first logged?",), (
+            "When was failure reason {code} last logged?",)),
+        Tally(r", NetworkDeviceName=(?P<dev>[^,]+), ", (
+            "How many events name network device {dev}?",
+            "How many messages has ISE logged for NAS device {dev}?"), (
+            "When did device {dev} first show up?",), (
+            "When did device {dev} last show up?",)),
+        Tally(r"Passed-Authentication: Authentication succeeded, .*?, UserName=(?P<user>[^,]+),", (
+            "How many successful authentications has {user} had?",
+            "How many times did {user} pass authentication?"), (
+            "When did {user} first authenticate successfully?",), (
+            "When did {user} last authenticate successfully?",)),
+        Tally(r" CISE_(?P<cat>\w+) \d{10} ", (
+            "How many CISE_{cat} messages have been logged?",), (
+            "When was the first CISE_{cat} message?",), (
+            "When was the latest CISE_{cat} message?",)),
+        Tally(r"Failed-Attempt: Supplicant stopped responding to ISE", (
+            "How many times did a supplicant stop responding to ISE?",
+            "How many 'Supplicant stopped responding' failures so far?"), (
+            "When did a supplicant first stop responding?",), (
+            "When did a supplicant last stop responding?",)),
+    ), (
+        Values(r", UserName=(?P<value>[^,]+),", (
+            "Which user name shows up most often?",), (
+            "Which user names have been seen?",)),
+        Values(r", NetworkDeviceName=(?P<value>[^,]+),", (
+            "Which network device appears most often?",), (
+            "Which network devices have sent requests?",)),
+        Values(r", FailureReason=(?P<value>\d+) ", (
+            "Which failure reason code is most common?",), (
+            "Which failure reason codes have been logged?",)),
+        Values(r"EndpointMatchedPolicy=(?P<value>[^,]+),", (
+            "Which profiling policy is matched most often?",), (
+            "Which profiling policies have endpoints matched?",)),
+    ), split="fresh6"),
+    LogSpec(FRESH + "eagle/hdfs-audit.log", "plain", HDFS_T, (
+        Lookup("user", r"\tugi=(?P<value>\w+)[^\t]*\tip=/[\d.]+\tcmd=(?P<cmd>\w+)\tsrc=(?P<src>\S+)\t", (
+            "Which user ran {cmd} on {src}?",
+            "Who issued {cmd} against {src}?")),
+        Lookup("time", r"^(?P<value>{T}) .*\tcmd=(?P<cmd>delete|create|mkdirs|rename|open|setPermission|setReplication)"
+                       r"\tsrc=(?P<src>\S+)\t", (
+            "When was {cmd} run on {src}?",
+            "At what time did HDFS log the {cmd} of {src}?")),
+        Lookup("path", r"\tcmd=rename\tsrc=(?P<src>\S+)\tdst=(?P<value>\S+)\t", (
+            "Where was {src} renamed to?",
+            "What was the destination of the rename of {src}?")),
+        Lookup("status", r"\tcmd=(?P<cmd>mkdirs|create|rename)\tsrc=(?P<src>\S+)\tdst=\S+\t"
+                         r"perm=(?P<value>\w+:\w+:[rwx-]{9})\t", (
+            "Which owner and permissions did the {cmd} of {src} set?",
+            "perm of the {cmd} on {src}?")),
+        Lookup("status", r"allowed=(?P<value>\w+)" + HDFS_UGI + r"\tcmd=(?P<cmd>\w+)\tsrc=(?P<src>\S+)\t", (
+            "Was {user}'s {cmd} on {src} allowed?",
+            "Did HDFS allow the {cmd} of {src} by {user}?")),
+        Lookup("id", r"\tsrc=/user/(?P<user>\w+)/\.Trash/(?P<value>\d{12})\t", (
+            "Which trash checkpoint of {user} was removed?",
+            "What is the name of {user}'s deleted .Trash checkpoint?")),
+        Lookup("node", r"\tcmd=rename\tsrc=/apps/hbase/data/WALs/(?P<value>[\w.-]+),\d+,(?P<code>\d+)\t", (
+            "Which region server host owned the WAL directory with start code {code}?",)),
+        Lookup("port", r"\tcmd=rename\tsrc=/apps/hbase/data/WALs/[\w.-]+,(?P<value>\d+),(?P<code>\d+)\t", (
+            "On which port did the region server with start code {code} run?",)),
+        Lookup("ip", r"^(?P<t>{T}) .*\tip=/(?P<value>[\d.]+)\tcmd=(?P<cmd>\w+)\t", (
+            "From which IP did the {cmd} at {t} come?",
+            "Client address of the {cmd} logged at {t}?")),
+        Lookup("status", r"^(?P<t>{T}) .*\tcmd=(?P<cmd>\w+)\tsrc=.*\tproto=(?P<value>\w+)$", (
+            "Over which protocol was the {cmd} at {t} made?",)),
+        Lookup("user", r"^(?P<t>{T}) .*\tugi=(?P<value>\w+)", (
+            "Which user made the request logged at {t}?",
+            "Whose request was audited at {t}?")),
+    ), (
+        Tally(HDFS_UGI + r"\tcmd=listStatus\t", (
+            "How many directory listings has {user} made?",
+            "How many listStatus calls by {user} so far?"), (
+            "When did {user} first list a directory?",), (
+            "When did {user} last list a directory?",)),
+        Tally(HDFS_UGI + r"\tcmd=getfileinfo\t", (
+            "How many getfileinfo calls has {user} made?",
+            "How often did {user} stat a path?"), (
+            "When did {user} first call getfileinfo?",), (
+            "When did {user} last call getfileinfo?",)),
+        Tally(r"\tcmd=(?P<cmd>delete|mkdirs|rename|create|open)\t", (
+            "How many {cmd} operations have been audited?",
+            "Count the {cmd} calls so far."), (
+            "When was the first {cmd}?",), (
+            "When was the latest {cmd}?",)),
+        Tally(r"\tcmd=listStatus\tsrc=(?P<src>\S+)\t", (
+            "How many times was {src} listed?",), (
+            "When was {src} first listed?",), (
+            "When was {src} last listed?",)),
+    ), (
+        Values(r"\tugi=(?P<value>\w+)", (
+            "Which user makes the most requests?",), (
+            "Which users have made requests?",)),
+        Values(r"\tcmd=(?P<value>delete|create|mkdirs|rename|open)\t", (
+            "Which write or open command is the most common?",), (
+            "Which commands other than listings and stats have been audited?",)),
+        Values(r"\tperm=(?P<value>\w+:\w+:[rwx-]{9})\t", (
+            "Which owner and permission setting is logged most often?",), (
+            "Which owner and permission settings have been logged?",)),
+        Values(r"\tproto=(?P<value>\w+)$", (
+            "Which protocol do most requests use?",), (
+            "Which protocols have requests used?",)),
+    ), split="fresh6"),
+)
 
 # The fresh7 split (issue 59): more kinds no other set has, written the same way by another helper; every question
 # over them is `fresh7`.
