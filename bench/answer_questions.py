@@ -2299,7 +2299,156 @@ SPECS += (
 
 # The fresh7 split (issue 59): more kinds no other set has, written the same way by another helper; every question
 # over them is `fresh7`.
-SPECS += ()
+# Two Zeek logs from CISA's ICSNPP parsers (their example logs, tab-separated, a #fields header naming the columns):
+# DNP3 control-relay commands from a master to an outstation, and BACnet building-automation traffic.
+DNP3_T = r"1\d{9}\.\d{6}"                                         # DNP3 control log: ts, epoch seconds
+CROB = r"\tControl Relay Output Block\t"                          # ... the block type before the function code
+DNP3_SESSION = rf"\t(?P<uid>C\w+)\t{IP}\t\d+\t{IP}\t20000{CROB}"   # ... a session's uid, master, port, outstation
+BACNET_T = r"1\d{9}\.\d{6}"                                       # BACnet log: ts, epoch seconds
+BAC_POLL = rf"\t{IP}\t47808\t(?P<ip>{IP})\t47808\t\w+\tCONFIRMED_REQUEST\tread_property\t"   # a read_property to ip
+BAC_IAM = rf"\t(?P<ip>{IP})\t47808\t{IP}\t47808\t\w+\tUNCONFIRMED_REQUEST\ti_am\t"             # ip announcing itself
+SPECS += (
+    LogSpec(FRESH + "icsnpp/dnp3_control.log", "plain", DNP3_T, (
+        Lookup("id", rf"^(?P<t>{{T}})\tC\w+\t{IP}\t\d+\t{IP}\t20000{CROB}OPERATE\t(?P<value>\d+)\t", (
+            "Which control point did the OPERATE logged at {t} act on?",
+            "The DNP3 operate command at {t}: which point index?",
+            "What point number was operated at {t}?")),
+        Lookup("status", rf"^(?P<t>{{T}})\tC\w+\t.*{CROB}SELECT\t\d+\t(?P<value>\w+)\t", (
+            "Which trip/close code did the master select at {t}?",
+            "Select at {t} - what trip-close code was requested?")),
+        Lookup("status", rf"{CROB}SELECT\t(?P<idx>\d+)\t(?P<value>\w+)\t", (
+            "Which trip/close code does the master send when it selects point {idx}?",
+            "Point {idx} gets selected with which trip-close code?")),
+        Lookup("port", DNP3_SESSION.replace(r"\t\d+\t", r"\t(?P<value>\d+)\t", 1), (
+            "From which TCP source port did the master run control session {uid}?",
+            "Session {uid}: which source port on the master side?",
+            "What client port does DNP3 connection {uid} come from?")),
+        Lookup("id", rf"^(?P<t>{{T}})\t(?P<value>C\w+)\t.*{CROB}SELECT\t", (
+            "Which connection uid carried the SELECT logged at {t}?",
+            "The select at {t} went over which Zeek connection?")),
+        Lookup("ip", rf"\t(?P<uid>C\w+)\t(?P<value>{IP})\t\d+\t{IP}\t20000{CROB}", (
+            "Which master station address sent the controls on {uid}?",
+            "Who issued the commands on session {uid} - which IP?")),
+        Lookup("ip", rf"\t{IP}\t(?P<port>\d+)\t(?P<value>{IP})\t20000{CROB}", (
+            "Which outstation did the master address from port {port}?",
+            "Commands sent from source port {port} went to which outstation IP?")),
+        Lookup("time", rf"^(?P<value>{{T}})" + DNP3_SESSION + r"OPERATE\t(?P<idx>\d+)\t", (
+            "When did session {uid} operate point {idx}?",
+            "At what time was point {idx} operated over {uid}?")),
+        Lookup("status", rf"^(?P<t>{{T}})\tC\w+\t.*{CROB}OPERATE\t\d+\t\w+\t(?P<value>\w+ \w+)\t", (
+            "What operation type did the OPERATE at {t} use?",
+            "Operate command at {t}: pulse on or pulse off?")),
+        Lookup("size", rf"{CROB}OPERATE\t(?P<idx>\d+)\t\w+\t\w+ \w+\t\d+\t(?P<value>\d+)\t", (
+            "What on-time was set in the operate for point {idx}?",
+            "How long an on-time did the master give point {idx}?")),
+        Lookup("status", rf"^(?P<t>{{T}})\tC\w+\t.*{CROB}RESPONSE\t(?P<idx>\d+)\t.*\t(?P<value>\w+)$", (
+            "What status did the outstation return for point {idx} at {t}?",
+            "The response about point {idx} at {t}: which status code?")),
+    ), (
+        Tally(rf"{CROB}OPERATE\t(?P<idx>\d+)\t", (
+            "How many OPERATE commands has point {idx} received?",
+            "Count the operates on control point {idx}.",
+            "How often was point {idx} operated?"), (
+            "When was point {idx} first operated?",), (
+            "When was point {idx} last operated?",)),
+        Tally(rf"{CROB}SELECT\t\d+\tTrip\t", (
+            "How many Trip selects has the master sent?",
+            "How many selects asked for a Trip?"), (
+            "When was the first Trip selected?",), (
+            "When was the latest Trip select?",)),
+        Tally(r"\t(?P<uid>C\w+)\t.*" + CROB + r"RESPONSE\t", (
+            "How many responses did the outstation send on {uid}?",
+            "How many RESPONSE lines are there for session {uid}?"), (
+            "When did the first response on {uid} come?",), (
+            "When was the last response on {uid}?",)),
+        Tally(rf"\t{IP}\t(?P<port>\d+)\t{IP}\t20000{CROB}SELECT\t", (
+            "How many SELECTs came from source port {port}?",
+            "How many points were selected over the connection from port {port}?"), (
+            "When did port {port} send its first select?",), (
+            "When did port {port} send its last select?",)),
+    ), (
+        Values(rf"{CROB}OPERATE\t(?P<value>\d+)\t", (
+            "Which point has been operated most often?",), (
+            "Which points have been operated so far?",)),
+        Values(rf"{CROB}SELECT\t\d+\t(?P<value>\w+)\t", (
+            "Which trip/close code is selected most?",), (
+            "Which trip/close codes have been selected?",)),
+        Values(r"^{T}\t(?P<value>C\w+)\t.*" + CROB + r"SELECT\t", (
+            "Which session carried the most selects?",), (
+            "Which sessions have issued selects?",)),
+        Values(r"\t(?P<value>C\w+)\t.*" + CROB + r"SELECT\t13\t", (
+            "Which session selected point 13 most often?",), (
+            "Which sessions have selected point 13?",)),
+    ), split="fresh7"),
+    LogSpec(FRESH + "icsnpp/bacnet.log", "plain", BACNET_T, (
+        Lookup("ip", rf"\t(?P<uid>C\w+)" + BAC_POLL.replace("(?P<ip>", "(?P<value>"), (
+            "Which device was polled over connection {uid}?",
+            "Connection {uid}: which BACnet device got the read_property requests?",
+            "What address does the client read properties from on {uid}?")),
+        Lookup("id", r"^(?P<t>{T})\tC\w+" + BAC_POLL.replace("(?P<ip>", "(?:") + r"(?P<value>\d+)\t", (
+            "Which invoke id did the read_property request at {t} carry?",
+            "Invoke ID of the request logged at {t}?")),
+        Lookup("id", r"^(?P<t>{T})\tC\w+\t.*\tCOMPLEX_ACK\tread_property\t(?P<value>\d+)\t", (
+            "Which invoke id did the Complex-ACK logged at {t} answer?",
+            "The read_property reply at {t} - for which invoke id?")),
+        Lookup("ip", r"^(?P<t>{T})\tC\w+" + BAC_IAM.replace("(?P<ip>", "(?P<value>"), (
+            "Which device sent the I-Am at {t}?",
+            "Who answered with an I-Am at {t}?",
+            "I-Am announcement at {t}: from which address?")),
+        Lookup("time", r"^(?P<value>{T})\tC\w+" + BAC_IAM, (
+            "When did {ip} announce itself with I-Am?",
+            "At what time did device {ip} send its I-Am?")),
+        Lookup("id", r"\t(?P<value>C\w+)" + BAC_POLL, (
+            "Which Zeek uid tracks the polling of {ip}?",
+            "What connection id are the read_property requests to {ip} logged under?")),
+        Lookup("status", r"^(?P<t>{T})\tC\w+\t.*\t47808\t\w+_NPDU\t(?P<value>[A-Z_]+)\t", (
+            "What PDU type was logged at {t}?",
+            "The BACnet message at {t}: which PDU type?")),
+        Lookup("status", r"^(?P<t>{T})\tC\w+\t.*\t47808\t(?P<value>\w+_NPDU)\tUNCONFIRMED_REQUEST\t(?P<svc>\w+)\t", (
+            "Which BVLC function carried the {svc} at {t}?",
+            "The {svc} message at {t} went out as which BVLC function?")),
+        Lookup("port", rf"\t(?P<uid>C\w+)\t{IP}\t(?P<value>\d+)\t{IP}\t\d+\t", (
+            "Which UDP source port did connection {uid} use?",
+            "From what port was {uid} opened?")),
+        Lookup("time", r"^(?P<value>{T})\tC\w+" + BAC_POLL + r"(?P<inv>\d+)\t", (
+            "When did the client send read_property invoke {inv} to {ip}?",
+            "At what time was request {inv} to {ip} sent?")),
+        Lookup("node", r"^(?P<t>{T})\tC\w+\t.*\t47808\t\w+_NPDU\t[A-Z_]+\t(?P<value>[a-z_]+)\t", (
+            "Which BACnet service is on the message logged at {t}?",
+            "What service did the packet at {t} carry?")),
+    ), (
+        Tally(BAC_POLL, (
+            "How many read_property requests went to {ip}?",
+            "How often has {ip} been polled?",
+            "Count the property reads sent to {ip}."), (
+            "When was {ip} first polled?",), (
+            "When was {ip} last polled?",)),
+        Tally(r"\tUNCONFIRMED_REQUEST\ti_am\t", (
+            "How many I-Am announcements have been logged?",
+            "How many devices have answered with I-Am so far?"), (
+            "When was the first I-Am?",), (
+            "When was the latest I-Am logged?",)),
+        Tally(r"\t(?P<uid>C\w+)\t.*\tCOMPLEX_ACK\t", (
+            "How many Complex-ACKs were logged on {uid}?",
+            "How many acknowledged reads came back on connection {uid}?"), (
+            "When was the first Complex-ACK on {uid}?",), (
+            "When was the last Complex-ACK on {uid}?",)),
+        Tally(r"\tUNCONFIRMED_REQUEST\twho_is\t", (
+            "How many Who-Is broadcasts so far?",), (
+            "When was the first Who-Is sent?",), (
+            "When was the last Who-Is?",)),
+    ), (
+        Values(BAC_POLL.replace("(?P<ip>", "(?P<value>"), (
+            "Which device is polled most often?",), (
+            "Which devices have been polled so far?",)),
+        Values(r"\t47808\t\w+_NPDU\t(?P<value>[A-Z_]+)\t", (
+            "Which PDU type is the most common?",), (
+            "Which PDU types have appeared?",)),
+        Values(r"\tUNCONFIRMED_REQUEST\t(?P<value>[a-z_]+)\t", (
+            "Which unconfirmed service shows up most?",), (
+            "Which unconfirmed services have been sent?",)),
+    ), split="fresh7"),
+)
 
 
 def log_path(log: str) -> Path:
