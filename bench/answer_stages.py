@@ -4,8 +4,10 @@ Owns the per-stage figures `bench --task answers` cannot give (it sees only repl
 for its gold (a lookup; a first, last or most frequent value; each value of a "which"), on the newest line holding the
 gold (a "which": each value on one of its lines), under the header in force there: is the gold among the line's candidates (`pipeline.answer.spans`)? Reported
 per split with its Wilson 95% interval, with the candidates a line has (p50, p95, max: the ranker's work) and which
-sources held the gold. Counts are computed, not chosen: they have no stage here. Later stages (the ranker's top-1,
-the model's choice when the gold was offered, end to end) join this table as they are built.
+sources held the gold; then the ranker's top-1 and top-3 on that line (pipeline/answer/rank.py with its shipped
+weights: in sample on an opened split, so beside it the figure with the split's family left out of the fit, from
+ranker.json; a held-out split was never fitted on). Counts are computed, not chosen: they have no stage here. Later
+stages (the model's choice among the ranker's first few, end to end) join this table as they are built.
 
 A held-out split is measured once, at a commit fixed before it is opened: `--split fresh6|fresh7` is refused unless
 `--first-sight` says this is that run. Never runs a server or a model; reads the logs and question sets only.
@@ -15,6 +17,7 @@ A held-out split is measured once, at a commit fixed before it is opened: `--spl
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 from collections import Counter, defaultdict
 from functools import lru_cache
@@ -23,10 +26,13 @@ import numpy as np
 
 from bench.answer_questions import Question, lines_of, load, log_path
 from bench.answers import wilson
+from pipeline.answer.rank import WEIGHTS, Ranker, question
 from pipeline.answer.spans import candidates
 from pipeline.stream.columns import Header, Headers, delimited_header
 
 HELD_OUT = ("fresh6", "fresh7")       # issue 59's unseen splits: opened once, at a fixed commit
+FAMILY = {"dev": "loghub+tep", "heldout": "loghub+tep", "fresh": "fresh", "fresh2": "fresh2", "fresh3": "fresh3",
+          "fresh4": "fresh4", "fresh5": "fresh5"}      # a split's format family: its logs are no other split's
 SPAN_KINDS = ("first", "last", "most_frequent", "which")
 
 
@@ -77,6 +83,22 @@ def stage_candidates(questions: list[Question]) -> dict:
     return {"covered": covered, "total": total, "sizes": sizes, "sources": sources, "misses": misses}
 
 
+def stage_ranker(questions: list[Question], ranker: Ranker) -> dict:
+    """The ranker's first and first three candidates on the newest gold line, for each question whose gold is one
+    span (a "which" gathers several: it has no top-1)."""
+    top1 = top3 = total = 0
+    for q in questions:
+        if q.kind == "which" or not golds(q) or not q.gold_lines:
+            continue
+        n = q.gold_lines[-1]
+        line = _lines(q.log, q.format)[n - 1]
+        ranked = [s.text for s, _ in ranker.rank(question(q.text), line, candidates(line, _headers(q.log, q.format)[n - 1]))]
+        total += 1
+        top1 += ranked[:1] == [q.gold]
+        top3 += q.gold in ranked[:3]
+    return {"top1": top1, "top3": top3, "total": total}
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m bench.answer_stages", description=__doc__.split("\n\n")[0],
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -90,7 +112,9 @@ def main(argv: list[str] | None = None) -> int:
     if set(splits) & set(HELD_OUT) and not a.first_sight:
         p.error(f"{', '.join(sorted(set(splits) & set(HELD_OUT)))} is held out: measured once, with --first-sight")
     questions = load()
-    print(f"{'split':<8} {'gold among candidates':>24} {'Wilson 95%':>14} {'candidates p50/p95/max':>24}  sources")
+    ranker, left_out = Ranker(), json.loads(WEIGHTS.read_text())["left_out"]
+    print(f"{'split':<8} {'gold among candidates':>24} {'Wilson 95%':>14} {'candidates p50/p95/max':>24} "
+          f"{'ranker top-1':>14} {'top-3':>7} {'its family left out':>20}  sources")
     for split in splits:
         chosen = [q for q in questions if q.split == split]
         if not chosen:
@@ -98,9 +122,13 @@ def main(argv: list[str] | None = None) -> int:
         r = stage_candidates(chosen)
         lo, hi = wilson(r["covered"], r["total"])
         s = np.array(r["sizes"])
+        k = stage_ranker(chosen, ranker)
+        fam = left_out.get(FAMILY.get(split, ""), {})
         print(f"{split:<8} {r['covered']:>5}/{r['total']:<5} {100 * r['covered'] / max(r['total'], 1):6.1f}%"
-              f"      [{lo:.2f}, {hi:.2f}] {int(np.median(s)):>8}/{int(np.percentile(s, 95))}/{s.max():<8}  "
-              + ", ".join(f"{k} {v}" for k, v in r["sources"].most_common()))
+              f"      [{lo:.2f}, {hi:.2f}] {int(np.median(s)):>8}/{int(np.percentile(s, 95))}/{s.max():<8} "
+              f"{100 * k['top1'] / max(k['total'], 1):13.1f}% {100 * k['top3'] / max(k['total'], 1):6.1f}% "
+              + (f"{100 * fam['top1'] / fam['n']:12.1f}% {100 * fam['top3'] / fam['n']:5.1f}%" if fam else
+                 f"{'(never fitted on)':>20}") + "  " + ", ".join(f"{k} {v}" for k, v in r["sources"].most_common()))
         if a.misses and r["misses"]:
             print("  missed:", " ".join(r["misses"]))
     return 0

@@ -21,13 +21,12 @@ import sys
 import numpy as np
 
 from bench.answer_questions import load
-from bench.answer_stages import HELD_OUT, _headers, _lines, golds
+from bench.answer_stages import FAMILY, HELD_OUT, _headers, _lines, golds
 from bench.answers import wilson
 from pipeline.answer.rank import NAMES, PRIOR_WEIGHTS, WEIGHTS, features, question
 from pipeline.answer.spans import candidates
 
-FAMILIES = {"dev": "loghub+tep", "heldout": "loghub+tep", "fresh": "fresh", "fresh2": "fresh2", "fresh3": "fresh3",
-            "fresh4": "fresh4", "fresh5": "fresh5"}
+FAMILIES = FAMILY
 L2 = 1e-2           # toward rank.PRIOR
 STEPS = 400
 

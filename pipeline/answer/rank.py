@@ -63,7 +63,9 @@ class Question:
 
 def question(text: str) -> Question:
     words = [w.casefold() for w in _WORDS.findall(text)]
-    kinds = tuple(dict.fromkeys(ASKED[w] for w in words if w in ASKED)) or ("other",)
+    # the kind a noun phrase asks is its head's, its last word: "destination port" asks a port, "source address" one
+    heads = [w for i, w in enumerate(words) if w in ASKED and not (i + 1 < len(words) and words[i + 1] in ASKED)]
+    kinds = tuple(dict.fromkeys(ASKED[w] for w in heads)) or ("other",)
     tokens = {t.casefold().strip("?.,;:!'\"()[]") for t in text.split()} | set(words)
     return Question(text, frozenset(stem(w) for w in words if w not in STOP_WORDS and len(w) > 1), kinds,
                     frozenset(t for t in tokens if t), " or " in text or "(" in text)
@@ -124,7 +126,7 @@ def features(q: Question, line: str, spans: list[Span]) -> np.ndarray:
         else:
             x[INDEX["no_named_value"]] = 1
         keys = set().union(*(meaning(n) for n in s.names)) if s.names else set()
-        x[INDEX["named_by_key"]] = bool(keys & q.roots)
+        x[INDEX["named_by_key"]] = min(len(keys & q.roots), 3)       # words of the question its key says
         x[INDEX["key_kind"]] = any(ASKED_ROOT.get(k) in q.kinds for k in keys)
         before = [w for i, w in words if i < a][-2:]
         x[INDEX["before_kind"]] = bool(before) and ASKED_ROOT.get(before[-1]) in q.kinds

@@ -37,6 +37,8 @@ PARTS = {
     "sr": "server sent send", "rs": "remote sent send",
     "orig": "client source originator local who", "resp": "server responder destination remote response",
     "h": "host ip address", "p": "port", "ip": "ip address", "port": "port",
+    "src": "source client", "dst": "destination server", "dest": "destination server", "addr": "address",
+    "proto": "protocol", "pid": "process id", "num": "number", "cnt": "count", "usr": "user", "dur": "duration",
     "uid": "uid id connection", "fuid": "file id", "fuids": "file id", "mime": "mime type", "types": "type",
     "len": "length size bytes big", "bytes": "bytes size big length", "ts": "time when timestamp",
     "date": "date day when", "time": "time when", "taken": "taken took duration long",

@@ -116,3 +116,9 @@ def test_the_gold_of_every_opened_split_is_among_its_lines_candidates():
     for split in ("dev", "heldout", "fresh", "fresh2", "fresh3", "fresh4", "fresh5"):
         r = answer_stages.stage_candidates([q for q in questions if q.split == split])
         assert r["total"] > 30 and r["covered"] >= 0.95 * r["total"], (split, r["covered"], r["total"], r["misses"])
+
+
+def test_the_stages_harness_refuses_a_held_out_split_without_first_sight(capsys):
+    with pytest.raises(SystemExit):
+        answer_stages.main(["--split", "fresh6"])
+    assert "held out" in capsys.readouterr().err
