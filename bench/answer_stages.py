@@ -6,8 +6,9 @@ gold (a "which": each value on one of its lines), under the header in force ther
 per split with its Wilson 95% interval, with the candidates a line has (p50, p95, max: the ranker's work) and which
 sources held the gold; then the ranker's top-1 and top-3 on that line (pipeline/answer/rank.py with its shipped
 weights: in sample on an opened split, so beside it the figure with the split's family left out of the fit, from
-ranker.json; a held-out split was never fitted on). Counts are computed, not chosen: they have no stage here. Later
-stages (the model's choice among the ranker's first few, end to end) join this table as they are built.
+ranker.json; a held-out split was never fitted on); with `--model-stage K`, the model's choice among the ranker's
+first K (pipeline/answer/score.py, each of its readings: sum, mean, PMI), when the gold was offered and over all.
+Counts are computed, not chosen: they have no stage here. End to end stays `bench --task answers`.
 
 A held-out split is measured once, at a commit fixed before it is opened: `--split fresh6|fresh7` is refused unless
 `--first-sight` says this is that run. Never runs a server or a model; reads the logs and question sets only.
@@ -27,6 +28,7 @@ import numpy as np
 from bench.answer_questions import Question, lines_of, load, log_path
 from bench.answers import wilson
 from pipeline.answer.rank import WEIGHTS, Ranker, question
+from pipeline.answer.score import score_spans
 from pipeline.answer.spans import candidates
 from pipeline.stream.columns import Header, Headers, delimited_header
 
@@ -99,6 +101,46 @@ def stage_ranker(questions: list[Question], ranker: Ranker) -> dict:
     return {"top1": top1, "top3": top3, "total": total}
 
 
+READINGS = ("sum", "mean", "pmi")
+
+
+def stage_model(questions: list[Question], ranker: Ranker, engine, k: int, limit: int) -> dict:
+    """The model's choice among the ranker's first k candidates (pipeline/answer/score.py), per reading of its
+    scores: right when the gold was offered, and right over all (the ranker and the model together), on at most
+    `limit` questions of the list (in its order: by log, then ask_after)."""
+    right = {r: 0 for r in READINGS}
+    offered = total = 0
+    for q in questions:
+        if q.kind == "which" or not golds(q) or not q.gold_lines:
+            continue
+        if total == limit:
+            break
+        n = q.gold_lines[-1]
+        line = _lines(q.log, q.format)[n - 1]
+        top = [s.text for s, _ in ranker.rank(question(q.text), line,
+                                              candidates(line, _headers(q.log, q.format)[n - 1]))[:k]]
+        total += 1
+        if q.gold not in top:
+            continue
+        offered += 1
+        scored = score_spans(engine, line, q.text, top)
+        for r in READINGS:
+            right[r] += max(scored, key=lambda x: x.by(r)).span == q.gold
+        print(f"  [{total}] {q.id}: offered; " + ", ".join(f"{r} {right[r]}" for r in READINGS), file=sys.stderr)
+    return {"total": total, "offered": offered, **right}
+
+
+def engine_for(profile: str | None, model: str | None):
+    """A single-process engine on the profile's target (or --model), with a plain cache for a prompt and a span."""
+    from pipeline.config import load, override
+    from pipeline.decode.assemble import make_engine
+    cfg = load(profile)
+    over = {"cache.sink": 0, "cache.window": 2048, "draft.kind": "none"}
+    if model:
+        over["model.gguf"] = model
+    return make_engine(override(cfg, over), check_rows=False)
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m bench.answer_stages", description=__doc__.split("\n\n")[0],
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -107,12 +149,17 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--first-sight", action="store_true",
                    help=f"this is the one measurement of a held-out split ({', '.join(HELD_OUT)})")
     p.add_argument("--misses", action="store_true", help="list the questions whose gold no candidate holds")
+    p.add_argument("--model-stage", type=int, default=0, metavar="K",
+                   help="also score the ranker's first K candidates with the target (pipeline/answer/score.py)")
+    p.add_argument("--config", help="the profile whose target scores (default configs/default.toml)")
+    p.add_argument("--model", help="the target to score with instead (a registry name or a GGUF)")
+    p.add_argument("--questions", type=int, default=40, help="model stage: questions a split at most (default 40)")
     a = p.parse_args(argv)
     splits = a.split.split(",")
     if set(splits) & set(HELD_OUT) and not a.first_sight:
         p.error(f"{', '.join(sorted(set(splits) & set(HELD_OUT)))} is held out: measured once, with --first-sight")
     questions = load()
-    ranker, left_out = Ranker(), json.loads(WEIGHTS.read_text())["left_out"]
+    ranker, left_out, engine = Ranker(), json.loads(WEIGHTS.read_text())["left_out"], None
     print(f"{'split':<8} {'gold among candidates':>24} {'Wilson 95%':>14} {'candidates p50/p95/max':>24} "
           f"{'ranker top-1':>14} {'top-3':>7} {'its family left out':>20}  sources")
     for split in splits:
@@ -131,6 +178,12 @@ def main(argv: list[str] | None = None) -> int:
                  f"{'(never fitted on)':>20}") + "  " + ", ".join(f"{k} {v}" for k, v in r["sources"].most_common()))
         if a.misses and r["misses"]:
             print("  missed:", " ".join(r["misses"]))
+        if a.model_stage:
+            engine = engine or engine_for(a.config, a.model)
+            m = stage_model(chosen, ranker, engine, a.model_stage, a.questions)
+            print(f"  model over the ranker's first {a.model_stage}: gold offered {m['offered']}/{m['total']}; right "
+                  "when offered " + ", ".join(f"{r} {m[r]}/{m['offered']}" for r in READINGS)
+                  + "; right over all " + ", ".join(f"{r} {m[r]}/{m['total']}" for r in READINGS), flush=True)
     return 0
 
 
