@@ -30,6 +30,8 @@ from bench.answers import wilson
 from pipeline.answer.rank import WEIGHTS, Ranker, question
 from pipeline.answer.score import score_spans
 from pipeline.answer.spans import candidates
+from pipeline.config import load, override
+from pipeline.decode.assemble import make_engine
 from pipeline.stream.columns import Header, Headers, delimited_header
 
 HELD_OUT = ("fresh6", "fresh7")       # issue 59's unseen splits: opened once, at a fixed commit
@@ -132,8 +134,6 @@ def stage_model(questions: list[Question], ranker: Ranker, engine, k: int, limit
 
 def engine_for(profile: str | None, model: str | None):
     """A single-process engine on the profile's target (or --model), with a plain cache for a prompt and a span."""
-    from pipeline.config import load, override
-    from pipeline.decode.assemble import make_engine
     cfg = load(profile)
     over = {"cache.sink": 0, "cache.window": 2048, "draft.kind": "none"}
     if model:
