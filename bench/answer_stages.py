@@ -30,7 +30,7 @@ from bench.answers import wilson
 from pipeline.answer.rank import WEIGHTS, Ranker, question
 from pipeline.answer.score import score_spans
 from pipeline.answer.spans import candidates
-from pipeline.config import load, override
+from pipeline import config
 from pipeline.decode.assemble import make_engine
 from pipeline.stream.columns import Header, Headers, delimited_header
 
@@ -103,7 +103,7 @@ def stage_ranker(questions: list[Question], ranker: Ranker) -> dict:
     return {"top1": top1, "top3": top3, "total": total}
 
 
-READINGS = ("sum", "mean", "pmi")
+READINGS = ("rank", "sum", "mean", "pmi", "rank+sum", "rank+pmi")   # the model's alone, or added to the ranker's score
 
 
 def stage_model(questions: list[Question], ranker: Ranker, engine, k: int, limit: int) -> dict:
@@ -119,26 +119,29 @@ def stage_model(questions: list[Question], ranker: Ranker, engine, k: int, limit
             break
         n = q.gold_lines[-1]
         line = _lines(q.log, q.format)[n - 1]
-        top = [s.text for s, _ in ranker.rank(question(q.text), line,
-                                              candidates(line, _headers(q.log, q.format)[n - 1]))[:k]]
+        ranked = ranker.rank(question(q.text), line, candidates(line, _headers(q.log, q.format)[n - 1]))[:k]
+        top, prior = [s.text for s, _ in ranked], {s.text: v for s, v in reversed(ranked)}
         total += 1
         if q.gold not in top:
             continue
         offered += 1
         scored = score_spans(engine, line, q.text, top)
         for r in READINGS:
-            right[r] += max(scored, key=lambda x: x.by(r)).span == q.gold
+            reading = r.split("+")[-1]
+            best = max(scored, key=lambda x: (x.by(reading) if reading != "rank" else 0.0)
+                       + (prior[x.span] if r.startswith("rank") else 0.0))
+            right[r] += best.span == q.gold
         print(f"  [{total}] {q.id}: offered; " + ", ".join(f"{r} {right[r]}" for r in READINGS), file=sys.stderr)
     return {"total": total, "offered": offered, **right}
 
 
 def engine_for(profile: str | None, model: str | None):
     """A single-process engine on the profile's target (or --model), with a plain cache for a prompt and a span."""
-    cfg = load(profile)
+    cfg = config.load(profile)
     over = {"cache.sink": 0, "cache.window": 2048, "draft.kind": "none"}
     if model:
         over["model.gguf"] = model
-    return make_engine(override(cfg, over), check_rows=False)
+    return make_engine(config.override(cfg, over), check_rows=False)
 
 
 def main(argv: list[str] | None = None) -> int:
