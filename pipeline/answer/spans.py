@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from pipeline.stream.columns import Header, cells
 
 MAX_ATOMS = 12              # a span holds at most this many atoms (the longest syslog/ctime time holds 9)
-MAX_LINE = 8192             # characters of a line read for candidates (sources.py cuts lines longer still)
+MAX_LINE = 8192             # characters of a line read (the stream cuts its lines at 4,096 bytes: this bounds others)
 
 _ATOM = re.compile(r"[\w.-]+|[^\s\w.-]")
 _WORD = re.compile(r"[\w.-]+")
@@ -77,7 +77,7 @@ class Span:
     @property
     def names(self) -> tuple[str, ...]:
         """The keys or columns naming the span in its line ("alert.signature", "user", "c-ip")."""
-        return tuple(s.split(":", 1)[1] for s in self.sources if s.startswith(("json:", "pair:", "column:")))
+        return tuple(s.split(":", 1)[1] for s in self.sources if s.startswith(NAMED))
 
 
 def candidates(text: str, header: Header | None = None) -> list[Span]:
