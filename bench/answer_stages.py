@@ -28,7 +28,7 @@ import numpy as np
 from bench.answer_questions import Question, lines_of, load, log_path
 from bench.answers import wilson
 from pipeline.answer.rank import WEIGHTS, Ranker, question
-from pipeline.answer.score import score_spans
+from pipeline.answer.score import SpanScorer
 from pipeline.answer.spans import candidates
 from pipeline import config
 from pipeline.decode.assemble import make_engine
@@ -106,7 +106,7 @@ def stage_ranker(questions: list[Question], ranker: Ranker) -> dict:
 READINGS = ("rank", "sum", "mean", "pmi", "rank+sum", "rank+pmi")   # the model's alone, or added to the ranker's score
 
 
-def stage_model(questions: list[Question], ranker: Ranker, engine, k: int, limit: int) -> dict:
+def stage_model(questions: list[Question], ranker: Ranker, scorer: SpanScorer, k: int, limit: int) -> dict:
     """The model's choice among the ranker's first k candidates (pipeline/answer/score.py), per reading of its
     scores: right when the gold was offered, and right over all (the ranker and the model together), on at most
     `limit` questions of the list (in its order: by log, then ask_after)."""
@@ -125,7 +125,7 @@ def stage_model(questions: list[Question], ranker: Ranker, engine, k: int, limit
         if q.gold not in top:
             continue
         offered += 1
-        scored = score_spans(engine, line, q.text, top)
+        scored = scorer.score(line, q.text, top)
         for r in READINGS:
             reading = r.split("+")[-1]
             best = max(scored, key=lambda x: (x.by(reading) if reading != "rank" else 0.0)
@@ -162,7 +162,7 @@ def main(argv: list[str] | None = None) -> int:
     if set(splits) & set(HELD_OUT) and not a.first_sight:
         p.error(f"{', '.join(sorted(set(splits) & set(HELD_OUT)))} is held out: measured once, with --first-sight")
     questions = load()
-    ranker, left_out, engine = Ranker(), json.loads(WEIGHTS.read_text())["left_out"], None
+    ranker, left_out, scorer = Ranker(), json.loads(WEIGHTS.read_text())["left_out"], None
     print(f"{'split':<8} {'gold among candidates':>24} {'Wilson 95%':>14} {'candidates p50/p95/max':>24} "
           f"{'ranker top-1':>14} {'top-3':>7} {'its family left out':>20}  sources")
     for split in splits:
@@ -182,8 +182,8 @@ def main(argv: list[str] | None = None) -> int:
         if a.misses and r["misses"]:
             print("  missed:", " ".join(r["misses"]))
         if a.model_stage:
-            engine = engine or engine_for(a.config, a.model)
-            m = stage_model(chosen, ranker, engine, a.model_stage, a.questions)
+            scorer = scorer or SpanScorer(engine_for(a.config, a.model))
+            m = stage_model(chosen, ranker, scorer, a.model_stage, a.questions)
             print(f"  model over the ranker's first {a.model_stage}: gold offered {m['offered']}/{m['total']}; right "
                   "when offered " + ", ".join(f"{r} {m[r]}/{m['offered']}" for r in READINGS)
                   + "; right over all " + ", ".join(f"{r} {m[r]}/{m['total']}" for r in READINGS), flush=True)

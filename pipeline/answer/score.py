@@ -1,13 +1,14 @@
 """The model scores whole spans: which of a few candidates the target reads as the answer copied from the line.
 
 Owns the scoring prompt (one log line, the question, one generic example, no ring and no system prompt: issue 59) and
-`score_spans`: each candidate as a teacher-forced continuation " SPAN\\n" of that prompt, its tokens' log-probabilities
+`SpanScorer`: each candidate as a teacher-forced continuation " SPAN\\n" of that prompt, its tokens' log-probabilities
 summed with the end's (the line end says the answer stops there), so a whole option is scored, never decided on its
 first token. Three readings of the same numbers (`Scored`): the sum, the mean over the span's tokens (length
 normalised), and the sum less the same continuation's log-probability without the question (PMI: how much the
 question raises the span, Holtzman et al. 2021's domain-conditional PMI); bench/answer_stages.py measures which picks
-best. The prompt is fed once; each candidate is fed after it and rolled back (`Engine.rollback`), so no candidate sees
-another. Never ranks, never reads the archive: a caller hands it a line, a question and the candidates.
+best. The head (instruction and example) is fed once for every question; a question's block is fed after it, each
+candidate after that, and both are rolled back (`Engine.rollback`), so no candidate sees another and no question
+another's. Never ranks, never reads the archive: a caller hands it a line, a question and the candidates.
 """
 from __future__ import annotations
 
@@ -21,11 +22,16 @@ EXAMPLE = ("2024-01-02 10:00:01 gw7 auth: session=8 user=operator3 action=login 
 END = "\n"
 
 
+def _block(line: str, question: str) -> str:
+    return f"Log line: {line}\nQuestion: {question}\nAnswer copied from the line:"
+
+
+HEAD = f"{INSTRUCTION}\n\n{_block(*EXAMPLE[:2])} {EXAMPLE[2]}{END}\n"     # the same for every question
+
+
 def prompt_of(line: str, question: str) -> str:
-    """The scoring prompt; a candidate follows it as " SPAN\\n"."""
-    def block(lg: str, q: str) -> str:
-        return f"Log line: {lg}\nQuestion: {q}\nAnswer copied from the line:"
-    return f"{INSTRUCTION}\n\n{block(*EXAMPLE[:2])} {EXAMPLE[2]}{END}\n{block(line, question)}"
+    """The scoring prompt (HEAD, then this line's block); a candidate follows it as " SPAN\\n"."""
+    return HEAD + _block(line, question)
 
 
 @dataclass(frozen=True)
@@ -39,27 +45,40 @@ class Scored:
         return {"sum": self.logp, "mean": self.mean, "pmi": self.pmi}[reading]
 
 
-def _continuations(engine, prompt: str, spans: list[str]) -> list[np.ndarray]:
-    """Each span's log-probabilities after `prompt` (float64, one per token of " SPAN\n"). Each is fed with the
-    prompt's last token before it, so that token's row, in the same pass, scores the span's first token."""
-    tok = engine.tok
-    ids = tok.encode(prompt)
-    engine.reset()
-    engine.feed(ids[:-1])
-    mark = engine.index.n
-    out = []
-    for span in spans:
-        nll = engine.feed(np.concatenate([ids[-1:], tok.encode(f" {span}{END}", add_bos=False)]), score=True)[1:]
-        engine.rollback(mark)
-        if np.isnan(nll).any():
-            raise RuntimeError(f"a token of {span!r} was not scored")
-        out.append(-nll.astype(np.float64))
-    return out
+class SpanScorer:
+    """Scores candidates on a single-process Engine (pipeline/decode/assemble.py) whose cache holds HEAD, fed once:
+    each question feeds only its own block after it, each candidate after that, and both are rolled back. The cache
+    must hold HEAD, a block and a span (a plain cache of a few thousand tokens)."""
 
+    def __init__(self, engine):
+        self.engine, self.tok = engine, engine.tok
+        engine.reset()
+        engine.feed(self.tok.encode(HEAD))
+        self.head = engine.index.n
 
-def score_spans(engine, line: str, question: str, spans: list[str]) -> list[Scored]:
-    """Each candidate span scored by `engine`'s target (a single-process Engine, pipeline/decode/assemble.py), in
-    the order given. The engine's cache must hold the prompt and a span (a plain cache of a few thousand tokens)."""
-    asked = _continuations(engine, prompt_of(line, question), spans)
-    blind = _continuations(engine, prompt_of(line, ""), spans)
-    return [Scored(s, float(a.sum()), float(a.mean()), float(a.sum() - b.sum())) for s, a, b in zip(spans, asked, blind)]
+    def continuations(self, line: str, question: str, spans: list[str]) -> list[np.ndarray]:
+        """Each span's log-probabilities (float64, one per token of " SPAN\\n") after HEAD and the line's block. A
+        span is fed with the block's last token before it, so that token's row, in the same pass, scores the span's
+        first token."""
+        engine = self.engine
+        block = self.tok.encode(_block(line, question), add_bos=False)
+        engine.rollback(self.head)
+        engine.feed(block[:-1])
+        mark = engine.index.n
+        out = []
+        for span in spans:
+            nll = engine.feed(np.concatenate([block[-1:], self.tok.encode(f" {span}{END}", add_bos=False)]),
+                              score=True)[1:]
+            engine.rollback(mark)
+            if np.isnan(nll).any():
+                raise RuntimeError(f"a token of {span!r} was not scored")
+            out.append(-nll.astype(np.float64))
+        return out
+
+    def score(self, line: str, question: str, spans: list[str], pmi: bool = True) -> list[Scored]:
+        """Each candidate span scored, in the order given; pmi False: no second feed without the question (its
+        `pmi` reading is then NaN)."""
+        asked = self.continuations(line, question, spans)
+        blind = self.continuations(line, "", spans) if pmi else [np.full(1, np.nan)] * len(spans)
+        return [Scored(s, float(a.sum()), float(a.mean()), float(a.sum() - b.sum()))
+                for s, a, b in zip(spans, asked, blind)]

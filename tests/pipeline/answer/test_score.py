@@ -1,12 +1,12 @@
 """The model scores whole spans (pipeline/answer/score.py, issue 59), on the real default model (integration tier):
 a candidate's score is its tokens' teacher-forced log-probabilities after the prompt, as one plain feed of the whole
-text gives them, and no candidate sees another."""
+text gives them, and no candidate sees another, no question the one before."""
 from __future__ import annotations
 
 import numpy as np
 
 from pipeline import config
-from pipeline.answer.score import END, prompt_of, score_spans
+from pipeline.answer.score import END, HEAD, SpanScorer, _block
 from pipeline.decode.assemble import make_engine
 
 LINE = "2024-03-01 08:15:02 plc4 modbus: unit=3 function=16 register=40001 result=exception code=0x02 from 10.0.0.7"
@@ -21,9 +21,9 @@ def _engine():
 
 def test_a_spans_score_is_its_tokens_log_probabilities_after_the_prompt(default_gguf):
     engine = _engine()
-    got = score_spans(engine, LINE, QUESTION, SPANS)
+    got = SpanScorer(engine).score(LINE, QUESTION, SPANS)
     tok = engine.tok
-    prompt = tok.encode(prompt_of(LINE, QUESTION))
+    prompt = np.concatenate([tok.encode(HEAD), tok.encode(_block(LINE, QUESTION), add_bos=False)])
     for s in got:
         cont = tok.encode(f" {s.span}{END}", add_bos=False)
         engine.reset()
@@ -31,8 +31,10 @@ def test_a_spans_score_is_its_tokens_log_probabilities_after_the_prompt(default_
         assert abs(s.logp - (-nll.sum())) < 1e-4 and abs(s.mean - (-nll.mean())) < 1e-5
 
 
-def test_no_candidate_sees_another(default_gguf):
-    engine = _engine()
-    forward = {s.span: s for s in score_spans(engine, LINE, QUESTION, SPANS)}
-    backward = {s.span: s for s in score_spans(engine, LINE, QUESTION, SPANS[::-1])}
+def test_no_candidate_sees_another_and_no_question_the_one_before(default_gguf):
+    scorer = SpanScorer(_engine())
+    forward = {s.span: s for s in scorer.score(LINE, QUESTION, SPANS)}
+    scorer.score("2024-03-01 08:15:03 plc4 modbus: unit=9 function=3 result=ok", "Which function did unit 9 call?",
+                 ["3", "9"])
+    backward = {s.span: s for s in scorer.score(LINE, QUESTION, SPANS[::-1])}
     assert forward == backward
