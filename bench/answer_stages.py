@@ -29,7 +29,7 @@ from bench.answer_questions import Question, lines_of, load, log_path
 from bench.answers import wilson
 from pipeline.answer.rank import WEIGHTS, Ranker, question
 from pipeline.answer.score import SpanScorer
-from pipeline.answer.spans import candidates
+from pipeline.answer.spans import Span, candidates
 from pipeline import config
 from pipeline.decode.assemble import make_engine
 from pipeline.stream.columns import Header, Headers, delimited_header
@@ -37,7 +37,7 @@ from pipeline.stream.columns import Header, Headers, delimited_header
 HELD_OUT = ("fresh6", "fresh7")       # issue 59's unseen splits: opened once, at a fixed commit
 FAMILY = {"dev": "loghub+tep", "heldout": "loghub+tep", "fresh": "fresh", "fresh2": "fresh2", "fresh3": "fresh3",
           "fresh4": "fresh4", "fresh5": "fresh5"}      # a split's format family: its logs are no other split's
-SPAN_KINDS = ("first", "last", "most_frequent", "which")
+SPAN_KINDS = ("first", "last", "most_frequent")     # aggregates whose answer is one span of a line
 
 
 @lru_cache(maxsize=None)
@@ -57,9 +57,20 @@ def golds(q: Question) -> list[str]:
     """The spans a question's answer copies (none for a count or a not-found question)."""
     if q.gold is None or q.kind == "count":
         return []
-    if q.route == "lookup" or q.kind in SPAN_KINDS[:3]:
+    if q.route == "lookup" or q.kind in SPAN_KINDS:
         return [q.gold]
     return [v.strip() for v in q.gold.split(",")] if q.kind == "which" else []
+
+
+def one_span(q: Question) -> bool:
+    """The question's gold is one span of its newest gold line (not a "which", a count or a not-found question)."""
+    return q.kind != "which" and bool(golds(q)) and bool(q.gold_lines)
+
+
+def line_of(q: Question, n: int) -> tuple[str, list[Span]]:
+    """Line n of the question's log and its candidates, under the header in force there."""
+    line = _lines(q.log, q.format)[n - 1]
+    return line, candidates(line, _headers(q.log, q.format)[n - 1])
 
 
 def stage_candidates(questions: list[Question]) -> dict:
@@ -74,7 +85,7 @@ def stage_candidates(questions: list[Question]) -> dict:
         lines = (q.gold_lines[-1],) if q.kind != "which" else q.gold_lines   # a "which" gathers its values' lines
         by_text = defaultdict(set)
         for n in lines:
-            spans = candidates(_lines(q.log, q.format)[n - 1], _headers(q.log, q.format)[n - 1])
+            spans = line_of(q, n)[1]
             sizes.append(len(spans))
             for s in spans:
                 by_text[s.text].update(src.split(":")[0] for src in s.sources)
@@ -91,12 +102,8 @@ def stage_ranker(questions: list[Question], ranker: Ranker) -> dict:
     """The ranker's first and first three candidates on the newest gold line, for each question whose gold is one
     span (a "which" gathers several: it has no top-1)."""
     top1 = top3 = total = 0
-    for q in questions:
-        if q.kind == "which" or not golds(q) or not q.gold_lines:
-            continue
-        n = q.gold_lines[-1]
-        line = _lines(q.log, q.format)[n - 1]
-        ranked = [s.text for s, _ in ranker.rank(question(q.text), line, candidates(line, _headers(q.log, q.format)[n - 1]))]
+    for q in (q for q in questions if one_span(q)):
+        ranked = [s.text for s, _ in ranker.rank(question(q.text), *line_of(q, q.gold_lines[-1]))]
         total += 1
         top1 += ranked[:1] == [q.gold]
         top3 += q.gold in ranked[:3]
@@ -112,14 +119,11 @@ def stage_model(questions: list[Question], ranker: Ranker, scorer: SpanScorer, k
     `limit` questions of the list (in its order: by log, then ask_after)."""
     right = {r: 0 for r in READINGS}
     offered = total = 0
-    for q in questions:
-        if q.kind == "which" or not golds(q) or not q.gold_lines:
-            continue
+    for q in (q for q in questions if one_span(q)):
         if total == limit:
             break
-        n = q.gold_lines[-1]
-        line = _lines(q.log, q.format)[n - 1]
-        ranked = ranker.rank(question(q.text), line, candidates(line, _headers(q.log, q.format)[n - 1]))[:k]
+        line, spans = line_of(q, q.gold_lines[-1])
+        ranked = ranker.rank(question(q.text), line, spans)[:k]
         top, prior = [s.text for s, _ in ranked], {s.text: v for s, v in reversed(ranked)}
         total += 1
         if q.gold not in top:

@@ -21,12 +21,10 @@ import sys
 import numpy as np
 
 from bench.answer_questions import load
-from bench.answer_stages import FAMILY, HELD_OUT, _headers, _lines, golds
+from bench.answer_stages import FAMILY, HELD_OUT, line_of, one_span
 from bench.answers import wilson
 from pipeline.answer.rank import NAMES, PRIOR_WEIGHTS, WEIGHTS, features, question
-from pipeline.answer.spans import candidates
 
-FAMILIES = FAMILY
 L2 = 1e-2           # toward rank.PRIOR
 STEPS = 400
 
@@ -35,15 +33,13 @@ def dataset() -> list[dict]:
     """One row a question: its family, its candidates' features and which are right."""
     rows = []
     for q in load():
-        if q.split in HELD_OUT or q.split not in FAMILIES or q.kind == "which" or not golds(q) or not q.gold_lines:
+        if q.split in HELD_OUT or q.split not in FAMILY or not one_span(q):
             continue
-        n = q.gold_lines[-1]
-        line = _lines(q.log, q.format)[n - 1]
-        spans = candidates(line, _headers(q.log, q.format)[n - 1])
+        line, spans = line_of(q, q.gold_lines[-1])
         right = np.array([s.text == q.gold for s in spans])
         if not right.any():
             continue                                 # the candidates stage's miss: nothing to learn from
-        rows.append({"id": q.id, "family": FAMILIES[q.split], "X": features(question(q.text), line, spans), "y": right})
+        rows.append({"id": q.id, "family": FAMILY[q.split], "X": features(question(q.text), line, spans), "y": right})
     return rows
 
 

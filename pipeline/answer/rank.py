@@ -19,7 +19,7 @@ from pathlib import Path
 
 import numpy as np
 
-from pipeline.answer.spans import Span
+from pipeline.answer.spans import ATOM, Span
 from pipeline.stream.archive import STOP_WORDS
 from pipeline.stream.columns import meaning
 from pipeline.stream.severity import LEVEL_WORDS
@@ -45,7 +45,6 @@ SHAPES = ("ip", "ipv6", "port", "time", "url", "path", "number", "hex", "host", 
           "bracketed", "rest",
           "word", "digits", "alnum", "phrase")
 _WORDS = re.compile(r"\w+")
-_ATOM = re.compile(r"[\w.-]+|[^\s\w.-]")
 _LEAD = re.compile(r"[A-Za-z]{2,}")
 _CLOCK = re.compile(r"\d:\d\d")
 _LEVEL_ASKED = frozenset({"level", "severity", "status", "priority"})
@@ -104,13 +103,13 @@ PRIOR_WEIGHTS = np.array([PRIOR.get(n, 0.0) for n in NAMES], np.float32)
 
 def features(q: Question, line: str, spans: list[Span]) -> np.ndarray:
     """[len(spans), len(NAMES)] float32: each candidate's features for question `q` on `line`."""
-    atoms = [(m.start(), m.end(), m.group()) for m in _ATOM.finditer(line)]
+    atoms = [(m.start(), m.end(), m.group()) for m in ATOM.finditer(line)]
     starts = np.array([a for a, _, _ in atoms] or [0])
     named = [i for i, (_, _, t) in enumerate(atoms) if t.casefold() in q.tokens and not t.isalpha()
              or (t.casefold() in q.tokens and len(t) > 3 and t.casefold() not in STOP_WORDS)]
     words = [(i, stem(t)) for i, (_, _, t) in enumerate(atoms) if t[0].isalpha()]
-    first_time = next((s.start for s in spans if "shape:time" in s.sources), -1)
-    times = [(s.start, s.end) for s in spans if "shape:time" in s.sources]
+    times = [(s.start, s.end) for s in spans if "shape:time" in s.sources]      # by position (candidates' order)
+    first_time = times[0][0] if times else -1
     X = np.zeros((len(spans), len(NAMES)), np.float32)
     for row, s in enumerate(spans):
         x = X[row]

@@ -27,9 +27,8 @@ from pipeline.stream.columns import Header, cells
 MAX_ATOMS = 12              # a span holds at most this many atoms (the longest syslog/ctime time holds 9)
 MAX_LINE = 8192             # characters of a line read (the stream cuts its lines at 4,096 bytes: this bounds others)
 
-_ATOM = re.compile(r"[\w.-]+|[^\s\w.-]")
+ATOM = re.compile(r"[\w.-]+|[^\s\w.-]")
 _WORD = re.compile(r"[\w.-]+")
-_TRIM = re.compile(r"^[.-]+|[.-]+$")
 _INNER = re.compile(r"[.-]+")
 _ALNUM = re.compile(r"[^\W_]")
 _SHAPES = {                 # a value kind read whole; each pattern linear (no nested repetition over one run)
@@ -127,18 +126,18 @@ def candidates(text: str, header: Header | None = None) -> list[Span]:
 
 def _atoms(text: str, add) -> None:
     """Runs of 1..MAX_ATOMS atoms beginning and ending with a word atom; each word atom trimmed of edge dots/dashes."""
-    atoms = [(m.start(), m.end(), bool(_WORD.match(m.group()))) for m in _ATOM.finditer(text)]
+    atoms = [(m.start(), m.end(), bool(_WORD.match(m.group()))) for m in ATOM.finditer(text)]
     words = [i for i, (_, _, word) in enumerate(atoms) if word]
     for i in words:
         start, end, _ = atoms[i]
-        if t := _TRIM.sub("", text[start:end]):
-            lead = len(text[start:end]) - len(text[start:end].lstrip(".-"))
-            start, end = start + lead, start + lead + len(t)
-            add(start, end, "atoms")
-            for m in _INNER.finditer(text, start, end):         # a dotted or dashed atom's heads and tails
-                add(start, m.start(), "atoms")
-                add(m.end(), end, "atoms")
-            start = atoms[i][0]
+        raw = text[start:end]
+        if core := raw.strip(".-"):
+            a = start + len(raw) - len(raw.lstrip(".-"))
+            b = a + len(core)
+            add(a, b, "atoms")
+            for m in _INNER.finditer(text, a, b):               # a dotted or dashed atom's heads and tails
+                add(a, m.start(), "atoms")
+                add(m.end(), b, "atoms")
         for j in range(i, min(i + MAX_ATOMS, len(atoms))):
             if atoms[j][2]:
                 add(start, atoms[j][1], "atoms")
@@ -168,6 +167,17 @@ def json_values(text: str) -> list[tuple[str, int, int]]:
     return []
 
 
+def _after_item(text: str, i: int, close: str) -> tuple[int, bool]:
+    """After an object's or array's item: (the next item's index, False) past a comma, (the index after the
+    container, True) at its `close`; else not JSON."""
+    i = _WS.match(text, i).end()
+    if text.startswith(",", i):
+        return _WS.match(text, i + 1).end(), False
+    if text.startswith(close, i):
+        return i + 1, True
+    raise ValueError("a comma")
+
+
 def _value(text: str, i: int, path: str, out: list, depth: int) -> int:
     """Scan the JSON value at i (no leading space), recording its scalars under `path`; the index after it."""
     if depth > MAX_DEPTH or i >= len(text):
@@ -186,25 +196,17 @@ def _value(text: str, i: int, path: str, out: list, depth: int) -> int:
                 raise ValueError("a colon")
             key = m[1]
             i = _value(text, _WS.match(text, i + 1).end(), f"{path}.{key}" if path else key, out, depth + 1)
-            i = _WS.match(text, i).end()
-            if text.startswith(",", i):
-                i = _WS.match(text, i + 1).end()
-            elif text.startswith("}", i):
-                return i + 1
-            else:
-                raise ValueError("a comma")
+            i, closed = _after_item(text, i, "}")
+            if closed:
+                return i
     if c == "[":
         i = _WS.match(text, i + 1).end()
         if text.startswith("]", i):
             return i + 1
         while True:
-            i = _WS.match(text, _value(text, i, path, out, depth + 1)).end()
-            if text.startswith(",", i):
-                i = _WS.match(text, i + 1).end()
-            elif text.startswith("]", i):
-                return i + 1
-            else:
-                raise ValueError("a comma")
+            i, closed = _after_item(text, _value(text, i, path, out, depth + 1), "]")
+            if closed:
+                return i
     if m := _STRING.match(text, i):
         out.append((path, m.start(1), m.end(1)))
         return m.end()

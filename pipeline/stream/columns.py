@@ -75,6 +75,7 @@ def header_of(text: str) -> Header | None:
 
 _NAME = re.compile(r"[A-Za-z_][\w .()/#%\[\]-]{0,63}")
 _DELIMITERS = ("\t", ";", ",", "|")
+_DATUM = re.compile(r"\d:\d\d|^\d+$")        # a cell holding a time or a bare number: a row, not a name
 
 
 def delimited_header(text: str) -> Header | None:
@@ -84,7 +85,7 @@ def delimited_header(text: str) -> Header | None:
     for sep in _DELIMITERS:
         parts = [text[a:b] for a, b in split_cells(text, sep, True)]
         if len(parts) >= 3 and all(_NAME.fullmatch(p.strip()) for p in parts) \
-                and not any(re.search(r"\d:\d\d|^\d+$", p) for p in parts):
+                and not any(_DATUM.search(p) for p in parts):
             return Header(tuple(p.strip() for p in parts), sep, True)
     return None
 
