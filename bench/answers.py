@@ -48,7 +48,7 @@ from pipeline.config import ServeSection
 from pipeline.report import Report
 from pipeline.watch import wait_for
 
-READERS = ("cited", "free")
+READERS = ("cited", "spans", "free")
 SPLITS = ("dev", "heldout", "fresh", "fresh2", "fresh3", "fresh4", "fresh5", "fresh6", "fresh7", "all")   # a question set's split
                                                                                  # (answer_questions.py), or every one
 ROUTES = ("lookup", "aggregate", "not_found")
@@ -276,7 +276,7 @@ class AnswersReport(Report):
 
 
 def progress_line(reader, log, i, n, q, row) -> None:
-    said = row["answer"] if reader == "cited" else (row["text"] or "")[:60].replace("\n", " ")
+    said = row["answer"] if reader != "free" else (row["text"] or "")[:60].replace("\n", " ")
     verdict = "late" if row.get("late") else "ok" if row["exact"] else "no" if row["exact"] is False else "-"
     print(f"  [{reader} {log.split('/')[-1]} {i}/{n}] @{q.ask_after} {q.kind}: {said!r} (gold {q.gold!r}) "
           f"{verdict}, cited {row['cited']}, {row['total_ms'] or 0:.0f} ms", file=sys.stderr, flush=True)

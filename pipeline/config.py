@@ -179,7 +179,12 @@ class ServeSection:
                                      # of prefill before the first answer token: ~25 for a TEP line, ~60 ms here)
     reader: str = "cited"            # cited: lookups and aggregates answered from the archive's values, each answer
                                      # a span of a cited line or a computed value (pipeline/serve/cited.py), other
-                                     # questions as free; free: the model writes every answer over retrieved lines
+                                     # questions as free; spans: as cited, a lookup's line and span chosen by the
+                                     # ranker that names no format (pipeline/answer/pick.py, issue 59); free: the
+                                     # model writes every answer over retrieved lines
+    span_model: int = 0              # spans: the ranker's first K candidates of a lookup's line scored by the model
+                                     # as whole continuations of a short prompt (pipeline/answer/score.py), the
+                                     # ranker's score added (0 = the ranker alone, no model call: the 135M's best)
 
 
 @dataclass(frozen=True)
@@ -335,7 +340,7 @@ _CHOICES = {("model", "kernel"): ("nbits", "native"), ("draft", "kind"): ("none"
             ("board", "npu"): ("", "rknpu2"), ("replay", "format"): ("", "plain", "csv", "jsonl"),
             ("replay", "form"): ("free", "constrained", "structured"),
             ("actors", "launcher"): ("local", "ray", "serial"), ("draft", "adaptive_costs"): ("measured", "prior"),
-            ("serve", "reader"): ("cited", "free")}
+            ("serve", "reader"): ("cited", "spans", "free")}
 _MIN = {("model", "threads"): 1, ("model", "max_rows"): 2, ("model", "prefill_rows"): 2, ("cache", "sink"): 0,
         ("model", "pass_streams"): 1,
         ("cache", "window"): 1, ("cache", "slack"): 0, ("draft", "length"): 0, ("draft", "threads"): 1,
@@ -354,14 +359,14 @@ _MIN = {("model", "threads"): 1, ("model", "max_rows"): 2, ("model", "prefill_ro
         ("replay", "line_rate"): 0.0, ("serve", "stream_share"): 0.0, ("board", "ram_mb"): 0,
         ("board", "reserve_mb"): 0, ("board", "npu_domain_mb"): 1,
         ("serve", "max_waiting_per_operator"): 0, ("serve", "question_budget_s"): 0.01,
-        ("serve", "question_max_lines"): 1}
+        ("serve", "question_max_lines"): 1, ("serve", "span_model"): 0}
 
 
 # a pass's rows: the graph's softmax width (models/graph.py SOFTMAX_ROWS) and doctor's probes (1..64 rows); a slot
 # of a pass carries 2 rows at least
 _MAX = {("model", "max_rows"): SOFTMAX_ROWS, ("model", "prefill_rows"): SOFTMAX_ROWS,
         ("model", "pass_streams"): SOFTMAX_ROWS // 2,
-        ("serve", "stream_share"): 1.0}
+        ("serve", "stream_share"): 1.0, ("serve", "span_model"): 8}
 
 
 def load(path: str | Path | None = None, overrides: dict | None = None, here: bool = True) -> Config:

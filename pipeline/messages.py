@@ -260,7 +260,11 @@ class Question:
     deadline_s: float                           # seconds from when the owner takes it
     rule: dict | None = None                    # a rule's spec the answer is written under (pipeline/decode/rules.py
                                                 # `rule_from`), ending at a newline: the cited reader's choice
-    ids: np.ndarray = array(np.int32, 1)        # [n] the framed question span (pipeline/stream/prompts.py)
+    ids: np.ndarray = array(np.int32, 1)        # [n] the framed question span (pipeline/stream/prompts.py), or a
+                                                # scoring prompt when `spans` is given
+    spans: np.ndarray = array(np.int32, 1, optional=True)     # [sum] candidates to score after `ids` instead of an
+                                                # answer written (pipeline/answer/score.py), their tokens end to end
+    span_ends: np.ndarray = array(np.int32, 1, optional=True)  # [k] where each candidate ends in `spans`
 
 
 @message
@@ -369,6 +373,8 @@ class Answer:
     queued_ms: float | None = None
     queued_blocks: int | None = None            # verify blocks sent after the question came, before its answer
     completion_tokens: int = 0
+    scores: np.ndarray = array(np.float64, 1, optional=True)   # [k] a scoring question's: each candidate's sum of
+                                                # log p over its tokens and the end, in the order sent
 
 
 @message

@@ -293,3 +293,16 @@ def test_a_planted_keyword_actor_is_caught(planted):
     sources["actors.target"] = sources["actors.target"].replace("def run(args: TargetArgs) -> None:", planted)
     found = untyped_actors(sources, frozen_dataclasses((ROOT / "actors" / "args.py").read_text()))
     assert len(found) == 1 and found[0].startswith("actors.target.run(")
+
+
+def test_every_package_is_installed_with_its_data():
+    """pyproject's setuptools lists each package by name (a flat layout): a package left out is missing from a
+    non-editable install (pipeline/decode/drafts was), and so is a data file beside a module."""
+    import tomllib
+    tool = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]
+    found = {str(p.parent.relative_to(ROOT)).replace("/", ".") for p in ROOT.glob("*/**/__init__.py")
+             if p.parts[len(ROOT.parts)] not in ("tests", ".git")}
+    assert found == set(tool["packages"])
+    data = {f"{str(p.parent.relative_to(ROOT)).replace('/', '.')}:{p.name}" for p in ROOT.glob("pipeline/**/*")
+            if p.suffix in (".json", ".html")}
+    assert data == {f"{pkg}:{name}" for pkg, names in tool["package-data"].items() for name in names}

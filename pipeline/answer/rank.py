@@ -48,6 +48,10 @@ _WORDS = re.compile(r"\w+")
 _LEAD = re.compile(r"[A-Za-z]{2,}")
 _CLOCK = re.compile(r"\d:\d\d")
 _LEVEL_ASKED = frozenset({"level", "severity", "status", "priority"})
+# English's function words (articles, conjunctions, prepositions that name no state, pronouns, auxiliaries): a span
+# that is one of them alone answers nothing ("and" after "20 kB"); "in", "on", "off", "up", "down", "out" can be states
+FUNCTION_WORDS = frozenset("a an the and or but nor of to for from with by at as into onto than then that this these "
+                           "those it its is are was were be been being has have had do does did".split())
 
 
 @dataclass(frozen=True)
@@ -88,14 +92,14 @@ NAMES = ("no_named_value", "in_question", "holds_named", "near_named", "named_by
          "word_before2", "key_kind", "before_kind", "offered", "time_at_line_time",
          "part_of_atom", "holds_question_word", "self_named", "time_with_clock", "longest_time", "ends_with_punct",
          "word_after2", "atoms1", "atoms2", "atoms3", "atoms4plus", "structured", "atoms_only", "level_not_asked",
-         "at_start", "relative_position", "line_time", "has_brackets") \
+         "at_start", "relative_position", "line_time", "has_brackets", "function_word") \
     + tuple(f"shape:{t}" for t in SHAPES) + tuple(f"{k}x{t}" for k in KINDS for t in SHAPES)
 INDEX = {n: i for i, n in enumerate(NAMES)}
 # What a reader of logs expects before any data, the fit's centre (bench/train_ranker.py pulls the weights toward it,
 # so a feature a family's structure alone shows, a column's name, keeps its sense when that family is left out)
 PRIOR = {"named_by_key": 2.0, "key_kind": 1.5, "word_before": 1.5, "before_kind": 1.0, "word_after": 0.5,
          "in_question": -3.0, "holds_named": -1.0, "part_of_atom": -1.0, "self_named": 1.0, "time_with_clock": 1.0,
-         "longest_time": 1.0, "ends_with_punct": -1.0, "hostxhost": 1.0, "portxhostport": -0.5, "offered": 4.0, "level_not_asked": -1.0, "time_at_line_time": 1.0,
+         "longest_time": 1.0, "ends_with_punct": -1.0, "function_word": -3.0, "hostxhost": 1.0, "portxhostport": -0.5, "offered": 4.0, "level_not_asked": -1.0, "time_at_line_time": 1.0,
          "addressxip": 2.0, "addressxipv6": 2.0, "portxport": 2.0, "timextime": 2.0, "placexpath": 1.5,
          "placexurl": 1.0, "quantityxnumber": 1.0, "idxdigits": 0.5, "hostxalnum": 0.5, "whoxword": 0.5}
 PRIOR_WEIGHTS = np.array([PRIOR.get(n, 0.0) for n in NAMES], np.float32)
@@ -157,6 +161,7 @@ def features(q: Question, line: str, spans: list[Span]) -> np.ndarray:
         x[INDEX["time_at_line_time"]] = s.start == first_time and "time" in q.kinds
         x[INDEX["offered"]] = x[INDEX["in_question"]] and q.offers
         x[INDEX["has_brackets"]] = s.text[:1] in "[(<{" or s.text[-1:] in "])>}"
+        x[INDEX["function_word"]] = text in FUNCTION_WORDS
         for t in _shape(s):
             x[INDEX[f"shape:{t}"]] = 1
             for k in q.kinds:

@@ -34,6 +34,26 @@ def prompt_of(line: str, question: str) -> str:
     return HEAD + _block(line, question)
 
 
+def continuations(engine, prompt: np.ndarray, spans, keep_going=lambda: True) -> list[np.ndarray]:
+    """Each span's log-probabilities (float64, one per token of the span's ids) teacher-forced after `prompt`, fed
+    into `engine` (a Decoder) at its current position; the engine is left after the prompt's all-but-last token. The
+    prompt's last token is fed with each span, so its row, in the same pass, scores the span's first token; each span
+    is rolled back before the next (no span sees another). keep_going() is asked before each span: False stops there
+    (the spans scored so far are returned)."""
+    engine.feed(prompt[:-1])
+    mark = engine.index.n
+    out = []
+    for span in spans:
+        if not keep_going():
+            break
+        nll = engine.feed(np.concatenate([prompt[-1:], span]), score=True)[1:]
+        engine.rollback(mark)
+        if np.isnan(nll).any():
+            raise RuntimeError(f"a token of {span!r} was not scored")
+        out.append(-nll.astype(np.float64))
+    return out
+
+
 @dataclass(frozen=True)
 class Scored:
     span: str
@@ -60,20 +80,9 @@ class SpanScorer:
         """Each span's log-probabilities (float64, one per token of " SPAN\\n") after HEAD and the line's block. A
         span is fed with the block's last token before it, so that token's row, in the same pass, scores the span's
         first token."""
-        engine = self.engine
-        block = self.tok.encode(_block(line, question), add_bos=False)
-        engine.rollback(self.head)
-        engine.feed(block[:-1])
-        mark = engine.index.n
-        out = []
-        for span in spans:
-            nll = engine.feed(np.concatenate([block[-1:], self.tok.encode(f" {span}{END}", add_bos=False)]),
-                              score=True)[1:]
-            engine.rollback(mark)
-            if np.isnan(nll).any():
-                raise RuntimeError(f"a token of {span!r} was not scored")
-            out.append(-nll.astype(np.float64))
-        return out
+        self.engine.rollback(self.head)
+        return continuations(self.engine, self.tok.encode(_block(line, question), add_bos=False),
+                             [self.tok.encode(f" {span}{END}", add_bos=False) for span in spans])
 
     def score(self, line: str, question: str, spans: list[str], pmi: bool = True) -> list[Scored]:
         """Each candidate span scored, in the order given; pmi False: no second feed without the question (its

@@ -23,6 +23,7 @@ import re
 from dataclasses import dataclass
 
 from pipeline.stream.columns import Header, cells
+from pipeline.stream.values import Value
 
 MAX_ATOMS = 12              # a span holds at most this many atoms (the longest syslog/ctime time holds 9)
 MAX_LINE = 8192             # characters of a line read (the stream cuts its lines at 4,096 bytes: this bounds others)
@@ -79,9 +80,10 @@ class Span:
         return tuple(s.split(":", 1)[1] for s in self.sources if s.startswith(NAMED))
 
 
-def candidates(text: str, header: Header | None = None) -> list[Span]:
+def candidates(text: str, header: Header | None = None, named: tuple[Value, ...] = ()) -> list[Span]:
     """Every candidate span of the line, by position (first start, then the shorter first), each once with all its
-    sources. `header`: the column layout in force for this line (columns.Headers), if any."""
+    sources. `header`: the column layout in force for this line (columns.Headers), if any; `named`: its cells as the
+    archive read them (evidence.Line.cells, kind "col:NAME"), taken instead when given."""
     text = text[:MAX_LINE]
     found: dict[tuple[int, int], list[str]] = {}
 
@@ -119,7 +121,7 @@ def candidates(text: str, header: Header | None = None) -> list[Span]:
         add(m.start(g), m.end(g), f"pair:{m[1]}")
     for path, start, end in json_values(text):
         add(start, end, f"json:{path}")
-    for cell in cells(text, header):
+    for cell in named or cells(text, header):
         add(cell.start, cell.end, f"column:{cell.kind[4:]}")
     return [Span(a, b, text[a:b], tuple(dict.fromkeys(src))) for (a, b), src in sorted(found.items())]
 

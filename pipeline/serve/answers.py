@@ -13,6 +13,7 @@ from collections import deque
 
 import numpy as np
 
+from pipeline.answer.score import continuations
 from pipeline.decode.rules import TokenTable, rule_from
 from pipeline.messages import Answer, AnswerDelta, Cancel, Question, send
 from pipeline.serve.operators import OperatorQueue, Request
@@ -61,10 +62,12 @@ class Answers:
         if request.rule is not None:                 # a choice among options: it ends at a newline
             table = TokenTable.of(self.tok)
             rule, stops = rule_from(request.rule, table), (*self.stop_ids, *sorted(table.newline_ids))
+        spans = () if request.spans is None else tuple(
+            np.asarray(s, np.int64) for s in np.split(np.asarray(request.spans), np.asarray(request.span_ends)[:-1]))
         self.queue.push(Request(request.id, request.client, np.asarray(request.ids, np.int64), request.max_tokens,
                                 now + float(request.deadline_s), now, stops,
                                 {"deadline_s": float(request.deadline_s), "blocks_before": blocks_before,
-                                 "rule": rule}))
+                                 "rule": rule, "spans": spans}))
 
     def expire(self, now: float) -> None:
         """Requests whose deadline passed while queued: each answered with an error."""
@@ -78,6 +81,8 @@ class Answers:
         between two blocks (take waiting questions and lines)."""
         req = self.queue.pop()
         self.current, started, waited = req.id, time.monotonic(), self.engine.blocks - req.meta["blocks_before"]
+        if req.meta["spans"]:
+            return self._score(req, started, waited)
 
         def keep_going() -> bool:
             between_blocks()
@@ -98,6 +103,23 @@ class Answers:
         self.counts["answers"] += 1
         self.reply(req, finish=finish, stats=res.stats.as_dict(), queued_ms=(started - req.arrived) * 1e3,
                    queued_blocks=waited, completion_tokens=len(ids))
+
+    def _score(self, req: Request, started: float, waited: int) -> None:
+        """A scoring question (pipeline/answer/score.py): its prompt fed in the scratch span but its last token, then
+        each candidate after that token, teacher-forced and rolled back (no candidate sees another); the answer
+        carries each one's sum of log p. Past the deadline between two candidates: an error, nothing scored."""
+        mark = self.engine.mark()
+        try:
+            got = continuations(self.engine, req.ids, req.meta["spans"], lambda: time.monotonic() < req.deadline)
+        finally:
+            self.engine.rollback(mark)
+            self.current = None
+        self.counts["answers"] += 1
+        if len(got) < len(req.meta["spans"]):
+            return self.reply(req, error=f"deadline of {req.meta['deadline_s']:.0f} s passed while scoring "
+                                         f"({len(got)} of {len(req.meta['spans'])} candidates scored)")
+        self.reply(req, finish="stop", queued_ms=(started - req.arrived) * 1e3, queued_blocks=waited,
+                   scores=np.array([s.sum() for s in got], np.float64))
 
     def reply(self, req: Request, error: str | None = None, **outcome) -> None:
         send(self.out, Answer(id=req.id, error=error, prompt_tokens=len(req.ids), **outcome), timeout=60.0)

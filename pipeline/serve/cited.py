@@ -39,6 +39,8 @@ import sqlite3
 from collections import Counter
 from dataclasses import dataclass
 
+from pipeline.answer import rank
+from pipeline.answer.pick import pick
 from pipeline.config import ServeSection
 from pipeline.serve.route import DURATIONS, Route, route
 from pipeline.stream import evidence
@@ -49,6 +51,7 @@ from pipeline.stream.values import Value, key_of, stem
 
 MAX_CITED = 8
 MAX_OPTIONS = 8                     # spans a line offers the model when none is of the kind asked
+UNDECIDED = 0.05                    # a scoring choice's best and next within this (ranker score + log p): not decided
 _SERVE = ServeSection()             # a question's budget when none is given: serve.question_budget_s, ...max_lines
 _WORD = re.compile(r"\w+")
 _BEFORE = re.compile(r"(?<!\w)[^\WA-Za-z]*+([A-Za-z]\w*+)[^A-Za-z]*+$")   # the last word before a span (group 1),
@@ -85,11 +88,13 @@ class Reply:
 
 @dataclass(frozen=True)
 class Choice:
-    """Several spans of one line fit the question: the model picks one option (a span's text)."""
+    """Several spans of one line fit the question: the model picks one option (a span's text), written under an
+    options rule; or, with `prior` (serve.reader "spans"), scores each as a whole continuation (`scored`)."""
     routed: Route
     line: Line
     options: tuple[str, ...]
     lead: str                                    # how the reply starts ("the last of 3 matching lines...")
+    prior: tuple[float, ...] = ()                # the ranker's score of each option: the model's scores add to it
 
 
 def cite(line: Line) -> Citation:
@@ -97,11 +102,13 @@ def cite(line: Line) -> Citation:
 
 
 def read(archive_path, question: str, budget_s: float | None = None, max_lines: int | None = None,
-         budget: evidence.Budget | None = None) -> Reply | Choice | None:
+         budget: evidence.Budget | None = None, spans: bool = False, model: int = 0) -> Reply | Choice | None:
     """The cited reader's answer to `question`, or None when it is not a lookup or an aggregate (or there is no
     archive yet): the free reader answers those. Its work is bounded by `budget` (default: `budget_s` seconds and
     `max_lines` lines read, each None: serve.question_budget_s, serve.question_max_lines); past it the reply says
-    its bound (`_bound`), or that the question is too broad."""
+    its bound (`_bound`), or that the question is too broad. `spans` (serve.reader "spans"): a lookup's line and
+    span are the ranker's (pipeline/answer/pick.py), not this module's rules; `model` (serve.span_model) > 0: its
+    first `model` candidates are handed to the model to score (a Choice with `prior`)."""
     r = route(question)
     if r.kind == "other" or not archive_path:
         return None
@@ -113,7 +120,7 @@ def read(archive_path, question: str, budget_s: float | None = None, max_lines: 
                                  _SERVE.question_max_lines if max_lines is None else max_lines)
     budget.watch(con)
     try:
-        return _read(con, r, archive_path, question, budget)
+        return _read(con, r, archive_path, question, budget, spans, model)
     except sqlite3.OperationalError:
         if budget.cut != "time":
             raise
@@ -122,7 +129,8 @@ def read(archive_path, question: str, budget_s: float | None = None, max_lines: 
         con.close()
 
 
-def _read(con, r: Route, archive_path, question: str, budget: evidence.Budget) -> Reply | Choice | None:
+def _read(con, r: Route, archive_path, question: str, budget: evidence.Budget, spans: bool,
+          model: int) -> Reply | Choice | None:
     first = evidence.oldest(con)          # the scope first: one row, before the budget is spent
     scope = f"since line #{first.seq} ({first.when})" if first else "in an empty archive"
     early = r.op == "first"               # the first: the oldest candidates read, the newest otherwise
@@ -142,6 +150,8 @@ def _read(con, r: Route, archive_path, question: str, budget: evidence.Budget) -
         return _count(r, lines, scope, lambda: _nearest(archive_path, question, budget), budget)
     if r.op in ("most", "distinct"):
         return _values(r, lines, scope, budget)
+    if spans:
+        return _picked(r, question, lines, scope, lambda: _nearest(archive_path, question, budget), budget, model)
     return _lookup(r, lines, scope, lambda: _nearest(archive_path, question, budget), budget)
 
 
@@ -152,6 +162,27 @@ def chosen(choice: Choice, written: str) -> Reply:
     if pick not in choice.options:
         return undecided(choice, "the model chose none of them")
     return Reply(r.kind, pick, _said(r, pick, choice.line, choice.lead), (cite(choice.line),))
+
+
+def scored(choice: Choice, scores) -> Reply:
+    """The Reply for a scoring choice: the option of the highest ranker score plus the model's sum of log p (the
+    best reading measured, docs/operators.md); within UNDECIDED of the next one: not decided, the line cited."""
+    total = [p + float(s) for p, s in zip(choice.prior, scores)]
+    order = sorted(range(len(total)), key=lambda i: -total[i])
+    best = order[0]
+    if len(order) > 1 and total[best] - total[order[1]] < UNDECIDED:
+        return undecided(choice, f"{choice.options[best]} and {choice.options[order[1]]} score within "
+                                 f"{UNDECIDED} of each other")
+    pick_ = choice.options[best]
+    return Reply(choice.routed.kind, pick_, _said(choice.routed, pick_, choice.line, choice.lead),
+                 (cite(choice.line),))
+
+
+def unscored(choice: Choice, why: str) -> Reply:
+    """A scoring choice the model was not asked about: the ranker's first option, saying why."""
+    r = choice.routed
+    return Reply(r.kind, choice.options[0], _said(r, choice.options[0], choice.line, choice.lead) +
+                 f"\nthe ranker's choice, no model asked: {why}", (cite(choice.line),))
 
 
 def undecided(choice: Choice, why: str) -> Reply:
@@ -179,10 +210,7 @@ def _lookup(r: Route, lines: list[Line], scope: str, nearest, budget: evidence.B
     if not ranked and r.want and lines and (spread := _spread(r, lines, keys, bound)):
         return spread
     if not ranked:
-        held = "" if not r.keys else f" holding {', '.join(r.keys)}"
-        what = f" with a {r.type_noun or '/'.join(r.want)}" if r.want and lines else ""
-        return Reply(r.kind, None, f"not found: no line{held}{what} {scope}{bound}", (),
-                     tuple(cite(ln) for ln in lines[:3]) or (() if budget.cut else nearest()))
+        return _none(r, lines, scope, bound, budget, nearest)
     top = max(rank for rank, _, _ in ranked)
     fitting = [(ln, found) for rank, ln, found in ranked if rank == top]             # newest first
     line, (options, _, tier) = fitting[-1] if r.op == "first" else fitting[0]
@@ -206,6 +234,42 @@ def _lookup(r: Route, lines: list[Line], scope: str, nearest, budget: evidence.B
         text += "\nother lines say otherwise, newest first: " + "; ".join(
             f"{theirs} on line #{ln.seq} at {ln.when}" for theirs, ln in listed)
     return Reply(r.kind, answer, text, (cite(line), *(cite(ln) for _, ln in listed)))
+
+
+def _none(r: Route, lines: list[Line], scope: str, bound: str, budget: evidence.Budget, nearest) -> Reply:
+    """Not found: no line holding the values named with a span of the kind asked; the lines that held the values (not
+    citations), else the nearest lines."""
+    held = "" if not r.keys else f" holding {', '.join(r.keys)}"
+    what = f" with a {r.type_noun or '/'.join(r.want)}" if r.want and lines else ""
+    return Reply(r.kind, None, f"not found: no line{held}{what} {scope}{bound}", (),
+                 tuple(cite(ln) for ln in lines[:3]) or (() if budget.cut else nearest()))
+
+
+def _picked(r: Route, question: str, lines: list[Line], scope: str, nearest, budget: evidence.Budget,
+            model: int = 0) -> Reply | Choice:
+    """A lookup answered by the ranker (serve.reader "spans", pipeline/answer/pick.py): of the lines weighed within
+    the budget, those covering most of the question's word roots go to `pick` (newest first; the oldest first asked
+    for a first), which takes a line and its best-ranked span. Lines as good whose best span is another text: "other
+    lines say otherwise", each cited; a runner-up within reach on the same line is named. `model` > 0: the line's
+    first `model` candidates (of distinct texts) go to the model as a scoring Choice instead (`scored`)."""
+    weighed = list(budget.each(lines if r.op != "first" else reversed(lines)))     # in the order to prefer
+    bound = _bound(budget, weighed[::-1] if r.op == "first" else weighed)
+    top = max((ln.covers(r.roots) for ln in weighed), default=0)
+    got = pick(rank.question(question), [ln for ln in weighed if ln.covers(r.roots) == top])
+    if got is None:
+        return _none(r, weighed, scope, bound, budget, nearest)
+    fitting = sum(1 for ln in weighed if ln.covers(r.roots) == top)
+    lead = bound[2:] if r.op == "span" else f"the {r.op} of {fitting} matching lines {scope}{bound}"
+    if model and len(top_k := got.first(model)) > 1:
+        return Choice(r, got.line, tuple(s.text for s, _ in top_k), lead, tuple(v for _, v in top_k))
+    text = _said(r, got.answer.text, got.line, lead)
+    if got.runner_up:
+        text += f"\nclose behind on the same line: {got.runner_up[0].text}"
+    listed = got.others[:MAX_CITED - 1]
+    if listed:
+        text += "\nother lines say otherwise: " + "; ".join(
+            f"{span.text} on line #{ln.seq} at {ln.when}" for ln, span in listed)
+    return Reply(r.kind, got.answer.text, text, (cite(got.line), *(cite(ln) for ln, _ in listed)))
 
 
 def _spread(r: Route, lines: list[Line], keys: set[str], bound: str = "") -> Choice | None:

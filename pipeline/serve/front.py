@@ -49,6 +49,7 @@ from pipeline.messages import (
     as_dict,
     send,
 )
+from pipeline.answer import score
 from pipeline.decode.rules import options_spec
 from pipeline.process import proc_status
 from pipeline.serve import cited
@@ -197,8 +198,15 @@ class Front:
             words = Prompt.of(replay_of(self.cfg, view.name))     # the stream's own system prompt and log label
             # the conversation alone must fit before the archive is searched: a question too long costs no search
             span = self._span(self.tok, words, messages, [])
-            if s.reader == "cited" and len(span) <= s.max_prompt_tokens:
-                read = cited.read(view.archive_path, question, budget=budget)
+            if s.reader in ("cited", "spans") and len(span) <= s.max_prompt_tokens:
+                read = cited.read(view.archive_path, question, budget=budget, spans=s.reader == "spans",
+                                  model=s.span_model)
+            if isinstance(read, cited.Choice) and read.prior:    # the model scores the line's candidates whole
+                scoring = self._scoring(question, read)
+                if isinstance(scoring, str):
+                    read = cited.unscored(read, scoring)
+                else:
+                    return self._send_scoring(ticket, client, view, question, read, *scoring, deadline_s, t0)
             if isinstance(read, cited.Reply):
                 return self._direct(client, question, read, view, t0)
             if isinstance(read, cited.Choice):           # the model picks one of the line's spans, nothing else
@@ -244,6 +252,37 @@ class Front:
                 raise RequestError(503, why, "server_busy") from None
             self.answers[answer.id] = answer
             self.reading.pop(ticket)                  # the slot is the answer's now (counted once)
+        return answer
+
+    def _scoring(self, question: str, choice) -> tuple[np.ndarray, np.ndarray, np.ndarray] | str:
+        """A scoring choice's prompt (pipeline/answer/score.py: the line and the question, no ring lines, no system
+        prompt) and its candidates " SPAN\\n" end to end with their ends; or why the model is not asked (too long
+        for the scratch span: serve.max_prompt_tokens + serve.max_answer_tokens)."""
+        ids = self.tok.encode(score.prompt_of(choice.line.text, question), add_bos=False)
+        spans = [self.tok.encode(f" {o}{score.END}", add_bos=False) for o in choice.options]
+        room = self.serve.max_prompt_tokens + self.serve.max_answer_tokens
+        if len(ids) + max(len(t) for t in spans) > room:
+            return (f"the scoring prompt takes {len(ids)} tokens and its longest candidate "
+                    f"{max(len(t) for t in spans)}, more than the scratch span's {room}")
+        return ids, np.concatenate(spans).astype(np.int32), np.cumsum([len(t) for t in spans]).astype(np.int32)
+
+    def _send_scoring(self, ticket: int, client: str, view: StreamView, question: str, choice, ids, spans, ends,
+                      deadline_s: float, t0: float) -> Answer:
+        """The scoring question on its way to the cache owner (pipeline/serve/answers.py `_score`); its Answer event
+        carries the scores, which `cited.scored` turns into the reply."""
+        with self._lock:
+            answer = Answer(f"q{os.getpid()}-{next(self._ids)}", client, question, len(ids), [], time.monotonic(),
+                            frame_ms=(time.perf_counter() - t0) * 1e3, decoder=StreamDecoder(self.tok),
+                            stream=view.name, choice=choice, route=choice.routed.kind)
+            try:
+                send(view.asks, Question(id=answer.id, client=client, max_tokens=1, deadline_s=float(deadline_s),
+                                         ids=ids, spans=spans, span_ends=ends), timeout=5.0)
+            except TimeoutError as exc:
+                why = str(exc) if view.node is not None else \
+                    "the cache owner takes no questions right now; retry shortly"
+                raise RequestError(503, why, "server_busy") from None
+            self.answers[answer.id] = answer
+            self.reading.pop(ticket)
         return answer
 
     def _direct(self, client: str, question: str, reply, view: StreamView, t0: float) -> Answer:
@@ -430,7 +469,8 @@ class Front:
         answer = answer or gone
         finish = "stop" if answer.stopped_by_string else event.finish
         if answer.choice is not None and event.error is None and gone is None:
-            self._finish(answer, cited.chosen(answer.choice, answer.decoded))
+            self._finish(answer, cited.scored(answer.choice, event.scores) if answer.choice.prior else
+                         cited.chosen(answer.choice, answer.decoded))
             finish = "stop"
         info = self._info(answer, time.monotonic(), error=event.error, finish_reason=finish,
                           prompt_tokens=event.prompt_tokens, completion_tokens=event.completion_tokens,
