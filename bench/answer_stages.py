@@ -8,31 +8,40 @@ sources held the gold; then the ranker's top-1 and top-3 on that line (pipeline/
 weights: in sample on an opened split, so beside it the figure with the split's family left out of the fit, from
 ranker.json; a held-out split was never fitted on); with `--model-stage K`, the model's choice among the ranker's
 first K (pipeline/answer/score.py, each of its readings: sum, mean, PMI), when the gold was offered and over all.
-Counts are computed, not chosen: they have no stage here. End to end stays `bench --task answers`.
+Counts are computed, not chosen: they have no stage here. With `--readers cited,spans`, each reader end to end without
+a server or a model (`stage_reader`: the log's archive built as ingest builds it, each question read once the archive
+holds its ask_after lines, `cited.read` with the budget's line bound and no time bound, so the figure does not depend
+on the machine): exact per route, and the questions a reader hands to the model or to the free reader. The figure
+of record stays `bench --task answers` (a live server, the model, timings).
 
 A held-out split is measured once, at a commit fixed before it is opened: `--split fresh6|fresh7` is refused unless
 `--first-sight` says this is that run. Never runs a server or a model; reads the logs and question sets only.
 
-    python -m bench.answer_stages --split dev,heldout,fresh,fresh2,fresh3,fresh4,fresh5
+    python -m bench.answer_stages --split dev,heldout,fresh,fresh2,fresh3,fresh4,fresh5 [--readers cited,spans]
 """
 from __future__ import annotations
 
 import argparse
 import json
 import sys
+import tempfile
 from collections import Counter, defaultdict
 from functools import lru_cache
+from pathlib import Path
 
 import numpy as np
 
 from bench.answer_questions import Question, lines_of, load, log_path
-from bench.answers import wilson
+from bench.answers import exact, wilson
 from pipeline.answer.rank import WEIGHTS, Ranker, question
 from pipeline.answer.score import SpanScorer
 from pipeline.answer.spans import Span, candidates
 from pipeline import config
 from pipeline.decode.assemble import make_engine
+from pipeline.serve import cited
+from pipeline.stream.archive import Archive
 from pipeline.stream.columns import Header, Headers, delimited_header
+from pipeline.stream.records import read_log
 
 HELD_OUT = ("fresh6", "fresh7")       # issue 59's unseen splits: opened once, at a fixed commit
 FAMILY = {"dev": "loghub+tep", "heldout": "loghub+tep", "fresh": "fresh", "fresh2": "fresh2", "fresh3": "fresh3",
@@ -139,6 +148,35 @@ def stage_model(questions: list[Question], ranker: Ranker, scorer: SpanScorer, k
     return {"total": total, "offered": offered, **right}
 
 
+def stage_reader(questions: list[Question], spans: bool) -> dict:
+    """Each question answered by the cited reader (`spans`: its lookups by pipeline/answer/pick.py) over an archive
+    holding the log's first ask_after lines; {route: Counter(n, exact, model, free)}: "model" a Choice (the model
+    would decide: not exact here), "free" no reply (the free reader's: not exact here)."""
+    out: dict[str, Counter] = defaultdict(Counter)
+    by_log = defaultdict(list)
+    for q in questions:
+        by_log[(q.log, q.format)].append(q)
+    with tempfile.TemporaryDirectory() as d:
+        for n, ((log, fmt), asked) in enumerate(by_log.items()):
+            records, path, at = read_log(log_path(log), fmt), Path(d) / f"{n}.sqlite", 0
+            with Archive(path) as archive:
+                for q in sorted(asked, key=lambda q: q.ask_after):
+                    for rec in records[at:q.ask_after]:
+                        archive.add(rec.offset, rec.time, rec.text)
+                    at = max(at, q.ask_after)
+                    archive.flush()
+                    reply = cited.read(str(path), q.text, budget_s=3600.0, spans=spans)
+                    row = out[q.route]
+                    row["n"] += 1
+                    if isinstance(reply, cited.Choice):
+                        row["model"] += 1
+                    elif reply is None:
+                        row["free"] += 1
+                    else:
+                        row["exact"] += exact(q, reply.answer)
+    return out
+
+
 def engine_for(profile: str | None, model: str | None):
     """A single-process engine on the profile's target (or --model), with a plain cache for a prompt and a span."""
     cfg = config.load(profile)
@@ -161,6 +199,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--config", help="the profile whose target scores (default configs/default.toml)")
     p.add_argument("--model", help="the target to score with instead (a registry name or a GGUF)")
     p.add_argument("--questions", type=int, default=40, help="model stage: questions a split at most (default 40)")
+    p.add_argument("--readers", default="", help="also each of these cited readers end to end without a server or a "
+                   "model (cited, spans: `stage_reader`)")
     a = p.parse_args(argv)
     splits = a.split.split(",")
     if set(splits) & set(HELD_OUT) and not a.first_sight:
@@ -185,6 +225,12 @@ def main(argv: list[str] | None = None) -> int:
                  f"{'(never fitted on)':>20}") + "  " + ", ".join(f"{k} {v}" for k, v in r["sources"].most_common()))
         if a.misses and r["misses"]:
             print("  missed:", " ".join(r["misses"]))
+        for reader in (x for x in a.readers.split(",") if x):
+            got = stage_reader(chosen, reader == "spans")
+            print(f"  reader {reader}: " + "; ".join(
+                f"{route} {c['exact']}/{c['n']} exact ({100 * c['exact'] / c['n']:.1f}%"
+                f"{', %d to the model' % c['model'] if c['model'] else ''}{', %d free' % c['free'] if c['free'] else ''})"
+                for route, c in sorted(got.items())), flush=True)
         if a.model_stage:
             scorer = scorer or SpanScorer(engine_for(a.config, a.model))
             m = stage_model(chosen, ranker, scorer, a.model_stage, a.questions)

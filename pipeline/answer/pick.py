@@ -40,6 +40,7 @@ class Pick:
     score: float
     runner_up: tuple[Span, float] | None       # the next candidate of another text, when within CLOSE
     lines_ranked: int                          # how many lines were ranked (<= MAX_RANKED)
+    fitting: int                               # how many lines wrote as much of the question
     others: tuple[tuple[Line, Span], ...]      # ranked lines as good whose best span is another text, newest first
 
 
@@ -72,11 +73,21 @@ def rank_line(q: Question, line: Line, model: Ranker) -> Ranked | None:
     return Ranked(line, tuple(model.rank(q, line.text, spans)))
 
 
+def said(q: Question, text: str) -> int:
+    """How much of the question a line writes: each of its word roots of 3+ letters the line holds (case folded,
+    anywhere: "start" in "started"), and each value it writes (a token with a digit: "1752", "06:05:19.576") twice."""
+    folded = text.casefold()
+    return sum(1 for r in q.roots if len(r) >= 3 and not r[0].isdigit() and r in folded) + \
+        sum(2 for t in q.values if t in folded)
+
+
 def pick(q: Question, lines, model: Ranker | None = None) -> Pick | None:
-    """The answer among the first MAX_RANKED `lines` (in the order to prefer: newest first, or oldest for a first);
-    None when no line offers a span."""
+    """The answer among `lines` (in the order to prefer: newest first, or oldest for a first): of those writing the
+    most of the question (`said`), the first MAX_RANKED are ranked; None when no line offers a span."""
     model = model or ranker()
-    ranked = [r for ln in lines[:MAX_RANKED] if (r := rank_line(q, ln, model)) is not None]
+    most = max((said(q, ln.text) for ln in lines), default=0)
+    fitting = [ln for ln in lines if said(q, ln.text) == most][:MAX_RANKED]
+    ranked = [r for ln in fitting if (r := rank_line(q, ln, model)) is not None]
     if not ranked:
         return None
     top = max(r.best for r in ranked)
@@ -89,7 +100,7 @@ def pick(q: Question, lines, model: Ranker | None = None) -> Pick | None:
             seen.add(s.text)
             others.append((r.line, s))
     return Pick(chosen, answer, score, runner if runner and runner[1] >= score - CLOSE else None, len(ranked),
-                tuple(others))
+                sum(1 for ln in lines if said(q, ln.text) == most), tuple(others))
 
 
 def _written_by(q: Question, text: str) -> bool:

@@ -62,6 +62,7 @@ class Question:
     kinds: tuple[str, ...]
     tokens: frozenset[str]          # every token of the question (\S+ and \w+), case folded: a value it names
     offers: bool                    # it offers its answers: "301 or 302?", "(boot, wait, halt)"
+    values: frozenset[str]          # the values it writes: its tokens of 3+ characters with a digit, case folded
 
 
 def question(text: str) -> Question:
@@ -71,7 +72,8 @@ def question(text: str) -> Question:
     kinds = tuple(dict.fromkeys(ASKED[w] for w in heads)) or ("other",)
     tokens = {t.casefold().strip("?.,;:!'\"()[]") for t in text.split()} | set(words)
     return Question(text, frozenset(stem(w) for w in words if w not in STOP_WORDS and len(w) > 1), kinds,
-                    frozenset(t for t in tokens if t), " or " in text or "(" in text)
+                    frozenset(t for t in tokens if t), " or " in text or "(" in text,
+                    frozenset(t for t in tokens if len(t) >= 3 and any(c.isdigit() for c in t)))
 
 
 def _shape(s: Span) -> set[str]:
@@ -92,17 +94,24 @@ NAMES = ("no_named_value", "in_question", "holds_named", "near_named", "named_by
          "word_before2", "key_kind", "before_kind", "offered", "time_at_line_time",
          "part_of_atom", "holds_question_word", "self_named", "time_with_clock", "longest_time", "ends_with_punct",
          "word_after2", "atoms1", "atoms2", "atoms3", "atoms4plus", "structured", "atoms_only", "level_not_asked",
-         "at_start", "relative_position", "line_time", "has_brackets", "function_word") \
+         "at_start", "relative_position", "line_time", "has_brackets", "function_word", "level_asked") \
     + tuple(f"shape:{t}" for t in SHAPES) + tuple(f"{k}x{t}" for k in KINDS for t in SHAPES)
 INDEX = {n: i for i, n in enumerate(NAMES)}
 # What a reader of logs expects before any data, the fit's centre (bench/train_ranker.py pulls the weights toward it,
 # so a feature a family's structure alone shows, a column's name, keeps its sense when that family is left out)
 PRIOR = {"named_by_key": 2.0, "key_kind": 1.5, "word_before": 1.5, "before_kind": 1.0, "word_after": 0.5,
          "in_question": -3.0, "holds_named": -1.0, "part_of_atom": -1.0, "self_named": 1.0, "time_with_clock": 1.0,
-         "longest_time": 1.0, "ends_with_punct": -1.0, "function_word": -3.0, "hostxhost": 1.0, "portxhostport": -0.5, "offered": 4.0, "level_not_asked": -1.0, "time_at_line_time": 1.0,
+         "longest_time": 1.0, "ends_with_punct": -1.0, "function_word": -3.0, "level_asked": 2.0, "hostxhost": 1.0,
+         "portxhostport": -0.5, "offered": 4.0, "level_not_asked": -1.0, "time_at_line_time": 1.0,
          "addressxip": 2.0, "addressxipv6": 2.0, "portxport": 2.0, "timextime": 2.0, "placexpath": 1.5,
          "placexurl": 1.0, "quantityxnumber": 1.0, "idxdigits": 0.5, "hostxalnum": 0.5, "whoxword": 0.5}
 PRIOR_WEIGHTS = np.array([PRIOR.get(n, 0.0) for n in NAMES], np.float32)
+
+
+def _is_level(text: str) -> bool:
+    """A log level as written: a level word in capitals (WARN, ERROR) or the one letter of the V/D/I/W/E/F levels
+    (Android's logcat, glog)."""
+    return text in LEVEL_WORDS or len(text) == 1 and text in "VDIWEF"
 
 
 def features(q: Question, line: str, spans: list[Span]) -> np.ndarray:
@@ -154,7 +163,7 @@ def features(q: Question, line: str, spans: list[Span]) -> np.ndarray:
         x[INDEX["atoms1" if n == 1 else "atoms2" if n == 2 else "atoms3" if n == 3 else "atoms4plus"]] = 1
         x[INDEX["structured"]] = bool(s.names)
         x[INDEX["atoms_only"]] = s.sources == ("atoms",)
-        x[INDEX["level_not_asked"]] = s.text in LEVEL_WORDS and not (q.roots & _LEVEL_ASKED)
+        x[INDEX["level_not_asked"]] = _is_level(s.text) and not (q.roots & _LEVEL_ASKED)
         x[INDEX["at_start"]] = s.start == 0
         x[INDEX["relative_position"]] = s.start / max(len(line), 1)
         x[INDEX["line_time"]] = s.start == first_time
@@ -162,6 +171,7 @@ def features(q: Question, line: str, spans: list[Span]) -> np.ndarray:
         x[INDEX["offered"]] = x[INDEX["in_question"]] and q.offers
         x[INDEX["has_brackets"]] = s.text[:1] in "[(<{" or s.text[-1:] in "])>}"
         x[INDEX["function_word"]] = text in FUNCTION_WORDS
+        x[INDEX["level_asked"]] = _is_level(s.text) and bool(q.roots & _LEVEL_ASKED)
         for t in _shape(s):
             x[INDEX[f"shape:{t}"]] = 1
             for k in q.kinds:

@@ -254,12 +254,10 @@ def _picked(r: Route, question: str, lines: list[Line], scope: str, nearest, bud
     first `model` candidates (of distinct texts) go to the model as a scoring Choice instead (`scored`)."""
     weighed = list(budget.each(lines if r.op != "first" else reversed(lines)))     # in the order to prefer
     bound = _bound(budget, weighed[::-1] if r.op == "first" else weighed)
-    top = max((ln.covers(r.roots) for ln in weighed), default=0)
-    got = pick(rank.question(question), [ln for ln in weighed if ln.covers(r.roots) == top])
+    got = pick(rank.question(question), weighed)
     if got is None:
         return _none(r, weighed, scope, bound, budget, nearest)
-    fitting = sum(1 for ln in weighed if ln.covers(r.roots) == top)
-    lead = bound[2:] if r.op == "span" else f"the {r.op} of {fitting} matching lines {scope}{bound}"
+    lead = bound[2:] if r.op == "span" else f"the {r.op} of {got.fitting} matching lines {scope}{bound}"
     if model and len(top_k := got.first(model)) > 1:
         return Choice(r, got.line, tuple(s.text for s, _ in top_k), lead, tuple(v for _, v in top_k))
     text = _said(r, got.answer.text, got.line, lead)
