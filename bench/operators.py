@@ -16,6 +16,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import tomllib
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -39,6 +40,17 @@ QUESTIONS = [        # about 30 tokens each with SmolLM2's tokenizer
 ]
 
 
+def _without_serve(text: str) -> str:
+    """A profile's text without its [serve] table (from its header to the next table's)."""
+    out, inside = [], False
+    for line in text.splitlines(keepends=True):
+        if line.lstrip().startswith("["):
+            inside = line.strip() == "[serve]"
+        if not inside:
+            out.append(line)
+    return "".join(out)
+
+
 class Refused(RuntimeError):
     """The server answered a question with an HTTP error status (the message holds the status and the body)."""
 
@@ -54,9 +66,9 @@ class _Server:
         self.port = free_port()
         profile = Path(workdir) / f"bench_{rate:g}_{retrieve}.toml"
         base = Path(config).read_text() if config else ""
-        if "[serve]" in base:
-            raise ValueError(f"{config}: leave out [serve]: the operator bench sets it (retrieve, max_waiting)")
-        keys = {"retrieve": retrieve, "max_waiting": 64, **(serve or {})}
+        own = tomllib.loads(base).get("serve", {})        # the profile's [serve] keys stay, under the bench's own
+        base = _without_serve(base)
+        keys = {**own, "retrieve": retrieve, "max_waiting": 64, **(serve or {})}
         profile.write_text(base + "\n[serve]\n" + "".join(f"{k} = {json.dumps(v)}\n" for k, v in keys.items()))
         self.log = Path(workdir) / f"serve_{rate:g}_{retrieve}.log"
         self.archive = Path(workdir) / f"archive_{rate:g}_{retrieve}.sqlite"
