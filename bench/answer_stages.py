@@ -148,10 +148,12 @@ def stage_model(questions: list[Question], ranker: Ranker, scorer: SpanScorer, k
     return {"total": total, "offered": offered, **right}
 
 
-def stage_reader(questions: list[Question], spans: bool) -> dict:
+def stage_reader(questions: list[Question], spans: bool, scorer: SpanScorer | None = None, k: int = 0) -> dict:
     """Each question answered by the cited reader (`spans`: its lookups by pipeline/answer/pick.py) over an archive
-    holding the log's first ask_after lines; {route: Counter(n, exact, model, free)}: "model" a Choice (the model
-    would decide: not exact here), "free" no reply (the free reader's: not exact here)."""
+    holding the log's first ask_after lines; {route: Counter(n, exact, model, scored, free)}: "model" a Choice left
+    to the model (not exact here), "scored" a spans reader's Choice (serve.span_model = k) that `scorer` scored as
+    the cache owner would (but after its prompt's head, not after a ring), "free" no reply (the free reader's: not
+    exact here)."""
     out: dict[str, Counter] = defaultdict(Counter)
     by_log = defaultdict(list)
     for q in questions:
@@ -165,9 +167,13 @@ def stage_reader(questions: list[Question], spans: bool) -> dict:
                         archive.add(rec.offset, rec.time, rec.text)
                     at = max(at, q.ask_after)
                     archive.flush()
-                    reply = cited.read(str(path), q.text, budget_s=3600.0, spans=spans)
+                    reply = cited.read(str(path), q.text, budget_s=3600.0, spans=spans, model=k if scorer else 0)
                     row = out[q.route]
                     row["n"] += 1
+                    if isinstance(reply, cited.Choice) and reply.prior:
+                        row["scored"] += 1
+                        got = scorer.score(reply.line.text, q.text, list(reply.options), pmi=False)
+                        reply = cited.scored(reply, [s.logp for s in got])
                     if isinstance(reply, cited.Choice):
                         row["model"] += 1
                     elif reply is None:
@@ -225,14 +231,16 @@ def main(argv: list[str] | None = None) -> int:
                  f"{'(never fitted on)':>20}") + "  " + ", ".join(f"{k} {v}" for k, v in r["sources"].most_common()))
         if a.misses and r["misses"]:
             print("  missed:", " ".join(r["misses"]))
-        for reader in (x for x in a.readers.split(",") if x):
-            got = stage_reader(chosen, reader == "spans")
-            print(f"  reader {reader}: " + "; ".join(
-                f"{route} {c['exact']}/{c['n']} exact ({100 * c['exact'] / c['n']:.1f}%"
-                f"{', %d to the model' % c['model'] if c['model'] else ''}{', %d free' % c['free'] if c['free'] else ''})"
-                for route, c in sorted(got.items())), flush=True)
         if a.model_stage:
             scorer = scorer or SpanScorer(engine_for(a.config, a.model))
+        for reader in (x for x in a.readers.split(",") if x):
+            got = stage_reader(chosen, reader == "spans", scorer if reader == "spans" else None, a.model_stage)
+            print(f"  reader {reader}: " + "; ".join(
+                f"{route} {c['exact']}/{c['n']} exact ({100 * c['exact'] / c['n']:.1f}%"
+                f"{', %d to the model' % c['model'] if c['model'] else ''}"
+                f"{', %d scored by it' % c['scored'] if c['scored'] else ''}{', %d free' % c['free'] if c['free'] else ''})"
+                for route, c in sorted(got.items())), flush=True)
+        if a.model_stage and not a.readers:
             m = stage_model(chosen, ranker, scorer, a.model_stage, a.questions)
             print(f"  model over the ranker's first {a.model_stage}: gold offered {m['offered']}/{m['total']}; right "
                   "when offered " + ", ".join(f"{r} {m[r]}/{m['offered']}" for r in READINGS)

@@ -25,9 +25,10 @@ small one and printed. Each target runs the real code on real sockets and files:
               trickling a request slower than serve.request_timeout_s (0.5 s here) -> never a second answer on the
               connection, never a 500, a trickler cut in time and counted; a request on a fresh connection answered
     budget    hostile questions (any text, long word lists, many roots, FTS5 syntax, every aggregate form) to the
-              cited reader over a prebuilt 3,000-line archive, under a small budget (200 lines, 200 x evidence.STEPS
-              steps) -> a Reply, a Choice or None, never an exception; the lines read and the steps within the
-              budget (and the lines each loop weighs whatever it says); every answer a span of a line cited, or a count
+              cited reader (every other one with serve.reader "spans") over a prebuilt 3,000-line archive, under a
+              small budget (200 lines, 200 x evidence.STEPS steps) -> a Reply, a Choice or None, never an exception;
+              the lines read and the steps within the budget (and the lines each loop weighs whatever it says); every
+              answer a span of a line cited, or a count
     site_flood  floods of a real site hub in a child process (bench/flood.py), one per case, drawn: keyless zmq
               peers sending 4 MiB messages, keyless raw ZMTP peers sending one endless multipart message, key
               holders replaying an earlier start's hello and the live start's old counters -> the child's peak
@@ -859,7 +860,7 @@ def _budget(cfg, st):
 
     def check(q):
         budget = Budget(60.0, max_lines, max_steps=max_steps)
-        reply = cited_read(str(path), q, budget=budget)
+        reply = cited_read(str(path), q, budget=budget, spans=len(q) % 2 == 1)    # the spans reader: every other
         assert reply is None or isinstance(reply, (CitedReply, CitedChoice)), f"a {type(reply).__name__}"
         assert budget.examined <= max_lines, f"{budget.examined} lines read, over {max_lines}"
         assert budget.steps <= max_steps + (1 + 2 * MIN_WEIGHED) * STEPS, f"{budget.steps} steps, over {max_steps}"

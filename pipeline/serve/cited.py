@@ -253,8 +253,8 @@ def _picked(r: Route, question: str, lines: list[Line], scope: str, nearest, bud
     lines say otherwise", each cited; a runner-up within reach on the same line is named. `model` > 0: the line's
     first `model` candidates (of distinct texts) go to the model as a scoring Choice instead (`scored`)."""
     weighed = list(budget.each(lines if r.op != "first" else reversed(lines)))     # in the order to prefer
+    got = pick(rank.question(question), weighed, keep_going=lambda: not budget.over())
     bound = _bound(budget, weighed[::-1] if r.op == "first" else weighed)
-    got = pick(rank.question(question), weighed)
     if got is None:
         return _none(r, weighed, scope, bound, budget, nearest)
     lead = bound[2:] if r.op == "span" else f"the {r.op} of {got.fitting} matching lines {scope}{bound}"

@@ -125,3 +125,24 @@ def test_a_scoring_choice_too_close_to_call_is_not_decided_and_cites_its_line(tm
     _done(front, answer, [-p for p in answer.choice.prior])          # every total 0: a tie
     assert answer.answer is None and answer.text.startswith("not decided between")
     assert [c["seq"] for c in answer.citations] == [1]
+
+
+def test_ranking_stops_when_the_questions_budget_is_spent_after_the_first_line(tmp_path, monkeypatch):
+    """A long line's candidates take ~0.1 s to rank: past serve.question_budget_s no further line is ranked, and the
+    reply says it was cut (planted: pick without keep_going ranks all 16 on a clock that has run out)."""
+    from pipeline.serve import cited
+    from pipeline.stream import evidence
+    ranked = []
+    real = picking.rank_line
+    monkeypatch.setattr(picking, "rank_line", lambda q, ln, m: ranked.append(ln.seq) or real(q, ln, m))
+    path = archive_of(tmp_path / "a.sqlite", [f"10:00:00 job_7 listening on port {n}" for n in range(40)])
+    now = [0.0]
+    budget = evidence.Budget(1.0, 1000, clock=lambda: now[0])
+    real_said = picking.said
+
+    def said_then_late(q, text):
+        now[0] = 5.0                                  # the archive's reads took the question's whole time
+        return real_said(q, text)
+    monkeypatch.setattr(picking, "said", said_then_late)
+    reply = cited.read(path, "which port is job_7 listening on?", budget=budget, spans=True)
+    assert ranked == [40] and reply.answer == "39" and "spent" in reply.text and supported(reply)
