@@ -34,9 +34,10 @@ import numpy as np
 from bench.answer_questions import Question, lines_of, load, log_path
 from bench.answers import exact, wilson
 from pipeline.answer.rank import WEIGHTS, Ranker, question
-from pipeline.answer.score import SpanScorer
+from pipeline.answer.score import SpanScorer, too_long, tokens
 from pipeline.answer.spans import Span, candidates
 from pipeline import config
+from pipeline.config import ServeSection
 from pipeline.decode.assemble import make_engine
 from pipeline.serve import cited
 from pipeline.stream.archive import Archive
@@ -148,6 +149,9 @@ def stage_model(questions: list[Question], ranker: Ranker, scorer: SpanScorer, k
     return {"total": total, "offered": offered, **right}
 
 
+ROOM = ServeSection.max_prompt_tokens + ServeSection.max_answer_tokens     # the owner's scratch span for a question
+
+
 def stage_reader(questions: list[Question], spans: bool, scorer: SpanScorer | None = None, k: int = 0) -> dict:
     """Each question answered by the cited reader (`spans`: its lookups by pipeline/answer/pick.py) over an archive
     holding the log's first ask_after lines; {route: Counter(n, exact, model, scored, free)}: "model" a Choice left
@@ -170,10 +174,14 @@ def stage_reader(questions: list[Question], spans: bool, scorer: SpanScorer | No
                     reply = cited.read(str(path), q.text, budget_s=3600.0, spans=spans, model=k if scorer else 0)
                     row = out[q.route]
                     row["n"] += 1
-                    if isinstance(reply, cited.Choice) and reply.prior:
-                        row["scored"] += 1
-                        got = scorer.score(reply.line.text, q.text, list(reply.options), pmi=False)
-                        reply = cited.scored(reply, [s.logp for s in got])
+                    if isinstance(reply, cited.Choice) and reply.prior:       # as the front would ask the owner
+                        prompt, cands = tokens(scorer.tok, reply.line.text, q.text, reply.options)
+                        if why := too_long(prompt, cands, ROOM):
+                            reply = cited.unscored(reply, why)
+                        else:
+                            row["scored"] += 1
+                            got = scorer.score(reply.line.text, q.text, list(reply.options), pmi=False)
+                            reply = cited.scored(reply, [s.logp for s in got])
                     if isinstance(reply, cited.Choice):
                         row["model"] += 1
                     elif reply is None:

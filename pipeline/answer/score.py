@@ -34,6 +34,23 @@ def prompt_of(line: str, question: str) -> str:
     return HEAD + _block(line, question)
 
 
+def tokens(tok, line: str, question: str, spans) -> tuple[np.ndarray, list[np.ndarray]]:
+    """A scoring question's tokens as the cache owner feeds them after its ring: the prompt (no BOS) and each span's
+    continuation " SPAN\\n"."""
+    return (tok.encode(prompt_of(line, question), add_bos=False),
+            [tok.encode(f" {span}{END}", add_bos=False) for span in spans])
+
+
+def too_long(prompt: np.ndarray, spans, room: int) -> str:
+    """Why a scoring question does not fit the owner's scratch span of `room` tokens (serve.max_prompt_tokens +
+    serve.max_answer_tokens), or "" when it does."""
+    longest = max(len(t) for t in spans)
+    if len(prompt) + longest <= room:
+        return ""
+    return (f"the scoring prompt takes {len(prompt)} tokens and its longest candidate {longest}, more than the "
+            f"scratch span's {room}")
+
+
 def continuations(engine, prompt: np.ndarray, spans, keep_going=lambda: True) -> list[np.ndarray]:
     """Each span's log-probabilities (float64, one per token of the span's ids) teacher-forced after `prompt`, fed
     into `engine` (a Decoder) at its current position; the engine is left after the prompt's all-but-last token. The

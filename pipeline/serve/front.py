@@ -258,12 +258,9 @@ class Front:
         """A scoring choice's prompt (pipeline/answer/score.py: the line and the question, no ring lines, no system
         prompt) and its candidates " SPAN\\n" end to end with their ends; or why the model is not asked (too long
         for the scratch span: serve.max_prompt_tokens + serve.max_answer_tokens)."""
-        ids = self.tok.encode(score.prompt_of(choice.line.text, question), add_bos=False)
-        spans = [self.tok.encode(f" {o}{score.END}", add_bos=False) for o in choice.options]
-        room = self.serve.max_prompt_tokens + self.serve.max_answer_tokens
-        if len(ids) + max(len(t) for t in spans) > room:
-            return (f"the scoring prompt takes {len(ids)} tokens and its longest candidate "
-                    f"{max(len(t) for t in spans)}, more than the scratch span's {room}")
+        ids, spans = score.tokens(self.tok, choice.line.text, question, choice.options)
+        if why := score.too_long(ids, spans, self.serve.max_prompt_tokens + self.serve.max_answer_tokens):
+            return why
         return ids, np.concatenate(spans).astype(np.int32), np.cumsum([len(t) for t in spans]).astype(np.int32)
 
     def _send_scoring(self, ticket: int, client: str, view: StreamView, question: str, choice, ids, spans, ends,
