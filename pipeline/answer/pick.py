@@ -1,13 +1,14 @@
 """Which line and which span of it answer a lookup: the ranker over the candidates of the lines the archive found.
 
 Owns `pick`, the span reader's lookup (`serve.reader = "spans"`, issue 59): of the lines the archive found for a
-question (those holding every value it names, then those covering most of its word roots: pipeline/serve/cited.py
-reads them, within the question's budget), at most MAX_RANKED are ranked, newest first (the oldest first asked for a
-first); each line's candidates (pipeline/answer/spans.py) but those the question writes itself (unless it offers its
-answers: "Up or Down?") are scored by the ranker (pipeline/answer/rank.py), and the line taken is the newest whose
-best span scores within LINE_SLACK of the best line's (so a repeated template answers from its newest line, and a
-line whose spans fit the question better than a newer one's wins). Never reads the archive, never calls a model,
-never names a log format: a pure function of the question, the lines and the ranker's weights.
+question (those holding every value it names: pipeline/serve/cited.py reads them, within the question's budget),
+those writing the most of the question (`said`: its word roots and its values) are ranked, at most MAX_RANKED and
+while the budget lasts, newest first (the oldest first asked for a first); each line's candidates
+(pipeline/answer/spans.py) but those the question writes itself (unless it offers its answers: "Up or Down?") are
+scored by the ranker (pipeline/answer/rank.py), and the line taken is the newest whose best span scores within
+LINE_SLACK of the best line's (so a repeated template answers from its newest line, and a line whose spans fit the
+question better than a newer one's wins). Never reads the archive, never calls a model, never names a log format: a
+pure function of the question, the lines and the ranker's weights.
 """
 from __future__ import annotations
 
@@ -18,7 +19,7 @@ from pipeline.answer.rank import Question, Ranker
 from pipeline.answer.spans import Span, candidates
 from pipeline.stream.evidence import Line
 
-MAX_RANKED = 16        # lines whose candidates are ranked at most (each ~1-10 ms: a line's candidates, ~50-250)
+MAX_RANKED = 16        # lines whose candidates are ranked at most (a line's ~50-250 candidates ~5 ms; a 4 KB one ~0.1 s)
 LINE_SLACK = 1.0       # a newer line is taken over a better-scored one within this much of its best span's score
 CLOSE = 1.0            # a runner-up within this much of the answer's score is named beside it
 
