@@ -19,7 +19,7 @@ from pipeline.answer.rank import Question, Ranker
 from pipeline.answer.spans import Span, candidates
 from pipeline.stream.evidence import Line
 
-MAX_RANKED = 16        # lines whose candidates are ranked at most (a line's ~50-250 candidates ~5 ms; a 4 KB one ~0.1 s)
+MAX_RANKED = 16        # lines ranked at most (a line's ~50-250 candidates take ~5 ms to rank; a 4 KB one's ~0.1 s)
 LINE_SLACK = 1.0       # a newer line is taken over a better-scored one within this much of its best span's score
 CLOSE = 1.0            # a runner-up within this much of the answer's score is named beside it
 
