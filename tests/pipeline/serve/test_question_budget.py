@@ -201,7 +201,7 @@ def test_the_free_readers_retrieval_is_searched_within_the_questions_budget(wide
 def test_a_questions_one_budget_covers_the_cited_read_and_the_retrieval_after_it(wide, monkeypatch):
     front = front_on(wide, reader="cited", retrieve=2)
     seen = []
-    monkeypatch.setattr(front_module.cited, "read", lambda path, q, budget: seen.append(budget))     # not its to answer
+    monkeypatch.setattr(front_module.cited, "read", lambda path, q, budget, **_: seen.append(budget))     # not its to answer
     monkeypatch.setattr(front, "retrieve", lambda q, view, budget: seen.append(budget) or [])
     front.ask("a", messages=[{"role": "user", "content": "what is the worker doing?"}])
     assert len(seen) == 2 and seen[0] is seen[1]
