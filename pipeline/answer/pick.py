@@ -36,18 +36,19 @@ class Ranked:
 
 @dataclass(frozen=True)
 class Pick:
-    chosen: Ranked                             # the line answering, its candidates ranked
-    answer: Span
-    score: float
+    chosen: Ranked                             # the line answering, its candidates ranked (its first: the answer)
     runner_up: tuple[Span, float] | None       # the next candidate of another text, when within CLOSE
     lines_ranked: int                          # how many lines were ranked (<= MAX_RANKED)
     fitting: int                               # how many lines wrote as much of the question
     others: tuple[tuple[Line, Span], ...]      # ranked lines as good whose best span is another text, newest first
 
-
     @property
     def line(self) -> Line:
         return self.chosen.line
+
+    @property
+    def answer(self) -> Span:
+        return self.chosen.spans[0][0]
 
     def first(self, k: int) -> tuple[tuple[Span, float], ...]:
         """The line's first k candidates of distinct texts, best first, with their scores."""
@@ -87,10 +88,11 @@ def pick(q: Question, lines, model: Ranker | None = None, keep_going=lambda: Tru
     most of the question (`said`), the first MAX_RANKED are ranked, while keep_going() says so (asked before each
     line after the first: a long line's candidates take ~0.1 s to rank); None when no line offers a span."""
     model = model or ranker()
-    most = max((said(q, ln.text) for ln in lines), default=0)
-    fitting = [ln for ln in lines if said(q, ln.text) == most][:MAX_RANKED]
+    saying = [said(q, ln.text) for ln in lines]           # once a line: up to serve.question_max_lines of them
+    most = max(saying, default=0)
+    fitting = [ln for ln, n in zip(lines, saying) if n == most]
     ranked = []
-    for i, ln in enumerate(fitting):
+    for i, ln in enumerate(fitting[:MAX_RANKED]):
         if i and not keep_going():
             break
         if (r := rank_line(q, ln, model)) is not None:
@@ -106,8 +108,8 @@ def pick(q: Question, lines, model: Ranker | None = None, keep_going=lambda: Tru
         if r.best >= top - LINE_SLACK and (s := r.spans[0][0]).text not in seen:
             seen.add(s.text)
             others.append((r.line, s))
-    return Pick(chosen, answer, score, runner if runner and runner[1] >= score - CLOSE else None, len(ranked),
-                sum(1 for ln in lines if said(q, ln.text) == most), tuple(others))
+    return Pick(chosen, runner if runner and runner[1] >= score - CLOSE else None, len(ranked), len(fitting),
+                tuple(others))
 
 
 def _written_by(q: Question, text: str) -> bool:

@@ -37,8 +37,12 @@ def prompt_of(line: str, question: str) -> str:
 def tokens(tok, line: str, question: str, spans) -> tuple[np.ndarray, list[np.ndarray]]:
     """A scoring question's tokens as the cache owner feeds them after its ring: the prompt (no BOS) and each span's
     continuation " SPAN\\n"."""
-    return (tok.encode(prompt_of(line, question), add_bos=False),
-            [tok.encode(f" {span}{END}", add_bos=False) for span in spans])
+    return tok.encode(prompt_of(line, question), add_bos=False), _continued(tok, spans)
+
+
+def _continued(tok, spans) -> list[np.ndarray]:
+    """Each span as the continuation scored: " SPAN\\n"."""
+    return [tok.encode(f" {span}{END}", add_bos=False) for span in spans]
 
 
 def too_long(prompt: np.ndarray, spans, room: int) -> str:
@@ -99,7 +103,7 @@ class SpanScorer:
         first token."""
         self.engine.rollback(self.head)
         return continuations(self.engine, self.tok.encode(_block(line, question), add_bos=False),
-                             [self.tok.encode(f" {span}{END}", add_bos=False) for span in spans])
+                             _continued(self.tok, spans))
 
     def score(self, line: str, question: str, spans: list[str], pmi: bool = True) -> list[Scored]:
         """Each candidate span scored, in the order given; pmi False: no second feed without the question (its
