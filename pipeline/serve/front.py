@@ -242,17 +242,22 @@ class Front:
             if read is not None:
                 answer.route = read.routed.kind
             rule = None if read is None else options_spec(read.options, lead="", end="\n")
-            try:
-                send(view.asks, Question(id=answer.id, client=client, max_tokens=max_tokens,
-                                         deadline_s=float(deadline_s), rule=rule, ids=np.asarray(span, np.int32)),
-                     timeout=5.0)
-            except TimeoutError as exc:
-                why = str(exc) if view.node is not None else \
-                    "the cache owner takes no questions right now; retry shortly"
-                raise RequestError(503, why, "server_busy") from None
-            self.answers[answer.id] = answer
-            self.reading.pop(ticket)                  # the slot is the answer's now (counted once)
+            self._hand_over(ticket, view, answer, Question(id=answer.id, client=client, max_tokens=max_tokens,
+                                                           deadline_s=float(deadline_s), rule=rule,
+                                                           ids=np.asarray(span, np.int32)))
         return answer
+
+    def _hand_over(self, ticket: int, view: StreamView, answer: Answer, question: Question) -> None:
+        """`question` sent to the stream's cache owner (503 when it takes none within 5 s); from here the slot
+        `ask` took is `answer`'s (counted once). Called holding the lock."""
+        try:
+            send(view.asks, question, timeout=5.0)
+        except TimeoutError as exc:
+            why = str(exc) if view.node is not None else \
+                "the cache owner takes no questions right now; retry shortly"
+            raise RequestError(503, why, "server_busy") from None
+        self.answers[answer.id] = answer
+        self.reading.pop(ticket)
 
     def _scoring(self, question: str, choice) -> tuple[np.ndarray, np.ndarray, np.ndarray] | str:
         """A scoring choice's prompt (pipeline/answer/score.py: the line and the question, no ring lines, no system
@@ -271,15 +276,9 @@ class Front:
             answer = Answer(f"q{os.getpid()}-{next(self._ids)}", client, question, len(ids), [], time.monotonic(),
                             frame_ms=(time.perf_counter() - t0) * 1e3, decoder=StreamDecoder(self.tok),
                             stream=view.name, choice=choice, route=choice.routed.kind)
-            try:
-                send(view.asks, Question(id=answer.id, client=client, max_tokens=1, deadline_s=float(deadline_s),
-                                         ids=ids, spans=spans, span_ends=ends), timeout=5.0)
-            except TimeoutError as exc:
-                why = str(exc) if view.node is not None else \
-                    "the cache owner takes no questions right now; retry shortly"
-                raise RequestError(503, why, "server_busy") from None
-            self.answers[answer.id] = answer
-            self.reading.pop(ticket)
+            self._hand_over(ticket, view, answer, Question(id=answer.id, client=client, max_tokens=1,
+                                                           deadline_s=float(deadline_s), ids=ids, spans=spans,
+                                                           span_ends=ends))
         return answer
 
     def _direct(self, client: str, question: str, reply, view: StreamView, t0: float) -> Answer:
