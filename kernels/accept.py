@@ -1,7 +1,7 @@
 """Exact speculative acceptance for chains and token trees (Leviathan et al. 2023; SpecInfer's multi-step rule).
 
-Invariant (DESIGN.md, "Lossless speculation"): the emitted tokens (the accepted proposals, then exactly one next token,
-a correction or a bonus) are distributed exactly as tokens sampled one at a time from the target p, whatever the
+Invariant (docs/design.md, "Lossless speculation"): the emitted tokens (the accepted proposals, then exactly one next
+token, a correction or a bonus) are distributed exactly as tokens sampled one at a time from the target p, whatever the
 proposals were. p rows come from `sampling.target_probs` (float64, each sums to 1). q is the distribution a proposal
 was actually drawn from; q=None means deterministic proposals (a point mass at the proposal: the model-free stream
 proposer, a greedy draft, top-k tree branches). A one-hot q row is the same thing as None.

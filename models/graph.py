@@ -10,7 +10,7 @@ rounded to float16 before any row attends to them, so a pool read and a same-pas
 Sinks stay rotated at their own positions; each row scores them with a second query rotated at min(u, S+W-1)
 (`cos_sink`/`sin_sink`), so they sit at StreamingLLM's positions within the cache; the host never hands a sink to a
 later row in its section, where it would be scored at its text distance (pipeline/decode/blocks.py). Window keys are
-rotated at their absolute positions, so only position differences matter (DESIGN.md, "Positions and RoPE").
+rotated at their absolute positions, so only position differences matter (docs/design.md, "Positions and RoPE").
 """
 from __future__ import annotations
 

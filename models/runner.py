@@ -53,8 +53,8 @@ class RunnerOptions:
     threads: int = 2
     max_rows: int = 32          # largest block/chunk one pass may carry
     max_recent: int = 64        # largest "recent" section (committed positions passed beside the new rows)
-    accuracy_level: int = 4     # MatMulNBits int8 activations: the fast exact-weight path (DESIGN.md)
-    rope_angles: str = "float64"  # "float32" only for the naive baseline of eval-stream (DESIGN.md says: don't)
+    accuracy_level: int = 4     # MatMulNBits int8 activations: the fast exact-weight path (docs/design.md)
+    rope_angles: str = "float64"  # "float32" only for the naive baseline of eval-stream (docs/design.md says: don't)
     kv_dtype: str = "float32"   # K/V pools; "float16" halves them but is slower on x86 (docs/speed.md)
     spin: bool = True           # ORT's intra-op threads spin between ops (fast alone; steals cores from neighbours)
     trees: bool = False         # the token-tree graph (models.graph): every pass lays rows out along their root path

@@ -2,7 +2,7 @@
 
 Owns text <-> token ids for one model: plain-text encoding, decoding, streaming detokenization, chat rendering.
 Never lets text become a control token: only the chat TEMPLATE emits control ids; log lines and message content are
-tokenized as plain text whatever they contain (DESIGN.md, "The stream cannot speak for the system").
+tokenized as plain text whatever they contain (docs/design.md, "The stream cannot speak for the system").
 """
 from __future__ import annotations
 

@@ -1,8 +1,8 @@
 """Float64 numpy reference of a llama-family decoder (llama, qwen2) read straight from a GGUF file.
 
 It exists to test the real engine against, so it shares no code with it: weights are dequantized with
-`gguf.quants.dequantize`, the cache policy is written from its definition (DESIGN.md, "Definitions" and "Positions and
-RoPE") as a visibility matrix over the tokens given, and there are no slots, rings or KV caches anywhere.
+`gguf.quants.dequantize`, the cache policy is written from its definition (docs/design.md, "Definitions" and "Positions
+and RoPE") as a visibility matrix over the tokens given, and there are no slots, rings or KV caches anywhere.
 """
 from __future__ import annotations
 

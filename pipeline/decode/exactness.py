@@ -9,7 +9,7 @@ Never decides what a failure means for a run: callers report the verdict (a star
 record, /metrics, the bench's metadata; `run.py doctor`, whose report is `DoctorReport`).
 
 The rule it checks is the runner's (models/runner.py, "Batch invariance"): with it, speculation changes no output
-token; without it, on some CPUs, a row alone and the same row in a block differ (DESIGN.md, "Greedy identity").
+token; without it, on some CPUs, a row alone and the same row in a block differ (docs/design.md, "Greedy identity").
 """
 from __future__ import annotations
 

@@ -6,7 +6,7 @@ proposes and a verifier runs and judges passes. The serial engine passes the loc
 the runner and the draft in this process); the actor pipeline passes the channel pair (pipeline/decode/deferred.py:
 the target actor, and the draft actor running a block ahead under epochs). Nothing else differs.
 
-One step of speculative decoding (DESIGN.md, "Lossless speculation"):
+One step of speculative decoding (docs/design.md, "Lossless speculation"):
   propose N tokens after the pending one -> verify [pending, proposals] in one target pass (rows see the sinks, their
   window and their tree ancestors) -> accept a path -> commit the K/V of pending + accepted -> next token is pending.
 

@@ -1,4 +1,4 @@
-"""Speculative acceptance is lossless (DESIGN.md, "Lossless speculation"), and the sampling transform it relies on.
+"""Speculative acceptance is lossless (docs/design.md, "Lossless speculation"), and the sampling transform it relies on.
 
 Statistical tests use fixed seeds, so each is deterministic; they are calibrated as if the seed were random:
 the correct rules must pass a chi-square goodness-of-fit test at significance alpha = 1e-3, the broken rules must be
@@ -395,7 +395,7 @@ def test_speculative_decoding_reproduces_the_target_law(round_, seed):
 # ---- The tests have power: rules that are wrong are rejected --------------------------------------------------------
 
 def article_chain(ctx, proposals, q, rng, logit_residual=True, count_correction=True, bonus=False):
-    """The reference article's rule (DESIGN.md): residual on logits, correction counted as accepted, no bonus."""
+    """The reference article's rule (docs/design.md): residual on logits, correction counted as accepted, no bonus."""
     for i, x in enumerate(proposals):
         p = P[ctx[i]]
         if rng.random() * q[i, x] < p[x]:

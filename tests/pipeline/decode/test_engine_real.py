@@ -1,5 +1,5 @@
 """Integration tier on the real default model: agreement with llama.cpp, and greedy identity with every draft while
-the stream wraps a small ring many times (DESIGN.md, "Greedy identity", "Rollback never corrupts the window")."""
+the stream wraps a small ring many times (docs/design.md, "Greedy identity", "Rollback never corrupts the window")."""
 from __future__ import annotations
 
 import numpy as np

@@ -1,5 +1,5 @@
-"""Speculative sampling is lossless end to end (DESIGN.md, "Lossless speculation"): real ONNX Runtime graphs, the real
-engine loop, the real drafts.
+"""Speculative sampling is lossless end to end (docs/design.md, "Lossless speculation"): real ONNX Runtime graphs, the
+real engine loop, the real drafts.
 
 tests/kernels/test_accept.py proves the acceptance kernels on Markov chains; here `Engine.generate` itself must emit
 the target's own joint law of the first three tokens, whatever proposes them: no draft, the draft model, a fixed guessed

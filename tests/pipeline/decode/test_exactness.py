@@ -1,6 +1,6 @@
-"""Exact on every CPU (DESIGN.md, "Greedy identity"): no operator ever sees a single row, the start-up probe catches
-a row that depends on its pass's size, and that verdict reaches `doctor`, the journal, /metrics and the bench; model
-files are built once however many processes ask at the same time."""
+"""Exact on every CPU (docs/design.md, "Greedy identity"): no operator ever sees a single row, the start-up probe
+catches a row that depends on its pass's size, and that verdict reaches `doctor`, the journal, /metrics and the bench;
+model files are built once however many processes ask at the same time."""
 from __future__ import annotations
 
 import dataclasses

@@ -1,5 +1,5 @@
-"""Constant memory (DESIGN.md): after warm-up, the hot loop allocates nothing that survives a step, measured as bytes
-still allocated per 1,000 tokens against the soak's budget of 1 KiB per 1,000 tokens, allocation site by site.
+"""Constant memory (docs/design.md): after warm-up, the hot loop allocates nothing that survives a step, measured as
+bytes still allocated per 1,000 tokens against the soak's budget of 1 KiB per 1,000 tokens, allocation site by site.
 
 tracemalloc sees every Python-level allocation (numpy buffers included). The loop runs a few thousand tokens of
 stream prefill, speculative generation and scratch rollback while a small ring wraps many times, then three equal

@@ -1,5 +1,5 @@
-"""Token trees are verified bit for bit (DESIGN.md, "Greedy identity"), and the tree proposer's branches are what it
-says they are.
+"""Token trees are verified bit for bit (docs/design.md, "Greedy identity"), and the tree proposer's branches are what
+it says they are.
 
 A tree row must be computed exactly as the chain through its root path computes that row, and a chain row exactly as
 token-by-token decoding does. The tree graph (`models.graph`, tree=True) lays each row's section out along its root

@@ -1,5 +1,5 @@
 """Block and tree verification through the real ONNX graph reproduce an independent float64 reference of the ring
-policy (DESIGN.md, "Verification sees what decoding would see" and "Positions and RoPE"): after several ring wraps,
+policy (docs/design.md, "Verification sees what decoding would see" and "Positions and RoPE"): after several ring wraps,
 near position 10^7, past 2^31, and after a partial rejection right after a wrap.
 
 Setup: the real SmolLM2-135M, S=4 sinks, a W=16 window, R=24 ring slots. Alarm-log text goes through `Engine.feed` in
@@ -170,7 +170,7 @@ def _sink_query_at_u(row_pos, sink, window, out=None):
 
 
 def _float32_angles(positions, inv_freq, out_cos=None, out_sin=None):
-    """RoPE angles u * theta formed in float32 (DESIGN.md: off by tenths of a radian past a million tokens)."""
+    """RoPE angles u * theta formed in float32 (docs/design.md: off by tenths of a radian past a million tokens)."""
     angle = np.asarray(positions).astype(np.float32)[:, None] * inv_freq.astype(np.float32)[None, :]
     np.cos(angle, out=out_cos)
     np.sin(angle, out=out_sin)
