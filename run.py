@@ -21,7 +21,7 @@ from pathlib import Path
 from models.convert import run_convert
 from models.registry import rknn_python
 from pipeline import config
-from pipeline.budget import parse_size, plan
+from pipeline.launch.memory import parse_size, plan
 from pipeline.decode.exactness import doctor
 from pipeline.decode.generate import generate, read_text, score
 from pipeline.launch.plan import StreamOptions

@@ -1,4 +1,4 @@
-"""A target session's memory beyond its weights file, pool and pass buffers: what pipeline/budget.py's session term
+"""A target session's memory beyond its weights file, pool and pass buffers: what pipeline/launch/memory.py's session term
 models. `python -m bench.session_memory --model NAME [--kernel native]`: opens the engine's runner for the model
 (default profile: window 1024, max_rows 32), runs a 32-row prefill and 16 decode passes, then reads the process's PSS
 by mapping (/proc/self/smaps): the weights file's pages (the native pass: the GGUF's, mapped as stored, and the

@@ -34,7 +34,7 @@ from bench.chaos import ROOT, Asker, free_port
 from bench.pipeline_vs_serial import profile_with
 from models.registry import card_of
 from models.runner import kv_bytes_per_slot
-from pipeline import budget
+from pipeline.launch import memory
 from pipeline.config import replay_log
 from pipeline.launch.plan import StreamRun
 from pipeline.launch.supervise import run_pipeline
@@ -340,7 +340,7 @@ def _metrics(port: int) -> dict[str, float]:
 def _against_plan(cfg, samples: list[dict]) -> dict:
     """The memory plan (`run.py plan --serve`) beside what the processes held at the last sample with all of them
     up (PSS), per process and in all: the plan's recorded overheads checked against a run."""
-    plan = budget.plan(cfg).as_dict()
+    plan = memory.plan(cfg).as_dict()
     full = [s for s in samples if set(plan["processes"]) <= set(s["actors"])]
     if not full:
         return {"plan_bytes": plan["total_bytes"], "measured_pss_bytes": None}

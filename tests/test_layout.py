@@ -26,8 +26,7 @@ LAYERS = [                      # bottom first; a module may import its own laye
     "pipeline.answer",          # the answering layer: span candidates (issue 59; the cited reader moves here)
     "pipeline.serve",           # the operators' front: HTTP, zmq, metrics, the fair queue
     "actors",                   # one process each, and what each is started with (actors/args.py)
-    "pipeline.launch pipeline.budget",   # starts the actors (local processes or Ray; the package pipeline/launch/);
-                                         # the memory plan it checks
+    "pipeline.launch",          # starts the actors (local processes or Ray) and checks their memory plan
     "run",                      # the CLI (its measurement verbs hand over to `python -m bench`)
     "bench",                    # benchmarks, evaluations, soak, training: above all, imported by nothing below
 ]

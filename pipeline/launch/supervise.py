@@ -5,7 +5,7 @@ is started again from the journal's last durable checkpoints (Erlang/OTP's one_f
 share one sequence state, so none can restart alone), unless the death is a start-up failure or a crash loop
 (`[supervise]`, deaths.py); then everything stops, the cause is reported, exit code 2, no orphan process and no
 leftover segment. Streams on several nodes run as one group per node, each supervised alone, with one front (the site
-actor) when served. Before the first start, the memory plan (pipeline/budget.py) must fit. Nothing numeric here.
+actor) when served. Before the first start, the memory plan (pipeline/launch/memory.py) must fit. Nothing numeric here.
 """
 from __future__ import annotations
 
@@ -18,7 +18,7 @@ import time
 from actors.args import RestartReason, SiteLinks
 from actors.output import pub_dir
 from models.npu import one_owner
-from pipeline import budget
+from pipeline.launch import memory
 from pipeline.channel import cleanup_stale
 from pipeline.launch.deaths import STOPPED, ActorDied, Supervisor
 from pipeline.launch.local import run_local
@@ -45,9 +45,9 @@ def run_pipeline(cfg, streams: list[StreamRun], run_dir: str, pub: str | None = 
                   "machine: run the groups on a Ray cluster (--launcher ray), put their streams on one node, or run "
                   "the drafts on the CPU (draft.backend = \"onnx\")")
     if len(run) > 1 and cfg.actors.launcher != "ray":     # every node's group on this machine: their plans together
-        budget.check_host(cfg, [group.node for group in run])
+        memory.check_host(cfg, [group.node for group in run])
     for group in run:                                      # each node's plan fits its board, its cores are right
-        budget.check(cfg, group.node if len(run) > 1 else None)
+        memory.check(cfg, group.node if len(run) > 1 else None)
     signals = Signals(run_dir)
     try:
         with ray_session(cfg) if cfg.actors.launcher == "ray" else contextlib.nullcontext(run_local) as launcher:

@@ -11,7 +11,7 @@ import contextlib
 import shutil
 import tempfile
 
-from pipeline import budget
+from pipeline.launch import memory
 from pipeline.config import replay_log, with_logs
 from pipeline.launch.plan import StreamOptions, stream_runs
 from pipeline.launch.supervise import run_pipeline
@@ -65,7 +65,7 @@ def _serial(cfg, options: StreamOptions) -> Report:
                          "--launcher local")
     if options.loop:
         raise ValueError("the serial launcher replays a file once: use --launcher local for --loop")
-    budget.check(cfg)
+    memory.check(cfg)
     emit = printer(options.quiet_lines, options.journal, cfg.supervise)
     try:
         return ReplayReport(replay(log, options.fmt, cfg, emit, max_lines=cfg.replay.max_lines, speed=options.speed,
