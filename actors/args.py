@@ -87,7 +87,7 @@ class FrontArgs:
 
 @dataclass(frozen=True)
 class SiteLinks:
-    """The site's two links (pipeline/serve/site.py), made by the launcher (pipeline/launch/site.py)."""
+    """The site's two links (pipeline/serve/site_link.py), made by the launcher (pipeline/launch/site_actor.py)."""
     events: str                         # tcp://HOST:PORT: node groups' output actors push events and records here
     asks: str                           # tcp://HOST:PORT: ... and take questions from here (port 0: before bound)
     key: bytes                          # the run's: authenticates every message on the links (never sent on them)

@@ -10,9 +10,9 @@ hands answer tokens to the front, which streams them to whoever asked; writes ea
 record (pipeline/stream/events.py, the serial replay's too; this actor adds the figures); prints what the record
 shows. Never touches a model or the cache.
 
-At a site (streams served on several nodes: pipeline/launch/site.py) the front is the site actor's (actors/site.py):
+At a site (streams served on several nodes: pipeline/launch/site_actor.py) the front is the site actor's (actors/site.py):
 this actor relays every event with its record there, puts the site's questions on its owners' channels, and journals
-the answers' records the site sends back (pipeline/serve/site.py); PUB is the site's.
+the answers' records the site sends back (pipeline/serve/site_link.py); PUB is the site's.
 """
 from __future__ import annotations
 
@@ -47,12 +47,12 @@ from pipeline.process import Figures, attach_when_ready, chaos, figures_on_reque
 from pipeline.serve.auth import load_keys
 from pipeline.serve.front import Front
 from pipeline.serve.http_api import serve_http
-from pipeline.serve.site import NodeLink
+from pipeline.serve.site_link import NodeLink
 from pipeline.serve.zmq_api import ZmqFront
 from pipeline.stream.events import journaled, named, record_of, show
 from pipeline.stream.journal import Journal
 
-HELLO_S = 5.0       # at a site, this group says hello again this often (pipeline/serve/site.py)
+HELLO_S = 5.0       # at a site, this group says hello again this often (pipeline/serve/site_link.py)
 
 
 def run(args: OutputArgs) -> None:
@@ -60,7 +60,7 @@ def run(args: OutputArgs) -> None:
     record carries its stream's name (`streams[n]`) and so does every printed line. serve: the pipeline serves
     operators, and the HTTP and zmq interfaces run in this process (pipeline/serve/front.py). site: the run's
     streams are on several nodes and served, the front is the site actor's (actors/site.py) and this actor relays
-    (pipeline/serve/site.py)."""
+    (pipeline/serve/site_link.py)."""
     streams, quiet_lines, stop, site = args.streams, args.quiet_lines, args.stop, args.site
     pin(args.cpus)
     figures = Figures("output")

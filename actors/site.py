@@ -1,7 +1,7 @@
 """Site actor: owns the one front for streams served on several nodes (HTTP API, console, zmq questions, PUB) and
-the site's end of the links to every node group's output actor (pipeline/serve/site.py).
+the site's end of the links to every node group's output actor (pipeline/serve/site_link.py).
 
-Started by the launcher on its own host when a served run's streams are on several nodes (pipeline/launch/site.py),
+Started by the launcher on its own host when a served run's streams are on several nodes (pipeline/launch/site_actor.py),
 before the groups, which connect to it. Each stream has its view in the front (pipeline/serve/front.py), labelled with
 its node; a question goes to its stream's node over the link and its answer's tokens come back as the owner's events,
 relayed by that node's output actor, which also gets the answer's finished record to journal. A group that says hello
@@ -24,7 +24,7 @@ from models.tokenizer import Tokenizer
 from pipeline.messages import Answer, MessageError, copied, decode
 from pipeline.process import Figures, figures_on_request
 from pipeline.serve.front import Front
-from pipeline.serve.site import SiteHub
+from pipeline.serve.site_link import SiteHub
 
 
 def run(args: SiteArgs) -> None:

@@ -1,4 +1,4 @@
-"""Flooding the site's links (pipeline/serve/site.py): how much the process hosting the hub grows, and whether a
+"""Flooding the site's links (pipeline/serve/site_link.py): how much the process hosting the hub grows, and whether a
 real group is still served after. `python -m bench.flood` prints the figures; the fuzz target `site_flood`
 (bench/fuzz.py) floods one host many times and asserts the bound after each.
 
@@ -34,7 +34,7 @@ import zmq
 from pipeline import messages
 from pipeline.process import proc_status
 from pipeline.messages import Cancel, decode
-from pipeline.serve.site import UP, NodeLink, SiteHub, pack, seal, secured
+from pipeline.serve.site_link import UP, NodeLink, SiteHub, pack, seal, secured
 
 MIB = 1 << 20
 GROUP, LIVE, EARLIER = "g0", "g0-s2", "g0-s1"

@@ -15,7 +15,7 @@ small one and printed. Each target runs the real code on real sockets and files:
               server healthy after every case
     zmq       msgpack and junk messages to the real zmq face (the key in its handshake) -> an error reply with a
               code, or an answer
-    site      hostile multipart messages to the real site hub (pipeline/serve/site.py), from a stranger's PUSH to its
+    site      hostile multipart messages to the real site hub (pipeline/serve/site_link.py), from a stranger's PUSH to its
               PULL and a stranger's DEALER to its ROUTER: random frames, a wrong MAC (random, another run's key, the
               other direction, a flipped frame) over valid frames, and under the run's key hostile headers (odd
               dtypes, lying byte counts, huge shapes, bad envelopes, replays) -> the hub never raises, delivers
@@ -90,7 +90,7 @@ from pipeline.process import proc_status
 from pipeline.report import Report
 from pipeline.serve import cited as cited_reader
 from pipeline.serve import route as router
-from pipeline.serve import site
+from pipeline.serve import site_link
 from pipeline.serve.auth import load_keys
 from pipeline.serve.cited import Choice as CitedChoice, Reply as CitedReply, read as cited_read
 from pipeline.serve.front import Front
@@ -524,14 +524,14 @@ def _site(cfg, st):
     shape, a bad envelope or a replayed counter; only the wrong-MAC messages may carry valid frames."""
     key = secrets.token_bytes(32)
     tmp = Path(tempfile.mkdtemp(prefix="ringspec_fuzz_"))
-    hub = site.SiteHub(f"ipc://{tmp}/events", f"ipc://{tmp}/asks", key)
-    link = site.NodeLink({**hub.endpoints, "key": key, "group": GROUP, "start": START})
+    hub = site_link.SiteHub(f"ipc://{tmp}/events", f"ipc://{tmp}/asks", key)
+    link = site_link.NodeLink({**hub.endpoints, "key": key, "group": GROUP, "start": START})
     ctx = zmq.Context.instance()
     push, dealer = ctx.socket(zmq.PUSH), ctx.socket(zmq.DEALER)
     dealer.setsockopt(zmq.ROUTING_ID, secrets.token_hex(16).encode())
     for sock, endpoint in ((push, hub.endpoints["events"]), (dealer, hub.endpoints["asks"])):
         sock.setsockopt(zmq.LINGER, 0)
-        site.secured(sock, key, server=False)
+        site_link.secured(sock, key, server=False)
         sock.connect(endpoint)
     link.hello(START, {})
     got = _site_wait(lambda: hub.recv(0.05), "the group's hello")
@@ -581,14 +581,14 @@ def _site(cfg, st):
                                     [START, "d", 1], [START, 0, "d", "1"], [START, 0.5, "d", 1], [START, 0, "d", 1, 2],
                                     [START, True, "d", 1]])
     keyed_arrays = st.tuples(envelope, st.builds(body, lead, header, arrays_bad, record)).map(
-        lambda t: site.seal(key, site.UP, *t))                  # the likeliest to break a reader: drawn most
+        lambda t: site_link.seal(key, site_link.UP, *t))                  # the likeliest to break a reader: drawn most
     keyed = st.one_of(
         st.tuples(envelope, bad_body),
         st.tuples(bad_envelope, st.builds(body, lead, header, st.lists(valid, max_size=2), record)),
         st.tuples(st.tuples(st.just(START), st.integers(0, 3), st.text(max_size=10), st.integers(-5, 0)).map(list),
                   # replayed: the live start's, an old counter
                   st.builds(body, st.just([b"event", GROUP.encode(), b"tep"]), header, st.lists(valid, max_size=2),
-                            record))).map(lambda t: site.seal(key, site.UP, *t))
+                            record))).map(lambda t: site_link.seal(key, site_link.UP, *t))
     other = secrets.token_bytes(32)
     good_body = st.builds(body, st.just([b"event", GROUP.encode(), b"tep"]) | lead, header,
                           st.lists(valid, max_size=2), record) | bad_body
@@ -635,13 +635,13 @@ def _forge(key: bytes, other: bytes, how: str, envelope: list, frames: list, at:
     """A message whose MAC is not the run's up the link: random, another key's, the run's key the other way, cut
     short, or right but over frames one of which was then changed."""
     body = [msgpack.packb(envelope), *frames]
-    right = site.mac(key, site.UP, body)
+    right = site_link.mac(key, site_link.UP, body)
     if how == "random":
         return [secrets.token_bytes(32), *body]
     if how == "other_key":
-        return [site.mac(other, site.UP, body), *body]
+        return [site_link.mac(other, site_link.UP, body), *body]
     if how == "down":
-        return [site.mac(key, site.DOWN, body), *body]
+        return [site_link.mac(key, site_link.DOWN, body), *body]
     if how == "truncated":
         return [right[:at % 32], *body]
     i = 1 + at % (len(body) - 1) if len(body) > 1 else 0

@@ -387,7 +387,7 @@ class Channel:
 
 class Selector:
     """Waits on the consumer ends of several channels at once (the cache owner hears the target and the draft), and
-    on plain zmq sockets beside them (`sockets`: the output actor's link to a site, pipeline/serve/site.py)."""
+    on plain zmq sockets beside them (`sockets`: the output actor's link to a site, pipeline/serve/site_link.py)."""
 
     def __init__(self, channels, sockets=()):
         self.channels, self.sockets = list(channels), list(sockets)

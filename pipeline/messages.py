@@ -22,7 +22,7 @@ The flow, channel by channel (sender -> receiver: kinds, in the order they come)
                                            (serving); Eof last
 The cache owner's end of the four model links is `DeferredEngine` (pipeline/decode/deferred.py), which the speed
 bench's `pipelined` system runs in its own process; the front (pipeline/serve/front.py) lives in the output actor
-(at a site, in the site actor, and these messages cross between nodes on its links: pipeline/serve/site.py).
+(at a site, in the site actor, and these messages cross between nodes on its links: pipeline/serve/site_link.py).
 """
 from __future__ import annotations
 

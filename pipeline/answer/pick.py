@@ -17,7 +17,7 @@ from functools import lru_cache
 
 from pipeline.answer.rank import Question, Ranker
 from pipeline.answer.spans import Span, candidates
-from pipeline.stream.evidence import Line
+from pipeline.stream.evidence import ArchivedLine
 
 MAX_RANKED = 16        # lines ranked at most (a line's ~50-250 candidates take ~5 ms to rank; a 4 KB one's ~0.1 s)
 LINE_SLACK = 1.0       # a newer line is taken over a better-scored one within this much of its best span's score
@@ -26,7 +26,7 @@ CLOSE = 1.0            # a runner-up within this much of the answer's score is n
 
 @dataclass(frozen=True)
 class Ranked:
-    line: Line
+    line: ArchivedLine
     spans: tuple[tuple[Span, float], ...]      # the line's candidates, best first, with the ranker's scores
 
     @property
@@ -40,10 +40,10 @@ class Pick:
     runner_up: tuple[Span, float] | None       # the next candidate of another text, when within CLOSE
     lines_ranked: int                          # how many lines were ranked (<= MAX_RANKED)
     fitting: int                               # how many lines wrote as much of the question
-    others: tuple[tuple[Line, Span], ...]      # ranked lines as good whose best span is another text, newest first
+    others: tuple[tuple[ArchivedLine, Span], ...]      # ranked lines as good whose best span is another text, newest first
 
     @property
-    def line(self) -> Line:
+    def line(self) -> ArchivedLine:
         return self.chosen.line
 
     @property
@@ -66,7 +66,7 @@ def ranker() -> Ranker:
     return Ranker()
 
 
-def rank_line(q: Question, line: Line, model: Ranker) -> Ranked | None:
+def rank_line(q: Question, line: ArchivedLine, model: Ranker) -> Ranked | None:
     """The line's candidates the question does not write itself, ranked; None when it has none."""
     spans = [s for s in candidates(line.text, named=line.cells)
              if q.offers or not _written_by(q, s.text)]

@@ -20,10 +20,9 @@ from pathlib import Path
 import numpy as np
 
 from pipeline.answer.spans import ATOM, Span
-from pipeline.stream.archive import STOP_WORDS
 from pipeline.stream.columns import meaning
-from pipeline.stream.severity import LEVEL_WORDS
 from pipeline.stream.values import stem
+from pipeline.stream.words import RETRIEVAL_STOP, is_level
 
 WEIGHTS = Path(__file__).with_name("ranker.json")
 # What a question asks for, by its words (generic English, no format's vocabulary); the first kind a word gives wins
@@ -71,7 +70,7 @@ def question(text: str) -> Question:
     heads = [w for i, w in enumerate(words) if w in ASKED and not (i + 1 < len(words) and words[i + 1] in ASKED)]
     kinds = tuple(dict.fromkeys(ASKED[w] for w in heads)) or ("other",)
     tokens = {t.casefold().strip("?.,;:!'\"()[]") for t in text.split()} | set(words)
-    return Question(text, frozenset(stem(w) for w in words if w not in STOP_WORDS and len(w) > 1), kinds,
+    return Question(text, frozenset(stem(w) for w in words if w not in RETRIEVAL_STOP and len(w) > 1), kinds,
                     frozenset(t for t in tokens if t), " or " in text or "(" in text,
                     frozenset(t for t in tokens if len(t) >= 3 and any(c.isdigit() for c in t)))
 
@@ -108,18 +107,12 @@ PRIOR = {"named_by_key": 2.0, "key_kind": 1.5, "word_before": 1.5, "before_kind"
 PRIOR_WEIGHTS = np.array([PRIOR.get(n, 0.0) for n in NAMES], np.float32)
 
 
-def _is_level(text: str) -> bool:
-    """A log level as written: a level word in capitals (WARN, ERROR) or the one letter of the V/D/I/W/E/F levels
-    (Android's logcat, glog)."""
-    return text in LEVEL_WORDS or len(text) == 1 and text in "VDIWEF"
-
-
 def features(q: Question, line: str, spans: list[Span]) -> np.ndarray:
     """[len(spans), len(NAMES)] float32: each candidate's features for question `q` on `line`."""
     atoms = [(m.start(), m.end(), m.group()) for m in ATOM.finditer(line)]
     starts = np.array([a for a, _, _ in atoms] or [0])
     named = [i for i, (_, _, t) in enumerate(atoms) if t.casefold() in q.tokens and not t.isalpha()
-             or (t.casefold() in q.tokens and len(t) > 3 and t.casefold() not in STOP_WORDS)]
+             or (t.casefold() in q.tokens and len(t) > 3 and t.casefold() not in RETRIEVAL_STOP)]
     words = [(i, stem(t)) for i, (_, _, t) in enumerate(atoms) if t[0].isalpha()]
     times = [(s.start, s.end) for s in spans if "shape:time" in s.sources]      # by position (candidates' order)
     first_time = times[0][0] if times else -1
@@ -163,7 +156,7 @@ def features(q: Question, line: str, spans: list[Span]) -> np.ndarray:
         x[INDEX["atoms1" if n == 1 else "atoms2" if n == 2 else "atoms3" if n == 3 else "atoms4plus"]] = 1
         x[INDEX["structured"]] = bool(s.names)
         x[INDEX["atoms_only"]] = s.sources == ("atoms",)
-        x[INDEX["level_not_asked"]] = _is_level(s.text) and not (q.roots & _LEVEL_ASKED)
+        x[INDEX["level_not_asked"]] = is_level(s.text) and not (q.roots & _LEVEL_ASKED)
         x[INDEX["at_start"]] = s.start == 0
         x[INDEX["relative_position"]] = s.start / max(len(line), 1)
         x[INDEX["line_time"]] = s.start == first_time
@@ -171,7 +164,7 @@ def features(q: Question, line: str, spans: list[Span]) -> np.ndarray:
         x[INDEX["offered"]] = x[INDEX["in_question"]] and q.offers
         x[INDEX["has_brackets"]] = s.text[:1] in "[(<{" or s.text[-1:] in "])>}"
         x[INDEX["function_word"]] = text in FUNCTION_WORDS
-        x[INDEX["level_asked"]] = _is_level(s.text) and bool(q.roots & _LEVEL_ASKED)
+        x[INDEX["level_asked"]] = is_level(s.text) and bool(q.roots & _LEVEL_ASKED)
         for t in _shape(s):
             x[INDEX[f"shape:{t}"]] = 1
             for k in q.kinds:

@@ -83,7 +83,7 @@ class Span:
 def candidates(text: str, header: Header | None = None, named: tuple[Value, ...] = ()) -> list[Span]:
     """Every candidate span of the line, by position (first start, then the shorter first), each once with all its
     sources. `header`: the column layout in force for this line (columns.Headers), if any; `named`: its cells as the
-    archive read them (evidence.Line.cells, kind "col:NAME"), taken instead when given."""
+    archive read them (evidence.ArchivedLine.cells, kind "col:NAME"), taken instead when given."""
     text = text[:MAX_LINE]
     found: dict[tuple[int, int], list[str]] = {}
 

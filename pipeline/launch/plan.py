@@ -169,7 +169,7 @@ def plan(cfg, group: Group, pub: str | None, quiet_lines: bool, tag: str, resume
     restarts = restart.restarts if restart else {}
     links = [channels(st.cfg, spec, vocab, f"{tag}_{n}" if st.name else tag) for n, st in enumerate(streams)]
     front = relay = None
-    if site:                              # the front is the site's: output relays (pipeline/serve/site.py)
+    if site:                              # the front is the site's: output relays (pipeline/serve/site_link.py)
         relay = RelayArgs(site, group.id, tag, tuple(ln["asks"].name for ln in links if "asks" in ln), restarts)
         pub = None
     elif cfg.serve.enabled:               # operators' questions: the front (in output) -> each stream's owner

@@ -21,11 +21,11 @@ from models.npu import one_owner
 from pipeline.launch import memory
 from pipeline.channel import cleanup_stale
 from pipeline.launch.deaths import STOPPED, ActorDied, Supervisor
-from pipeline.launch.local import run_local
+from pipeline.launch.local_processes import run_local
 from pipeline.launch.plan import Group, StreamRun, groups, plan, source_id
 from pipeline.launch.ray_actors import ray_session
 from pipeline.launch.signals import Signals
-from pipeline.launch.site import Site, site_host
+from pipeline.launch.site_actor import Site, site_host
 from pipeline.process import StopFlag
 from pipeline.stream.journal import files, records, resume_point
 

@@ -46,8 +46,9 @@ from pipeline.serve.route import DURATIONS, Route, route
 from pipeline.stream import evidence
 from pipeline.stream.archive import open_reader, search
 from pipeline.stream.columns import header_of, meaning
-from pipeline.stream.evidence import Line
+from pipeline.stream.evidence import ArchivedLine
 from pipeline.stream.values import Value, key_of, stem
+from pipeline.stream.words import LEVEL_WORDS, is_level
 
 MAX_CITED = 8
 MAX_OPTIONS = 8                     # spans a line offers the model when none is of the kind asked
@@ -66,8 +67,6 @@ _GAP = re.compile(r"[^A-Za-z0-9]*(?:[A-Za-z]+[^A-Za-z0-9]*)?")   # between a nam
 # a direction word before a span -> the roots of the nouns that ask for it: "from 127.0.0.1:22 to 142.93.136.142:80"
 _DIRECTION = {"to": ("destin", "target", "dest", "dst"), "dst": ("destin", "dest"), "dest": ("destin",),
               "from": ("source", "origin", "src"), "src": ("source",)}
-_LEVEL = re.compile(r"(?i:INFO|WARN|WARNING|ERROR|FATAL|SEVERE|DEBUG|TRACE|CRITICAL|NOTICE|ALERT|EMERG|CRIT)|[VDIWEF]"
-                    r"|LOG|PANIC|DEBUG[1-5]")                      # and PostgreSQL's own levels, in capitals
 
 
 @dataclass(frozen=True)
@@ -91,13 +90,13 @@ class Choice:
     """Several spans of one line fit the question: the model picks one option (a span's text), written under an
     options rule; or, with `prior` (serve.reader "spans"), scores each as a whole continuation (`scored`)."""
     routed: Route
-    line: Line
+    line: ArchivedLine
     options: tuple[str, ...]
     lead: str                                    # how the reply starts ("the last of 3 matching lines...")
     prior: tuple[float, ...] = ()                # the ranker's score of each option: the model's scores add to it
 
 
-def cite(line: Line) -> Citation:
+def cite(line: ArchivedLine) -> Citation:
     return Citation(line.seq, line.when, line.text)
 
 
@@ -192,9 +191,9 @@ def undecided(choice: Choice, why: str) -> Reply:
 
 
 # -- lookups, first and last ---------------------------------------------------------------------------------------
-def _lookup(r: Route, lines: list[Line], scope: str, nearest, budget: evidence.Budget) -> Reply | Choice:
+def _lookup(r: Route, lines: list[ArchivedLine], scope: str, nearest, budget: evidence.Budget) -> Reply | Choice:
     keys = {key_of(k) for k in r.keys}
-    weighed: list[Line] = []                     # the lines weighed before the budget ran out (newest first)
+    weighed: list[ArchivedLine] = []                     # the lines weighed before the budget ran out (newest first)
     ranked = []
     for ln in budget.each(lines if r.op != "first" else reversed(lines)):   # the first: weighed from the oldest
         weighed.append(ln)
@@ -223,7 +222,7 @@ def _lookup(r: Route, lines: list[Line], scope: str, nearest, budget: evidence.B
     if len(options) > 1:
         return Choice(r, line, options, lead)
     answer = options[0]
-    others: dict[str, tuple[str, Line]] = {}
+    others: dict[str, tuple[str, ArchivedLine]] = {}
     if r.op == "span":
         for ln, (theirs, _, _) in fitting[1:]:
             if len(theirs) == 1 and key_of(theirs[0]) != key_of(answer) and key_of(theirs[0]) not in others:
@@ -236,7 +235,7 @@ def _lookup(r: Route, lines: list[Line], scope: str, nearest, budget: evidence.B
     return Reply(r.kind, answer, text, (cite(line), *(cite(ln) for _, ln in listed)))
 
 
-def _none(r: Route, lines: list[Line], scope: str, bound: str, budget: evidence.Budget, nearest) -> Reply:
+def _none(r: Route, lines: list[ArchivedLine], scope: str, bound: str, budget: evidence.Budget, nearest) -> Reply:
     """Not found: no line holding the values named with a span of the kind asked; the lines that held the values (not
     citations), else the nearest lines."""
     held = "" if not r.keys else f" holding {', '.join(r.keys)}"
@@ -245,7 +244,7 @@ def _none(r: Route, lines: list[Line], scope: str, bound: str, budget: evidence.
                  tuple(cite(ln) for ln in lines[:3]) or (() if budget.cut else nearest()))
 
 
-def _picked(r: Route, question: str, lines: list[Line], scope: str, nearest, budget: evidence.Budget,
+def _picked(r: Route, question: str, lines: list[ArchivedLine], scope: str, nearest, budget: evidence.Budget,
             model: int = 0) -> Reply | Choice:
     """A lookup answered by the ranker (serve.reader "spans", pipeline/answer/pick.py): of the lines weighed within
     the budget, those covering most of the question's word roots go to `pick` (newest first; the oldest first asked
@@ -270,7 +269,7 @@ def _picked(r: Route, question: str, lines: list[Line], scope: str, nearest, bud
     return Reply(r.kind, got.answer.text, text, (cite(got.line), *(cite(ln) for ln, _ in listed)))
 
 
-def _spread(r: Route, lines: list[Line], keys: set[str], bound: str = "") -> Choice | None:
+def _spread(r: Route, lines: list[ArchivedLine], keys: set[str], bound: str = "") -> Choice | None:
     """No line has a span of the kind asked, or one after a word naming it: the line covering the most of the
     question's roots (the newest; the oldest asked "first") offers every span it holds but the values named and its
     time, and the model picks one; None when it holds no other span."""
@@ -284,27 +283,27 @@ def _spread(r: Route, lines: list[Line], keys: set[str], bound: str = "") -> Cho
     return Choice(r, line, options, lead)
 
 
-def _every_span(r: Route, line: Line, keys: set[str]) -> tuple[str, ...]:
+def _every_span(r: Route, line: ArchivedLine, keys: set[str]) -> tuple[str, ...]:
     """A line's spans in line order (distinct texts, at most MAX_OPTIONS) but its time, the values the question
     names and those it says are not the answer."""
     return tuple(dict.fromkeys(v.text for v in sorted(_free(r, line, keys), key=lambda v: v.start)))[:MAX_OPTIONS]
 
 
-def _free(r: Route, line: Line, keys: set[str]) -> list[Value]:
+def _free(r: Route, line: ArchivedLine, keys: set[str]) -> list[Value]:
     """The line's values that may be an answer: not its time, not a value the question names or says is not the
     answer."""
     return [v for v in line.values if v.kind not in ("time", "clock") and key_of(v.text) not in keys and
             not _said_by_question(r, v) and v.text not in r.besides]
 
 
-def _rank(r: Route, line: Line, found: tuple) -> tuple[int, int, int]:
+def _rank(r: Route, line: ArchivedLine, found: tuple) -> tuple[int, int, int]:
     """How well a line answers: the question's word roots it covers, then how its best spans fit, then whether they
     are of a kind asked (2) or the value after a word naming what is asked (1) or after a value named (0)."""
     _, fit, tier = found
     return line.covers(r.roots), fit, tier
 
 
-def _options(r: Route, line: Line, keys: set[str]) -> tuple[tuple[str, ...], int, int]:
+def _options(r: Route, line: ArchivedLine, keys: set[str]) -> tuple[tuple[str, ...], int, int]:
     """The spans of `line` that may answer (distinct texts), their fit and tier (see `_rank`); () when none: the spans of
     the kinds asked best fitting the question (of equal fit, of the kind asked first); else the value right after a
     word of the line naming what is asked (the words after "which", then the type nouns: "instruction address:
@@ -335,7 +334,7 @@ def _options(r: Route, line: Line, keys: set[str]) -> tuple[tuple[str, ...], int
     return (), 0, 0
 
 
-def _columns(r: Route, line: Line, keys: set[str]) -> tuple[tuple[str, ...], int, int]:
+def _columns(r: Route, line: ArchivedLine, keys: set[str]) -> tuple[tuple[str, ...], int, int]:
     """The cells of the columns whose names say most of what the question asks (pipeline/stream/columns.py: "which
     source port" -> Zeek's id.orig_p, "bytes the client sent" -> W3C's cs-bytes); of equal say, those holding a value
     of a kind asked, then the names saying least else ("status" -> sc-status, not sc-win32-status). () when no name
@@ -370,14 +369,14 @@ def _said_by_question(r: Route, v: Value) -> bool:
     return v.kind == "status" and stem(v.text) in r.roots
 
 
-def _said(r: Route, answer: str, line: Line, lead: str) -> str:
+def _said(r: Route, answer: str, line: ArchivedLine, lead: str) -> str:
     noun = f"{r.type_noun} " if r.type_noun and r.type_noun not in ("when", "time", "timestamp", "date", "where") and \
         not answer.casefold().startswith(r.type_noun) else ""
     where = f"from line #{line.seq} at {line.when}" + (f" ({lead})" if lead else "")
     return f"{noun}{answer}, {where}: {line.text}"
 
 
-def _spans(line: Line, kind: str, keys: set[str], r: Route | None = None) -> list[Value]:
+def _spans(line: ArchivedLine, kind: str, keys: set[str], r: Route | None = None) -> list[Value]:
     """The line's values of `kind`, other than the values the question names (a line's time: its first); a log level
     (INFO, WARN) is a status only when a level is asked, and then only a level is."""
     if kind.startswith("field:"):              # a field whose name holds the word asked: "calories", totalCalories=
@@ -400,11 +399,12 @@ def _spans(line: Line, kind: str, keys: set[str], r: Route | None = None) -> lis
     return found[:1] if kind == "time" else found
 
 
-def _is_level(line: Line, v: Value) -> bool:
-    """A log level: in capitals (WARN), Android's letter, or in lower case between brackets ("[notice]")."""
+def _is_level(line: ArchivedLine, v: Value) -> bool:
+    """A log level: as written (WARN, Android's letter, PostgreSQL's LOG), or a level word in lower case between
+    brackets ("[notice]")."""
     if v.text.isupper():
-        return bool(_LEVEL.fullmatch(v.text))
-    return bool(_LEVEL.fullmatch(v.text)) and line.text[v.start - 1:v.start] == "[" and line.text[v.end:v.end + 1] == "]"
+        return is_level(v.text)
+    return v.text.upper() in LEVEL_WORDS and line.text[v.start - 1:v.start] == "[" and line.text[v.end:v.end + 1] == "]"
 
 
 def _fit(r: Route, before: str, text: str, after: str | None = None) -> int:
@@ -430,7 +430,7 @@ def _fit(r: Route, before: str, text: str, after: str | None = None) -> int:
 
 
 # -- aggregates ------------------------------------------------------------------------------------------------------
-def _count(r: Route, lines: list[Line], scope: str, nearest, budget: evidence.Budget) -> Reply:
+def _count(r: Route, lines: list[ArchivedLine], scope: str, nearest, budget: evidence.Budget) -> Reply:
     covered = [(ln, ln.covers(r.roots)) for ln in budget.each(lines)]      # newest first, while the budget lasts
     bound = _bound(budget, [ln for ln, _ in covered])
     best = max((c for _, c in covered), default=0)
@@ -448,7 +448,7 @@ def _count(r: Route, lines: list[Line], scope: str, nearest, budget: evidence.Bu
     return Reply(r.kind, str(n), text, tuple(cite(ln) for ln in counted[:3]))
 
 
-def _values(r: Route, lines: list[Line], scope: str, budget: evidence.Budget) -> Reply:
+def _values(r: Route, lines: list[ArchivedLine], scope: str, budget: evidence.Budget) -> Reply:
     """The most frequent or the distinct values over the lines of the best word coverage: each line's value is what a
     lookup would copy from it (`_options`: its one best span; a line whose spans tie gives none), so every value
     listed is a span of a line cited. Over the lines weighed before the budget ran out (newest first)."""
@@ -456,7 +456,7 @@ def _values(r: Route, lines: list[Line], scope: str, budget: evidence.Budget) ->
     best = max((c for _, c in covered), default=0)
     lines = [ln for ln, c in covered if c == best]                          # newest first
     keys = {key_of(k) for k in r.keys}
-    weighed: list[Line] = []
+    weighed: list[ArchivedLine] = []
     picked = []
     for ln in budget.each(lines):
         weighed.append(ln)
@@ -464,7 +464,7 @@ def _values(r: Route, lines: list[Line], scope: str, budget: evidence.Budget) ->
             picked.append((ln, found))
     bound = _bound(budget, weighed if len(weighed) < len(lines) else [ln for ln, _ in covered])
     tier = max((found[2] for _, found in picked), default=0)                 # of a kind asked, if any line has one
-    newest: dict[str, tuple[str, Line]] = {}
+    newest: dict[str, tuple[str, ArchivedLine]] = {}
     counts: Counter = Counter()
     for ln, ((text,), _, their_tier) in picked:
         if their_tier == tier:
@@ -488,7 +488,7 @@ def _values(r: Route, lines: list[Line], scope: str, budget: evidence.Budget) ->
 
 
 # -- shared ------------------------------------------------------------------------------------------------------------
-def _bound(budget: evidence.Budget, weighed: list[Line]) -> str:
+def _bound(budget: evidence.Budget, weighed: list[ArchivedLine]) -> str:
     """What an answer cut short by its budget stands on, to append to its text ("" when nothing was cut): the lines
     weighed, their seqs, and why no more were (serve.question_max_lines, serve.question_budget_s)."""
     if not budget.cut:
@@ -506,13 +506,13 @@ def _too_broad(r: Route, budget: evidence.Budget, scope: str) -> Reply:
     return Reply(r.kind, None, f"not found {scope}{_bound(budget, [])}", ())
 
 
-def _fits(line: Line, r: Route) -> bool:
+def _fits(line: ArchivedLine, r: Route) -> bool:
     """A line the question may stand on: of the alarm type asked, writing what it must, and not a header line (it
     names columns: no event of its own)."""
     return _alarm_ok(line, r.alarm) and _written(line, r) and not header_of(line.text)
 
 
-def _alarm_ok(line: Line, alarm: str) -> bool:
+def _alarm_ok(line: ArchivedLine, alarm: str) -> bool:
     """A TEP line of the alarm type asked (a recovery only when a recovery is asked)."""
     if not alarm:
         return True
@@ -521,7 +521,7 @@ def _alarm_ok(line: Line, alarm: str) -> bool:
                for a in alarm.split("|"))
 
 
-def _written(line: Line, r: Route) -> bool:
+def _written(line: ArchivedLine, r: Route) -> bool:
     """The line writes each quoted phrase, and each short number named with its noun right after that noun ("slot 9":
     not "child 9")."""
     text = line.text.casefold()

@@ -15,7 +15,7 @@ Several streams (one pipeline, one target: pipeline/launch/plan.py): each has it
 archive, and its own view here (`StreamView`); a request names its stream (the model `ringspec/NAME` over HTTP,
 `stream` over zmq), and what the console and /metrics show is per stream. With one stream a request names none. At a
 site (streams on several nodes) the front is in the site actor (actors/site.py), a stream's channel is its node's
-link (pipeline/serve/site.py), and every series is labelled with the stream's node too.
+link (pipeline/serve/site_link.py), and every series is labelled with the stream's node too.
 
 Threads: the interfaces call `ask`/`cancel` from their own threads; the output actor's event loop calls `on_event`.
 Each channel to an owner has one producer, so sends (`Question`, `Cancel`: pipeline/messages.py) go through a lock.

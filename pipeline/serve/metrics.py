@@ -99,7 +99,7 @@ def render(front) -> str:
     metric("zmq_replies_dropped_total", "counter", "zmq replies that could not be packed (msgpack), dropped and "
            "counted; the request's other replies still go.", [({}, front.counts["zmq_replies_dropped"])])
     metric("answers_lost_total", "counter", "Requests ended with an error because their stream's node group was "
-           "started again (a site: pipeline/serve/site.py); the asker is told to ask again.",
+           "started again (a site: pipeline/serve/site_link.py); the asker is told to ask again.",
            [({}, front.counts["answers_lost"])])
     metric("cancels_undelivered_total", "counter", "Cancels of an answer that could not reach its stream's owner "
            "(its node gone from the site).", [({}, front.counts["cancels_undelivered"])])

@@ -34,6 +34,7 @@ from dataclasses import dataclass
 
 from pipeline.stream.identifiers import TAG
 from pipeline.stream.values import stem, values_of
+from pipeline.stream.words import QUESTION_STOP
 
 KEY_KINDS = ("id", "ip", "addr", "port", "path", "host", "user", "size", "time", "clock")
 KEY_DIGITS = 3                      # a plain number the question names is a key from this many digits on ("pid 2227")
@@ -69,15 +70,6 @@ UNITS = {"kb": "kb", "kib": "kib", "mb": "mb", "mib": "mib", "gb": "gb", "gib": 
 DURATIONS = {"ms": "ms", "msec": "ms", "msecs": "ms", "millisecond": "ms", "milliseconds": "ms", "us": "us",
              "microsecond": "us", "microseconds": "us", "ns": "ns", "s": "s", "sec": "s", "secs": "s", "second": "s",
              "seconds": "s", "min": "min", "mins": "min", "minute": "min", "minutes": "min"}
-STOP = frozenset("""
-    a an the and or but not no of to in on at by for from with about into than then there this that these those it its
-    is are was were be been being do does did done has have had can could will would should shall may might must
-    i me my we our you your he she they them what when where which who whom whose why how
-    many much often count number times time first last latest earliest recent recently most least frequent frequently
-    common commonly ever go goes went gone going come came get got happen happens happened occur occurred show tell
-    give list name line lines log logs entry entries message messages event events record records mention mentions
-    mentioned appear appears appeared any all each every some same one apart besides except other than so far
-""".split())
 # verbs saying only that a line holds something, after "lines|that|which": "lines that report X" ("the report
 # receiver" keeps its word)
 HOLDING = frozenset("""report reports reported reporting contain contains contained containing say says said include
@@ -121,9 +113,9 @@ def route(question: str) -> Route:
     found = values_of(question)
     vals = [v for v in found if (v.kind in KEY_KINDS or v.kind == "number" and
                                  v.text.lstrip("-").isdigit() and len(v.text) >= KEY_DIGITS + (v.text[0] == "-"))
-            and not (v.kind == "user" and (v.text.casefold() in NOT_USERS or v.text.casefold() in STOP))]
+            and not (v.kind == "user" and (v.text.casefold() in NOT_USERS or v.text.casefold() in QUESTION_STOP))]
     vals += [v for v in found if v.kind == "status" and "_" in v.text and v.text.isupper()]
-    paired = [m for m in _PAIRED.finditer(question) if m[1].casefold() not in STOP]
+    paired = [m for m in _PAIRED.finditer(question) if m[1].casefold() not in QUESTION_STOP]
     held = _covered(question, vals)                # a character of a value named (checked per place: linear)
     pairs = tuple((stem(m[1]), m[2]) for m in paired if not held[m.start(2)])
     numbered = {(m.start(2), m[2]) for m in paired}
@@ -148,9 +140,9 @@ def route(question: str) -> Route:
     words = [w for i, w in enumerate(words) if not (w in HOLDING and i and words[i - 1] in HOLDERS)]
     alternatives = () if alarm else _alternatives(question)         # offered answers: not words to find lines by
     offered = set(alternatives)
-    content = [w for w in words if w not in paired and w not in STOP and w not in WANTS and w not in PLURALS and w not in UNITS
-               and not (alarm and w in ALARM_WORDS) and not (duration and DURATIONS.get(w) == duration) and len(w) > 1
-               and w not in offered]
+    content = [w for w in words if w not in paired and w not in QUESTION_STOP and w not in WANTS and w not in PLURALS
+               and w not in UNITS and not (alarm and w in ALARM_WORDS) and not (duration and DURATIONS.get(w) == duration)
+               and len(w) > 1 and w not in offered]
     # the value a line writes after "NAME=" when the question names NAME (its type noun first), then the noun's kinds
     fields = tuple(dict.fromkeys(f"field:{w}" for w in ([noun] if noun else []) + content))
     want = ("size",) if unit else ("number",) if duration else fields + WANTS.get(noun, ())
@@ -161,7 +153,7 @@ def route(question: str) -> Route:
     phrases = tuple(m[m.lastindex].casefold() for m in _QUOTED.finditer(question))
     base = dict(keys=keys, roots=roots, want=want, unit=unit or duration, alarm=alarm, type_noun=noun, pairs=pairs,
                 phrases=phrases, besides=besides, alternatives=alternatives,
-                subject=tuple(stem(w) for w in asked if w not in STOP), nouns=tuple(
+                subject=tuple(stem(w) for w in asked if w not in QUESTION_STOP), nouns=tuple(
                     dict.fromkeys(stem(PLURALS.get(w, w)) for w in words if w in WANTS or w in PLURALS)))
     timed = any(v.kind in ("time", "clock") for v in vals)      # one line's moment: a value of it, not a count
     op = _aggregate(q, words, plural, unit or duration, timed)
@@ -202,7 +194,7 @@ def _alternatives(question: str) -> tuple[str, ...]:
         found = m[1].split(", ")
     else:
         return ()
-    return tuple(w.casefold() for w in found if w.casefold() not in STOP)
+    return tuple(w.casefold() for w in found if w.casefold() not in QUESTION_STOP)
 
 
 def _keys(v, question: str) -> tuple[str, ...]:
@@ -286,7 +278,7 @@ def _type_noun(words: list[str]) -> tuple[str, bool]:
     asked = [w for w in after if w in WANTS or w in PLURALS]
     if asked:
         words = words[words.index(asked[0]):]
-    elif after and after[0] not in STOP:           # "which stage has the most tasks": a stage, of no kind known
+    elif after and after[0] not in QUESTION_STOP:   # "which stage has the most tasks": a stage, of no kind known
         return "", len(after[0]) > 3 and after[0].endswith("s") and not after[0].endswith("ss")   # "which stages"
     for i, w in enumerate(words):
         if w in WANTS and i + 1 < len(words) and (words[i + 1] in WANTS or words[i + 1] in PLURALS) and \

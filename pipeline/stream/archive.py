@@ -31,6 +31,7 @@ from pathlib import Path
 from pipeline.stream.columns import BLOCK, Header, Headers, cells, header_of
 from pipeline.stream.templates import Miner
 from pipeline.stream.values import key_of, values_of
+from pipeline.stream.words import RETRIEVAL_STOP
 
 SCHEMA = ("CREATE VIRTUAL TABLE lines USING fts5(text, time UNINDEXED, offset UNINDEXED, "
           "tokenize = \"unicode61 tokenchars '_'\")")   # rowid is the seq; '_' keeps AIR003_3 one token
@@ -46,16 +47,6 @@ INDEXES = ("CREATE INDEX vals_key ON vals(key, seq)", "CREATE INDEX vals_seq ON 
 BUSY_MS = 5000
 HEADERS_LOOKED_AT = 64    # a restart looks for the header in force among the newest header lines
 
-# Question and filler words that name no line. "alarm" is here too: every line of an alarm log is one (the TEP log
-# writes ALM), so the word separates nothing and would only add a point to every line's coordinate match.
-STOP_WORDS = frozenset("""
-    a an the and or but not no of to in on at by for from with about into than then there this that these those it its
-    is are was were be been being do does did done has have had can could will would should shall may might must
-    i me my we our you your he she they them what when where which who whom whose why how
-    last latest recent recently most ever time times first go goes went gone going come came get got
-    fire fires fired firing happen happens happened raise raises raised trip tripped occur occurred show tell give
-    return returns returned back alarm alarms alm
-""".split())
 CODES = {"recover": "nr", "recovers": "nr", "recovered": "nr", "recovery": "nr", "normal": "nr"}
 PAIRS = {("high", "high"): "hh", ("low", "low"): "ll"}
 _WORD = re.compile(r"\w+")
@@ -85,7 +76,7 @@ def query_terms(question: str) -> list[str]:
         pair = PAIRS.get(tuple(words[i:i + 2]))
         word = pair or CODES.get(words[i], words[i])
         i += 2 if pair else 1
-        if len(word) > 1 and word not in STOP_WORDS and word not in terms:
+        if len(word) > 1 and word not in RETRIEVAL_STOP and word not in terms:
             terms.append(word)
     return terms
 

@@ -75,7 +75,7 @@ class Budget:
 
 
 @dataclass(frozen=True)
-class Line:
+class ArchivedLine:
     seq: int
     offset: int
     time: str                    # the record's time as its source wrote it ("" when none)
@@ -110,7 +110,7 @@ def _fts_prefix(roots) -> str:
 
 
 def holding(con: sqlite3.Connection, keys=(), roots=(), budget: Budget | None = None,
-            oldest_first: bool = False) -> list[Line]:
+            oldest_first: bool = False) -> list[ArchivedLine]:
     """The lines holding every value key in `keys` (exact, case folded); with no keys, the lines matching any word
     root in `roots` (a word starting with it); with neither, every line. Newest first (`oldest_first`: the oldest
     first). With a `budget`, at most the lines it has left, and what it lets be read in its time (its `cut` says so
@@ -140,7 +140,7 @@ def holding(con: sqlite3.Connection, keys=(), roots=(), budget: Budget | None = 
     return lines(con, seqs, budget)
 
 
-def lines(con: sqlite3.Connection, seqs: list[int], budget: Budget | None = None) -> list[Line]:
+def lines(con: sqlite3.Connection, seqs: list[int], budget: Budget | None = None) -> list[ArchivedLine]:
     """The lines of `seqs` (in that order; those evicted meanwhile left out), with their values and templates; with
     a `budget`, those built before its time ran out (counted in its `examined`)."""
     out, chunk = [], CHUNK
@@ -167,12 +167,12 @@ def lines(con: sqlite3.Connection, seqs: list[int], budget: Budget | None = None
             if s in rows:
                 offset, time_, text = rows[s]
                 found = [Value(k, text[a:b], a, b) for k, a, b in spans.get(s, ())]
-                out.append(Line(s, int(offset), time_, text, tuple(v for v in found if not v.kind.startswith("col:")),
+                out.append(ArchivedLine(s, int(offset), time_, text, tuple(v for v in found if not v.kind.startswith("col:")),
                                 templates.get(s, 0), tuple(v for v in found if v.kind.startswith("col:"))))
     return out
 
 
-def oldest(con: sqlite3.Connection) -> Line | None:
+def oldest(con: sqlite3.Connection) -> ArchivedLine | None:
     """The archive's oldest line: an aggregate counts from there (serve.archive_max_lines bounds the history)."""
     row = con.execute("SELECT rowid FROM lines ORDER BY rowid LIMIT 1").fetchone()
     found = lines(con, [row[0]]) if row else []

@@ -22,7 +22,7 @@ from pipeline.messages import Assessment, Checkpoint, Line
 from pipeline.stream.forms import Stated, in_view, stated_by, view_start
 from pipeline.stream.frame import Frame
 from pipeline.stream.severity import severity_of
-from pipeline.stream.surprise import Surprise, record_of
+from pipeline.stream.surprise import Surprise, line_fields
 from pipeline.stream.triggers import Triggers
 
 
@@ -85,7 +85,7 @@ class StreamSession:
             self.since_checkpoint.append(line.offset)
             self.committed = (line.offset, line.loop, line.seq)
             reason = self.triggers.after_line(line.text, scored and scored.surprise)
-            events.append(replace(line, ids=None, window_from_seq=self.window[0].seq, **record_of(scored)))
+            events.append(replace(line, ids=None, window_from_seq=self.window[0].seq, **line_fields(scored)))
         self.due = self.due or reason           # one due at a time: a later trigger waits for it
         return events
 

@@ -18,13 +18,9 @@ from __future__ import annotations
 import re
 
 from pipeline.stream.identifiers import TAG
+from pipeline.stream.words import LEVEL_WORDS, SEVERITIES
 
-SEVERITIES = ("low", "medium", "high", "critical")
 ALARM_TYPES = {"HH": "high", "LL": "high", "H": "medium", "L": "medium"}
-LEVEL_WORDS = {**dict.fromkeys(("FATAL", "CRITICAL", "CRIT", "EMERG", "EMERGENCY", "ALERT", "PANIC"), "critical"),
-               **dict.fromkeys(("ERROR", "ERR", "SEVERE"), "high"),
-               **dict.fromkeys(("WARN", "WARNING"), "medium"),
-               **dict.fromkeys(("INFO", "NOTICE", "DEBUG", "TRACE", "FINE"), "low")}
 _ALARM = re.compile(rf"(?:^|\s){TAG.pattern}\s+(HH|LL|H|L)(\s+NR)?(?=\s|$)")
 _LEVEL = re.compile(r"(?<![A-Za-z0-9_.\-])(" + "|".join(sorted(LEVEL_WORDS, key=len, reverse=True)) +
                     r")(?![A-Za-z0-9_\-])")

@@ -5,7 +5,7 @@ skipped, never buffered whole), sanitising them (NULs removed, invalid UTF-8 rep
 `SourceStats`; `parse` turns lines into `records.Record`s through the parsers of `records.py`, so the rendered text is
 exactly `records.render(records.read_log(path))`. Never tokenizes and never touches a model; never fatal on bad bytes.
 
-Every source is an iterable of `Line`s with a `stats` and a `stop()` (or a shared `threading.Event`). `Line.offset` is
+Every source is an iterable of `RawLine`s with a `stats` and a `stop()` (or a shared `threading.Event`). `RawLine.offset` is
 the byte offset of the line in its file or connection (it restarts at 0 after a rotation and for each TCP client).
 `SourceSpec` describes one for the ingest actor (`source_of` makes it from a command line's FILE / tcp://HOST:PORT
 / -); the ingest actor opens it.
@@ -47,7 +47,7 @@ class SourceStats:
 
 
 @dataclass(frozen=True, slots=True)
-class Line:
+class RawLine:
     offset: int             # byte offset of the line's first byte in its file or connection
     data: bytes             # the line without its b"\n", NULs removed, at most max_line_bytes
     text: str               # data decoded as UTF-8 with replacement
@@ -56,7 +56,7 @@ class Line:
 
 
 class _Splitter:
-    """Cuts a byte stream into `Line`s holding at most `limit + 1` bytes of the current line."""
+    """Cuts a byte stream into `RawLine`s holding at most `limit + 1` bytes of the current line."""
 
     def __init__(self, stats: SourceStats, limit: int):
         self.stats, self.limit = stats, limit
@@ -67,7 +67,7 @@ class _Splitter:
         self.pos = self.line_start = offset
         self.skipping = skipping    # inside an oversized (or half-seen) line: discard up to the next newline
 
-    def feed(self, chunk: bytes) -> Iterator[Line]:
+    def feed(self, chunk: bytes) -> Iterator[RawLine]:
         self.stats.bytes += len(chunk)
         start = 0
         while True:
@@ -90,7 +90,7 @@ class _Splitter:
             self.line_start = self.pos + start
         self.pos += len(chunk)
 
-    def finish(self) -> Iterator[Line]:
+    def finish(self) -> Iterator[RawLine]:
         """End of this stream: an unterminated last line is delivered, flagged partial."""
         if self.buf:
             yield self._line(bytes(self.buf), partial=True, truncated=False)
@@ -108,7 +108,7 @@ class _Splitter:
             cut -= 1
         return data[:cut] if data[cut] & 0xC0 == 0xC0 else data[:self.limit]
 
-    def _line(self, data: bytes, partial: bool, truncated: bool) -> Line:
+    def _line(self, data: bytes, partial: bool, truncated: bool) -> RawLine:
         s = self.stats
         s.lines += 1
         s.oversized += truncated
@@ -120,11 +120,11 @@ class _Splitter:
         except UnicodeDecodeError:
             s.invalid_utf8 += 1
             text = data.decode("utf-8", errors="replace")
-        return Line(self.line_start, data, text, partial, truncated)
+        return RawLine(self.line_start, data, text, partial, truncated)
 
 
 class Source:
-    """An iterable of `Line`s; iterate once."""
+    """An iterable of `RawLine`s; iterate once."""
 
     def __init__(self, max_line_bytes: int = 4096, stop: threading.Event | None = None):
         if max_line_bytes < 1:
@@ -136,10 +136,10 @@ class Source:
     def stop(self) -> None:
         self.stop_event.set()
 
-    def __iter__(self) -> Iterator[Line]:
+    def __iter__(self) -> Iterator[RawLine]:
         return self._lines()
 
-    def _lines(self) -> Iterator[Line]:
+    def _lines(self) -> Iterator[RawLine]:
         raise NotImplementedError
 
 
@@ -159,7 +159,7 @@ class Replay(Source):
         self.path, self.speed, self.pace, self.rate, self.start = Path(path), speed, pace, rate, start
         self.fmt = fmt or records.format_of(self.path)
 
-    def _lines(self) -> Iterator[Line]:
+    def _lines(self) -> Iterator[RawLine]:
         stop, clock = self.stop_event, _Clock(self.fmt)
         origin = None               # (wall, stream seconds) of the first timed line
         last = start = time.monotonic()
@@ -241,7 +241,7 @@ class Follow(Source):
         self._split.reset(pos, skipping=bool(tail) and not tail.endswith(b"\n"))
         return opened
 
-    def _lines(self) -> Iterator[Line]:
+    def _lines(self) -> Iterator[RawLine]:
         split, stop = self._split, self.stop_event
         f, pos, tail = self._open()
         try:
@@ -295,7 +295,7 @@ class Tcp(Source):
     def close(self) -> None:
         self._server.close()
 
-    def _lines(self) -> Iterator[Line]:
+    def _lines(self) -> Iterator[RawLine]:
         stop = self.stop_event
         try:
             while not stop.is_set():
@@ -310,7 +310,7 @@ class Tcp(Source):
         finally:
             self.close()
 
-    def _client(self, conn: socket.socket) -> Iterator[Line]:
+    def _client(self, conn: socket.socket) -> Iterator[RawLine]:
         while not self.stop_event.is_set():
             try:
                 data = conn.recv(CHUNK)
@@ -337,7 +337,7 @@ class Stream(Source):
         except (AttributeError, OSError, ValueError):
             self._fd = None         # no descriptor (an in-memory stream): plain blocking reads
 
-    def _lines(self) -> Iterator[Line]:
+    def _lines(self) -> Iterator[RawLine]:
         while not self.stop_event.is_set():
             if self._fd is not None and not select.select([self._fd], [], [], self.poll)[0]:
                 continue            # nothing to read yet: look at `stop` again
@@ -408,7 +408,7 @@ def source_of(log: str, fmt: str | None, max_lines: int, speed: float, follow: b
 
 def line_of(rec: records.Record, tok, seq: int, stats: SourceStats | None = None, queue_full: int = 0, loop: int = 0,
             recovery: bool = False) -> messages.Line:
-    """A parsed record as the cache owner takes it (pipeline/messages.py `Line`, not this module's raw one): its identifiers, its tokens (the rendered line and its newline),
+    """A parsed record as the cache owner takes it (pipeline/messages.py `Line`, not this module's `RawLine`): its identifiers, its tokens (the rendered line and its newline),
     its seq, and what was dropped or repaired so far (`stats`, the source's; `queue_full`, ingest's own drops). The
     ingest actor and the serial replay both make their lines here."""
     ids = tok.encode(rec.text + "\n").astype(np.int32)
@@ -418,7 +418,7 @@ def line_of(rec: records.Record, tok, seq: int, stats: SourceStats | None = None
                          loop=loop, n_tokens=len(ids), seq=seq, recovery=recovery, drops=drops, ids=ids)
 
 
-def parse(fmt: str, source: Iterable[Line], max_record_bytes: int = 64 * 1024) -> Iterator[records.Record]:
+def parse(fmt: str, source: Iterable[RawLine], max_record_bytes: int = 64 * 1024) -> Iterator[records.Record]:
     """Lines -> Records through `records.PARSERS`, so the text equals `records.read_log`'s. `Record.offset` is the
     byte offset of the record's first line. CSV: the first line is the header; a quoted field spanning lines is
     joined up to `max_record_bytes`."""
@@ -454,7 +454,7 @@ class _Clock:
     def __init__(self, fmt: str):
         self.fmt, self.column = fmt, None
 
-    def seconds(self, line: Line) -> float | None:
+    def seconds(self, line: RawLine) -> float | None:
         if self.fmt == "csv":
             row = next(csv.reader([line.text]), [])
             if self.column is None:

@@ -110,7 +110,7 @@ class Surprise:
         return LineScore(float(known.sum()), len(known), score, score is not None and score >= self.unusual_at)
 
 
-def record_of(scored: LineScore | None) -> dict:
+def line_fields(scored: LineScore | None) -> dict:
     """A line's fields for the journal and the console (none when the stream is not scored)."""
     if scored is None:
         return {}

@@ -31,6 +31,7 @@ import re
 from dataclasses import dataclass
 
 from pipeline.stream.identifiers import TAG
+from pipeline.stream.words import LEVEL_LETTERS, LEVEL_WORDS, OTHER_LEVELS, OUTCOME_WORDS
 
 
 @dataclass(frozen=True)
@@ -82,14 +83,10 @@ _USER = re.compile(r"\buser[ =:]+\"?(?!unknown\b)([\w.@$-]*[\w$])", re.IGNORECAS
 _FOR_USER = re.compile(r"\bfor (?:invalid user |illegal user )?([\w.@$-]*[\w$])(?= from\b| port\b|\s*$)",
                        re.IGNORECASE)
 _LOGIN_WORDS = re.compile(r"password|login|logon|authenticat|session|ssh", re.IGNORECASE)
-_STATUS = re.compile(
-    r"\b(?:INFO|WARN|WARNING|ERROR|FATAL|SEVERE|DEBUG|TRACE|CRITICAL|NOTICE|ALERT|EMERG|CRIT|failure|failed|fail|success|succeeded|"
-    r"successful|OK|done|opened|closed|started|stopped|running|killed|terminated|aborted|timeout|denied|accepted|"
-    r"rejected|refused|up|down|active|inactive|enabled|disabled|completed|finished|lost|interrupted|recovered)\b",
-    re.IGNORECASE)
-_PG_LEVEL = re.compile(r"\b(?:LOG|PANIC|DEBUG[1-5])(?=:  )")      # PostgreSQL's own levels: "LOG:  connection received"
+_STATUS = re.compile(r"\b(?:" + "|".join((*LEVEL_WORDS, *OUTCOME_WORDS)) + r")\b", re.IGNORECASE)
+_PG_LEVEL = re.compile(r"\b(?:" + "|".join(OTHER_LEVELS) + r")(?=:  )")    # PostgreSQL's: "LOG:  connection ..."
 _TEP = re.compile(rf"^\d{{2}}:\d{{2}}:\d{{2}} {TAG.pattern} (HH|H|LL|L)( NR)?\b")
-_LOGCAT = re.compile(r"^\d{2}-\d{2} \d{2}:\d{2}:\d{2}\.\d+\s+\d+\s+\d+ ([VDIWEF]) ")   # Android's level letter
+_LOGCAT = re.compile(rf"^\d{{2}}-\d{{2}} \d{{2}}:\d{{2}}:\d{{2}}\.\d+\s+\d+\s+\d+ ([{LEVEL_LETTERS}]) ")   # logcat's level
 _FIELD = re.compile(r"(?<![\w.])([A-Za-z][\w.]*)(?:=| = )(?:\"([^\"]*)\"|([^\s,;\"\])]+))")  # name=value, name = "a b"
 _QUOTED = re.compile(r"(?<![\w.])([A-Za-z][\w.]*):? \"([^\"\\]{1,200})\"")     # name "value": user "admin"
 _CLOCK = re.compile(r"(?<!\d)\d{2}[:.]\d{2}[:.]\d{2}(?:[.,:]\d+)?")

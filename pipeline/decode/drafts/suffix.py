@@ -1,13 +1,13 @@
 """The stream proposer: the model-free draft that proposes what followed the longest recent match of the suffix.
 
-Owns its suffix index over the committed text (kernels/suffix.py). Never drops rolled-back text from the index on a
+Owns its suffix index over the committed text (kernels/suffix_index.py). Never drops rolled-back text from the index on a
 rollback: it may still be proposed, and verification keeps the output exact.
 """
 from __future__ import annotations
 
 import numpy as np
 
-from kernels.suffix import SuffixIndex
+from kernels.suffix_index import SuffixIndex
 from pipeline.decode.drafts.base import Proposed
 
 

@@ -11,13 +11,13 @@ from pipeline.answer.rank import question
 from pipeline.messages import Answer as AnswerEvent
 from pipeline.serve.cited import read
 from pipeline.serve.front import Front
-from pipeline.stream.evidence import Line
+from pipeline.stream.evidence import ArchivedLine
 from tests.pipeline.serve.test_cited import archive_of, supported
 from tests.pipeline.serve.test_operators import WordTokenizer
 
 
-def line(seq: int, text: str) -> Line:
-    return Line(seq, 0, "", text, (), 0)
+def line(seq: int, text: str) -> ArchivedLine:
+    return ArchivedLine(seq, 0, "", text, (), 0)
 
 
 def test_a_span_the_question_writes_is_never_offered_unless_the_question_offers_its_answers():

@@ -16,7 +16,7 @@ import pytest
 
 from kernels.ring import RingSpec, slot_of
 from kernels.sampling import SamplingParams
-from kernels.suffix import SuffixIndex
+from kernels.suffix_index import SuffixIndex
 from models.convert import convert
 from models.runner import Runner, RunnerOptions
 from models.tokenizer import Tokenizer

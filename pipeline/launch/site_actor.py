@@ -18,7 +18,7 @@ import time
 import actors.site
 from actors.args import SiteArgs, SiteLinks, SiteStream
 from pipeline.launch.deaths import STOP_GRACE_S, STOPPED, ActorDied, Supervisor, cause
-from pipeline.launch.local import processes, start_all
+from pipeline.launch.local_processes import processes, start_all
 from pipeline.launch.plan import ActorPlan, Group, pids_file
 from pipeline.launch.signals import Signals
 from pipeline.process import StopFlag
@@ -31,7 +31,7 @@ class Site:
     is listed in the run directory's pids file."""
 
     def __init__(self, cfg, run: list[Group], run_dir: str, pub: str | None, host: str, signals: Signals):
-        # the key MACs every message on the links and their CURVE keys derive from it (pipeline/serve/site.py); it
+        # the key MACs every message on the links and their CURVE keys derive from it (pipeline/serve/site_link.py); it
         # reaches both ends as an actor argument and serves every start of the site: the starts are told apart by
         # `restarts` (handed to each start in _start), which the links carry so no earlier start's message is taken
         self.links = SiteLinks(f"tcp://{host}:0", f"tcp://{host}:0", secrets.token_bytes(32))

@@ -1,4 +1,4 @@
-"""The site's wire (pipeline/serve/site.py) on real zmq sockets: events cross it as they left, a question reaches its
+"""The site's wire (pipeline/serve/site_link.py) on real zmq sockets: events cross it as they left, a question reaches its
 own stream's group and no other, a group that is not connected fails a question at once (503 at the front), a peer
 without the key is cut off in the handshake (a flood of it counted, never queued), junk and hostile frames from a
 key holder's socket (on both links) are counted drops, a stranger claiming a group's id gets nothing, a forged or
@@ -18,7 +18,7 @@ import zmq
 
 from pipeline import messages
 from pipeline.messages import AnswerDelta, Cancel, Line, Question, decode
-from pipeline.serve.site import (
+from pipeline.serve.site_link import (
     ASKS_HWM,
     DOWN,
     EVENTS_HWM,

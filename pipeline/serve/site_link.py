@@ -24,7 +24,7 @@ output actor do.
 Starts are ordered, both ways, by counters the launcher keeps for the whole run (the key is the run's, so only the
 order within a run matters): a group's start is its place in its supervisor's count, the sum of its restarts so far
 (pipeline/launch/supervise.py counts one per start; its hello states them), and the site's is the launcher's count
-of the site's restarts (pipeline/launch/site.py). Both ride in the MAC'd envelope: up [start, its order, DEALER id,
+of the site's restarts (pipeline/launch/site_actor.py). Both ride in the MAC'd envelope: up [start, its order, DEALER id,
 counter], down [the group's start, the site's order, counter]. The site takes a message of a start other than the
 group's live one only when its order is higher (a captured hello of an earlier start, replayed after the site was
 started again, retires nothing: before, any other start retired the live one); a group takes a site's message only
