@@ -147,7 +147,7 @@ def groups(streams: list[StreamRun], run_dir: str) -> list[Group]:
     return out
 
 
-def plan(cfg, group: Group, pub: str | None, quiet_lines: bool, tag: str, resume: list[Checkpoint | None] | None = None,
+def actor_plans(cfg, group: Group, pub: str | None, quiet_lines: bool, tag: str, resume: list[Checkpoint | None] | None = None,
          restart: RestartReason | None = None, site: SiteLinks | None = None) -> list[ActorPlan]:
     """The actors and their channels, sized once here from the config and the model's card: one output, one target and
     one draft for the group, an ingest and a cache owner per stream (several streams: each role's are threads of one

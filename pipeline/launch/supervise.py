@@ -22,7 +22,7 @@ from pipeline.launch import memory
 from pipeline.channel import cleanup_stale
 from pipeline.launch.deaths import STOPPED, ActorDied, Supervisor
 from pipeline.launch.local_processes import run_local
-from pipeline.launch.plan import Group, StreamRun, groups, plan, source_id
+from pipeline.launch.plan import Group, StreamRun, actor_plans, groups, source_id
 from pipeline.launch.ray_actors import ray_session
 from pipeline.launch.signals import Signals
 from pipeline.launch.site_actor import Site, site_host
@@ -107,7 +107,7 @@ def _supervise(cfg, group: Group, pub, quiet_lines, launcher, signals, resume: b
     while True:
         tag = f"p{os.getpid()}_{int(time.time() * 1000) % 1_000_000}{'_' + group.node if group.node else ''}"
         started_at = [_end_of(st.journal) for st in streams]
-        plans = plan(cfg, group, pub, quiet_lines, tag, points, restart, site)
+        plans = actor_plans(cfg, group, pub, quiet_lines, tag, points, restart, site)
         try:
             return launcher(plans, group, cfg, signals)
         except ActorDied as died:

@@ -421,7 +421,7 @@ def test_a_nodes_streams_share_one_draft_actor_and_npu_groups_on_one_host_are_re
     import actors.draft
     from models.npu import NpuBusy
     from pipeline import config as cfgs
-    from pipeline.launch.plan import StreamOptions, groups, plan, stream_runs
+    from pipeline.launch.plan import StreamOptions, actor_plans, groups, stream_runs
     from pipeline.launch.verbs import run_replay
     npu = '[board]\nnpu = "rknpu2"\n[draft]\nkind = "model"\nmodel = "default-draft"\nbackend = "rknn"\n'
     profile = tmp_path / "npu.toml"
@@ -430,7 +430,7 @@ def test_a_nodes_streams_share_one_draft_actor_and_npu_groups_on_one_host_are_re
                                          f'node = "{node}"\n' for name, node in zip(("bgl", "tep"), nodes)))
         cfg = cfgs.load(profile)
         run = groups(stream_runs(cfg, StreamOptions(), str(tmp_path)), str(tmp_path))
-        drafts = [p for group in run for p in plan(cfg, group, None, True, "t") if p.run is actors.draft.run]
+        drafts = [p for group in run for p in actor_plans(cfg, group, None, True, "t") if p.run is actors.draft.run]
         assert [(p.name, len(p.args.inboxes), len(p.args.outboxes)) for p in drafts] == (
             [("draft", 2, 2)] if nodes == "aa" else [("draft@a", 1, 1), ("draft@b", 1, 1)])
     with pytest.raises(NpuBusy, match="2 processes would open the NPU at once \\(draft@a, draft@b\\).*--launcher ray"):
