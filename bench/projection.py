@@ -93,8 +93,8 @@ class _Trace:
         draft = engine.draft
         self._draft = draft
         self._runner = getattr(draft, "runner", None) or getattr(getattr(draft, "model", None), "runner", None)
-        self.verifier, self.proposer = _Verifier(engine.verifier, self), _Proposer(engine.proposer, self)
-        engine.verifier, engine.proposer = self.verifier, self.proposer
+        self.verifier, self.drafter = _Verifier(engine.verifier, self), _Proposer(engine.drafter, self)
+        engine.verifier, engine.drafter = self.verifier, self.drafter
         self._step: dict | None = None
 
     def model_counters(self) -> tuple[int, float]:

@@ -1,4 +1,4 @@
-"""The channel pair the step runs with in the actor pipeline: the target actor as verifier, the draft actor as proposer.
+"""The channel pair the step runs with in the actor pipeline: the target actor as verifier, the draft actor as drafter.
 
 Owns the cache owner's end of the four model links (pipeline/messages.py) and the pipelining: block b+1, drafted
 ahead from the draft's guess while the target verifies block b, is verified next if the verdict on b bore the guess
@@ -17,7 +17,8 @@ from kernels.sampling import SamplingParams
 from pipeline.channel import Selector
 from pipeline.decode.blocks import Block
 from pipeline.decode.drafts.base import Proposed
-from pipeline.decode.step import Decoder, Drafted, Policy, Prefilled, Verified
+from pipeline.decode.interfaces import Drafted, Prefilled, Verified
+from pipeline.decode.step import Decoder, Policy
 from pipeline.messages import (
     Close,
     Closed,

@@ -1,4 +1,4 @@
-"""The local pair the step runs with: the target's runner as verifier and a draft as proposer, in this process.
+"""The local pair the step runs with: the target's runner as verifier and a draft as drafter, in this process.
 
 Owns running and judging passes on a runner (`LocalVerifier`: the serial engine's verifier, and the target actor's,
 which wraps it behind a channel) and asking an in-process draft (`LocalDraft`). Never plans a block and never moves
@@ -16,7 +16,7 @@ from models.streams import Rows
 from pipeline.decode.blocks import Block, judge
 from pipeline.decode.drafts.none import NoDraft
 from pipeline.decode.rules import constrain_rows
-from pipeline.decode.step import Drafted, Prefilled, Verified
+from pipeline.decode.interfaces import Drafted, Prefilled, Verified
 
 
 class LocalVerifier:

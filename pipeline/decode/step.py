@@ -1,8 +1,9 @@
 """One speculative step for both engines: propose -> plan -> verify -> judge -> commit, and the loop around it.
 
 Owns the target's sequence state (its `RingIndex`, the pending token), the block-length policy's use (fixed, adaptive,
-line-end blocks), the generation loop and its figures. Never runs a model and never holds a draft: a proposer
-proposes and a verifier runs and judges passes. The serial engine passes the local pair (pipeline/decode/local.py:
+line-end blocks), the generation loop and its figures. Never runs a model and never holds a draft: a drafter
+proposes and a verifier runs and judges passes (their contracts: pipeline/decode/interfaces.py). The serial engine
+passes the local pair (pipeline/decode/local.py:
 the runner and the draft in this process); the actor pipeline passes the channel pair (pipeline/decode/deferred.py:
 the target actor, and the draft actor running a block ahead under epochs). Nothing else differs.
 
@@ -32,33 +33,7 @@ from pipeline.decode.blocklen import LengthControl, shape
 from pipeline.decode.blocks import (ALIGNED_BLOCK, lap, near_wrap, plan_block, recent_start, room_of, trunk,
                                     verify_mask)
 from pipeline.decode.drafts.base import Proposed
-
-
-@dataclass
-class Drafted:
-    """A proposer's block. Times are perf_counter (CLOCK_MONOTONIC: comparable between processes)."""
-    prop: Proposed
-    t0: float                       # drafting began
-    t1: float                       # ... and ended
-    ahead: bool = False             # drafted on the draft's own guess of the pending token, before the verdict before
-
-
-@dataclass
-class Verified:
-    """A verifier's verdict on a block."""
-    rows: np.ndarray                # [a+1] rows committed: 0 (the pending token), then the accepted path's rows
-    next: int                       # the token after them: a correction or the bonus
-    t0: float                       # the target took the block
-    t1: float                       # ... and answered
-    forward_s: float                # of which inside the forward pass
-
-
-@dataclass
-class Prefilled:
-    """A verifier's answer to one prefill pass (what was asked of it)."""
-    next: int | None = None         # pick: the target's token after the pass
-    nll: np.ndarray | None = None   # score: [T] -log p of each token of the pass (NaN: its predecessor unknown)
-    logits: np.ndarray | None = None    # the local verifier only: the pass's logits (every row, or its last)
+from pipeline.decode.interfaces import Drafted, Drafter, Verified, Verifier
 
 
 @dataclass
@@ -174,13 +149,10 @@ class GenerateResult:
 
 
 class Decoder:
-    """The engine both launchers run. verifier: prefill(...) -> Prefilled, verify(blk, mask, params, rule_state) ->
-    Verified, mask_buffer(), constrain(rule). proposer: observe(ids), rollback(mark, forget), start(pending, n, budget),
-    propose(pending, n, k, room, budget, stats) -> Drafted, verdict(committed, n, next, trunk_accepted, budget),
-    halt()."""
+    """The engine both launchers run, over a `Verifier` and a `Drafter` (pipeline/decode/interfaces.py)."""
 
-    def __init__(self, spec, verifier, proposer, policy: Policy, block: int = ALIGNED_BLOCK):
-        self.spec, self.verifier, self.proposer, self.policy, self.block = spec, verifier, proposer, policy, block
+    def __init__(self, spec, verifier: Verifier, drafter: Drafter, policy: Policy, block: int = ALIGNED_BLOCK):
+        self.spec, self.verifier, self.drafter, self.policy, self.block = spec, verifier, drafter, policy, block
         self.index = RingIndex(spec)
         self.pending: int | None = None
         self.totals = Stats()           # every generation's stats, summed (the run-time figures)
@@ -218,7 +190,7 @@ class Decoder:
                                         rule_state=self.rule_state if last and pick is not None else None,
                                         recent=np.arange(s, n, dtype=np.int64), ring_from=self.index.pool_view(s)[0])
             self.index.commit(len(chunk))
-            self.proposer.observe(chunk)
+            self.drafter.observe(chunk)
             if on_logits is not None:
                 on_logits(start, got.logits)
             if score:
@@ -239,14 +211,14 @@ class Decoder:
         """Forget everything after `mark` (a scratch span: a question and its answer); target and draft alike."""
         self.index.rollback(mark)
         self.pending = None
-        self.proposer.rollback(mark, forget=False)
+        self.drafter.rollback(mark, forget=False)
 
     def reset(self) -> None:
         """A new, unrelated text: nothing committed, and the draft forgets what it has seen (a rollback keeps rolled
         back text in the stream proposer's index, where a benchmark's earlier prompts and answers would be found)."""
         self.index.rollback(0)
         self.pending = None
-        self.proposer.rollback(0, forget=True)
+        self.drafter.rollback(0, forget=True)
 
     # -- generation --------------------------------------------------------------------------------------------------
     def step(self, params: SamplingParams, stats: Stats, budget: int | None = None) -> list[int]:
@@ -255,7 +227,7 @@ class Decoder:
         n, pending = self.index.n, self.pending
         budget = self.policy.max_rows if budget is None else budget
         room = room_of(n, self.block, self.spec.sink, self.spec.window)
-        d = self.proposer.propose(pending, n, self.policy.choose(), room, budget, stats)
+        d = self.drafter.propose(pending, n, self.policy.choose(), room, budget, stats)
         blk, mask = self.plan(pending, self.policy.shape(d.prop))
         v = self.verifier.verify(blk, mask, params, self.rule_state)
         committed = blk.tokens[v.rows]
@@ -265,7 +237,7 @@ class Decoder:
                 raise RuntimeError(f"token {int(t)} was committed but the answer's rule forbids it")
         depth = trunk(blk.parent)           # the draft ran ahead assuming the whole trunk and its own guess next
         whole = len(v.rows) == depth + 1 and bool((v.rows == np.arange(depth + 1)).all())
-        self.proposer.verdict(committed, n + len(v.rows), v.next, whole, budget - len(v.rows))
+        self.drafter.verdict(committed, n + len(v.rows), v.next, whole, budget - len(v.rows))
         self.index.write(n + np.arange(len(v.rows), dtype=np.int64))
         self.index.commit(len(v.rows))
         self.policy.observe(blk, v, d)
@@ -299,14 +271,14 @@ class Decoder:
         stops = set(int(s) for s in stop_ids)
         shown = _show(out, 0, stops, max_tokens, on_tokens)
         t1 = time.perf_counter()
-        self.proposer.start(self.pending, self.index.n, max_tokens - len(out))
+        self.drafter.start(self.pending, self.index.n, max_tokens - len(out))
         self.last = None
         while len(out) < max_tokens and not stops.intersection(out[-self.policy.max_rows:]) and \
                 (keep_going is None or keep_going()):     # a stop may be accepted mid-block: the last step's tokens
             out.extend(self.step(params, stats, max_tokens - len(out)))
             shown = _show(out, shown, stops, max_tokens, on_tokens)
         stats.decode_s = time.perf_counter() - t1
-        self.proposer.halt()
+        self.drafter.halt()
         result = self._finish(out, start, stops, max_tokens, stats)
         self.rule = self.rule_state = None
         self.totals.add(stats)
