@@ -7,15 +7,11 @@ committed positions, for both rings); emits `Start`, `Line`, `Assessment`, `Chec
 `Status`, `Capacity`, `StreamEnd`, `Recovery`, `Restarted` and `Eof` events to output (pipeline/messages.py). Never
 parses text, never runs a model and never prints.
 
-The schedule, highest first: operator questions (fair across operators, each with a deadline: pipeline/serve/
-answers.py), then a due analysis, then the stream's next line; but while lines wait and the stream has had less than
-`serve.stream_share` of the target's recent time (pipeline/stream/capacity.py), the stream goes first. Lines waiting
-behind the next one go in with it, up to the prefill grid (`waiting_behind`). A question arriving during an analysis
-preempts it between two blocks (the analysis is asked again later). Lines arriving while the model generates are
-moved into a bounded backlog and prefilled afterwards, in order; when the backlog is full they wait in the channel,
-and past that ingest drops and counts them. When serving, a periodic ("every N lines") analysis waits until no
-stream line is waiting, so under load analyses thin out rather than ingestion falling behind; and a line feed is
-sent only when the target has finished the previous one, so a question never queues behind a stack of line passes.
+The schedule (what runs next: questions, a due analysis or the stream's next line) is pipeline/stream/schedule.py's,
+decided from the owner's state each turn. Lines waiting behind the next one go in with it, up to the prefill grid
+(`waiting_behind`). A question arriving during an analysis preempts it between two blocks (the analysis is asked
+again later). Lines arriving while the model generates are moved into a bounded backlog and prefilled afterwards, in
+order; when the backlog is full they wait in the channel, and past that ingest drops and counts them.
 
 Durability (README, "Surviving faults"): when no pass is in flight to the target, at most every
 `supervise.checkpoint_s` and with every assessment, the session's `Checkpoint` goes to output, which makes it
@@ -53,6 +49,7 @@ from pipeline.process import Figures, attach_when_ready, chaos, figures_on_reque
 from pipeline.serve.answers import Answers
 from pipeline.stream.capacity import StreamClock
 from pipeline.stream.frame import replay_frame
+from pipeline.stream.schedule import Turn, Work, next_work
 from pipeline.stream.session import StreamSession
 
 STATUS_EVERY_S = 1.0
@@ -117,26 +114,27 @@ class Owner:
 
     # -- the schedule ------------------------------------------------------------------------------------------------
     def loop(self) -> None:
+        """Each turn: take what came in, decide what runs next (pipeline/stream/schedule.py), run it."""
         while not self.stop.is_set():
             self.poll()
             self.stream_ran()
-            owed, due = self.stream_owed(), self.session.due
-            if self.answers and not owed:
+            work = next_work(self.turn())
+            if work is Work.ANSWER:
                 with self.figures.busy(), self.other_work():
                     self.answers.answer_next(lambda: self.poll(lines_too=True))
                 self.last_status = 0.0                   # the gauges show this answer at the next turn of the loop
-            elif due and not owed and not self.waits(due):
+            elif work is Work.ASSESS:
                 with self.figures.busy(), self.other_work():
                     self.assess()
-            elif self.serving and self.engine.to_target.in_flight():
-                self.asks_only.wait(0.005)   # serving: one line pass at a time, so a question never queues behind many
-            elif self.backlog:
+            elif work is Work.WAIT_TARGET:
+                self.asks_only.wait(0.005)
+            elif work is Work.BACKLOG:
                 with self.figures.busy():
                     if self.take_line(self.backlog.popleft()):
                         return
-            elif self.eof is not None:
-                if self.drain is None or self.drain.is_set():
-                    return self.close()
+            elif work is Work.CLOSE:
+                return self.close()
+            elif work is Work.WAIT_DRAIN:
                 self.selector.wait(0.2)
             elif self.lines in self.selector.wait(0.2):
                 with self.lines.recv(timeout=1.0) as received:
@@ -151,11 +149,13 @@ class Owner:
                     time.monotonic() - self.last_checkpoint >= self.cfg.supervise.checkpoint_s:
                 self.send_checkpoint()
 
-    def stream_owed(self) -> bool:
-        """Serving: lines wait and the stream had less than its share of the target's recent time."""
-        share_min = self.cfg.serve.stream_share
-        return self.serving and share_min > 0 and (bool(self.backlog) or self.lines.ready()) and \
-            self.clock.share < share_min
+    def turn(self) -> Turn:
+        """This turn's snapshot for the schedule."""
+        backlog = bool(self.backlog)
+        return Turn(serving=self.serving, question_waits=bool(self.answers), lines_wait=backlog or self.lines.ready(),
+                    backlog=backlog, stream_share=self.clock.share, share_min=self.cfg.serve.stream_share,
+                    due=self.session.due, target_busy=self.serving and self.engine.to_target.in_flight(),
+                    ended=self.eof is not None, drain=self.drain is None or self.drain.is_set())
 
     def stream_ran(self, now: float | None = None) -> None:
         """The target has run every stream pass sent (or a question comes next: the rest counts as its time): the
@@ -177,11 +177,6 @@ class Owner:
             yield
         finally:
             self.clock.other(time.monotonic() - t0, time.monotonic())
-
-    def waits(self, reason: str) -> bool:
-        """Serving, a periodic analysis waits while stream lines are waiting: the ring is kept current first, and
-        analyses thin out under load instead of making ingestion fall behind (a matching alarm's still runs)."""
-        return self.serving and reason == "every" and (bool(self.backlog) or self.lines.ready())
 
     def poll(self, lines_too: bool = False) -> bool:
         """Take waiting questions and cancels into the queue (and, while generating, waiting lines into the

@@ -1,6 +1,8 @@
 """The stream's share of the target and its measured capacity (pipeline/stream/capacity.py), at stated times."""
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
 from pipeline.stream.capacity import MIN_STREAM_S, TAU_S, StreamClock
@@ -28,28 +30,21 @@ def test_capacity_is_what_the_stream_carried_per_second_of_target_time_once_meas
 
 
 def test_waiting_lines_go_first_once_the_stream_had_less_than_its_share():
-    """The cache owner's schedule asks `stream_owed` before a question or an analysis (actors/cache_owner.py)."""
-    from collections import deque
-    from types import SimpleNamespace
-
-    from actors.cache_owner import Owner
+    """The cache owner's schedule (pipeline/stream/schedule.py) puts the stream before a question or an analysis
+    while lines wait and the clock's share is below serve.stream_share."""
+    from pipeline.stream.schedule import Turn, owed
 
     clock = StreamClock()
-    serve = SimpleNamespace(stream_share=0.5)
-    owner = SimpleNamespace(serving=True, cfg=SimpleNamespace(serve=serve), backlog=deque(["a line"]), clock=clock,
-                            lines=SimpleNamespace(ready=lambda: False))
     clock.stream(1.0, 30, 1, now=1.0)
     clock.other(3.0, now=4.0)                             # questions took three quarters of the target
-    assert Owner.stream_owed(owner)
-    owner.backlog.clear()
-    assert not Owner.stream_owed(owner)                   # nothing waits: questions first
-    owner.lines = SimpleNamespace(ready=lambda: True)     # a line in the channel waits as well as the backlog's
-    assert Owner.stream_owed(owner)
-    serve.stream_share = 0.0
-    assert not Owner.stream_owed(owner)                   # 0: questions always first
-    serve.stream_share = 0.5
+    turn = Turn(serving=True, question_waits=True, lines_wait=True, backlog=True, stream_share=clock.share,
+                share_min=0.5, due="", target_busy=False, ended=False, drain=False)
+    assert owed(turn)
+    assert not owed(replace(turn, lines_wait=False, backlog=False))      # nothing waits: questions first
+    assert not owed(replace(turn, share_min=0.0))                        # 0: questions always first
+    assert not owed(replace(turn, serving=False))
     clock.stream(4.0, 120, 4, now=8.0)
-    assert clock.share > 0.5 and not Owner.stream_owed(owner)
+    assert clock.share > 0.5 and not owed(replace(turn, stream_share=clock.share))
 
 
 def test_the_owner_warns_once_when_the_stream_goes_in_slower_than_the_profiles_line_rate():
