@@ -7,12 +7,13 @@ archive is searched, older lines retrieved, the span framed and bounded, a deadl
 events become text deltas for whoever asked. With serve.reader = "cited" (pipeline/serve/cited.py) a lookup or an
 aggregate is answered here from the archive: directly, through the same deltas and end as a model's answer but
 without queueing on the owner, or, when several spans of a line fit, by the model choosing one under an options rule
-(its pick is not streamed; the reply written from it is). Every end carries `route`, `answer` and `citations`. Also keeps what the console and /metrics show: the stream's tail, the
-analyses, the owner's latest status, request counts and latencies. Never runs a model and never touches the cache:
-the owner decides when a question is answered.
+(its pick is not streamed; the reply written from it is). Every end carries `route`, `answer` and `citations`.
+Also keeps the request counts and latencies /metrics shows; what it shows of each stream (its tail, analyses, the
+owner's latest status) is the stream's view's (pipeline/serve/views.py). Never runs a model and never touches the
+cache: the owner decides when a question is answered.
 
 Several streams (one pipeline, one target: pipeline/launch/plan.py): each has its own owner, question channel and
-archive, and its own view here (`StreamView`); a request names its stream (the model `ringspec/NAME` over HTTP,
+archive, and its own view (`StreamView`); a request names its stream (the model `ringspec/NAME` over HTTP,
 `stream` over zmq), and what the console and /metrics show is per stream. With one stream a request names none. At a
 site (streams on several nodes) the front is in the site actor (actors/site.py), a stream's channel is its node's
 link (pipeline/serve/site_link.py), and every series is labelled with the stream's node too.
@@ -37,29 +38,18 @@ import numpy as np
 from models.tokenizer import StreamDecoder
 from pipeline.config import replay_of
 from pipeline.messages import Answer as AnswerEvent  # `Answer` here is a request's answer as it arrives
-from pipeline.messages import (
-    AnswerDelta,
-    Assessment,
-    Cancel,
-    Line,
-    Question,
-    Start,
-    Status,
-    StreamEnd,
-    as_dict,
-    send,
-)
+from pipeline.messages import AnswerDelta, Cancel, Question, Status, send
 from pipeline.answer import score
 from pipeline.decode.rules import options_spec
 from pipeline.process import proc_status
 from pipeline.serve import cited
+from pipeline.serve.views import StreamView
 from pipeline.stream.archive import search
 from pipeline.stream.evidence import Budget
 from pipeline.stream.prompts import Prompt, question_span
 
 LATENCIES_KEPT = 1000       # recent requests whose latencies /metrics summarises
 MAX_SUBSCRIBERS = 32        # consoles following /v1/events at once
-SURPRISE_BUCKETS = np.array([-2.0, -1.0, 0.0, 1.0, 2.0, 3.0, 4.0, 6.0, 8.0])   # /metrics histogram bounds (z)
 
 
 class RequestError(Exception):
@@ -93,30 +83,6 @@ class Answer:
     answer: str | None = None                         # the span copied or the value computed; None: not found/free
     nearest: list = field(default_factory=list)       # not found: the closest lines (not citations)
     choice: object = None                             # a cited.Choice the model is picking an option of
-
-
-@dataclass
-class StreamView:
-    """One stream as the front sees it: its owner's question channel, its archive, and what the console and /metrics
-    show of it (its tail, analyses, latest status, drops, surprise histogram)."""
-    name: str                                         # "" when the pipeline has one stream
-    asks: object                                      # the channel to its cache owner (at a site: its node's link)
-    archive_path: str | None
-    node: str | None = None                           # at a site (streams on several nodes): its node's name
-    window_from_seq: int | None = None
-    tail: deque = field(default_factory=lambda: deque(maxlen=200))    # recent line events, for a late console
-    analyses: deque = field(default_factory=lambda: deque(maxlen=20))
-    status: dict = field(default_factory=dict)
-    start: dict = field(default_factory=dict)         # its owner's start record: exactness verdict, platform
-    drops: dict = field(default_factory=dict)
-    stream_end: dict | None = None
-    surprise: np.ndarray = field(default_factory=lambda: np.zeros(len(SURPRISE_BUCKETS) + 1, np.int64))
-    surprise_sum: float = 0.0                          # scored lines by surprise bucket (+Inf last), and their sum
-
-    def labels(self) -> dict:
-        """The /metrics labels of this stream's series (none with one stream; its node too at a site)."""
-        return {**({"stream": self.name} if self.name else {}),
-                **({"node": self.node or "(any)"} if self.node is not None else {})}
 
 
 class Front:
@@ -412,27 +378,13 @@ class Front:
                     self._delta(answer, event.ids)
             case AnswerEvent():
                 return self._done(event)
-            case Line():
-                view.window_from_seq = event.window_from_seq
-                view.drops = event.drops
-                if event.surprise is not None:
-                    view.surprise[np.searchsorted(SURPRISE_BUCKETS, event.surprise)] += 1
-                    view.surprise_sum += event.surprise
-                view.tail.append(_line_view(record))
-                self._publish("line", _line_view(record))
-            case Assessment():
-                shown = {k: record[k] for k in ("stream", "trigger", "lines", "offsets", "text", "latency_ms", "t")
-                         if k in record}
-                view.analyses.append(shown)
-                self._publish("assessment", shown)
-            case Start():
-                view.start = record
             case Status():
-                view.status = as_dict(event)
+                view.take(event, record)
                 self._publish("status", self.gauges())
-            case StreamEnd():
-                view.stream_end = as_dict(event)
-                self._publish("stream_end", {**view.labels(), "sent": event.sent})
+            case _:
+                shown = view.take(event, record)
+                if shown is not None:
+                    self._publish(*shown)
         return None
 
     def _delta(self, answer: Answer, ids) -> None:
@@ -493,28 +445,16 @@ class Front:
     def gauges(self) -> dict:
         """The console's gauges: the one stream's at the top level; with several, each stream's under `streams`
         and the first's at the top level (a console made for one stream shows that one)."""
-        per = {name: self._stream_gauges(v) for name, v in self.views.items()}
+        per = {name: v.gauges() for name, v in self.views.items()}
         shared = {"resident_bytes": sum(self.resident_bytes().values()), "ttft_p50_ms": _quantile(self.ttft_ms, 0.5),
                   "in_flight": sum(not a.finished for a in list(self.answers.values())) + len(self.reading)}
         return {**next(iter(per.values())), **shared, **({"streams": per} if self.several else {})}
 
     def health(self) -> dict:
         """/healthz: the stream's position (each stream's, with several) and the target's batch invariance."""
-        def one(v: StreamView) -> dict:
-            return {"stream_ended": v.stream_end is not None, "position": v.status.get("position", 0),
-                    "lines": v.status.get("lines", 0)}
         first = next(iter(self.views.values()))
-        return {"status": "ok", **one(first), "batch_invariant": first.start.get("exactness", {}).get("invariant"),
-                **({"streams": {n: one(v) for n, v in self.views.items()}} if self.several else {})}
-
-    @staticmethod
-    def _stream_gauges(view: StreamView) -> dict:
-        st = view.status
-        return {"tokens_per_s": st.get("tokens_per_s", 0.0), "acceptance_rate": st.get("acceptance_rate", 0.0),
-                "accepted_per_verify": st.get("accepted_per_verify", 0.0), "queue": st.get("queue", 0),
-                "backlog": st.get("backlog", 0), "lines": st.get("lines", 0), "answers": st.get("answers", 0),
-                "kv_pool_bytes": st.get("kv_pool_bytes", 0), "position": st.get("position", 0),
-                "analysing": st.get("analysing", False), "drops": view.drops}
+        return {"status": "ok", **first.health(), "batch_invariant": first.start.get("exactness", {}).get("invariant"),
+                **({"streams": {n: v.health() for n, v in self.views.items()}} if self.several else {})}
 
     def resident_bytes(self) -> dict[str, int]:
         """Resident memory of each actor of this pipeline on this node (from the launcher's pid lists)."""
@@ -557,11 +497,6 @@ def _record(kind: str, answer: Answer, info: dict) -> dict:
 def _cited(seq: int, time_: str, text: str) -> dict:
     """A citation as the replies carry it (the server writes it from the archive, never the model)."""
     return {"seq": int(seq), "time": time_, "text": text}
-
-
-def _line_view(event: dict) -> dict:
-    keys = ("seq", "offset", "time", "text", "backlog", "surprise", "unusual")
-    return {**({"stream": event["stream"]} if "stream" in event else {}), **{k: event.get(k) for k in keys}}
 
 
 def _quantile(values, q: float) -> float | None:

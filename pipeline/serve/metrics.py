@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from pipeline.serve.front import SURPRISE_BUCKETS
+from pipeline.serve.views import SURPRISE_BUCKETS
 from pipeline.topology import ROLES, actor_name
 
 QUANTILES = (0.5, 0.95, 0.99)

@@ -304,7 +304,7 @@ class SiteHub:
         return msg
 
     def asks(self, group: str, stream: str) -> _Sender:
-        """Where the front sends `stream`'s questions and cancels (pipeline/serve/front.py StreamView.asks)."""
+        """Where the front sends `stream`'s questions and cancels (pipeline/serve/views.py StreamView.asks)."""
         return _Sender(lambda frames: self._to(group, stream, frames), "ask", group, stream)
 
     def send_record(self, group: str, stream: str, record: dict) -> None:
