@@ -19,6 +19,7 @@ the pools' contents and the samplers.
 """
 from __future__ import annotations
 
+import functools
 import time
 from collections import deque
 from contextlib import ExitStack
@@ -50,7 +51,8 @@ def run(args: TargetArgs) -> None:
     pin(cfg.actors.target_cpus)
     figures = Figures("target")
     figures_on_request(figures)
-    model_dir = converted_dir(resolve_gguf(cfg.model.gguf))
+    model_gguf = resolve_gguf(cfg.model.gguf)
+    model_dir = converted_dir(model_gguf)
     opts = cfg.model.runner_options(trees=cfg.draft.siblings > 0)
     runner = Runner(model_dir, spec, opts)
     exactness = check(runner)                     # the single-stream graph: a stream's attention nodes in any pass
@@ -66,9 +68,13 @@ def run(args: TargetArgs) -> None:
     # each stream's sampler is consumed in the serial engine's order: pick, judge
     verifiers = [LocalVerifier(r, s.seed) for r in runners]
     table = None                                  # the vocabulary's token texts, read at the first rule
+
+    @functools.cache
+    def tokenizer() -> Tokenizer:                 # read once, when first needed
+        return Tokenizer.from_gguf(model_gguf)
+
     if cfg.replay.scored:                         # the stream's scored passes leave these tokens' rows off the head
-        tok = Tokenizer.from_gguf(resolve_gguf(cfg.model.gguf))
-        unscored = unscored_tokens(tok, cfg.replay.score_every_token)
+        unscored = unscored_tokens(tokenizer(), cfg.replay.score_every_token)
         for verifier in verifiers:
             verifier.unscored = unscored
 
@@ -94,15 +100,15 @@ def run(args: TargetArgs) -> None:
         send(out, Verdict(epoch=msg.epoch, block=msg.block, rows=got.rows.tolist(), next=got.next,
                           t0=got.t0, t1=time.perf_counter(), forward_s=got.forward_s), timeout=60.0)
 
-    with ExitStack() as held:
-        inps = [held.enter_context(Channel.create(spec_n)) for spec_n in args.inboxes]
-        outs = [held.enter_context(attach_when_ready(name, stop)) for name in args.outboxes]
+    with ExitStack() as channels:
+        inps = [channels.enter_context(Channel.create(spec_n)) for spec_n in args.inboxes]
+        outs = [channels.enter_context(attach_when_ready(name, stop)) for name in args.outboxes]
         for out in outs:
             send(out, Ready(exactness=exactness.as_dict(), platform=facts()), timeout=60.0)
         inbox = _Inboxes(inps)
         open_ = set(range(streams))               # streams not yet closed
         waiting: deque = deque()                  # (received, stream, message) taken, not yet handled
-        held = (None, 0)                          # (the front of `waiting`, passes it was passed over for answers)
+        skipped = (None, 0)                       # (the front of `waiting`, passes it was passed over for, so far)
         while open_ and not stop.is_set():
             if not inbox.take(waiting, 2 * streams):
                 continue
@@ -123,7 +129,7 @@ def run(args: TargetArgs) -> None:
                     continue
                 if isinstance(msg, Constrain):
                     if table is None and msg.rule is not None:
-                        table = TokenTable.of(Tokenizer.from_gguf(resolve_gguf(cfg.model.gguf)))
+                        table = TokenTable.of(tokenizer())
                     verifiers[n].constrain(rule_from(msg.rule, table))
                     waiting.popleft()
                     received.release()
@@ -131,9 +137,9 @@ def run(args: TargetArgs) -> None:
                 if not isinstance(msg, PASSES):
                     raise ValueError(f"target: unexpected message {msg.kind!r}")
                 front = waiting[0]
-                passed_over = held[1] if held[0] is front else 0
+                passed_over = skipped[1] if skipped[0] is front else 0
                 chosen = _one_pass(waiting, 1 if batch is None else batch.widest, passed_over)
-                held = (None, 0) if any(item is front for item in chosen) else (front, passed_over + 1)
+                skipped = (None, 0) if any(item is front for item in chosen) else (front, passed_over + 1)
                 if batch is None:
                     results = [verifiers[0].drive(coroutine(0, chosen[0][2]))]
                 else:
