@@ -66,7 +66,7 @@ def test_the_site_property_catches_a_hub_that_delivers_a_message_with_a_wrong_ma
         forged = site_link.seal(secrets.token_bytes(32), site_link.UP, ["s9", 1, "d9", 1],      # a newer start's, if it passed
                            site_link.pack("event", fuzz.GROUP, "tep", {}, {}, None))
         check(("pull", forged))                                       # holds on the real hub: a bad_mac drop
-        monkeypatch.setattr(site, "hmac", SimpleNamespace(new=real_hmac.new, compare_digest=lambda a, b: True))
+        monkeypatch.setattr(site_link, "hmac", SimpleNamespace(new=real_hmac.new, compare_digest=lambda a, b: True))
         with pytest.raises(AssertionError, match="delivered to the front"):
             check(("pull", forged))
     finally:
