@@ -154,7 +154,7 @@ class Owner:
         backlog = bool(self.backlog)
         return Turn(serving=self.serving, question_waits=bool(self.answers), lines_wait=backlog or self.lines.ready(),
                     backlog=backlog, stream_share=self.clock.share, share_min=self.cfg.serve.stream_share,
-                    due=self.session.due, target_busy=self.serving and self.engine.to_target.in_flight(),
+                    due=self.session.due or "", target_busy=self.serving and self.engine.to_target.in_flight(),
                     ended=self.eof is not None, drain=self.drain is None or self.drain.is_set())
 
     def stream_ran(self, now: float | None = None) -> None:
