@@ -3,9 +3,9 @@
 Owns the target's sequence state (its `RingIndex`, the pending token), the block-length policy's use (fixed, adaptive,
 line-end blocks), the generation loop and its figures. Never runs a model and never holds a draft: a drafter
 proposes and a verifier runs and judges passes (their contracts: pipeline/decode/interfaces.py). The serial engine
-passes the local pair (pipeline/decode/local.py:
-the runner and the draft in this process); the actor pipeline passes the channel pair (pipeline/decode/deferred.py:
-the target actor, and the draft actor running a block ahead under epochs). Nothing else differs.
+passes the local pair (pipeline/decode/local.py: the runner and the draft in this process); the actor pipeline
+passes the channel pair (pipeline/decode/deferred.py: the target actor, and the draft actor running a block ahead
+under epochs). Nothing else differs.
 
 One step of speculative decoding (docs/design.md, "Lossless speculation"):
   propose N tokens after the pending one -> verify [pending, proposals] in one target pass (rows see the sinks, their
