@@ -6,7 +6,7 @@ glog), `OTHER_LEVELS` (PostgreSQL's LOG and DEBUG1-5, written before ":  "), `OU
 happened: failed, closed, ...), and the stop words: `FUNCTION_WORDS` (English's own), to which retrieval adds
 `ALARM_LOG_WORDS` (`RETRIEVAL_STOP`: in an alarm log every line is an alarm that fires, so these separate nothing) and
 question routing adds `ASKING_WORDS` (`QUESTION_STOP`: the words a question asks with: how many, list, lines).
-Never matches text itself: the modules that read lines and questions compile these into their own patterns.
+Compiles no pattern: the modules that read lines and questions compile these into their own.
 """
 from __future__ import annotations
 
