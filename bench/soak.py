@@ -36,6 +36,7 @@ from models.registry import card_of
 from models.runner import kv_bytes_per_slot
 from pipeline.launch import memory
 from pipeline.config import replay_log
+from pipeline.launch.local_processes import actor_pids
 from pipeline.launch.plan import StreamRun
 from pipeline.launch.supervise import run_pipeline
 from pipeline.report import Report
@@ -45,24 +46,6 @@ from pipeline.stream.sources import SourceSpec
 from pipeline.watch import dies_with_parent
 
 WARMUP = 0.10        # the first 10% of the tokens are warm-up
-
-
-def _actor_pids(launcher: int) -> dict[str, int]:
-    """The launcher's actor processes by name (rs:<name>, set on entry)."""
-    me, out = launcher, {}
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            stat = Path(f"/proc/{entry}/stat").read_text()
-            if int(stat.rsplit(")", 1)[1].split()[1]) != me:
-                continue
-            name = Path(f"/proc/{entry}/comm").read_text().strip()
-        except OSError:
-            continue
-        if name.startswith("rs:"):
-            out[name[3:]] = int(entry)
-    return out
 
 
 def _read(pid: int) -> dict | None:
@@ -114,8 +97,8 @@ def _segments(launcher: int) -> list[str]:
 class _Listener(threading.Thread):
     """Counts stream tokens and NLL per loop from the PUB socket; samples /proc every `every` tokens.
 
-    launcher: the process whose rs:* children are the actors (this one, or a `serve` process, which is then sampled
-    too, as "launcher"); files: paths whose size on disk is sampled with them (the archive)."""
+    launcher: the process whose actors and fork server are sampled (`actor_pids`: this one, or a `serve` process, which
+    is then sampled too, as "launcher"); files: paths whose size on disk is sampled with them (the archive)."""
 
     def __init__(self, endpoint: str, every: int, progress=None, launcher: int | None = None, files=()):
         super().__init__(daemon=True)
@@ -157,7 +140,7 @@ class _Listener(threading.Thread):
 
     def sample(self) -> None:
         launcher = os.getpid() if self.launcher is None else self.launcher
-        pids = _actor_pids(launcher) | ({"launcher": launcher} if self.launcher is not None else {})
+        pids = actor_pids(launcher) | ({"launcher": launcher} if self.launcher is not None else {})
         actors = {name: _read(pid) for name, pid in pids.items()}
         names = _segments(launcher)
         row = {"tokens": self.tokens, "lines": self.lines, "t": time.monotonic() - self.t0, "segments": len(names),

@@ -17,6 +17,7 @@ import threading
 import time
 import traceback
 from contextlib import contextmanager
+from dataclasses import dataclass
 from typing import Callable
 
 from pipeline.channel import Channel
@@ -105,21 +106,39 @@ def _show(signum, frame) -> None:
         os.write(sys.stderr.fileno(), f"figures {json.dumps(figures.snapshot())}\n".encode())
 
 
-def enter(run: Callable[[object], None], args, parent: int | None = None) -> None:
+# Blocked in the local launcher while it starts actors, so in the fork server and every actor at birth (local_processes).
+BLOCKED_AT_START = {signal.SIGINT, signal.SIGTERM, signal.SIGUSR1}
+
+
+@dataclass(frozen=True)
+class Launcher:
+    """What a locally launched actor takes from its launcher at its start: the launcher's pid (the actor dies with
+    it), its environment and working directory as they are then (a forked actor's own are the fork server's, from
+    the launcher's first start)."""
+    pid: int
+    environ: dict
+    cwd: str
+
+
+def enter(run: Callable[[object], None], args, launcher: Launcher | None = None) -> None:
     """An actor's entry point, in its own process: `run(args)` (args: its dataclass of actors/args.py; a tuple of
     them: several streams' actors of one role, `run_each`); a failure is one line on stderr and exit code 1. The
-    process is named rs:<actor>, its module's name (what `top` and `ps -o comm` show). With `parent` (the local
-    launcher's pid) the actor dies with it: a launcher killed outright (SIGKILL, OOM) leaves no actor spinning on
-    (PR_SET_PDEATHSIG)."""
+    process is named rs:<actor>, its module's name (what `top` and `ps -o comm` show). With `launcher` (a local
+    launch) the actor takes its environment and dies with it: a launcher killed outright (SIGKILL, OOM) leaves no
+    actor spinning on (PR_SET_PDEATHSIG)."""
     actor = run.__module__.rpartition(".")[2]
     _name_process(f"rs:{actor}")
     _one_malloc_arena()
-    if parent is not None:
-        _die_with(parent)
+    if launcher is not None:
+        _die_with(launcher.pid)
+        _release_fork_server()
+        os.environ.clear()
+        os.environ.update(launcher.environ)
+        os.chdir(launcher.cwd)
     for sig in (signal.SIGINT, signal.SIGTERM):         # a terminal's Ctrl-C reaches the whole process group: the
         signal.signal(sig, signal.SIG_IGN)              # launcher drains the pipeline, the actors go on until told
     signal.signal(signal.SIGUSR1, signal.SIG_IGN)       # until the actor installs its figures handler
-    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGUSR1})
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, BLOCKED_AT_START)
     try:
         if isinstance(args, tuple):                    # several streams' actors of one role: a thread each
             run_each(run, args)
@@ -150,14 +169,35 @@ def _one_malloc_arena() -> None:
         pass
 
 
-def _die_with(parent: int) -> None:
-    """SIGKILL this process when its parent exits; exit now if the parent is already gone."""
+def _die_with(launcher: int) -> None:
+    """SIGKILL this process when its parent exits (the launcher, or the launcher's fork server, which exits with it);
+    exit now if that parent is already gone."""
     try:
         ctypes.CDLL(None).prctl(1, signal.SIGKILL, 0, 0, 0)           # PR_SET_PDEATHSIG
     except (OSError, AttributeError):
         return
-    if os.getppid() != parent:                                      # died before the request took effect
+    parent = os.getppid()
+    if parent != launcher and _parent_of(parent) != launcher:       # died before the request took effect
         os._exit(1)
+
+
+def _release_fork_server() -> None:
+    """multiprocessing hands every process its fork server forks the server's keep-alive pipe (so that it could fork
+    more), and the server ends only when every holder has closed it: an actor forks nothing, so it closes its copy
+    and the fork server ends with the launcher (then the actors with it: `_die_with`)."""
+    from multiprocessing import forkserver
+    server = forkserver._forkserver
+    if server._forkserver_alive_fd is not None:
+        os.close(server._forkserver_alive_fd)
+        server._forkserver_alive_fd = None
+
+
+def _parent_of(pid: int) -> int | None:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return int(f.read().rsplit(")", 1)[1].split()[1])
+    except (OSError, IndexError, ValueError):
+        return None
 
 
 def _name_process(name: str) -> None:

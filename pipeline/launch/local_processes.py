@@ -1,4 +1,12 @@
-"""The local launcher: each actor of a start as a process of its own on this machine (multiprocessing, spawn).
+"""The local launcher: each actor of a start as a process of its own on this machine, forked from one fork server.
+
+The fork server (multiprocessing's forkserver) is a process of this launcher's, started with its first start, that has
+imported every actor's modules once: each start and restart is then a fork of it (~0.06 s) instead of a new interpreter
+importing NumPy, ONNX Runtime and the pipeline (~0.8 s of CPU an actor: docs/pipeline.md, "Launchers"). An actor
+takes the launcher's environment and working directory as they are at its start (`Launcher`), as a spawned process
+would. The fork server dies with this launcher (its end of a pipe closes) and every actor with the fork server or the
+launcher (PR_SET_PDEATHSIG: pipeline/process.py); it is started with SIGINT, SIGTERM and SIGUSR1 blocked, so a signal
+to the whole process group neither stops it under the actors nor kills an actor before its handler is in.
 
 Owns those processes' lifetimes for one start: started together (SIGUSR1 blocked until each installs its handler),
 watched until they end, the group's stop or the operator's drain runs over, and then joined, the stragglers killed. A
@@ -8,6 +16,7 @@ what an actor runs with (plan.py).
 from __future__ import annotations
 
 import multiprocessing as mp
+from multiprocessing import forkserver, resource_tracker
 import os
 import signal
 import time
@@ -15,25 +24,76 @@ import time
 from pipeline.launch.deaths import DEATH_GRACE_S, STOP_GRACE_S, ActorDied, cause
 from pipeline.launch.plan import ActorPlan, Group, write_pids
 from pipeline.launch.signals import Signals
-from pipeline.process import enter
+from pipeline.process import BLOCKED_AT_START, Launcher, enter
+
+# What the fork server imports once for every actor it forks (a module missing here is imported by the actor itself).
+PRELOAD = ["pipeline.process", "actors.ingest", "actors.cache_owner", "actors.target", "actors.draft",
+           "actors.output", "actors.site"]
 
 
 def processes(plans: list[ActorPlan]) -> dict[str, mp.Process]:
-    """Each plan's actor as a local process (spawn, dying with this one), not started yet: `start_all`."""
-    ctx = mp.get_context("spawn")
-    return {p.name: ctx.Process(target=enter, args=(p.run, p.args, os.getpid()), name=f"ringspec-{p.name}")
+    """Each plan's actor as a local process (forked from the fork server, dying with this one), not started yet:
+    `start_all`."""
+    ctx = mp.get_context("forkserver")
+    ctx.set_forkserver_preload(PRELOAD)                  # read when the fork server starts: this launcher's first start
+    launcher = Launcher(os.getpid(), dict(os.environ), os.getcwd())
+    return {p.name: ctx.Process(target=enter, args=(p.run, p.args, launcher), name=f"ringspec-{p.name}")
             for p in plans}
 
 
+def actor_pids(launcher: int) -> dict[str, int]:
+    """The processes a local launcher runs its actors with, by name: "fork_server", and each running actor (rs:<name>,
+    set on entry; the fork server's children)."""
+    found = {}
+    for server in _children({launcher}):
+        try:
+            with open(f"/proc/{server}/cmdline", "rb") as f:
+                if b"multiprocessing.forkserver" not in f.read():
+                    continue
+        except OSError:
+            continue
+        found["fork_server"] = server
+        for pid in _children({server}):
+            try:
+                with open(f"/proc/{pid}/comm") as f:
+                    name = f.read().strip()
+            except OSError:                             # gone since the listing
+                continue
+            if name.startswith("rs:"):
+                found[name[3:]] = pid
+    return found
+
+
+def _children(parents: set[int]) -> list[int]:
+    """The pids whose parent is one of `parents`."""
+    found = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                with open(f"/proc/{entry}/stat") as f:
+                    if int(f.read().rsplit(")", 1)[1].split()[1]) in parents:
+                        found.append(int(entry))
+            except (OSError, IndexError, ValueError):
+                continue
+    return found
+
+
 def start_all(procs) -> None:
-    # children inherit a blocked SIGUSR1 through fork+exec, so an early operator request cannot kill an actor that
-    # has not installed its handler yet; `enter` unblocks it
-    signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGUSR1})
+    _ensure_fork_server()
+    for proc in procs:
+        proc.start()
+
+
+def _ensure_fork_server() -> None:
+    """Start the fork server (once; again if it died) with BLOCKED_AT_START blocked: it never acts on them, and every
+    actor it forks is born with them blocked, so an early operator request cannot kill an actor that has not
+    installed its handler yet (`enter` unblocks them). A signal that reaches this launcher meanwhile waits."""
+    resource_tracker.ensure_running()       # starting its own process unblocks SIGINT and SIGTERM: before we block
+    before = signal.pthread_sigmask(signal.SIG_BLOCK, BLOCKED_AT_START)
     try:
-        for proc in procs:
-            proc.start()
+        forkserver.ensure_running()
     finally:
-        signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGUSR1})
+        signal.pthread_sigmask(signal.SIG_SETMASK, before)
 
 
 def run_local(plans: list[ActorPlan], group: Group, cfg, signals: Signals) -> None:

@@ -35,10 +35,14 @@ from pipeline.topology import CREATORS, ROLES, channels
 MiB = 1 << 20
 
 # Proportional set size (shared library pages split among the processes mapping them; /proc/PID/smaps_rollup) of
-# each process beyond its computed terms, MiB. Measured once on the default profile under `serve` at steady state
-# (`python run.py soak --serve ...`, 150,000 tokens in; docs/stream-quality.md), x86-64, CPython 3.11.7, ONNX
-# Runtime 1.32.0: the soak prints each actor's PSS. The launcher is the `serve` (or `replay`) process itself.
-PROCESS_MIB = {"launcher": 76, "ingest": 77, "cache_owner": 80, "target": 55, "draft": 55, "output": 81}
+# each process beyond its computed terms, MiB, on the default profile under `serve` at steady state, x86-64, CPython
+# 3.11.7, ONNX Runtime 1.32.0 (the soak prints each process's PSS beside the plan's). The launcher is the `serve` (or
+# `replay`) process itself; its fork server and the actors forked from it share the fork server's pages. Measured
+# with forked actors by `python run.py soak --serve --tokens 30000 --every 5000 --json` ("memory_plan": each term
+# moved by its PSS less its plan); the target's is the first measurement's (150,000 tokens, spawned actors:
+# docs/stream-quality.md): the session term below is derived from it, and the forked target held within 1% of it.
+PROCESS_MIB = {"launcher": 86, "fork_server": 25, "ingest": 51, "cache_owner": 62, "target": 55, "draft": 23,
+               "output": 52}
 # A model session's arena and graph beyond weights, pool and pass buffers: the target actor's PSS in the same run
 # (374 MiB) less its process term (55), weights (106.4), pool (76.6) and pass buffers (8), for SmolLM2-135M at
 # max_rows 32: 128 MiB. Another model's is scaled by its weights (an assumption, not a measurement: re-measure on
@@ -199,7 +203,8 @@ def plan(cfg: Config, ram: int | None = None, node: str | None = None) -> Plan:
             if cfg.serve.enabled:
                 terms.append(Term("output", f"archive cache{' ' + name if name else ''}",
                                   ARCHIVE_CONNECTIONS * SQLITE_CACHE_BYTES))
-    for process in ["launcher"] if serial else ["launcher", *ROLES]:
+    forks = ["fork_server"] if cfg.actors.launcher == "local" else []     # the local launcher forks its actors
+    for process in ["launcher"] if serial else ["launcher", *forks, *ROLES]:
         terms.append(Term(process, "process", PROCESS_MIB[process] * MiB))
     if not serial and len(streams) > 1:
         for process, mib in STREAM_MIB.items():
@@ -222,12 +227,13 @@ def check(cfg: Config, node: str | None = None) -> None:
 
 def host_plan(cfg: Config, nodes: list[str]) -> Plan:
     """Every node's plan on one host (the local launcher runs every node's group here): their terms together, each
-    group's processes named by node, the launcher's own process once."""
+    group's processes named by node, the launcher's own process and its fork server once."""
     plans = [plan(cfg, node=n) for n in nodes]
+    once = ("launcher", "fork_server")
     terms = []
     for i, (n, p) in enumerate(zip(nodes, plans)):
-        terms += [t if t.process == "launcher" else dataclasses.replace(t, process=f"{t.process}@{n}")
-                  for t in p.terms if not (i and t.process == "launcher" and t.what == "process")]
+        terms += [t if t.process in once else dataclasses.replace(t, process=f"{t.process}@{n}")
+                  for t in p.terms if not (i and t.process in once and t.what == "process")]
     return dataclasses.replace(plans[0], terms=terms)
 
 

@@ -24,7 +24,7 @@ def test_a_short_soak_samples_every_actor_and_reports_the_figures(default_gguf, 
     assert proc.returncode == 0, proc.stderr
     out = json.loads(proc.stdout.splitlines()[-1])
     assert out["tokens"] >= 4000 and out["samples"] >= 6 and out["assessments"] >= 2
-    assert set(out["actors"]) == {"ingest", "cache_owner", "target", "draft", "output"}
+    assert set(out["actors"]) == {"fork_server", "ingest", "cache_owner", "target", "draft", "output"}
     assert out["segments_growth"] == 0
     header = GGUFModel(default_gguf).config                  # the formula from the file, not from the pool's shape
     per_slot = 2 * header.n_layers * header.n_kv_heads * (header.d_model // header.n_heads) * 4      # K, V float32
@@ -121,7 +121,7 @@ def test_a_short_serving_soak_samples_the_server_and_its_actors_with_questions_a
     assert proc.returncode == 0, proc.stderr
     out = json.loads(proc.stdout.splitlines()[-1])
     assert out["mode"] == "serve" and out["tokens"] >= 1500 and out["exit_code"] == 0
-    assert set(out["actors"]) == {"launcher", "ingest", "cache_owner", "target", "draft", "output"}
+    assert set(out["actors"]) == {"launcher", "fork_server", "ingest", "cache_owner", "target", "draft", "output"}
     assert out["questions_answered"] >= 1 and out["questions_failed"] == 0 and all(out["clients_left"].values())
     assert out["server_client_disconnects"] >= 1 and out["segments_growth"] == 0
     assert out["archive_turnovers"] >= 5 and out["archive_samples_after_filling"] >= 2

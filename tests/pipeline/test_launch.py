@@ -85,13 +85,13 @@ ACTORS = frozenset({"ingest", "cache_owner", "target", "draft", "output"})
 
 
 def actor_pids(proc, launcher: str) -> dict[str, int]:
-    """{actor name: pid} once all five actors run and have named themselves (local: spawned children; ray: the
-    RayActor workers). A just-started actor is still called "python" for a moment: wait for its name."""
+    """{actor name: pid} once all five actors run and have named themselves (local: the launcher's fork server's
+    children; ray: the RayActor workers). A just-started actor is still called "python" for a moment: wait for its name."""
     names = {}
 
     def named() -> bool:
         if launcher == "local":
-            pids = [p for p in processes(b"multiprocessing.spawn") if alive(p) and parent_of(p) == proc.pid]
+            pids = [p for p in actors_of(proc.pid) if alive(p)]
         else:
             pids = [p for p in processes(b"ray::RayActor.run") if alive(p)]
         names.clear()
@@ -243,11 +243,11 @@ def test_streams_on_two_ray_nodes_served_by_one_front_one_node_dies_its_stream_r
         on = {node: sorted(Path(f"/proc/{p}/comm").read_text().strip() for p in children(pid)
                            if Path(f"/proc/{p}/comm").read_text().startswith("rs:")) for node, pid in raylet.items()}
         # each node runs its group's target and output and its streams' owners and drafts (an ingest that has read
-        # its file to the end has exited); the front is neither's: the site actor is the launcher's child
+        # its file to the end has exited); the front is neither's: the site actor is the launcher's own
         roles = ("target", "output", "cache_owner", "draft")
         for node in "ab":                         # one process of each role, whatever the node's streams
             assert [on[node].count(f"rs:{role}") for role in roles] == [1, 1, 1, 1], on
-        assert [Path(f"/proc/{p}/comm").read_text().strip() for p in children(proc.pid)].count("rs:site") == 1
+        assert [Path(f"/proc/{p}/comm").read_text().strip() for p in actors_of(proc.pid)].count("rs:site") == 1
         asked = {"bgl on b": ask_site(port, "bgl")}
         wait_for(lambda: any(r.get("id") == asked["bgl on b"][0] for r in journal_of(bgl)), "the answer's record "
                  "back at node b, in bgl's journal", proc)
@@ -314,7 +314,7 @@ def test_a_sites_front_that_dies_starts_again_and_answers_while_the_streams_go_o
                   verb="serve")
     wait_for(lambda: site_lines(port, ("tep", "bgl")) == [8, 8], "both streams' lines in their rings", proc)
     first = ask_site(port, "tep")
-    site = [p for p in children(proc.pid) if Path(f"/proc/{p}/comm").read_text().strip() == "rs:site"]
+    site = [p for p in actors_of(proc.pid) if Path(f"/proc/{p}/comm").read_text().strip() == "rs:site"]
     assert len(site) == 1
     os.kill(site[0], signal.SIGKILL)
     wait_for(lambda: not alive(site[0]), "the site gone", proc)
@@ -447,6 +447,19 @@ def children(pid: int) -> list[int]:
                     found.append(int(entry))
             except (OSError, IndexError):
                 continue
+    return found
+
+
+def actors_of(launcher: int) -> list[int]:
+    """The actor processes a local launcher started: the children of its fork server (pipeline/launch/
+    local_processes.py), named rs:<actor> once they run."""
+    found = []
+    for pid in (p for server in children(launcher) for p in children(server)):
+        try:
+            if Path(f"/proc/{pid}/comm").read_text().startswith("rs:"):
+                found.append(pid)
+        except OSError:                                  # gone between the listing and the read
+            continue
     return found
 
 

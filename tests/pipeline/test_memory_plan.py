@@ -41,7 +41,7 @@ def test_the_target_pool_in_the_plan_is_the_pool_the_runner_allocates(default_gg
 def test_every_process_of_the_pipeline_is_in_the_plan_with_the_channels_it_creates(default_gguf):
     cfg = config.override(config.load(), {"serve.enabled": True})
     out = memory.plan(cfg).as_dict()
-    assert set(out["processes"]) == {"launcher", "ingest", "cache_owner", "target", "draft", "output"}
+    assert set(out["processes"]) == {"launcher", "fork_server", "ingest", "cache_owner", "target", "draft", "output"}
     where = {t["what"]: t["process"] for t in out["terms"] if t["what"].startswith("channel")}
     assert where == {"channel lines": "cache_owner", "channel events": "output", "channel asks": "cache_owner",
                      "channel to_target": "target", "channel from_target": "cache_owner",
@@ -79,12 +79,12 @@ def test_streams_sharing_a_target_add_a_pool_each_and_each_node_is_planned_alone
     a = memory.plan(two, node="a").as_dict()
     assert [t["bytes"] for t in a["terms"] if t["what"].startswith("kv pool")] == [2 * pool]
     assert {t["what"].split()[-1] for t in a["terms"] if t["what"].startswith("channel")} == {"s0", "s2"}
-    # the local launcher runs both nodes' groups here: their plans together, the launcher once
+    # the local launcher runs both nodes' groups here: their plans together, the launcher and its fork server once
     b = memory.plan(two, node="b")
     here = memory.host_plan(two, ["a", "b"])
-    launcher = next(t.bytes for t in b.terms if t.process == "launcher" and t.what == "process")
-    assert here.total == a["total_bytes"] + b.total - launcher
-    assert {"target@a", "target@b", "launcher"} <= {t.process for t in here.terms}
+    once = sum(t.bytes for t in b.terms if t.process in ("launcher", "fork_server") and t.what == "process")
+    assert here.total == a["total_bytes"] + b.total - once
+    assert {"target@a", "target@b", "launcher", "fork_server"} <= {t.process for t in here.terms}
     room = (max(a["total_bytes"], b.total) >> 20) + 50                  # each node fits alone, not both on one host
     small = config.override(two, {"board.ram_mb": room, "board.reserve_mb": 0})
     for node in "ab":
