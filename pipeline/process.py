@@ -18,6 +18,7 @@ import time
 import traceback
 from contextlib import contextmanager
 from dataclasses import dataclass
+from multiprocessing import forkserver
 from typing import Callable
 
 from pipeline.channel import Channel
@@ -185,7 +186,6 @@ def _release_fork_server() -> None:
     """multiprocessing hands every process its fork server forks the server's keep-alive pipe (so that it could fork
     more), and the server ends only when every holder has closed it: an actor forks nothing, so it closes its copy
     and the fork server ends with the launcher (then the actors with it: `_die_with`)."""
-    from multiprocessing import forkserver
     server = forkserver._forkserver
     if server._forkserver_alive_fd is not None:
         os.close(server._forkserver_alive_fd)
