@@ -133,7 +133,7 @@ def run(args: OutputArgs) -> None:
             if log:
                 log.close()
         if sock is not None:
-            sock.close()
+            sock.close(linger=PUB_LAST_MS)
 
 
 def _from_site(link: NodeLink, streams: list[str], asks: list, logs: list, quiet_lines: bool) -> None:
@@ -177,6 +177,12 @@ def _record(record: dict, log, sock) -> None:
 # what PUB carries: the stream's own events. Any local user who reaches the socket reads it (zmq has no key here), so
 # an operator's question and answer ("answer") never go out on it, and a kind added later stays off until listed.
 PUBLISHED = frozenset({"start", "line", "assessment", "checkpoint", "recovery", "restart", "capacity", "eof"})
+
+
+# How long a closing PUB may still spend handing its last events (the Eof and its figures) to connected subscribers:
+# with LINGER 0 zmq discards what is queued at close, and a subscriber lost the Eof when the actor exited fast (a
+# soak's report without the target's figures, seen once in CI). A subscriber too slow to take them is not waited for.
+PUB_LAST_MS = 2000
 
 
 def publisher(endpoint: str) -> zmq.Socket:

@@ -107,7 +107,8 @@ def _show(signum, frame) -> None:
         os.write(sys.stderr.fileno(), f"figures {json.dumps(figures.snapshot())}\n".encode())
 
 
-# Blocked in the local launcher while it starts actors, so in the fork server and every actor at birth (local_processes).
+# Blocked while the local launcher starts its fork server, so in it and in every actor it forks, at birth
+# (pipeline/launch/local_processes.py); `enter` unblocks them once the actor's handlers are in.
 BLOCKED_AT_START = {signal.SIGINT, signal.SIGTERM, signal.SIGUSR1}
 
 

@@ -8,18 +8,18 @@ would. The fork server dies with this launcher (its end of a pipe closes) and ev
 launcher (PR_SET_PDEATHSIG: pipeline/process.py); it is started with SIGINT, SIGTERM and SIGUSR1 blocked, so a signal
 to the whole process group neither stops it under the actors nor kills an actor before its handler is in.
 
-Owns those processes' lifetimes for one start: started together (SIGUSR1 blocked until each installs its handler),
-watched until they end, the group's stop or the operator's drain runs over, and then joined, the stragglers killed. A
-death is ActorDied, its exit code or signal named; the supervisor decides what follows (supervise.py). Never decides
-what an actor runs with (plan.py).
+Owns those processes' lifetimes for one start: started together (each born with SIGUSR1 blocked until it installs
+its handler), watched until they end, the group's stop or the operator's drain runs over, and then joined, the
+stragglers killed. A death is ActorDied, its exit code or signal named; the supervisor decides what follows
+(supervise.py). Never decides what an actor runs with (plan.py).
 """
 from __future__ import annotations
 
 import multiprocessing as mp
-from multiprocessing import forkserver, resource_tracker
 import os
 import signal
 import time
+from multiprocessing import forkserver, resource_tracker
 
 from pipeline.launch.deaths import DEATH_GRACE_S, STOP_GRACE_S, ActorDied, cause
 from pipeline.launch.plan import ActorPlan, Group, write_pids
@@ -104,11 +104,13 @@ def run_local(plans: list[ActorPlan], group: Group, cfg, signals: Signals) -> No
     try:
         start_all(procs.values())
         write_pids(group.dir, {name: p.pid for name, p in procs.items()})
-        while any(p.is_alive() for p in procs.values()) and not stop.is_set():
-            for name, proc in procs.items():
-                if proc.exitcode not in (None, 0) and not stop.is_set():
+        while not stop.is_set():
+            for name, proc in procs.items():     # deaths first: several at once (the fork server's) end them all
+                if proc.exitcode not in (None, 0):
                     stop.set()
-                    raise ActorDied(cause(name, proc.pid, proc.exitcode), name)
+                    raise ActorDied(_cause(name, proc), name)
+            if not any(p.is_alive() for p in procs.values()):
+                break                            # every actor ended cleanly
             if signals.overdue():
                 stop.set()
             time.sleep(0.05)
@@ -122,6 +124,24 @@ def run_local(plans: list[ActorPlan], group: Group, cfg, signals: Signals) -> No
             if proc.is_alive():
                 proc.kill()
                 proc.join()
+
+
+def _cause(name: str, proc: mp.Process) -> str:
+    """An actor's death, named; one whose fork server is gone was killed with it (PR_SET_PDEATHSIG), which the fork
+    server can no longer report (multiprocessing gives it exit code 255)."""
+    server = forkserver._forkserver._forkserver_pid
+    if proc.exitcode == 255 and server is not None and not _running(server):
+        return f"actor {name} (pid {proc.pid}) died with the launcher's fork server (pid {server}), which is gone"
+    return cause(name, proc.pid, proc.exitcode)
+
+
+def _running(pid: int) -> bool:
+    """The process exists and is not a zombie (read, not waited for: multiprocessing reaps its fork server)."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except (OSError, IndexError):
+        return False
 
 
 def _grace(procs: dict) -> float:

@@ -31,6 +31,7 @@ from tests.pipeline.test_launch import (  # noqa: F401 -- no_stray_pipelines: th
     launch,
     leftovers,
     no_stray_pipelines,
+    parent_of,
     processes,
     wait_for,
 )
@@ -152,6 +153,30 @@ def test_a_streams_thread_that_fails_restarts_its_group_and_every_streams_lines_
         assert got["lines_lost"] == got["lines_duplicated"] == got["lines_foreign"] == 0, (name, got)
         assert got["assessments_duplicated"] == got["assessments_lost"] == 0 and got["assessments_written"], got
         assert [r["actor"] for r in journal_of(path) if r["kind"] == "restart"] == ["cache_owner"], name
+    assert not leftovers(proc)
+
+
+def test_a_fork_server_killed_outright_takes_its_actors_with_it_and_the_group_starts_again(default_gguf, tmp_path):
+    """Every local actor is forked from the launcher's fork server (pipeline/launch/local_processes.py), one process
+    whose death (the OOM killer's choice) takes them all (PR_SET_PDEATHSIG): the supervisor restarts the group on a
+    new fork server, and every line is committed exactly once."""
+    from tests.paths import SHARED
+    profile, journal, log = tmp_path / "fast.toml", tmp_path / "j.jsonl", tmp_path / "bgl.log"
+    profile.write_text(FAST)
+    log.write_bytes(b"".join((SHARED / "data" / "loghub" / "BGL_2k.log").read_bytes().splitlines(True)[:24]))
+    proc = launch(str(log), "--quiet-lines", "--rate", "2", "--config", str(profile), "--journal", str(journal))
+    actors = actor_pids(proc, "local")                 # ingest still feeding: 24 lines at 2 a second
+    wait_for(lambda: journal.exists() and any(r["kind"] == "start" for r in journal_of(journal)),
+             "the pipeline up (its start record)", proc)
+    server = parent_of(actors["target"])
+    os.kill(server, signal.SIGKILL)
+    out, err = procs.finish(proc, "the run ending")
+    assert proc.returncode == 0, err
+    assert not alive(server) and not any(alive(pid) for pid in actors.values())
+    assert err.count("restarting the pipeline") == 1 and f"with the launcher's fork server (pid {server})" in err, err
+    got = account(log, journal, config.load(profile), serve=False)
+    assert got["lines_committed"] == len(offered(log)) == 24, got
+    assert got["lines_lost"] == got["lines_duplicated"] == got["lines_foreign"] == 0, got
     assert not leftovers(proc)
 
 
