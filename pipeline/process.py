@@ -179,7 +179,7 @@ def _die_with(launcher: int) -> None:
     except (OSError, AttributeError):
         return
     parent = os.getppid()
-    if parent != launcher and _parent_of(parent) != launcher:       # died before the request took effect
+    if parent != launcher and parent_of(parent) != launcher:       # died before the request took effect
         os._exit(1)
 
 
@@ -193,7 +193,8 @@ def _release_fork_server() -> None:
         server._forkserver_alive_fd = None
 
 
-def _parent_of(pid: int) -> int | None:
+def parent_of(pid: int) -> int | None:
+    """A process's parent's pid, from /proc/PID/stat; None when it is gone."""
     try:
         with open(f"/proc/{pid}/stat") as f:
             return int(f.read().rsplit(")", 1)[1].split()[1])

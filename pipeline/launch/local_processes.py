@@ -24,7 +24,7 @@ from multiprocessing import forkserver, resource_tracker
 from pipeline.launch.deaths import DEATH_GRACE_S, STOP_GRACE_S, ActorDied, cause
 from pipeline.launch.plan import ActorPlan, Group, write_pids
 from pipeline.launch.signals import Signals
-from pipeline.process import BLOCKED_AT_START, Launcher, enter
+from pipeline.process import BLOCKED_AT_START, Launcher, enter, parent_of
 
 # What the fork server imports once for every actor it forks (a module missing here is imported by the actor itself).
 PRELOAD = ["pipeline.process", "actors.ingest", "actors.cache_owner", "actors.target", "actors.draft",
@@ -66,16 +66,7 @@ def actor_pids(launcher: int) -> dict[str, int]:
 
 def _children(parents: set[int]) -> list[int]:
     """The pids whose parent is one of `parents`."""
-    found = []
-    for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            try:
-                with open(f"/proc/{entry}/stat") as f:
-                    if int(f.read().rsplit(")", 1)[1].split()[1]) in parents:
-                        found.append(int(entry))
-            except (OSError, IndexError, ValueError):
-                continue
-    return found
+    return [int(entry) for entry in os.listdir("/proc") if entry.isdigit() and parent_of(int(entry)) in parents]
 
 
 def start_all(procs) -> None:
