@@ -133,7 +133,7 @@ def run(args: OutputArgs) -> None:
             if log:
                 log.close()
         if sock is not None:
-            sock.close(linger=PUB_LAST_MS)
+            close_publisher(sock)
 
 
 def _from_site(link: NodeLink, streams: list[str], asks: list, logs: list, quiet_lines: bool) -> None:
@@ -181,18 +181,28 @@ PUBLISHED = frozenset({"start", "line", "assessment", "checkpoint", "recovery", 
 
 # How long a closing PUB may still spend handing its last events (the Eof and its figures) to connected subscribers:
 # with LINGER 0 zmq discards what is queued at close, and a subscriber lost the Eof when the actor exited fast (a
-# soak's report without the target's figures, seen once in CI). A subscriber too slow to take them is not waited for.
+# soak's report without the target's figures, seen in CI). A subscriber too slow to take them is not waited for.
 PUB_LAST_MS = 2000
 
 
 def publisher(endpoint: str) -> zmq.Socket:
-    """The PUB socket the stream's events go out on (this actor's, or the site actor's). An ipc endpoint binds in a
-    directory of this user's that no one else can enter (`private_dir`)."""
+    """The PUB socket the stream's events go out on (this actor's, or the site actor's), in a zmq context of its own
+    (`close_publisher` ends both). An ipc endpoint binds in a directory of this user's that no one else can enter
+    (`private_dir`)."""
     pub_dir(endpoint)
-    sock = zmq.Context.instance().socket(zmq.PUB)
+    sock = zmq.Context().socket(zmq.PUB)
     sock.setsockopt(zmq.LINGER, 0)
     sock.bind(endpoint)
     return sock
+
+
+def close_publisher(sock: zmq.Socket) -> None:
+    """Close a `publisher` once what it queued went out, for at most PUB_LAST_MS. The wait is the context's `term`:
+    a linger alone is kept by zmq's I/O thread, and an actor leaves through os._exit (multiprocessing's children do),
+    which ends that thread with the events still queued."""
+    ctx = sock.context
+    sock.close(linger=PUB_LAST_MS)
+    ctx.term()
 
 
 def pub_dir(endpoint: str) -> None:

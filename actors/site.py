@@ -18,7 +18,7 @@ import os
 import sys
 
 from actors.args import SiteArgs
-from actors.output import PUB_LAST_MS, interfaces, publish, publisher
+from actors.output import close_publisher, interfaces, publish, publisher
 from models.registry import resolve_gguf
 from models.tokenizer import Tokenizer
 from pipeline.messages import Answer, MessageError, copied, decode
@@ -85,7 +85,7 @@ def run(args: SiteArgs) -> None:
         for server in servers or ():
             server.shutdown() if hasattr(server, "shutdown") else server.close()
         if sock is not None:
-            sock.close(linger=PUB_LAST_MS)
+            close_publisher(sock)
         hub.close()
 
 

@@ -338,7 +338,7 @@ class NodeLink:
     start's id}. Its first message is its hello, which states this start's place in the group's order (`order`)."""
 
     def __init__(self, site: dict):
-        ctx = zmq.Context.instance()
+        self._ctx = ctx = zmq.Context()                      # its own: `close` waits for the push's last events
         self._key, self.group, self.start = site["key"], site["group"], site["start"]
         self.order = 0                                        # this start's place in the group's (set by `hello`)
         self._id = secrets.token_hex(16)                      # the DEALER's routing id: nobody else can claim it
@@ -360,8 +360,11 @@ class NodeLink:
         return self._dealer
 
     def close(self) -> None:
+        """The push's queued events (the Eof) go out for up to its linger; the context's `term` is that wait, which
+        a linger alone does not get in a process that leaves through os._exit (multiprocessing's children)."""
         self._push.close()
         self._dealer.close()
+        self._ctx.term()
 
     def hello(self, start: str, restarts: dict, starts: dict | None = None, node: str | None = None) -> None:
         """Who this group is: its start id, its supervisor's restarts, each stream's Start record so far (a site

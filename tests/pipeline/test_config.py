@@ -200,6 +200,54 @@ def test_an_ipc_pub_refuses_a_symlink_to_a_private_directory(tmp_path):
         publisher(f"ipc://{tmp_path}/link/events")
 
 
+def _publish_then_leave(endpoint, subscribed, n, size):
+    """A forked child: bind, say "hello" until the subscriber hears one, publish `n` events of `size` bytes and an
+    "eof", close as the output actor does and return (multiprocessing's child then leaves through os._exit)."""
+    from actors.output import close_publisher, publisher
+    sock = publisher(endpoint)
+    while not subscribed.wait(0.05):
+        sock.send_multipart([b"hello", b""])
+    for _ in range(n):
+        sock.send_multipart([b"line", bytes(size)])
+    sock.send_multipart([b"eof", b""])
+    close_publisher(sock)
+
+
+def test_a_publishers_last_events_reach_a_subscriber_after_its_process_leaves():
+    """An actor leaves through os._exit, which ends zmq's I/O thread with whatever a linger alone was keeping: the
+    Eof and its figures were lost (a soak's report without the target's KV pool, CI at e8e8faa). Queued events go
+    out before the process ends."""
+    import multiprocessing
+    import tempfile
+
+    import zmq
+    n, size = 20, 1 << 20                             # 20 MiB: far more than a socket buffer holds at the exit
+    with tempfile.TemporaryDirectory() as tmp:
+        endpoint = f"ipc://{tmp}/pub/events"
+        ctx = multiprocessing.get_context("fork")
+        subscribed = ctx.Event()
+        child = ctx.Process(target=_publish_then_leave, args=(endpoint, subscribed, n, size))
+        sub = zmq.Context.instance().socket(zmq.SUB)
+        sub.setsockopt(zmq.SUBSCRIBE, b"")
+        sub.setsockopt(zmq.RCVHWM, 0)
+        child.start()
+        sub.connect(endpoint)
+        kinds: list[bytes] = []
+        try:
+            while sub.poll(30_000):
+                kind, _ = sub.recv_multipart()
+                subscribed.set()
+                if kind != b"hello":
+                    kinds.append(kind)
+                if kind == b"eof":
+                    break
+        finally:
+            sub.close(linger=0)
+            child.join(30)
+        assert child.exitcode == 0
+        assert kinds == [b"line"] * n + [b"eof"]
+
+
 class _Recorded:
     """A PUB socket that keeps what it is given."""
 

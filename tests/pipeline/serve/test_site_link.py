@@ -108,6 +108,42 @@ def test_an_event_arrives_as_it_left_with_its_record_and_its_arrays(site):
     assert isinstance(delta, AnswerDelta) and delta.id == "q1" and delta.ids.tolist() == [5, 6, 7]
 
 
+def _relay_then_leave(endpoints: dict, key: bytes, n: int, closing) -> None:
+    """A forked child, as a group's output actor: relay `n` lines (more than the site's queue and the sockets'
+    buffers hold), say `closing`, close the link and return (multiprocessing's child then leaves through os._exit)."""
+    link = NodeLink({**endpoints, "key": key, "group": "group0", "start": "group0-s1"})
+    link.hello(link.start, {})
+    for i in range(n):
+        link.relay("bgl", Line(offset=i, time="", tags=[], text="x" * 4000, loop=0, n_tokens=1, seq=i, drops={},
+                               window_from_seq=0))
+    closing.set()
+    link.close()
+
+
+def test_a_groups_last_events_reach_the_site_after_its_output_actor_leaves():
+    """The push's linger is kept by zmq's I/O thread, which os._exit ends: the queued events (the Eof among them)
+    were lost unless `close` waits for them (its context's term)."""
+    import multiprocessing
+
+    key, n = secrets.token_bytes(32), 3000
+    hub = SiteHub("tcp://127.0.0.1:0", "tcp://127.0.0.1:0", key)
+    try:
+        fork = multiprocessing.get_context("fork")
+        closing = fork.Event()
+        child = fork.Process(target=_relay_then_leave, args=(hub.endpoints, key, n, closing))
+        child.start()
+        assert closing.wait(PATIENCE_S)             # read from the close on: what is still queued must wait for it
+        got = []
+        while len(got) < n + 1 and (msg := hub.recv(5.0)) is not None:
+            got.append(msg)
+        child.join(PATIENCE_S)
+        assert child.exitcode == 0
+        assert [g.kind for g in got] == ["hello"] + ["event"] * n
+        assert [decode(g).seq for g in got[1:]] == list(range(n))
+    finally:
+        hub.close()
+
+
 def test_a_question_reaches_its_streams_group_alone_and_a_cancel_follows(site):
     hub, links, _ = site
     question = Question(id="q7", client="op", max_tokens=9, deadline_s=5.0, ids=np.arange(12, dtype=np.int32))
