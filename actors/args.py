@@ -11,6 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from kernels.ring import RingSpec
+from models.handle import Model
 from pipeline.channel import ChannelSpec
 from pipeline.config import Config
 from pipeline.messages import Checkpoint
@@ -32,7 +33,7 @@ class RestartReason:
 class IngestArgs:
     out_name: str                       # the cache owner's lines channel (attached to)
     source: SourceSpec                  # what to read, the checkpoint to resume after included
-    gguf: str                           # the target model's file: its tokenizer
+    model: Model                        # the target model: its tokenizer
     cpus: str                           # CPU set ([actors] ingest_cpus; "" = any)
     stop: StopFlag                      # the pipeline's stop flag
     drain: StopFlag                     # the operator asked to drain: stop reading, still hand over an eof
@@ -110,7 +111,7 @@ class OutputArgs:
     in_specs: tuple[ChannelSpec, ...]   # stream n's events (created here)
     streams: tuple[str, ...]            # stream n's name ("" when the run has one stream)
     journals: tuple[str | None, ...]    # stream n's journal (JSONL, fsynced per record)
-    gguf: str                           # the target model's file: its tokenizer
+    model: Model                        # the target model: its tokenizer
     pub: str | None                     # zmq PUB endpoint of the stream's events (None: off; at a site, the site's)
     quiet_lines: bool                   # stream lines are not printed
     cpus: str                           # CPU set ([actors] output_cpus; "" = any)

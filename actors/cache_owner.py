@@ -27,7 +27,6 @@ from contextlib import contextmanager
 from dataclasses import fields, replace
 
 from actors.args import OwnerArgs
-from models.registry import card_of
 from models.runner import kv_bytes_per_slot
 from pipeline.channel import Channel, Selector
 from pipeline.decode.assemble import policy
@@ -87,7 +86,7 @@ class Owner:
         self.figures = Figures("cache_owner")
         figures_on_request(self.figures)
         frame = replay_frame(cfg)
-        card = card_of(cfg.model.gguf)["config"]
+        card = cfg.target.config
         self.engine = DeferredEngine(spec, policy(cfg, card["vocab_size"], frame.tok), *links)
         send(self.out, Start(exactness=self.engine.exactness, platform=self.engine.platform, model=cfg.model.gguf,
                              draft=cfg.draft.kind, sink=spec.sink, window=spec.window, ring=spec.ring), timeout=60.0)

@@ -27,8 +27,6 @@ from pathlib import Path
 
 
 from actors.args import IngestArgs
-from models.registry import resolve_gguf
-from models.tokenizer import Tokenizer
 from pipeline.messages import Eof, Line, send
 from pipeline.process import Figures, StopFlag, attach_when_ready, chaos, figures_on_request, pin
 from pipeline.stream import sources
@@ -83,7 +81,7 @@ def run(args: IngestArgs) -> None:
     pin(args.cpus)
     figures = Figures("ingest")
     figures_on_request(figures)
-    tok = Tokenizer.from_gguf(resolve_gguf(args.gguf))
+    tok = args.model.tokenizer
     stop_event = threading.Event()              # the sources wait on an Event; the pipeline's flag sets it
     reading = StopFlag(*stop.paths, *args.drain.paths)    # the source stops on either
     watcher = threading.Thread(target=_watch, args=(reading, stop_event), daemon=True)

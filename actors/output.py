@@ -26,8 +26,6 @@ from contextlib import ExitStack
 import zmq
 
 from actors.args import FrontArgs, OutputArgs
-from models.registry import resolve_gguf
-from models.tokenizer import Tokenizer
 from pipeline.channel import Channel, Selector
 from pipeline.messages import (
     Answer,
@@ -65,7 +63,7 @@ def run(args: OutputArgs) -> None:
     pin(args.cpus)
     figures = Figures("output")
     figures_on_request(figures)
-    tok = Tokenizer.from_gguf(resolve_gguf(args.gguf))
+    tok = args.model.tokenizer
     stops = set(tok.stop_ids)
     sock = publisher(args.pub) if args.pub else None
     logs = [Journal.of(j, args.cfg.supervise) if j else None for j in args.journals]

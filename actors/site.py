@@ -19,8 +19,6 @@ import sys
 
 from actors.args import SiteArgs
 from actors.output import close_publisher, interfaces, publish, publisher
-from models.registry import resolve_gguf
-from models.tokenizer import Tokenizer
 from pipeline.messages import Answer, MessageError, copied, decode
 from pipeline.process import Figures, figures_on_request
 from pipeline.serve.front import Front
@@ -32,7 +30,7 @@ def run(args: SiteArgs) -> None:
     the groups), then serve every stream's front until the site's stop."""
     cfg, stop = args.cfg, args.stop
     figures_on_request(Figures("site"))
-    tok = Tokenizer.from_gguf(resolve_gguf(cfg.model.gguf))
+    tok = cfg.target.tokenizer
     hub = SiteHub(args.links.events, args.links.asks, args.links.key, start=args.restarts)   # starts ordered
     with open(args.endpoints_file + ".tmp", "w") as f:
         json.dump(hub.endpoints, f)

@@ -19,7 +19,6 @@ the pools' contents and the samplers.
 """
 from __future__ import annotations
 
-import functools
 import time
 from collections import deque
 from contextlib import ExitStack
@@ -27,10 +26,8 @@ from contextlib import ExitStack
 from actors.args import TargetArgs
 from kernels.sampling import SamplingParams
 from models.platform import facts
-from models.registry import converted_dir, resolve_gguf
 from models.runner import Runner
 from models.streams import Streams, pack
-from models.tokenizer import Tokenizer
 from pipeline.channel import Channel, Selector
 from pipeline.decode.blocks import Block
 from pipeline.decode.exactness import check
@@ -51,8 +48,7 @@ def run(args: TargetArgs) -> None:
     pin(cfg.actors.target_cpus)
     figures = Figures("target")
     figures_on_request(figures)
-    model_gguf = resolve_gguf(cfg.model.gguf)
-    model_dir = converted_dir(model_gguf)
+    model_dir = cfg.target.dir
     opts = cfg.model.runner_options(trees=cfg.draft.siblings > 0)
     runner = Runner(model_dir, spec, opts)
     exactness = check(runner)                     # the single-stream graph: a stream's attention nodes in any pass
@@ -69,12 +65,8 @@ def run(args: TargetArgs) -> None:
     verifiers = [LocalVerifier(r, s.seed) for r in runners]
     table = None                                  # the vocabulary's token texts, read at the first rule
 
-    @functools.cache
-    def tokenizer() -> Tokenizer:                 # read once, when first needed
-        return Tokenizer.from_gguf(model_gguf)
-
     if cfg.replay.scored:                         # the stream's scored passes leave these tokens' rows off the head
-        unscored = unscored_tokens(tokenizer(), cfg.replay.score_every_token)
+        unscored = unscored_tokens(cfg.target.tokenizer, cfg.replay.score_every_token)
         for verifier in verifiers:
             verifier.unscored = unscored
 
@@ -129,7 +121,7 @@ def run(args: TargetArgs) -> None:
                     continue
                 if isinstance(msg, Constrain):
                     if table is None and msg.rule is not None:
-                        table = TokenTable.of(tokenizer())
+                        table = TokenTable.of(cfg.target.tokenizer)
                     verifiers[n].constrain(rule_from(msg.rule, table))
                     waiting.popleft()
                     received.release()

@@ -17,7 +17,7 @@ import numpy as np
 from bench import llama_build, speed
 from kernels.sampling import SamplingParams
 from models.gguf import sha256_file
-from models.registry import resolve_gguf
+from models.handle import Model
 from models.tokenizer import Tokenizer
 from pipeline import config
 from pipeline.decode.assemble import make_engine
@@ -131,7 +131,7 @@ class Agreement:
 def compare(fx, model: str, threads: int = 2, kernel: str = "nbits") -> Agreement:
     """ringspec (the profile's engine: accuracy level 4, full cache; `kernel`: its linears') against a fixture's
     figures."""
-    gguf = resolve_gguf(model)
+    gguf = Model.of(model).gguf
     tok = Tokenizer.from_gguf(gguf)
     ids = np.asarray(fx["token_ids"], np.int64)
     n = len(ids)
@@ -169,7 +169,7 @@ def run_agree(model: str, fixture: str | None, fixture_out: str | None, threads:
     if fixture:
         fx = dict(np.load(fixture))
     else:
-        fx = llama_cpp_fixture(resolve_gguf(model), fixed_text(), threads)
+        fx = llama_cpp_fixture(Model.of(model).gguf, fixed_text(), threads)
         if fixture_out:
             np.savez_compressed(fixture_out, **fx)
     return compare(fx, model, threads, kernel)

@@ -25,7 +25,8 @@ from bench.speed import TASKS, prompts, rendered
 from kernels.sampling import SamplingParams
 from models.draftnet import OTHER, DraftShape, build, export, snap_to_q8, training_stack, vocab_map
 from models.gguf import sha256_file
-from models.registry import home, resolve_gguf
+from models.handle import Model
+from models.registry import home
 from pipeline import config
 from pipeline.decode.assemble import make_engine
 from pipeline.report import Report
@@ -173,7 +174,7 @@ def corpus(logs, recipe: Recipe, gguf: str = "default", progress=None) -> tuple[
     """(raw token streams of the logs, the target's continuations): cached under $RINGSPEC_HOME/distill by the
     logs' bytes, the model file and the recipe's continuation count."""
 
-    key = hashlib.sha256(json.dumps([[_digest(p) for p in logs], sha256_file(resolve_gguf(gguf)),
+    key = hashlib.sha256(json.dumps([[_digest(p) for p in logs], sha256_file(Model.of(gguf).gguf),
                                      recipe.continuations]).encode()).hexdigest()[:16]
     path = home() / "distill" / f"corpus-{key}.npz"
     raw = [rendered(log, gguf, None)[1] for log in logs]
@@ -231,7 +232,7 @@ def distill(root, held_out, out, shape: DraftShape = DraftShape(), recipe: Recip
         "corpus_s": round(t1 - t0, 1), "train_s": round(t2 - t1, 1), "history": history,
         "loss": history[-1]["loss"],
     }
-    path = export(model, shape, target_ids, resolve_gguf(gguf), out,
+    path = export(model, shape, target_ids, Model.of(gguf).gguf, out,
                   meta={"recipe": json.dumps(asdict(recipe)), "agreement": json.dumps(report["agreement"])})
     report["gguf"], report["bytes"] = str(path), path.stat().st_size
     Path(out).with_suffix(".json").write_text(json.dumps(report, indent=1))

@@ -15,7 +15,8 @@ from dataclasses import dataclass
 from bench.speed import Disagreement, _ringspec_runner, prompts
 from bench.systems import System
 from models.convert import load_card
-from models.registry import converted_dir, home, resolve_gguf
+from models.handle import Model
+from models.registry import converted_dir, home
 from models.subset import layer_subset, parse_blocks
 from pipeline import config
 from pipeline.report import Report
@@ -51,7 +52,7 @@ def scan(log: str, candidates=DEFAULT_CANDIDATES, n_offsets: int = 3, draft_len:
     """Each candidate as the draft of the bench's serial engine beside target-only; profile: the TOML profile the
     engines are built over (default configs/default.toml), whose model the drafts are cut from."""
     model = config.load(profile).model.gguf
-    gguf = resolve_gguf(model)
+    gguf = Model.of(model).gguf
     n_blocks = load_card(converted_dir(gguf))["config"]["n_layers"]
     lists = {spec: _blocks(spec) for spec in candidates}
     for spec, blocks in lists.items():                    # every list checked before anything runs

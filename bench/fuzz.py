@@ -81,8 +81,6 @@ from bench import regex_steps
 from bench.flood import Host, _zmtp_peer
 from bench.question_budget import build as build_archive
 from models.gguf import GGUFError, GGUFModel
-from models.registry import resolve_gguf
-from models.tokenizer import Tokenizer
 from pipeline import config, messages
 from pipeline.channel import Channel, ChannelSpec
 from pipeline.messages import Answer, AnswerDelta, Cancel, Question, decode
@@ -98,9 +96,9 @@ from pipeline.serve.http_api import serve_http
 from pipeline.serve.zmq_api import ZmqFront
 from pipeline.serve.zmq_api import client as zmq_client
 from pipeline.stream import values as line_values
-from pipeline.stream.evidence import MIN_WEIGHED, STEPS, Budget
 from pipeline.stream import journal
 from pipeline.stream.archive import Archive
+from pipeline.stream.evidence import MIN_WEIGHED, STEPS, Budget
 from pipeline.stream.journal import Journal, resume_point
 from pipeline.stream.records import render
 from pipeline.stream.sources import Stream, parse
@@ -194,7 +192,7 @@ def _run(name: str, cfg, cases: int, seed: int) -> dict:
 
 def _records(cfg, st):
     limit = 4096
-    tok = Tokenizer.from_gguf(resolve_gguf(cfg.model.gguf))
+    tok = cfg.target.tokenizer
     control = set(tok.control_ids.tolist())
     text = st.text(alphabet=st.characters(codec="utf-8"), max_size=200) | st.sampled_from(CONTROL)
     junk = st.binary(max_size=400) | st.builds(lambda n, b: b * n, st.integers(1, 1 << 20), st.sampled_from(
@@ -281,7 +279,7 @@ def _toml_value(v) -> str:
 # ---- gguf ----------------------------------------------------------------------------------------------------------
 
 def _gguf(cfg, st):
-    with open(resolve_gguf(cfg.model.gguf), "rb") as f:
+    with open(cfg.target.gguf, "rb") as f:
         head = f.read(1 << 20)
     tmp = Path(tempfile.mkdtemp(prefix="ringspec_fuzz_"))
     path = tmp / "model.gguf"
@@ -352,7 +350,7 @@ def _front(cfg):
     serve = replace(cfg.serve, request_timeout_s=2.0, max_body_bytes=4096, deadline_s=10.0, retrieve=0,
                     api_key="fuzz-key-0001")
     cfg = replace(cfg, serve=serve)
-    return cfg, _Owner(cfg, Tokenizer.from_gguf(resolve_gguf(cfg.model.gguf)))
+    return cfg, _Owner(cfg, cfg.target.tokenizer)
 
 
 def _http(cfg, st):

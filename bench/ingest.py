@@ -32,7 +32,6 @@ import zmq
 from bench.chaos import free_port
 from bench.operators import ROOT, _Server
 from bench.speed import llama_cpp
-from models.registry import resolve_gguf
 from models.tokenizer import Tokenizer
 from pipeline import config
 from pipeline.config import replay_log
@@ -182,7 +181,7 @@ def run_ingest_bench(cfg, profile: str | None, logs: list[str] | None = None, se
                      repeats: int = 1, progress=None) -> "IngestReport":
     """Every system on every log, alternated (module docstring); figures averaged over `repeats`."""
     logs = logs or logs_of(cfg)
-    gguf = str(resolve_gguf(cfg.model.gguf))
+    gguf = str(cfg.target.gguf)
     out: dict = {}
     with tempfile.TemporaryDirectory(prefix="ringspec_ingest_") as tmp:
         quiet = _profile(profile, tmp, cfg.model.gguf)

@@ -29,7 +29,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from models.registry import resolve_gguf
+from models.handle import Model
 
 VERSION = "0.3.36"                  # the `bench` extra's pin (pyproject.toml)
 ENV = "RINGSPEC_LLAMA_CPP"          # the process tree's decision: a Build as JSON (set by `use`)
@@ -205,7 +205,7 @@ def toolchain_missing() -> list[str]:
 
 def default_gguf() -> Path:
     """The check's model: the registry's smallest (fetched once into the shared cache)."""
-    return resolve_gguf("default")
+    return Model.of("default").gguf
 
 
 def ensure(gguf: str | os.PathLike | None = None, build: bool = True, progress=_say) -> Build:

@@ -24,9 +24,7 @@ import numpy as np
 from kernels.sampling import SamplingParams
 from models.convert import load_card
 from models.npu_runner import StaticRunner, buckets, ensure_portable, export_rknn, rknn_path
-from models.registry import converted_dir, resolve_gguf
 from models.runner import Runner, RunnerOptions
-from models.tokenizer import Tokenizer
 from pipeline.config import replay_log
 from pipeline.decode.drafts.model import ModelDraft
 from pipeline.report import Report
@@ -84,7 +82,7 @@ def run_export(cfg, positions: int = 400, greedy: int = 64, lines: int = 30) -> 
 
 def _export(cfg, positions: int, greedy: int, lines: int) -> NpuReport:
     draft = replace_draft(cfg, "onnx")
-    model_dir = converted_dir(resolve_gguf(cfg.draft.model))
+    model_dir = cfg.draft_model.dir
     card = load_card(model_dir)
     spec = replay_frame(draft).spec
     built = []
@@ -114,7 +112,7 @@ def replace_draft(cfg, backend: str):
 
 def agreement(cfg, model_dir: Path, spec, log: str, positions: int, greedy: int) -> dict:
     """The NPU draft (simulator) against the ONNX Runtime draft, both as the draft actor runs them."""
-    tok = Tokenizer.from_gguf(resolve_gguf(cfg.model.gguf))
+    tok = cfg.target.tokenizer
     text = "\n".join(r.text for r in read_log(log, None)[:400])
     ids = np.asarray(tok.encode(text), np.int64)[: positions + 64]
     opts = RunnerOptions(threads=cfg.draft.threads, max_rows=cfg.model.max_rows, batch_invariant=False)

@@ -18,7 +18,7 @@ import time
 import numpy as np
 
 from kernels.ring import RingIndex, RingSpec
-from models.registry import converted_dir, resolve_gguf
+from models.handle import Model
 from models.runner import Runner, RunnerOptions
 
 from .speed import llama_cpp
@@ -26,7 +26,7 @@ from .speed import llama_cpp
 
 def _ringspec(model: str, kernel: str, threads: int, context: int, rows: list[int]):
     spec = RingSpec(4, context + 64, context + 64 + max(rows))
-    runner = Runner(converted_dir(resolve_gguf(model)), spec, RunnerOptions(threads=threads, max_rows=16,
+    runner = Runner(Model.of(model).dir, spec, RunnerOptions(threads=threads, max_rows=16,
                                                                             kernel=kernel))
     index = RingIndex(spec)
     ids = np.random.default_rng(0).integers(100, 5000, context + max(rows)).astype(np.int64)
@@ -46,7 +46,7 @@ def _llama(model: str, threads: int, context: int, rows: list[int]):
     lib = llama_cpp()
     if lib is None:
         return None
-    llm = lib.Llama(model_path=str(resolve_gguf(model)), n_ctx=context + 64, n_threads=threads,
+    llm = lib.Llama(model_path=str(Model.of(model).gguf), n_ctx=context + 64, n_threads=threads,
                     n_threads_batch=threads, n_batch=512, logits_all=True, flash_attn=True, verbose=False)
     ids = np.random.default_rng(0).integers(100, 5000, context + max(rows)).tolist()
     llm.eval(ids[:context])

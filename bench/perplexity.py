@@ -33,9 +33,9 @@ from tqdm import tqdm
 
 from bench import svg
 from models.convert import load_card
-from models.registry import converted_dir, resolve_gguf
+from models.handle import Model
+from models.registry import converted_dir
 from models.runner import kv_bytes_per_slot
-from models.tokenizer import Tokenizer
 from pipeline import config
 from pipeline.decode.assemble import make_engine
 from pipeline.process import proc_status
@@ -114,7 +114,7 @@ def _ppl(values: np.ndarray) -> float | None:
 def stream_ids(log: str, fmt: str | None, gguf: str, max_tokens: int = 0) -> np.ndarray:
     """Token ids of the rendered log (the replay's renderer), truncated to max_tokens (0: all)."""
     text = render(read_log(log, fmt))
-    ids = np.asarray(Tokenizer.from_gguf(resolve_gguf(gguf)).encode(text), np.int64)
+    ids = np.asarray(Model.of(gguf).tokenizer.encode(text), np.int64)
     return ids[:max_tokens] if max_tokens else ids
 
 
@@ -133,7 +133,7 @@ def evaluate_stream(log: str, fmt: str | None = None, modes=MODES, sink: int = 4
     stride = max(1, window // 8) if stride is None else stride
     if "recompute" in modes and not 1 <= stride <= window / 8:
         raise ValueError(f"recompute stride {stride} must be in 1..W/8 = {window / 8:g} (W >= 8)")
-    path = resolve_gguf(gguf)
+    path = Model.of(gguf).gguf
     cfg = load_card(converted_dir(path))["config"]
     ids = stream_ids(log, fmt, gguf, max_tokens) if ids is None else np.asarray(ids, np.int64)
     n = len(ids)

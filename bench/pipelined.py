@@ -24,7 +24,6 @@ import actors.target
 from actors.args import DraftArgs, TargetArgs
 from bench.systems import load, settings
 from kernels.sampling import SamplingParams
-from models.registry import card_of
 from pipeline.channel import Channel, cleanup_stale
 from pipeline.config import cpu_set, ring_spec
 from pipeline.decode.assemble import policy
@@ -49,7 +48,7 @@ class ModelActors:
         with tracemalloc; nothing else differs)."""
         self.cfg = cfg
         self.spec = spec or ring_spec(cfg)                          # the serial systems' pool (make_engine)
-        vocab = card_of(cfg.model.gguf)["config"]["vocab_size"]
+        vocab = cfg.target.config["vocab_size"]
         self.run_dir = tempfile.mkdtemp(prefix="ringspec_benchpipe_")
         self.stop = StopFlag(f"{self.run_dir}/stop")
         links = model_links(cfg, self.spec, vocab, f"b{os.getpid()}_{int(time.time() * 1000) % 1_000_000}")

@@ -16,21 +16,20 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from bench.recall_questions import archive_for, build, recall_at_k, seq_of
-from models.registry import converted_dir, resolve_gguf
 from models.runner import Runner
 from pipeline.decode.drafts.suffix import SuffixDraft
 from pipeline.decode.engine import Engine
 from pipeline.report import Report
 from pipeline.stream.archive import search
+from pipeline.stream.frame import replay_frame
 from pipeline.stream.prompts import Prompt, question_span
 from pipeline.stream.records import read_log
-from pipeline.stream.frame import replay_frame
 
 
 def answer_rate(questions, k: int, archive_dir, cfg, max_tokens: int = 40, progress=None) -> dict:
     frame = replay_frame(cfg)
     tok, system = frame.tok, Prompt.of(cfg.replay)
-    runner = Runner(converted_dir(resolve_gguf(cfg.model.gguf)), frame.spec,
+    runner = Runner(cfg.target.dir, frame.spec,
                     cfg.model.runner_options())
     rows, logs = [], {}
     t0 = time.perf_counter()

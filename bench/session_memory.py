@@ -15,7 +15,7 @@ from pathlib import Path
 import numpy as np
 
 from kernels.ring import RingIndex
-from models.registry import converted_dir, resolve_gguf
+from models.handle import Model
 from models.runner import Runner
 from pipeline import config
 from pipeline.config import ring_spec
@@ -38,7 +38,7 @@ def pss_by_mapping() -> dict[str, float]:
 def measure(model: str, kernel: str = "nbits") -> dict:
     cfg = config.override(config.parse({}), {"model.gguf": model, "model.kernel": kernel})
     before = sum(pss_by_mapping().values())
-    model_dir = converted_dir(resolve_gguf(model))
+    model_dir = Model.of(model).dir
     runner = Runner(model_dir, ring_spec(cfg), cfg.model.runner_options())
     index = RingIndex(runner.spec)
     ids = np.arange(1000, 1032, dtype=np.int64)
@@ -48,7 +48,7 @@ def measure(model: str, kernel: str = "nbits") -> dict:
         runner.store(np.arange(size), index.write(pos))
         index.commit(size)
     pss = pss_by_mapping()
-    gguf = str(resolve_gguf(model).resolve())
+    gguf = str(Model.of(model).gguf.resolve())
     weights_file = gguf if kernel == "native" else str(model_dir / "weights.bin")
     pool = runner.pool_bytes / MiB
     total = sum(pss.values()) - before

@@ -32,16 +32,15 @@ import zmq
 from bench import svg
 from bench.chaos import ROOT, Asker, free_port
 from bench.pipeline_vs_serial import profile_with
-from models.registry import card_of
 from models.runner import kv_bytes_per_slot
-from pipeline.launch import memory
 from pipeline.config import replay_log
+from pipeline.launch import memory
 from pipeline.launch.local_processes import actor_pids
 from pipeline.launch.plan import StreamRun
 from pipeline.launch.supervise import run_pipeline
 from pipeline.report import Report
-from pipeline.stream.records import format_of
 from pipeline.stream.frame import replay_frame
+from pipeline.stream.records import format_of
 from pipeline.stream.sources import SourceSpec
 from pipeline.watch import dies_with_parent
 
@@ -239,7 +238,7 @@ def soak(cfg, log: str, tokens: int, every_tokens: int = 5000, progress=None) ->
 
     cfg = dataclasses.replace(cfg, replay=dataclasses.replace(cfg.replay, score_stream=True),
                               actors=dataclasses.replace(cfg.actors, launcher="local"))
-    card = card_of(cfg.model.gguf)["config"]
+    card = cfg.target.config
     spec = replay_frame(cfg).spec
     kv_formula = kv_bytes_per_slot(card) * spec.stored_slots
     with tempfile.TemporaryDirectory(prefix="ringspec_soak_") as tmp:
@@ -342,7 +341,7 @@ def soak_serve(cfg, config_path: str | None, log: str, tokens: int, every_tokens
     sample the server and every actor, stop it with SIGINT after `tokens` stream tokens (and at least one answer and
     one client of each kind), and report."""
     served = dataclasses.replace(cfg, serve=dataclasses.replace(cfg.serve, enabled=True))
-    card = card_of(cfg.model.gguf)["config"]
+    card = cfg.target.config
     spec = replay_frame(served).spec
     kv_formula = kv_bytes_per_slot(card) * spec.stored_slots
     with tempfile.TemporaryDirectory(prefix="ringspec_soak_") as tmp:

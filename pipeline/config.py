@@ -2,8 +2,9 @@
 
 Owns the schema (sections, keys, types, ranges), every default (a key a profile leaves out takes the value written
 here; a section whose object lives in a lower layer, the runner's options or the sampling parameters, takes that
-object's defaults), the ring's size (`ring_spec`), where the replay log is (`replay_log`) and the error messages.
-Never starts anything and never reads files other than the profile it is given.
+object's defaults), the ring's size (`ring_spec`), where the replay log is (`replay_log`), the models it names as
+handles (`Config.target`, `Config.draft_model`: models/handle.py) and the error messages. Never starts anything and
+never reads files other than the profile it is given (a model's, only when its handle is asked).
 """
 from __future__ import annotations
 
@@ -19,6 +20,7 @@ from typing import get_type_hints
 from kernels.ring import RingSpec
 from kernels.sampling import SamplingParams
 from models.graph import SOFTMAX_ROWS
+from models.handle import Model
 from models.runner import RunnerOptions
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -268,6 +270,16 @@ class Config:
     board: BoardSection = field(default_factory=BoardSection)
     streams: tuple[Stream, ...] = ()                 # () = one stream, [replay]'s
     source: str = "<defaults>"
+
+    @property
+    def target(self) -> Model:
+        """The target model ([model] gguf): its file, converted directory, card and tokenizer (models/handle.py)."""
+        return Model.of(self.model.gguf)
+
+    @property
+    def draft_model(self) -> Model:
+        """The draft model ([draft] model), for a draft kind that loads one (`DraftSection.uses_model`)."""
+        return Model.of(self.draft.model)
 
 
 def streams_of(cfg: Config) -> list[tuple[str, Config]]:

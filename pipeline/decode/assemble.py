@@ -8,8 +8,8 @@ import sys
 
 from kernels.ring import RingSpec
 from kernels.sampling import SamplingParams
+from models.handle import Model
 from models.npu_runner import StaticRunner
-from models.registry import converted_dir, resolve_gguf
 from models.runner import Runner, RunnerOptions
 from models.tokenizer import Tokenizer
 from pipeline.config import Config, ring_spec
@@ -27,7 +27,7 @@ def policy(cfg: Config, vocab: int, tokenizer: Tokenizer | None = None) -> Polic
     length = min(d.length, rows - 1)
     ends = None
     if d.end_at_line:
-        ends = line_end_ids(tokenizer or Tokenizer.from_gguf(resolve_gguf(cfg.model.gguf)), vocab)
+        ends = line_end_ids(tokenizer or cfg.target.tokenizer, vocab)
     control = LengthControl(length, measured=d.adaptive_costs == "measured") if d.adaptive else None
     return Policy(length, rows, control, ends, cfg.model.prefill_rows)
 
@@ -48,19 +48,19 @@ def make_draft(cfg: Config, spec: RingSpec, target_vocab: int | None = None, sha
     return TreeDraft(draft, draft if d.kind == "suffix" else draft.stream, d.siblings)
 
 
-def _chain_draft(kind: str, spec: RingSpec, params: SamplingParams, draft_gguf: str, max_rows: int, threads: int,
+def _chain_draft(kind: str, spec: RingSpec, params: SamplingParams, draft: str, max_rows: int, threads: int,
                  target_vocab: int | None, min_confidence: float, backend: str, shared: list, kernel: str = "nbits"):
     if kind == "none":
         return NoDraft()
     if kind == "suffix":
         return SuffixDraft()
     if kind in ("model", "hybrid"):
-        if not draft_gguf:
+        if not draft:
             raise ValueError(f"--draft {kind} needs --draft-model PATH.gguf")
         # batch_invariant off: a draft's rows only change what is proposed, never what is output, and its passes
         # are mostly one row, where the padding row would cost it a second row each time
         opts = RunnerOptions(threads=threads, max_rows=max_rows, batch_invariant=False, kernel=kernel)
-        model_dir = converted_dir(resolve_gguf(draft_gguf))
+        model_dir = Model.of(draft).dir
         shares = shared[0] if shared else None
         if backend == "rknn":                      # the NPU (the draft only proposes: output stays exact)
             runner = StaticRunner(model_dir, spec, opts, backend="rknn", shares=shares)
@@ -87,13 +87,12 @@ def make_engine(cfg: Config, spec: RingSpec | None = None, *, check_rows: bool =
     m, d = cfg.model, cfg.draft
     spec = spec or ring_spec(cfg)
     params = cfg.sampling.params()
-    path = resolve_gguf(m.gguf)
-    runner = Runner(converted_dir(path), spec, m.runner_options(rope_angles=rope_angles, trees=d.siblings > 0,
+    runner = Runner(cfg.target.dir, spec, m.runner_options(rope_angles=rope_angles, trees=d.siblings > 0,
                                                                 profile=profile))
     exactness = check(runner) if check_rows else None
     if exactness is not None and not exactness.invariant:
         print(f"ringspec: warning: {exactness.line()}", file=sys.stderr, flush=True)
-    tok = Tokenizer.from_gguf(path)
+    tok = cfg.target.tokenizer
     p = policy(cfg, runner.vocab, tok)
     engine = Engine(runner, tok, make_draft(cfg, spec, runner.vocab), draft_len=d.length, seed=params.seed,
                     length_control=p.control, line_ends=p.line_ends, rows=p.max_rows, prefill_rows=p.prefill_rows)

@@ -21,11 +21,10 @@ import numpy as np
 
 from kernels import qmatmul
 from kernels.ring import RingSpec
-from models.convert import LAYER_LINEARS, head_source, load_card
+from models.convert import LAYER_LINEARS, head_source
 from models.gguf import GGUFModel
 from models.opcheck import families, native_families, pool_attention
 from models.platform import facts
-from models.registry import converted_dir, resolve_gguf
 from models.runner import Runner, RunnerOptions
 from pipeline.config import Config, ring_spec
 from pipeline.decode.blocks import ALIGNED_BLOCK
@@ -237,9 +236,9 @@ def doctor(cfg: Config) -> DoctorReport:
     Reports each operator family's row invariance at the model's shapes (models/opcheck.py) and the whole-pass
     verdict of the chain graph with and without the padding rule and of the tree graph with it. "exact": what the
     engine would run is invariant."""
-    gguf, threads = cfg.model.gguf, cfg.model.threads
+    threads = cfg.model.threads
     max_rows, accuracy_level = cfg.model.max_rows, cfg.model.accuracy_level
-    model_dir = converted_dir(resolve_gguf(gguf))
+    model_dir = cfg.target.dir
     spec = RingSpec(4, 256, 256 + max_rows)
     passes = {}
     for name, trees, rule in (("chain", False, True), ("tree", True, True), ("chain_unpadded", False, False)):
@@ -248,7 +247,7 @@ def doctor(cfg: Config) -> DoctorReport:
                                                        kernel=cfg.model.kernel))
         passes[name] = check(runner, thorough=True).as_dict()
         del runner
-    card = load_card(model_dir)
+    card = cfg.target.card
     found = families(card, threads, accuracy_level, pool=ring_spec(cfg).pool_slots)
     if qmatmul.available():         # the native kernel's families: needed when the model runs on it
         found += native_families(native_types(card), needed=cfg.model.kernel == "native")

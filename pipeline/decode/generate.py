@@ -12,8 +12,6 @@ from pathlib import Path
 
 import numpy as np
 
-from models.registry import card_of, resolve_gguf
-from models.tokenizer import Tokenizer
 from pipeline.config import Config, DraftSection, override
 from pipeline.decode.assemble import make_engine
 from pipeline.report import Report
@@ -57,7 +55,7 @@ def read_text(path: str) -> str:
 def _full_cache(cfg: Config, need: int, what: str) -> Config:
     """`cfg` with a plain full cache holding `need` tokens (no sinks, nothing wraps); an error past the model's
     context length."""
-    ctx = card_of(cfg.model.gguf)["config"]["context_length"]
+    ctx = cfg.target.config["context_length"]
     if need > ctx:
         raise ContextTooLong(f"{what} exceed the model's context length {ctx}; pass --window W (and --sink S) "
                              f"to use the ring policy")
@@ -71,7 +69,7 @@ def score(text: str, cfg: Config, ring: bool = False, chunk: int = 64) -> ScoreR
     model's context length); True: the profile's sinks and window. No draft: nothing is generated."""
     cfg = override(cfg, {"model.max_rows": chunk})
     cfg = dataclasses.replace(cfg, draft=DraftSection(kind="none"))
-    ids = Tokenizer.from_gguf(resolve_gguf(cfg.model.gguf)).encode(text)
+    ids = cfg.target.tokenizer.encode(text)
     n = len(ids)
     if n < 2:
         raise ValueError(f"the text has {n} token(s); scoring needs at least 2")
@@ -89,7 +87,7 @@ def generate(prompt: str, cfg: Config, chat: bool = False, max_tokens: int = 64,
 
     From a raw (or chat-templated) prompt with the profile's draft and sampling. ring False: a plain full cache sized
     to prompt + max_tokens (an error past the model's context length); True: the profile's sinks and window."""
-    tok = Tokenizer.from_gguf(resolve_gguf(cfg.model.gguf))
+    tok = cfg.target.tokenizer
     ids = tok.render_chat([{"role": "user", "content": prompt}]) if chat else tok.encode(prompt)
     if len(ids) == 0:
         raise ValueError("the prompt is empty")

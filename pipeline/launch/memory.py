@@ -25,7 +25,6 @@ import numpy as np
 from models.convert import linears, load_card
 from models.npu_runner import buckets, rknn_path
 from models.platform import core_kinds
-from models.registry import converted_dir, resolve_gguf
 from models.runner import kv_bytes_per_slot
 from pipeline.config import Config, ConfigError, cpu_set, node_profile, streams_of
 from pipeline.report import Report
@@ -178,7 +177,7 @@ def plan(cfg: Config, ram: int | None = None, node: str | None = None) -> Plan:
     serial = cfg.actors.launcher == "serial"
     home_of = (lambda actor: "launcher") if serial else (lambda actor: actor)
     terms: list[Term] = []
-    target_dir = converted_dir(resolve_gguf(cfg.model.gguf))      # hashes a GGUF given by path: once per model
+    target_dir = cfg.target.dir
     target = load_card(target_dir)
     streams = streams_of(cfg)
     terms += _model_terms(home_of("target"), "target", target, target_dir, spec, cfg.model.max_rows, "model.gguf",
@@ -191,7 +190,7 @@ def plan(cfg: Config, ram: int | None = None, node: str | None = None) -> Plan:
                           "model.pass_streams"))
     vocab = target["config"]["vocab_size"]
     if cfg.draft.uses_model:                  # one draft actor for the node's streams: the model once, a pool each
-        draft_dir = converted_dir(resolve_gguf(cfg.draft.model))
+        draft_dir = cfg.draft_model.dir
         terms += _model_terms(home_of("draft"), "draft", load_card(draft_dir), draft_dir, spec, cfg.model.max_rows,
                               "draft.model", npu=cfg.draft.backend == "rknn", pools=len(streams),
                               buffers=len(streams), kernel=cfg.model.kernel)

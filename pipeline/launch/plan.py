@@ -39,7 +39,7 @@ from actors.args import (
     SiteLinks,
     TargetArgs,
 )
-from models.registry import card_of, home
+from models.registry import home
 from pipeline.config import replay_log, streams_of
 from pipeline.decode.drafts.model import speaks
 from pipeline.messages import Checkpoint
@@ -156,10 +156,10 @@ def actor_plans(cfg, group: Group, pub: str | None, quiet_lines: bool, tag: str,
     its first committed line); site: the site's links, when the front is the site actor's (`Site.links`): the output
     actor relays to it."""
 
-    card = card_of(cfg.model.gguf)      # converts on first use, with progress
+    card = cfg.target.card              # converts on first use, with progress
     vocab = card["config"]["vocab_size"]
     if cfg.draft.uses_model:
-        draft_vocab = speaks(card_of(cfg.draft.model))
+        draft_vocab = speaks(cfg.draft_model.card)
         if draft_vocab != vocab:
             raise ValueError(f"draft vocabulary {draft_vocab} != target vocabulary {vocab}: a draft must share the "
                              f"target's tokenizer")
@@ -178,7 +178,7 @@ def actor_plans(cfg, group: Group, pub: str | None, quiet_lines: bool, tag: str,
     plans = [
         ActorPlan(group.actor("output"), actors.output.run, OutputArgs(
             in_specs=tuple(ln["events"] for ln in links), streams=tuple(st.name for st in streams),
-            journals=tuple(st.journal for st in streams), gguf=cfg.model.gguf, pub=pub, quiet_lines=quiet_lines,
+            journals=tuple(st.journal for st in streams), model=cfg.target, pub=pub, quiet_lines=quiet_lines,
             cpus=cfg.actors.output_cpus, stop=stop, cfg=cfg, serve=front, site=relay)),
         ActorPlan(group.actor("target"), actors.target.run, TargetArgs(
             inboxes=tuple(ln["to_target"] for ln in links), outboxes=tuple(ln["from_target"].name for ln in links),
@@ -199,7 +199,7 @@ def actor_plans(cfg, group: Group, pub: str | None, quiet_lines: bool, tag: str,
             source_id=source_id(source), questions=ln["asks"] if serving else None,
             drain=StopFlag(drain) if serving else None, resume=point, restart=restart))
         ingests.append(IngestArgs(out_name=ln["lines"].name, source=dataclasses.replace(source, resume=point),
-                                  gguf=cfg.model.gguf, cpus=cfg.actors.ingest_cpus, stop=stop, drain=StopFlag(drain)))
+                                  model=cfg.target, cpus=cfg.actors.ingest_cpus, stop=stop, drain=StopFlag(drain)))
     one = len(streams) == 1                  # several: a thread per stream in one process per role
     roles = (("cache_owner", actors.cache_owner.run, owners), ("ingest", actors.ingest.run, ingests))
     return plans + [ActorPlan(group.actor(role), run, each[0] if one else tuple(each)) for role, run, each in roles]

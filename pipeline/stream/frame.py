@@ -15,7 +15,6 @@ import numpy as np
 
 from kernels.ring import RingSpec
 from kernels.sampling import SamplingParams
-from models.registry import resolve_gguf
 from models.tokenizer import Tokenizer
 from pipeline.config import Config, ring_spec, streams_of
 from pipeline.stream.forms import Writer
@@ -36,7 +35,7 @@ def replay_frame(cfg: Config) -> Frame:
     """The frame of `cfg`'s [replay] stream: its system prompt and open log turn (kept in the sinks), its question,
     and the ring, sized for every stream of `cfg` (their pools share one shape): the sinks hold the longest head, the
     scratch span the largest question and its answer, or an operator's question span and its answer when serving."""
-    tok = Tokenizer.from_gguf(resolve_gguf(cfg.model.gguf))
+    tok = cfg.target.tokenizer
     writer = Writer.of(tok, cfg.replay)
     head = stream_head(tok, Prompt.of(cfg.replay))
     replays = [scfg.replay for _, scfg in streams_of(cfg)]          # [replay] alone, or each stream's

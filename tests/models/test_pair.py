@@ -15,8 +15,8 @@ from bench import agreement
 from kernels import qmatmul
 from kernels.sampling import SamplingParams
 from models.convert import WEIGHTS, leaves, linears, load_card
-from models.registry import MODELS, converted_dir, resolve_gguf
-from models.tokenizer import Tokenizer
+from models.handle import Model
+from models.registry import MODELS, converted_dir
 from pipeline import config
 from pipeline.decode.assemble import make_engine
 from pipeline.decode.exactness import doctor
@@ -34,7 +34,7 @@ KERNELS = ["nbits", pytest.param("native", marks=pytest.mark.skipif(not qmatmul.
 
 @pytest.mark.parametrize("model", [TARGET, DRAFT])
 def test_every_quantized_weight_stays_packed_within_1_45x_the_gguf(model):
-    gguf = resolve_gguf(model)
+    gguf = Model.of(model).gguf
     model_dir = converted_dir(gguf)
     card = load_card(model_dir)
     assert card["embed"]["kind"] == "nbits"
@@ -83,7 +83,7 @@ def run_stream(keys: dict, ids: np.ndarray):
 @pytest.fixture(scope="module")
 def stream_ids():
     text = render(read_log(SHARED / "data/tep_alarms/filter/text_alarms_filter_2.csv"))
-    return Tokenizer.from_gguf(resolve_gguf(TARGET)).encode(text)[:800]
+    return Model.of(TARGET).tokenizer.encode(text)[:800]
 
 
 @pytest.fixture(scope="module", params=KERNELS)

@@ -8,7 +8,6 @@ import sys
 import pytest
 
 from models.platform import core_kinds
-from models.registry import converted_dir, resolve_gguf
 from models.runner import Runner, RunnerOptions
 from pipeline import config
 from pipeline.launch import memory
@@ -32,10 +31,10 @@ def _profile(tmp_path, text: str):
 def test_the_target_pool_in_the_plan_is_the_pool_the_runner_allocates(default_gguf):
     cfg = config.override(config.load(), {"serve.enabled": True})
     spec = replay_frame(cfg).spec
-    runner = Runner(converted_dir(resolve_gguf(cfg.model.gguf)), spec, RunnerOptions(threads=1))
+    runner = Runner(cfg.target.dir, spec, RunnerOptions(threads=1))
     terms = {(t.process, t.what): t.bytes for t in memory.plan(cfg).terms}
     assert terms[("target", "kv pool")] == runner.pool_bytes
-    assert terms[("target", "weights")] == (converted_dir(resolve_gguf(cfg.model.gguf)) / "weights.bin").stat().st_size
+    assert terms[("target", "weights")] == (cfg.target.dir / "weights.bin").stat().st_size
 
 
 def test_every_process_of_the_pipeline_is_in_the_plan_with_the_channels_it_creates(default_gguf):
@@ -166,7 +165,7 @@ def test_the_native_pass_is_planned_as_its_gguf_mapped_and_a_session_of_its_own(
     session term the native pass's measured one, for the target and for a draft that takes its kernel."""
     cfg = config.override(config.load(), {"model.kernel": "native"})
     terms = {(t.process, t.what): t.bytes for t in memory.plan(cfg).terms}
-    gguf = resolve_gguf(cfg.model.gguf).stat().st_size
+    gguf = cfg.target.gguf.stat().st_size
     assert gguf < terms[("target", "weights (the GGUF, mapped)")] < gguf + (1 << 20)
     assert terms[("target", "session")] == memory.NATIVE_SESSION_MIB * memory.MiB
     nbits = {(t.process, t.what): t.bytes for t in memory.plan(config.load()).terms}

@@ -11,7 +11,6 @@ import pytest
 
 from actors import draft as draft_actor
 from actors.args import DraftArgs
-from models.registry import card_of
 from pipeline import config
 from pipeline.channel import Channel, ChannelSpec
 from pipeline.config import ring_spec
@@ -38,7 +37,7 @@ def _serve(cfg, streams: list[int], tmp_path) -> dict[int, list[tuple]]:
     """Start the draft actor for `streams` (indices into TEXTS), play each one generation (its text observed, a
     restart, two blocks out, the first committed whole, a third block) with the streams' messages interleaved, and
     return each stream's proposals as (epoch, block, n, pending, tokens, parent)."""
-    vocab = speaks(card_of(cfg.draft.model))
+    vocab = speaks(cfg.draft_model.card)
     tag = f"d{os.getpid()}_{''.join(map(str, streams))}"
     inboxes = [ChannelSpec(f"{tag}_to_draft{n}", slots=64, payload_bytes=64 << 10) for n in streams]
     replies = [ChannelSpec(f"{tag}_from_draft{n}", slots=16, payload_bytes=64 << 10) for n in streams]

@@ -68,9 +68,8 @@ def test_tokens_left_unscored_are_nan_and_the_rest_unchanged(default_gguf, fixtu
 def test_only_words_are_scored_unless_every_token_is_asked_for(default_gguf):
     """A word is a token with a letter and no digit: times, counters, tag numbers, punctuation and spaces are what a
     line's template folds or keeps, so they are left out (their rows skip the head)."""
-    from models.registry import resolve_gguf
-    from models.tokenizer import Tokenizer
-    tok = Tokenizer.from_gguf(resolve_gguf(default_gguf))
+    from models.handle import Model
+    tok = Model.of(default_gguf).tokenizer
     skip = unscored_tokens(tok)
     line = "01:32:20 PIR108 HH PRES REACT HIGH HIGH ALM, RAS KERNEL INFO cache parity error corrected\n"
     pieces = {tok.token_bytes(int(t)): bool(skip[t]) for t in tok.encode(line)}

@@ -1,0 +1,68 @@
+"""A model, named once: what a profile's model name (`model.gguf`, `draft.model`) stands for in this process.
+
+Owns the one object the launcher, the actors and the engine hold for a model: its name, its GGUF file, its converted
+directory, its card and its tokenizer (the chat template with it), each found on first use and kept. `Model.of(name)`
+gives the same handle for the same name and file in one process; a handle sent to another process (an actor's
+arguments, a Ray node's) travels as its name and is resolved there once, against that machine's own cache. Never
+fetches, converts or reads a file before a property asks (a profile is checked without touching its model), and never
+keeps a handle for a file that has since been replaced (a name whose file changed is resolved again).
+"""
+from __future__ import annotations
+
+import os
+import threading
+from dataclasses import dataclass, field
+from functools import cached_property
+from pathlib import Path
+
+from .convert import load_card
+from .registry import converted_dir, resolve_gguf
+from .tokenizer import Tokenizer
+
+
+@dataclass(frozen=True, eq=False)
+class Model:
+    name: str                                    # as the profile gives it: "default", a registry name, a path
+    path: Path = field(repr=False)               # its GGUF, resolved (`resolve_gguf`: fetched on first use)
+
+    @classmethod
+    def of(cls, name: str | os.PathLike) -> "Model":
+        """The handle for `name` in this process: one per name while its file stays the same one."""
+        path = resolve_gguf(name)
+        st = os.stat(path)
+        key = (str(name), st.st_ino, st.st_size, st.st_mtime_ns)
+        with _LOCK:
+            if key not in _HANDLES:
+                _HANDLES[key] = cls(str(name), path)
+            return _HANDLES[key]
+
+    @property
+    def gguf(self) -> Path:
+        return self.path
+
+    @cached_property
+    def dir(self) -> Path:
+        """The converted directory (ONNX graphs, weights, card): converted on first use, with progress."""
+        return converted_dir(self.path)
+
+    @cached_property
+    def card(self) -> dict:
+        """The model card: architecture, shapes, quantization (models/convert.py)."""
+        return load_card(self.dir)
+
+    @property
+    def config(self) -> dict:
+        """The card's architecture: layers, heads, widths, vocabulary, context length."""
+        return self.card["config"]
+
+    @property
+    def tokenizer(self) -> Tokenizer:
+        """Its tokenizer and chat template (built once per process per file: models/tokenizer.py)."""
+        return Tokenizer.from_gguf(self.path)
+
+    def __reduce__(self):
+        return Model.of, (self.name,)            # another process resolves the name for itself
+
+
+_HANDLES: dict[tuple, Model] = {}
+_LOCK = threading.Lock()
