@@ -24,11 +24,12 @@ from collections import deque
 from contextlib import ExitStack
 
 from actors.args import TargetArgs
-from kernels.sampling import SamplingParams
+from kernels.ring import RingSpec
 from models.platform import facts
 from models.runner import Runner
 from models.streams import Streams, pack
 from pipeline.channel import Channel, Selector
+from pipeline.config import Config
 from pipeline.decode.blocks import Block
 from pipeline.decode.exactness import check
 from pipeline.decode.local import LocalVerifier
@@ -43,107 +44,135 @@ ANSWER_FIRST = 4          # passes the longest waiting feed chunk may be passed 
 
 def run(args: TargetArgs) -> None:
     """Stream n's passes arrive on inboxes[n] (created here) and its answers go to outboxes[n] (its owner's)."""
-    cfg, spec, stop = args.cfg, args.spec, args.stop
-    streams = len(args.inboxes)
-    pin(cfg.actors.target_cpus)
+    pin(args.cfg.actors.target_cpus)
     figures = Figures("target")
     figures_on_request(figures)
-    model_dir = cfg.target.dir
-    opts = cfg.model.runner_options(trees=cfg.draft.siblings > 0)
-    runner = Runner(model_dir, spec, opts)
-    exactness = check(runner)                     # the single-stream graph: a stream's attention nodes in any pass
-    if streams > 1:
-        del runner                                # its session and pools: each stream has its own pools below
-        batch = Streams(model_dir, spec, streams, opts, cfg.model.graph_sizes(streams))
-        runners = batch.runners
-    else:
-        runner.reserve()                          # the arena at its high-water mark before the first line
-        batch, runners = None, [runner]
-    s = cfg.sampling
-    params = SamplingParams(s.temperature, s.top_k, s.top_p, s.seed)
-    # each stream's sampler is consumed in the serial engine's order: pick, judge
-    verifiers = [LocalVerifier(r, s.seed) for r in runners]
-    table = None                                  # the vocabulary's token texts, read at the first rule
-
-    if cfg.replay.scored:                         # the stream's scored passes leave these tokens' rows off the head
-        unscored = unscored_tokens(cfg.target.tokenizer, cfg.replay.score_every_token)
-        for verifier in verifiers:
-            verifier.unscored = unscored
-
-    def coroutine(n: int, msg):
-        """The pass a message of stream n asks for, as its verifier's coroutine."""
-        verifier = verifiers[n]
-        if isinstance(msg, Prefill):
-            chaos("target.prefill")              # armed just after a restart, it hits during the window's refill
-            return verifier.prefill_pass(msg.ids, msg.pos, msg.mask, msg.slots, params if msg.pick else None,
-                                         msg.score, recent=msg.recent, ring_from=msg.ring_from,
-                                         rule_state=msg.rule_state)
-        blk = Block(msg.ids, msg.parent, msg.q, msg.pos, None, msg.recent, msg.slots, msg.path, msg.ring_from)
-        return verifier.verify_pass(blk, msg.mask, params, msg.rule_state)
-
-    def answer(out, msg, got) -> None:
-        if isinstance(msg, Prefill):
-            if msg.score:
-                send(out, Scored(nll=got.nll), timeout=60.0)
-            if msg.pick:
-                send(out, Picked(next=got.next), timeout=60.0)
-            return
-        chaos("target.verified")                 # fault injection, test-only: K/V stored, the verdict not sent
-        send(out, Verdict(epoch=msg.epoch, block=msg.block, rows=got.rows.tolist(), next=got.next,
-                          t0=got.t0, t1=time.perf_counter(), forward_s=got.forward_s), timeout=60.0)
-
+    judge = _Judge(args.cfg, args.spec, len(args.inboxes))
     with ExitStack() as channels:
         inps = [channels.enter_context(Channel.create(spec_n)) for spec_n in args.inboxes]
-        outs = [channels.enter_context(attach_when_ready(name, stop)) for name in args.outboxes]
+        outs = [channels.enter_context(attach_when_ready(name, args.stop)) for name in args.outboxes]
         for out in outs:
-            send(out, Ready(exactness=exactness.as_dict(), platform=facts()), timeout=60.0)
-        inbox = _Inboxes(inps)
-        open_ = set(range(streams))               # streams not yet closed
+            send(out, Ready(exactness=judge.exactness.as_dict(), platform=facts()), timeout=60.0)
+        inbox, turns = _Inboxes(inps), _Turns(judge.widest)
+        open_ = set(range(len(inps)))             # streams not yet closed
         waiting: deque = deque()                  # (received, stream, message) taken, not yet handled
-        skipped = (None, 0)                       # (the front of `waiting`, passes it was passed over for, so far)
-        while open_ and not stop.is_set():
-            if not inbox.take(waiting, 2 * streams):
+        while open_ and not args.stop.is_set():
+            if not inbox.take(waiting, 2 * len(inps)):
                 continue
             with figures.busy():
                 received, n, msg = waiting[0]
-                if isinstance(msg, Close):
-                    figures.extra.update(forward_s=sum(r.forward_s for r in runners),
-                                         inbox_max_depth=max(i.max_depth for i in inps),
-                                         forward_calls=sum(r.forward_calls for r in runners),
-                                         forward_rows=sum(r.forward_rows for r in runners),
-                                         passes=runners[0].forward_calls if batch is None else batch.passes,
-                                         passes_by_graph={} if batch is None else batch.passes_by_size,
-                                         kv_pool_mb=sum(r.pool_bytes for r in runners) / 2**20)
+                if isinstance(msg, Close):        # its passes are done: the figures, and the stream ends
+                    figures.extra.update(judge.figures(), inbox_max_depth=max(i.max_depth for i in inps))
                     send(outs[n], Closed(figures=figures.snapshot()), timeout=60.0)
-                    waiting.popleft()
-                    received.release()
                     open_.discard(n)
-                    continue
-                if isinstance(msg, Constrain):
-                    if table is None and msg.rule is not None:
-                        table = TokenTable.of(cfg.target.tokenizer)
-                    verifiers[n].constrain(rule_from(msg.rule, table))
-                    waiting.popleft()
-                    received.release()
-                    continue
-                if not isinstance(msg, PASSES):
-                    raise ValueError(f"target: unexpected message {msg.kind!r}")
-                front = waiting[0]
-                passed_over = skipped[1] if skipped[0] is front else 0
-                chosen = _one_pass(waiting, 1 if batch is None else batch.widest, passed_over)
-                skipped = (None, 0) if any(item is front for item in chosen) else (front, passed_over + 1)
-                if batch is None:
-                    results = [verifiers[0].drive(coroutine(0, chosen[0][2]))]
+                    done = [waiting[0]]
+                elif isinstance(msg, Constrain):  # the rule the stream's next passes pick under
+                    judge.constrain(n, msg.rule)
+                    done = [waiting[0]]
+                elif isinstance(msg, PASSES):
+                    done = turns.choose(waiting)
+                    for (_, m, pass_), got in zip(done, judge.run([(m, pass_) for _, m, pass_ in done])):
+                        _answer(outs[m], pass_, got)
                 else:
-                    slots = [None] * streams
-                    for _, m, msg_m in chosen:
-                        slots[m] = coroutine(m, msg_m)
-                    by_stream = batch.run(slots)
-                    results = [by_stream[m] for _, m, _ in chosen]
-                for item, got in zip(chosen, results):
-                    answer(outs[item[1]], item[2], got)
+                    raise ValueError(f"target: unexpected message {msg.kind!r}")
+                for item in done:
                     waiting.remove(item)
                     item[0].release()
+
+
+class _Judge:
+    """The target model and what it holds per stream: its runner (pools), its verifier (sampler, rule), and for
+    several streams the batch that runs their passes together (models/streams.py)."""
+
+    def __init__(self, cfg: Config, spec: RingSpec, streams: int):
+        opts = cfg.model.runner_options(trees=cfg.draft.siblings > 0)
+        runner = Runner(cfg.target.dir, spec, opts)
+        self.exactness = check(runner)            # the single-stream graph: a stream's attention nodes in any pass
+        if streams > 1:
+            del runner                            # its session and pools: each stream has its own pools below
+            self.batch = Streams(cfg.target.dir, spec, streams, opts, cfg.model.graph_sizes(streams))
+            self.runners = self.batch.runners
+        else:
+            runner.reserve()                      # the arena at its high-water mark before the first line
+            self.batch, self.runners = None, [runner]
+        self.params = cfg.sampling.params()
+        # each stream's sampler is consumed in the serial engine's order: pick, judge
+        self.verifiers = [LocalVerifier(r, cfg.sampling.seed) for r in self.runners]
+        if cfg.replay.scored:                     # the stream's scored passes leave these tokens' rows off the head
+            unscored = unscored_tokens(cfg.target.tokenizer, cfg.replay.score_every_token)
+            for verifier in self.verifiers:
+                verifier.unscored = unscored
+        self.model = cfg.target
+        self.table = None                         # the vocabulary's token texts, read at the first rule
+
+    @property
+    def widest(self) -> int:
+        """Streams one pass can carry."""
+        return 1 if self.batch is None else self.batch.widest
+
+    def constrain(self, n: int, rule) -> None:
+        if self.table is None and rule is not None:
+            self.table = TokenTable.of(self.model.tokenizer)
+        self.verifiers[n].constrain(rule_from(rule, self.table))
+
+    def run(self, passes: list[tuple[int, Prefill | Verify]]) -> list:
+        """Each (stream, pass)'s result, the passes run together (one per stream)."""
+        if self.batch is None:
+            (n, msg), = passes
+            return [self.verifiers[n].drive(self._coroutine(n, msg))]
+        slots = [None] * len(self.runners)
+        for n, msg in passes:
+            slots[n] = self._coroutine(n, msg)
+        by_stream = self.batch.run(slots)
+        return [by_stream[n] for n, _ in passes]
+
+    def _coroutine(self, n: int, msg):
+        """The pass a message of stream n asks for, as its verifier's coroutine."""
+        verifier = self.verifiers[n]
+        if isinstance(msg, Prefill):
+            chaos("target.prefill")              # armed just after a restart, it hits during the window's refill
+            return verifier.prefill_pass(msg.ids, msg.pos, msg.mask, msg.slots, self.params if msg.pick else None,
+                                         msg.score, recent=msg.recent, ring_from=msg.ring_from,
+                                         rule_state=msg.rule_state)
+        blk = Block(msg.ids, msg.parent, msg.q, msg.pos, None, msg.recent, msg.slots, msg.path, msg.ring_from)
+        return verifier.verify_pass(blk, msg.mask, self.params, msg.rule_state)
+
+    def figures(self) -> dict:
+        runners, batch = self.runners, self.batch
+        return dict(forward_s=sum(r.forward_s for r in runners), forward_calls=sum(r.forward_calls for r in runners),
+                    forward_rows=sum(r.forward_rows for r in runners),
+                    passes=runners[0].forward_calls if batch is None else batch.passes,
+                    passes_by_graph={} if batch is None else batch.passes_by_size,
+                    kv_pool_mb=sum(r.pool_bytes for r in runners) / 2**20)
+
+
+def _answer(out: Channel, msg: Prefill | Verify, got) -> None:
+    """A pass's result to its stream's owner: a prefill's scores and picked token (each when asked), a block's
+    verdict."""
+    if isinstance(msg, Prefill):
+        if msg.score:
+            send(out, Scored(nll=got.nll), timeout=60.0)
+        if msg.pick:
+            send(out, Picked(next=got.next), timeout=60.0)
+        return
+    chaos("target.verified")                     # fault injection, test-only: K/V stored, the verdict not sent
+    send(out, Verdict(epoch=msg.epoch, block=msg.block, rows=got.rows.tolist(), next=got.next,
+                      t0=got.t0, t1=time.perf_counter(), forward_s=got.forward_s), timeout=60.0)
+
+
+class _Turns:
+    """Which waiting passes run next (`_one_pass`), keeping count of the passes the front was passed over for."""
+
+    def __init__(self, widest: int):
+        self.widest = widest
+        self.skipped = (None, 0)                  # (the front of `waiting`, passes it was passed over for, so far)
+
+    def choose(self, waiting: deque) -> list:
+        front = waiting[0]
+        passed_over = self.skipped[1] if self.skipped[0] is front else 0
+        chosen = _one_pass(waiting, self.widest, passed_over)
+        self.skipped = (None, 0) if any(item is front for item in chosen) else (front, passed_over + 1)
+        return chosen
 
 
 class _Inboxes:
