@@ -1,16 +1,16 @@
-"""The operators' front, inside the output actor: requests in flight, their framing, retrieval and their answers.
+"""The operators' front, inside the output actor: requests in flight and their answers.
 
 Owns what the interfaces (HTTP in `pipeline/serve/http_api.py`, zmq in `pipeline/serve/zmq_api.py`) share: a question
 becomes a request to the cache owner (admitted within serve.max_waiting and its operator's share of it, its slot held
-from before the archive is read until its answer ends, an answer the archive gives alone included; bounded before the
-archive is searched, older lines retrieved, the span framed and bounded, a deadline), and the owner's answer
-events become text deltas for whoever asked. With serve.reader = "cited" (pipeline/serve/cited.py) a lookup or an
-aggregate is answered here from the archive: directly, through the same deltas and end as a model's answer but
-without queueing on the owner, or, when several spans of a line fit, by the model choosing one under an options rule
-(its pick is not streamed; the reply written from it is). Every end carries `route`, `answer` and `citations`.
-Also keeps the request counts and latencies /metrics shows; what it shows of each stream (its tail, analyses, the
-owner's latest status) is the stream's view's (pipeline/serve/views.py). Never runs a model and never touches the
-cache: the owner decides when a question is answered.
+from before the archive is read until its answer ends, an answer the archive gives alone included; framed within the
+question's budget by pipeline/serve/framing.py, a deadline), and the owner's answer events become text deltas for
+whoever asked. With serve.reader = "cited" (pipeline/serve/cited.py) a lookup or an aggregate is answered here from
+the archive: directly, through the same deltas and end as a model's answer but without queueing on the owner, or,
+when several spans of a line fit, by the model choosing one under an options rule (its pick is not streamed; the
+reply written from it is). Every end carries `route`, `answer` and `citations`. Also keeps the request counts and
+latencies /metrics shows; what it shows of each stream (its tail, analyses, the owner's latest status) and the
+consoles' feed are pipeline/serve/views.py's. Never runs a model and never touches the cache: the owner decides when
+a question is answered.
 
 Several streams (one pipeline, one target: pipeline/launch/plan.py): each has its own owner, question channel and
 archive, and its own view (`StreamView`); a request names its stream (the model `ringspec/NAME` over HTTP,
@@ -24,7 +24,6 @@ Each channel to an owner has one producer, so sends (`Question`, `Cancel`: pipel
 from __future__ import annotations
 
 import itertools
-import json
 import os
 import queue
 import re
@@ -36,28 +35,15 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from models.tokenizer import StreamDecoder
-from pipeline.config import replay_of
 from pipeline.messages import Answer as AnswerEvent  # `Answer` here is a request's answer as it arrives
 from pipeline.messages import AnswerDelta, Cancel, Question, Status, send
-from pipeline.answer import score
 from pipeline.decode.rules import options_spec
-from pipeline.process import proc_status
 from pipeline.serve import cited
-from pipeline.serve.views import StreamView
-from pipeline.stream.archive import search
+from pipeline.serve.framing import Direct, Framing, RequestError, Scoring
+from pipeline.serve.views import Feed, StreamView, resident_bytes
 from pipeline.stream.evidence import Budget
-from pipeline.stream.prompts import Prompt, question_span
 
 LATENCIES_KEPT = 1000       # recent requests whose latencies /metrics summarises
-MAX_SUBSCRIBERS = 32        # consoles following /v1/events at once
-
-
-class RequestError(Exception):
-    """A request refused before it reached the owner: `status` is the HTTP code, the message says why."""
-
-    def __init__(self, status: int, message: str, kind: str = "invalid_request_error"):
-        super().__init__(message)
-        self.status, self.kind = status, kind
 
 
 @dataclass
@@ -94,7 +80,7 @@ class Front:
         self.views = {st[0]: StreamView(*st) for st in streams}
         self.pids_files = [pids_files] if isinstance(pids_files, str) else list(pids_files or ())
         self.restarts = dict(restarts or {})          # {actor: restarts of the pipeline after its death}, this run
-        self._span = question_span
+        self.framing = Framing(cfg, tok)              # a question's words to what the owner is sent
         self.stops = set(tok.stop_ids)
         self._lock = threading.Lock()
         self._ids = itertools.count(1)
@@ -103,8 +89,8 @@ class Front:
         self.direct: deque = deque()                  # (stream, record) of answers the archive gave alone, to journal
         self.reading: dict[int, str] = {}             # the clients of questions being framed or read from the archive
         self._tickets = itertools.count(1)            # (and answered directly), by ticket: each holds a slot
-        self.subscribers: list[queue.Queue] = []
         self.counts: Counter = Counter()               # requests by (endpoint, code), disconnects, dropped events
+        self.feed = Feed(self.counts)                 # the consoles following /v1/events
         self.ttft_ms: deque = deque(maxlen=LATENCIES_KEPT)
         self.total_ms: deque = deque(maxlen=LATENCIES_KEPT)
         self.tokens_per_s: deque = deque(maxlen=LATENCIES_KEPT)
@@ -154,63 +140,28 @@ class Front:
 
     def _ask(self, ticket: int, client: str, view: StreamView, messages, prompt, max_tokens: int, deadline_s: float,
              stop) -> Answer:
-        """`ask` within the slot it holds: framing, the archive's read (a direct answer finished here), the send."""
+        """`ask` within the slot it holds: framing (the archive read within the question's budget), then a direct
+        answer finished here, or the question sent."""
         s = self.serve
         t0 = time.perf_counter()
-        read = None
-        budget = Budget(s.question_budget_s, s.question_max_lines)       # the archive's reads, the question's whole
-        if messages is not None:
-            question = _check_messages(messages)
-            words = Prompt.of(replay_of(self.cfg, view.name))     # the stream's own system prompt and log label
-            # the conversation alone must fit before the archive is searched: a question too long costs no search
-            span = self._span(self.tok, words, messages, [])
-            if s.reader in ("cited", "spans") and len(span) <= s.max_prompt_tokens:
-                read = cited.read(view.archive_path, question, budget=budget, spans=s.reader == "spans",
-                                  model=s.span_model)
-            if isinstance(read, cited.Choice) and read.prior:    # the model scores the line's candidates whole
-                scoring = self._scoring(question, read)
-                if isinstance(scoring, str):
-                    read = cited.unscored(read, scoring)
-                else:
-                    return self._send_scoring(ticket, client, view, question, read, *scoring, deadline_s, t0)
-            if isinstance(read, cited.Reply):
-                return self._direct(client, question, read, view, t0)
-            if isinstance(read, cited.Choice):           # the model picks one of the line's spans, nothing else
-                messages = [*messages[:-1], {"role": "user", "content": f"{question}\nAnswer with one of: "
-                                                                        f"{', '.join(read.options)}"}]
-                span = self._span(self.tok, words, messages, [read.line.text])
-                if len(span) > s.max_prompt_tokens:      # a long line: the options alone, else no choice to ask
-                    span = self._span(self.tok, words, messages, [])
-                if len(span) > s.max_prompt_tokens:
-                    return self._direct(client, question, cited.undecided(
-                        read, f"the choice takes {len(span)} tokens, more than serve.max_prompt_tokens "
-                              f"({s.max_prompt_tokens})"), view, t0)
-                max_tokens = min(max_tokens, max(len(self.tok.encode(o)) for o in read.options) + 2)
-            retrieved = self.retrieve(question, view, budget) if len(span) <= s.max_prompt_tokens and read is None \
-                else []
-            if retrieved:
-                span = self._span(self.tok, words, messages, [h.text for h in retrieved])
-            while len(span) > s.max_prompt_tokens and retrieved:      # the conversation first, then old lines
-                retrieved = retrieved[:-1]
-                span = self._span(self.tok, words, messages, [h.text for h in retrieved])
-        else:
-            if not isinstance(prompt, str) or not prompt:
-                raise RequestError(400, "prompt must be a non-empty string")
-            question, retrieved, span = prompt, [], self.tok.encode(prompt).astype(np.int32)
-        if len(span) > s.max_prompt_tokens:
-            raise RequestError(400, f"the prompt takes {len(span)} tokens; this server takes at most "
-                                    f"{s.max_prompt_tokens} (serve.max_prompt_tokens)", "context_length_exceeded")
+        framed = self.framing.frame(view, messages, prompt, max_tokens,
+                                    Budget(s.question_budget_s, s.question_max_lines))   # the archive's reads, whole
+        if isinstance(framed, Direct):
+            return self._direct(client, framed.question, framed.reply, view, t0)
+        if isinstance(framed, Scoring):
+            return self._send_scoring(ticket, client, view, framed, deadline_s, t0)
+        read = framed.read
         with self._lock:                              # the slot `ask` took is this answer's from here
-            answer = Answer(f"q{os.getpid()}-{next(self._ids)}", client, question, len(span),
-                            [_cited(h.seq, h.time, h.text) for h in retrieved], time.monotonic(), tuple(stop),
+            answer = Answer(f"q{os.getpid()}-{next(self._ids)}", client, framed.question, len(framed.span),
+                            [_cited(h.seq, h.time, h.text) for h in framed.retrieved], time.monotonic(), tuple(stop),
                             frame_ms=(time.perf_counter() - t0) * 1e3, decoder=StreamDecoder(self.tok),
                             stream=view.name, choice=read)
             if read is not None:
                 answer.route = read.routed.kind
             rule = None if read is None else options_spec(read.options, lead="", end="\n")
-            self._hand_over(ticket, view, answer, Question(id=answer.id, client=client, max_tokens=max_tokens,
+            self._hand_over(ticket, view, answer, Question(id=answer.id, client=client, max_tokens=framed.max_tokens,
                                                            deadline_s=float(deadline_s), rule=rule,
-                                                           ids=np.asarray(span, np.int32)))
+                                                           ids=np.asarray(framed.span, np.int32)))
         return answer
 
     def _hand_over(self, ticket: int, view: StreamView, answer: Answer, question: Question) -> None:
@@ -225,26 +176,19 @@ class Front:
         self.answers[answer.id] = answer
         self.reading.pop(ticket)
 
-    def _scoring(self, question: str, choice) -> tuple[np.ndarray, np.ndarray, np.ndarray] | str:
-        """A scoring choice's prompt (pipeline/answer/score.py: the line and the question, no ring lines, no system
-        prompt) and its candidates " SPAN\\n" end to end with their ends; or why the model is not asked (too long
-        for the scratch span: serve.max_prompt_tokens + serve.max_answer_tokens)."""
-        ids, spans = score.tokens(self.tok, choice.line.text, question, choice.options)
-        if why := score.too_long(ids, spans, self.serve.max_prompt_tokens + self.serve.max_answer_tokens):
-            return why
-        return ids, np.concatenate(spans).astype(np.int32), np.cumsum([len(t) for t in spans]).astype(np.int32)
-
-    def _send_scoring(self, ticket: int, client: str, view: StreamView, question: str, choice, ids, spans, ends,
-                      deadline_s: float, t0: float) -> Answer:
+    def _send_scoring(self, ticket: int, client: str, view: StreamView, framed: Scoring, deadline_s: float,
+                      t0: float) -> Answer:
         """The scoring question on its way to the cache owner (pipeline/serve/answers.py `_score`); its Answer event
         carries the scores, which `cited.scored` turns into the reply."""
+        choice = framed.choice
         with self._lock:
-            answer = Answer(f"q{os.getpid()}-{next(self._ids)}", client, question, len(ids), [], time.monotonic(),
-                            frame_ms=(time.perf_counter() - t0) * 1e3, decoder=StreamDecoder(self.tok),
-                            stream=view.name, choice=choice, route=choice.routed.kind)
+            answer = Answer(f"q{os.getpid()}-{next(self._ids)}", client, framed.question, len(framed.ids), [],
+                            time.monotonic(), frame_ms=(time.perf_counter() - t0) * 1e3,
+                            decoder=StreamDecoder(self.tok), stream=view.name, choice=choice,
+                            route=choice.routed.kind)
             self._hand_over(ticket, view, answer, Question(id=answer.id, client=client, max_tokens=1,
-                                                           deadline_s=float(deadline_s), ids=ids, spans=spans,
-                                                           span_ends=ends))
+                                                           deadline_s=float(deadline_s), ids=framed.ids,
+                                                           spans=framed.spans, span_ends=framed.ends))
         return answer
 
     def _direct(self, client: str, question: str, reply, view: StreamView, t0: float) -> Answer:
@@ -310,15 +254,6 @@ class Front:
                                     f"answered (serve.max_waiting_per_operator); retry when one ends",
                                "rate_limit_exceeded")
 
-    def retrieve(self, question: str, view: StreamView, budget: Budget) -> list:
-        """Older lines about the question, from the stream's archive (none of those still inside its window): the
-        free reader's, for the model to write over; within what is left of the question's budget (a search it
-        interrupts retrieves nothing)."""
-        if not self.serve.retrieve or not view.archive_path:
-            return []
-        return search(view.archive_path, question, self.serve.retrieve, before_seq=view.window_from_seq,
-                      watch=budget.watch)
-
     def cancel(self, answer: Answer, why: str) -> None:
         """The asker went away: the owner stops at its next block, and nobody waits for the rest."""
         self.counts[why] += 1
@@ -351,20 +286,6 @@ class Front:
         self.counts["answers_lost"] += len(ended)
         return len(ended)
 
-    def subscribe(self) -> queue.Queue:
-        """The console's live feed: line, assessment and status events (a slow reader loses events, counted)."""
-        q: queue.Queue = queue.Queue(maxsize=2000)
-        with self._lock:
-            if len(self.subscribers) >= MAX_SUBSCRIBERS:
-                raise RequestError(503, f"{MAX_SUBSCRIBERS} consoles are already following the stream", "server_busy")
-            self.subscribers.append(q)
-        return q
-
-    def unsubscribe(self, q: queue.Queue) -> None:
-        with self._lock:
-            if q in self.subscribers:
-                self.subscribers.remove(q)
-
     # -- from the event loop -----------------------------------------------------------------------------------------
     def on_event(self, event, record: dict | None = None, stream: str = "") -> dict | None:
         """Route one event of `stream`'s owner (pipeline/messages.py); `record` is the journal record the output
@@ -380,11 +301,11 @@ class Front:
                 return self._done(event)
             case Status():
                 view.take(event, record)
-                self._publish("status", self.gauges())
+                self.feed.publish("status", self.gauges())
             case _:
                 shown = view.take(event, record)
                 if shown is not None:
-                    self._publish(*shown)
+                    self.feed.publish(*shown)
         return None
 
     def _delta(self, answer: Answer, ids) -> None:
@@ -433,20 +354,13 @@ class Front:
             self.tokens_per_s.append(info["stats"].get("tokens_per_s", 0.0))
         return _record(event.kind, answer, info)
 
-    def _publish(self, kind: str, data: dict) -> None:
-        with self._lock:
-            for q in self.subscribers:
-                try:
-                    q.put_nowait((kind, data))
-                except queue.Full:
-                    self.counts["console_events_dropped"] += 1
-
     # -- what /metrics and the console's gauges show ------------------------------------------------------------------
     def gauges(self) -> dict:
         """The console's gauges: the one stream's at the top level; with several, each stream's under `streams`
         and the first's at the top level (a console made for one stream shows that one)."""
         per = {name: v.gauges() for name, v in self.views.items()}
-        shared = {"resident_bytes": sum(self.resident_bytes().values()), "ttft_p50_ms": _quantile(self.ttft_ms, 0.5),
+        shared = {"resident_bytes": sum(resident_bytes(self.pids_files).values()),
+                  "ttft_p50_ms": _quantile(self.ttft_ms, 0.5),
                   "in_flight": sum(not a.finished for a in list(self.answers.values())) + len(self.reading)}
         return {**next(iter(per.values())), **shared, **({"streams": per} if self.several else {})}
 
@@ -455,37 +369,6 @@ class Front:
         first = next(iter(self.views.values()))
         return {"status": "ok", **first.health(), "batch_invariant": first.start.get("exactness", {}).get("invariant"),
                 **({"streams": {n: v.health() for n, v in self.views.items()}} if self.several else {})}
-
-    def resident_bytes(self) -> dict[str, int]:
-        """Resident memory of each actor of this pipeline on this node (from the launcher's pid lists)."""
-        pids = {}
-        for path in self.pids_files:
-            try:
-                with open(path) as f:
-                    pids.update(json.load(f))
-            except (OSError, TypeError, ValueError):
-                continue
-        pids = pids or {"output": os.getpid()}
-        out = {}
-        for name, pid in pids.items():
-            try:
-                out[name] = int(proc_status(pid)["vmrss_mb"] * 2**20)
-            except (OSError, KeyError):                   # gone, or on another node
-                continue
-        return out
-
-
-def _check_messages(messages) -> str:
-    if not isinstance(messages, list) or not messages:
-        raise RequestError(400, "messages must be a non-empty list of {role, content} objects")
-    for i, m in enumerate(messages):
-        if not isinstance(m, dict) or m.get("role") not in ("system", "user", "assistant") or \
-                not isinstance(m.get("content"), str):
-            raise RequestError(400, f"messages[{i}] must be {{\"role\": system|user|assistant, \"content\": string}}")
-    if messages[-1]["role"] != "user":
-        raise RequestError(400, "the last message must be the user's question")
-    messages[:] = [m for m in messages if m["role"] != "system"]    # the gateway's own system prompt is in the sinks
-    return messages[-1]["content"]
 
 
 def _record(kind: str, answer: Answer, info: dict) -> dict:

@@ -1,8 +1,8 @@
 """The HTTP face of the front: an OpenAI-compatible API, health, Prometheus metrics and the web console.
 
-Owns the HTTP protocol only: routes, request bounds, OpenAI's response and server-sent-event shapes, and what a
-client that goes away costs (its request is cancelled, counted). Everything a request means is `Front`'s; who may
-ask is `auth`'s. Never touches a model or a channel.
+Owns the HTTP protocol only: routes, request bounds, server-sent events, and what a client that goes away costs
+(its request is cancelled, counted). Everything a request means is `Front`'s; OpenAI's request and reply shapes are
+pipeline/serve/openai_api.py's; who may ask is `auth`'s. Never touches a model or a channel.
 
 Bounds, each a precise 4xx/503 or a counted drop, never a traceback: Host and Origin outside serve.allowed_hosts
 (403), a missing or wrong key (401; a query key only on /v1/events), a request line and headers over
@@ -41,12 +41,14 @@ from pathlib import Path
 from urllib.parse import parse_qs, urlparse
 
 from pipeline.serve.auth import Keys, allowed_hosts, refused_origin
-from pipeline.serve.front import Front, RequestError
+from pipeline.serve.framing import RequestError
+from pipeline.serve.front import Front
 from pipeline.serve.http_conns import Conn, Cut, Deadline, HeadTooLarge, Pools, Server
+from pipeline.serve import openai_api
 from pipeline.serve.metrics import render
+from pipeline.serve.views import MAX_SUBSCRIBERS
 
 CONSOLE = Path(__file__).with_name("console.html")
-MODEL_NAME = "ringspec"
 KEEPALIVE_S = 15.0
 HANGUP_CHECK_S = 0.5                             # how often a waiting request looks for its client
 OPEN = ("/healthz", "/")                         # need no key: health, and the console's page (it holds no data)
@@ -192,10 +194,7 @@ class _Handler(BaseHTTPRequestHandler):
         self._json(200, self.server.front.health())
 
     def _models(self):
-        views = getattr(self.server.front, "views", {})           # several streams: one model name each
-        names = [f"{MODEL_NAME}/{n}" for n in views if n] or [MODEL_NAME]
-        self._json(200, {"object": "list", "data": [{"id": n, "object": "model", "owned_by": "ringspec",
-                                                     "created": 0} for n in names]})
+        self._json(200, openai_api.models(getattr(self.server.front, "views", {})))
 
     def _status(self):
         self._json(200, self.server.front.gauges())
@@ -205,7 +204,9 @@ class _Handler(BaseHTTPRequestHandler):
 
     def _events(self):
         front = self.server.front
-        sub = front.subscribe()                       # RequestError (503) past MAX_SUBSCRIBERS
+        sub = front.feed.subscribe()
+        if sub is None:
+            raise RequestError(503, f"{MAX_SUBSCRIBERS} consoles are already following the stream", "server_busy")
         try:
             self._start_stream()
             for stream in front.views.values():
@@ -222,69 +223,36 @@ class _Handler(BaseHTTPRequestHandler):
                     continue
                 self._sse(json.dumps(data), kind)
         finally:
-            front.unsubscribe(sub)
+            front.feed.unsubscribe(sub)
 
     # -- OpenAI endpoints --------------------------------------------------------------------------------------------
     def _chat(self):
-        body = self._body()
-        answer = self._ask(body, messages=body.get("messages"))
-        self._answer(body, answer, chat=True)
+        self._answer(self._body(), chat=True)
 
     def _completions(self):
-        body = self._body()
-        prompt = body.get("prompt")
-        if isinstance(prompt, list) and len(prompt) == 1:
-            prompt = prompt[0]
-        answer = self._ask(body, prompt=prompt if isinstance(prompt, str) else None)
-        self._answer(body, answer, chat=False)
+        self._answer(self._body(), chat=False)
 
-    def _ask(self, body: dict, **question):
-        stop = body.get("stop") or ()
-        stop = (stop,) if isinstance(stop, str) else stop
-        if not isinstance(stop, (list, tuple)) or not all(isinstance(s, str) for s in stop) or len(stop) > 4:
-            raise RequestError(400, "stop must be a string or a list of at most 4 strings")
-        # several streams: the model names the stream, ringspec/NAME (OpenAI's "stream" is the SSE flag)
-        model = body.get("model")
-        stream = model[len(MODEL_NAME) + 1:] if isinstance(model, str) and model.startswith(f"{MODEL_NAME}/") else None
-        return self.server.front.ask(self.operator, max_tokens=body.get("max_tokens"),
-                                     deadline_s=body.get("deadline_s"), stop=tuple(stop), stream=stream, **question)
-
-    def _answer(self, body: dict, answer, chat: bool):
+    def _answer(self, body: dict, chat: bool):
+        """Ask the front, then write its answer whole or as server-sent events as it arrives; a client gone meanwhile
+        cancels it (counted)."""
         front = self.server.front
+        answer = front.ask(self.operator, **openai_api.question_of(body, chat))
         created = int(time.time())
-        kind = "chat.completion" if chat else "text_completion"
-        model = f"{MODEL_NAME}/{answer.stream}" if getattr(answer, "stream", "") else MODEL_NAME
         try:
             if not body.get("stream"):
                 info = self._wait(answer)
                 if info["error"]:
                     raise RequestError(504 if "deadline" in info["error"] else 500, info["error"], "timeout")
-                choice = {"index": 0, "finish_reason": info["finish_reason"], "logprobs": None}
-                choice.update({"message": {"role": "assistant", "content": answer.text}} if chat else
-                              {"text": answer.text})
-                return self._json(200, {"id": answer.id, "object": kind, "created": created, "model": model,
-                                        "choices": [choice], "usage": _usage(info), "ringspec": _meta(info)})
+                return self._json(200, openai_api.whole(answer, info, chat, created))
             self._start_stream()
-            chunk_kind = "chat.completion.chunk" if chat else "text_completion"
             first = True
             while True:
                 what, data = self._next(answer)
                 if what == "delta":
-                    delta = {"role": "assistant", "content": data} if first and chat else {"content": data}
+                    self._sse(json.dumps(openai_api.delta_chunk(answer, data, chat, created, first)))
                     first = False
-                    choice = {"index": 0, "delta": delta, "finish_reason": None} if chat else \
-                        {"index": 0, "text": data, "finish_reason": None}
-                    self._sse(json.dumps({"id": answer.id, "object": chunk_kind, "created": created,
-                                          "model": model, "choices": [choice]}))
                     continue
-                if data["error"]:
-                    self._sse(json.dumps({"error": {"message": data["error"], "type": "timeout"}}))
-                else:
-                    choice = {"index": 0, "delta": {}, "finish_reason": data["finish_reason"]} if chat else \
-                        {"index": 0, "text": "", "finish_reason": data["finish_reason"]}
-                    self._sse(json.dumps({"id": answer.id, "object": chunk_kind, "created": created,
-                                          "model": model, "choices": [choice], "usage": _usage(data),
-                                          "ringspec": _meta(data)}))
+                self._sse(json.dumps(openai_api.last_chunk(answer, data, chat, created)))
                 self._chunk(b"data: [DONE]\n\n")
                 self._chunk(b"")
                 return
@@ -426,22 +394,3 @@ def _lone_surrogate(value) -> bool:
 
 def _short(path: str) -> str:
     return path if len(path) <= 80 else path[:77] + "..."
-
-
-def _usage(info: dict) -> dict:
-    p, c = info["prompt_tokens"], info["completion_tokens"]
-    return {"prompt_tokens": p, "completion_tokens": c, "total_tokens": p + c}
-
-
-def _meta(info: dict) -> dict:
-    """ringspec's own fields beside OpenAI's: the answer (a span copied from a cited line, a computed value, or None:
-    not found, or written freely by the model), its route (lookup, aggregate, other), the citations the server wrote
-    ([{seq, time, text}]: the lines it stands on, or those retrieved for the model), the nearest lines when not found,
-    whether the model was asked (False: the archive answered alone), and the timings."""
-    st = info.get("stats", {})
-    return {"answer": info["answer"], "route": info["route"], "citations": info["citations"],
-            "model_call": info.get("model_call", True),
-            "nearest": info["nearest"], "frame_ms": info["frame_ms"], "queued_ms": info["queued_ms"],
-            "queued_blocks": info["queued_blocks"], "prefill_ms": st.get("ttft_ms"), "ttft_ms": info["ttft_ms"],
-            "total_ms": info["total_ms"], "tokens_per_s": st.get("tokens_per_s"),
-            "accepted_per_verify": st.get("accepted_per_verify")}

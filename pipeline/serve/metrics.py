@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from pipeline.serve.views import SURPRISE_BUCKETS
+from pipeline.serve.views import SURPRISE_BUCKETS, resident_bytes
 from pipeline.topology import ROLES, actor_name
 
 QUANTILES = (0.5, 0.95, 0.99)
@@ -61,7 +61,7 @@ def render(front) -> str:
             for q in per(lambda v, key=key: v.status.get(key, 0), queue=name)] +
            [({"queue": "in_flight"}, g["in_flight"])])
     metric("resident_memory_bytes", "gauge", "Resident memory of each actor process on this node.",
-           [({"actor": name}, v) for name, v in sorted(front.resident_bytes().items())])
+           [({"actor": name}, v) for name, v in sorted(resident_bytes(front.pids_files).items())])
     metric("kv_pool_bytes", "gauge", "Bytes of the target's KV pool (sinks + ring), allocated once.",
            per(lambda v: v.status.get("kv_pool_bytes", 0)))
     metric("dropped_lines_total", "counter", "Stream input dropped or repaired, by reason.",

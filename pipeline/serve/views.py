@@ -3,18 +3,26 @@
 Owns `StreamView`: one stream as the front sees it (its owner's question channel, its archive, its node at a site)
 and what is shown of it: its tail, analyses, latest status, start record (the exactness verdict), end, drops and the
 surprise histogram; `take` folds an owner's event into it and says what the console's feed gets; `gauges` and
-`health` are its part of the console's gauges and of /healthz. Never sees a request or an answer (pipeline/serve/
-front.py owns those) and never sends anything.
+`health` are its part of the console's gauges and of /healthz. Also the consoles' live feed (`Feed`) and the actors'
+resident memory (`resident_bytes`). Never sees a request or an answer (pipeline/serve/front.py owns those) and never
+sends anything.
 """
 from __future__ import annotations
 
-from collections import deque
+import json
+import os
+import queue
+import threading
+from collections import Counter, deque
 from dataclasses import dataclass, field
 
 import numpy as np
 
 from pipeline.messages import Assessment, Line, Start, Status, StreamEnd, as_dict
+from pipeline.process import proc_status
 
+MAX_SUBSCRIBERS = 32        # consoles following /v1/events at once
+FEED_QUEUED = 2000          # events held for one console; a slower one loses the rest (counted)
 SURPRISE_BUCKETS = np.array([-2.0, -1.0, 0.0, 1.0, 2.0, 3.0, 4.0, 6.0, 8.0])   # /metrics histogram bounds (z)
 
 
@@ -85,3 +93,55 @@ class StreamView:
 def _line_view(event: dict) -> dict:
     keys = ("seq", "offset", "time", "text", "backlog", "surprise", "unusual")
     return {**({"stream": event["stream"]} if "stream" in event else {}), **{k: event.get(k) for k in keys}}
+
+
+class Feed:
+    """The consoles following /v1/events: one bounded queue of (kind, data) each, for line, assessment and status
+    events; a console too slow to keep up loses events, counted in `counts["console_events_dropped"]`."""
+
+    def __init__(self, counts: Counter):
+        self.counts = counts
+        self.queues: list[queue.Queue] = []
+        self._lock = threading.Lock()
+
+    def subscribe(self) -> queue.Queue | None:
+        """A new console's queue; None past MAX_SUBSCRIBERS."""
+        q: queue.Queue = queue.Queue(maxsize=FEED_QUEUED)
+        with self._lock:
+            if len(self.queues) >= MAX_SUBSCRIBERS:
+                return None
+            self.queues.append(q)
+        return q
+
+    def unsubscribe(self, q: queue.Queue) -> None:
+        with self._lock:
+            if q in self.queues:
+                self.queues.remove(q)
+
+    def publish(self, kind: str, data: dict) -> None:
+        with self._lock:
+            for q in self.queues:
+                try:
+                    q.put_nowait((kind, data))
+                except queue.Full:
+                    self.counts["console_events_dropped"] += 1
+
+
+def resident_bytes(pids_files: list[str]) -> dict[str, int]:
+    """Resident memory of each actor of this pipeline on this node (from the launcher's pid lists; this process
+    alone, as "output", when there are none)."""
+    pids = {}
+    for path in pids_files:
+        try:
+            with open(path) as f:
+                pids.update(json.load(f))
+        except (OSError, TypeError, ValueError):
+            continue
+    pids = pids or {"output": os.getpid()}
+    out = {}
+    for name, pid in pids.items():
+        try:
+            out[name] = int(proc_status(pid)["vmrss_mb"] * 2**20)
+        except (OSError, KeyError):                   # gone, or on another node
+            continue
+    return out

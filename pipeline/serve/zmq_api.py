@@ -3,7 +3,8 @@
 Owns the message shapes. A client (DEALER) sends one msgpack map per question:
     {"question": str, "max_tokens": int?, "deadline_s": float?, "stream": str (of several)?}
 and receives, in order, maps {"id", "delta": str} as the answer's tokens are committed, then one final map
-{"id", "done": true, "text", "finish_reason", "usage", "ringspec": {...}} or {"error": str, "code": int}.
+{"id", "done": true, "text", "finish_reason", "usage", "ringspec": {...}} (usage and ringspec's fields as the HTTP
+face's: pipeline/serve/openai_api.py) or {"error": str, "code": int}.
 Several clients and several questions per client may be in flight. A server with keys takes connections only from
 clients that give one in zmq's PLAIN handshake (ZMQ_PLAIN_PASSWORD; the user name is not read): its ZAP handler
 checks the key before the connection can queue a single frame, so a peer without the key costs the handshake only
@@ -49,7 +50,9 @@ from zmq.utils.monitor import recv_monitor_message
 
 from pipeline.report import Report
 from pipeline.serve.auth import Keys, env_key
-from pipeline.serve.front import Front, RequestError
+from pipeline.serve.framing import RequestError
+from pipeline.serve.front import Front
+from pipeline.serve.openai_api import meta, usage
 
 POLL_MS = 5
 HANDSHAKE_MS = 5000            # a peer that has not finished the handshake by then is cut off
@@ -262,12 +265,8 @@ class ZmqFront:
                 self._out.put((who, {"id": answer.id, "error": data["error"], "code": 504}))
             else:
                 self._out.put((who, {"id": answer.id, "done": True, "text": answer.text,
-                                     "finish_reason": data["finish_reason"],
-                                     "usage": {"prompt_tokens": data["prompt_tokens"],
-                                               "completion_tokens": data["completion_tokens"]},
-                                     "ringspec": {**{k: data[k] for k in ("answer", "route", "citations", "nearest",
-                                                                          "queued_ms", "ttft_ms", "total_ms")},
-                                                  "model_call": data.get("model_call", True)}}))
+                                     "finish_reason": data["finish_reason"], "usage": usage(data),
+                                     "ringspec": meta(data)}))
             return
 
 

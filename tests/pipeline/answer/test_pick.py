@@ -93,7 +93,7 @@ class _Asks:
 
 def _scoring_front(path):
     front = Front(config.parse({"serve": {"reader": "spans", "span_model": 3}}), _Tok(), [("", _Asks(), path)])
-    front._span = lambda tok, system, messages, retrieved=(): np.ones(4, np.int32)
+    front.framing.span = lambda tok, system, messages, retrieved=(): np.ones(4, np.int32)
     return front
 
 

@@ -363,7 +363,7 @@ def test_a_count_of_a_value_no_line_holds_is_not_found_and_an_aggregate_of_unkno
 def front_on(archive: str, **serve) -> Front:
     """A real `Front` over a real archive, on stand-ins: spans of one token per word, a channel taking everything."""
     front = Front(config.parse({"serve": serve}), WordTokenizer(), [("", Asks(), archive)])
-    front._span = lambda tok, system, messages, retrieved=(): np.ones(
+    front.framing.span = lambda tok, system, messages, retrieved=(): np.ones(
         len(" ".join([*retrieved, messages[-1]["content"]]).split()), np.int32)
     return front
 

@@ -22,6 +22,7 @@ from pipeline.serve import auth
 from pipeline.serve.auth import Keys, load_keys
 from pipeline.serve.http_api import _Handler, serve_http
 from pipeline.serve.zmq_api import ZmqFront, ask
+from pipeline.serve.views import Feed
 
 KEYS_FILE = "# operators of the north plant\nalice  alice-key-0001\nbob bob-key-0002\n"
 
@@ -43,18 +44,13 @@ class StubFront:
         self.asked: list[tuple[str, dict]] = []
         self.views: dict = {}
         self.endless = endless
+        self.feed = Feed(self.counts)
 
     def health(self):
         return {"status": "ok"}
 
     def gauges(self):
         return {"lines": 0}
-
-    def subscribe(self):
-        return queue.Queue()
-
-    def unsubscribe(self, sub):
-        pass
 
     def ask(self, client, **question):
         self.asked.append((client, question))

@@ -68,14 +68,14 @@ def front_of(**serve) -> Front:
     """A real `Front` on stand-ins: spans of one token per word, a channel that takes everything, and a retrieval that
     records each question it searches the archive for (`front.searched`) and finds one line of three words."""
     front = Front(config.parse({"serve": serve}), WordTokenizer(), [("", Asks(), "archive.sqlite")])
-    front._span = lambda tok, system, messages, retrieved=(): np.ones(
+    front.framing.span = lambda tok, system, messages, retrieved=(): np.ones(
         len(" ".join([*retrieved, messages[-1]["content"]]).split()), np.int32)
     front.searched = []
 
     def retrieve(question, view, budget):
         front.searched.append(question)
         return [Hit(1, 0, "", "PIR108 HH ALM", 1)]
-    front.retrieve = retrieve
+    front.framing.retrieve = retrieve
     return front
 
 

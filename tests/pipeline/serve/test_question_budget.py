@@ -194,14 +194,14 @@ def test_a_refused_question_frees_the_slot_it_took(tmp_path):
 
 def test_the_free_readers_retrieval_is_searched_within_the_questions_budget(wide):
     front = front_on(wide, reader="free", retrieve=2)
-    assert front.retrieve("connecting worker", front.view(), Budget(3600.0, 1000))    # found within a budget...
-    assert front.retrieve("connecting worker", front.view(), Budget(3600.0, 1000, max_steps=1)) == []  # none past it
+    assert front.framing.retrieve("connecting worker", front.view(), Budget(3600.0, 1000))    # found within a budget...
+    assert front.framing.retrieve("connecting worker", front.view(), Budget(3600.0, 1000, max_steps=1)) == []  # none past it
 
 
 def test_a_questions_one_budget_covers_the_cited_read_and_the_retrieval_after_it(wide, monkeypatch):
     front = front_on(wide, reader="cited", retrieve=2)
     seen = []
     monkeypatch.setattr(front_module.cited, "read", lambda path, q, budget, **_: seen.append(budget))     # not its to answer
-    monkeypatch.setattr(front, "retrieve", lambda q, view, budget: seen.append(budget) or [])
+    monkeypatch.setattr(front.framing, "retrieve", lambda q, view, budget: seen.append(budget) or [])
     front.ask("a", messages=[{"role": "user", "content": "what is the worker doing?"}])
     assert len(seen) == 2 and seen[0] is seen[1]

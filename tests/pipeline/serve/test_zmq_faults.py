@@ -84,7 +84,7 @@ def test_an_unexpected_error_in_one_request_is_its_500_reply_and_the_next_questi
         if failing:
             raise failing.pop()
         return []
-    front.retrieve = retrieve
+    front.framing.retrieve = retrieve
     endpoint = served(front)
     with pytest.raises(RuntimeError, match=r"internal error: OperationalError: database is locked \(code 500\)"):
         ask(endpoint, "when did PIR108 go HH?", timeout_s=WAIT_S)

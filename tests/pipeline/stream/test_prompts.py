@@ -95,8 +95,8 @@ def test_an_operators_question_is_framed_in_the_words_of_the_stream_it_names():
     cfg = three_streams()
     front = Front(cfg, Words(), [(name, Asks(), None) for name, _ in config.streams_of(cfg)])
     framed = []
-    front._span = lambda tok, prompt, messages, retrieved=(): framed.append(prompt) or np.ones(4, np.int32)
-    front.retrieve = lambda question, view, budget: []
+    front.framing.span = lambda tok, prompt, messages, retrieved=(): framed.append(prompt) or np.ones(4, np.int32)
+    front.framing.retrieve = lambda question, view, budget: []
     for name in ("ssh", "hadoop", "tep"):
         front.ask("ann", messages=[{"role": "user", "content": "what failed?"}], stream=name)
     assert framed == [Prompt(SSH, "Syslog:"), Prompt(HADOOP, "Job log:"), Prompt.of(config.ReplaySection())]
