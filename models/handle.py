@@ -24,17 +24,23 @@ from .tokenizer import Tokenizer
 class Model:
     name: str                                    # as the profile gives it: "default", a registry name, a path
     path: Path = field(repr=False)               # its GGUF, resolved (`resolve_gguf`: fetched on first use)
+    file: tuple = field(repr=False)              # (inode, size, mtime) of that file when it was resolved
 
     @classmethod
     def of(cls, name: str | os.PathLike) -> "Model":
-        """The handle for `name` in this process: one per name while its file stays the same one."""
-        path = resolve_gguf(name)
-        st = os.stat(path)
-        key = (str(name), st.st_ino, st.st_size, st.st_mtime_ns)
+        """The handle for `name` in this process: the name is resolved once, and again only if its file changed."""
+        key = (str(name), os.getcwd())           # a relative path names another file from another directory
         with _LOCK:
-            if key not in _HANDLES:
-                _HANDLES[key] = cls(str(name), path)
-            return _HANDLES[key]
+            known = _HANDLES.get(key)
+        if known is not None and _identity(known.path) == known.file:
+            return known
+        path = resolve_gguf(name).absolute()
+        model = cls(str(name), path, _identity(path))
+        with _LOCK:                              # two threads resolving it at once keep one handle
+            current = _HANDLES.get(key)
+            if current is None or current.file != model.file:
+                _HANDLES[key] = current = model
+            return current
 
     @property
     def gguf(self) -> Path:
@@ -64,5 +70,13 @@ class Model:
         return Model.of, (self.name,)            # another process resolves the name for itself
 
 
-_HANDLES: dict[tuple, Model] = {}
+def _identity(path: Path) -> tuple | None:
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    return st.st_ino, st.st_size, st.st_mtime_ns
+
+
+_HANDLES: dict[tuple, Model] = {}                # (name, working directory) -> its handle
 _LOCK = threading.Lock()

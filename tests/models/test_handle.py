@@ -8,6 +8,7 @@ import pickle
 
 import pytest
 
+from models import handle, registry
 from models.handle import Model
 from pipeline import config
 from tests.tiny_gguf import write_tiny_gguf
@@ -21,9 +22,11 @@ def tiny(tmp_path, monkeypatch):
     return path
 
 
-def test_one_handle_per_name_and_nothing_converted_before_a_property_asks(tiny, tmp_path):
+def test_one_handle_per_name_resolved_once_and_nothing_converted_before_a_property_asks(tiny, tmp_path, monkeypatch):
+    resolved = []
+    monkeypatch.setattr(handle, "resolve_gguf", lambda name: resolved.append(name) or registry.resolve_gguf(name))
     model = Model.of(str(tiny))
-    assert Model.of(str(tiny)) is model and model.gguf == tiny
+    assert Model.of(str(tiny)) is model and model.gguf == tiny and resolved == [str(tiny)]
     assert not (tmp_path / "home" / "converted").exists()
     assert model.config["n_layers"] == 2 and model.dir.parent == tmp_path / "home" / "converted"
     assert model.tokenizer is Model.of(str(tiny)).tokenizer
