@@ -229,6 +229,39 @@ def test_a_planted_stream_loop_is_caught():
     assert found["Triggers"] == found["after_line"] == {"pipeline.stream.replay"}
 
 
+# a model is named once: below the launcher, a model's file, converted directory, card and tokenizer come from its
+# handle (models/handle.py, `Config.target`, `Config.draft_model`), never from a name resolved again. The handle
+# resolves names; the converter and the runner read the file or converted directory they are given.
+MODEL_LOOKUPS = ("resolve_gguf", "converted_dir", "from_gguf", "load_card")
+MAY_LOOK_UP = {"models.handle", "models.convert", "models.runner"}
+
+
+def model_lookups(sources: dict[str, str]) -> dict[str, set[str]]:
+    """Which modules outside bench call a model lookup, by lookup."""
+    found: dict[str, set[str]] = {}
+    for module, text in sources.items():
+        if module.startswith("bench"):
+            continue
+        for node in ast.walk(ast.parse(text)):
+            if isinstance(node, ast.Call):
+                fn = node.func
+                name = fn.id if isinstance(fn, ast.Name) else fn.attr if isinstance(fn, ast.Attribute) else ""
+                if name in MODEL_LOOKUPS and module not in MAY_LOOK_UP:
+                    found.setdefault(name, set()).add(module)
+    return found
+
+
+def test_nothing_below_the_launcher_resolves_a_model_name_its_handle_holds():
+    assert model_lookups({name: path.read_text() for name, path in modules().items()}) == {}
+
+
+def test_a_planted_model_lookup_is_caught():
+    """The check can fail: an actor that reads its tokenizer from the name again is named."""
+    planted = "def run(args):\n    tok = Tokenizer.from_gguf(resolve_gguf(args.cfg.model.gguf))\n"
+    assert model_lookups({"actors.output": planted}) == {"from_gguf": {"actors.output"},
+                                                         "resolve_gguf": {"actors.output"}}
+
+
 def frozen_dataclasses(source: str) -> set[str]:
     """The classes a module defines under `@dataclass(frozen=True)`."""
     def frozen(d) -> bool:

@@ -22,7 +22,7 @@ from pathlib import Path
 
 import numpy as np
 
-from models.convert import linears, load_card
+from models.convert import linears
 from models.npu_runner import buckets, rknn_path
 from models.platform import core_kinds
 from models.runner import kv_bytes_per_slot
@@ -177,8 +177,7 @@ def plan(cfg: Config, ram: int | None = None, node: str | None = None) -> Plan:
     serial = cfg.actors.launcher == "serial"
     home_of = (lambda actor: "launcher") if serial else (lambda actor: actor)
     terms: list[Term] = []
-    target_dir = cfg.target.dir
-    target = load_card(target_dir)
+    target_dir, target = cfg.target.dir, cfg.target.card
     streams = streams_of(cfg)
     terms += _model_terms(home_of("target"), "target", target, target_dir, spec, cfg.model.max_rows, "model.gguf",
                           npu=False, pools=len(streams),           # one pool per stream in the one target
@@ -191,7 +190,7 @@ def plan(cfg: Config, ram: int | None = None, node: str | None = None) -> Plan:
     vocab = target["config"]["vocab_size"]
     if cfg.draft.uses_model:                  # one draft actor for the node's streams: the model once, a pool each
         draft_dir = cfg.draft_model.dir
-        terms += _model_terms(home_of("draft"), "draft", load_card(draft_dir), draft_dir, spec, cfg.model.max_rows,
+        terms += _model_terms(home_of("draft"), "draft", cfg.draft_model.card, draft_dir, spec, cfg.model.max_rows,
                               "draft.model", npu=cfg.draft.backend == "rknn", pools=len(streams),
                               buffers=len(streams), kernel=cfg.model.kernel)
     for name, scfg in streams:                # a group's actors serve every stream: its channels are theirs
