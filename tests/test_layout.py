@@ -234,6 +234,7 @@ def test_a_planted_stream_loop_is_caught():
 # resolves names; the converter and the runner read the file or converted directory they are given.
 MODEL_LOOKUPS = ("resolve_gguf", "converted_dir", "from_gguf", "load_card")
 MAY_LOOK_UP = {"models.handle", "models.convert", "models.runner"}
+MAY_NAME = {"pipeline.config", "models.handle"}        # where a name becomes a handle (`Model.of`)
 
 
 def model_lookups(sources: dict[str, str]) -> dict[str, set[str]]:
@@ -248,6 +249,9 @@ def model_lookups(sources: dict[str, str]) -> dict[str, set[str]]:
                 name = fn.id if isinstance(fn, ast.Name) else fn.attr if isinstance(fn, ast.Attribute) else ""
                 if name in MODEL_LOOKUPS and module not in MAY_LOOK_UP:
                     found.setdefault(name, set()).add(module)
+                owner = fn.value.id if isinstance(fn, ast.Attribute) and isinstance(fn.value, ast.Name) else ""
+                if (owner, name) == ("Model", "of") and module not in MAY_NAME:
+                    found.setdefault("Model.of", set()).add(module)
     return found
 
 
@@ -257,9 +261,11 @@ def test_nothing_below_the_launcher_resolves_a_model_name_its_handle_holds():
 
 def test_a_planted_model_lookup_is_caught():
     """The check can fail: an actor that reads its tokenizer from the name again is named."""
-    planted = "def run(args):\n    tok = Tokenizer.from_gguf(resolve_gguf(args.cfg.model.gguf))\n"
+    planted = ("def run(args):\n    tok = Tokenizer.from_gguf(resolve_gguf(args.cfg.model.gguf))\n"
+               "    draft = Model.of(args.cfg.draft.model)\n")
     assert model_lookups({"actors.output": planted}) == {"from_gguf": {"actors.output"},
-                                                         "resolve_gguf": {"actors.output"}}
+                                                         "resolve_gguf": {"actors.output"},
+                                                         "Model.of": {"actors.output"}}
 
 
 def frozen_dataclasses(source: str) -> set[str]:

@@ -38,7 +38,8 @@ def make_draft(cfg: Config, spec: RingSpec, target_vocab: int | None = None, sha
     model's runner is kept in it, and the others run on its session (the weights, or the NPU's graphs, opened once),
     each with pools of its own."""
     d = cfg.draft
-    draft = _chain_draft(d.kind, spec, cfg.sampling.params(), d.model, cfg.model.max_rows, d.threads, target_vocab,
+    model = cfg.draft_model if d.uses_model and d.model else None
+    draft = _chain_draft(d.kind, spec, cfg.sampling.params(), model, cfg.model.max_rows, d.threads, target_vocab,
                          d.min_confidence, d.backend, [] if shared is None else shared, cfg.model.kernel)
     if not d.siblings:
         return draft
@@ -48,7 +49,7 @@ def make_draft(cfg: Config, spec: RingSpec, target_vocab: int | None = None, sha
     return TreeDraft(draft, draft if d.kind == "suffix" else draft.stream, d.siblings)
 
 
-def _chain_draft(kind: str, spec: RingSpec, params: SamplingParams, draft: str, max_rows: int, threads: int,
+def _chain_draft(kind: str, spec: RingSpec, params: SamplingParams, draft: Model | None, max_rows: int, threads: int,
                  target_vocab: int | None, min_confidence: float, backend: str, shared: list, kernel: str = "nbits"):
     if kind == "none":
         return NoDraft()
@@ -60,7 +61,7 @@ def _chain_draft(kind: str, spec: RingSpec, params: SamplingParams, draft: str, 
         # batch_invariant off: a draft's rows only change what is proposed, never what is output, and its passes
         # are mostly one row, where the padding row would cost it a second row each time
         opts = RunnerOptions(threads=threads, max_rows=max_rows, batch_invariant=False, kernel=kernel)
-        model_dir = Model.of(draft).dir
+        model_dir = draft.dir
         shares = shared[0] if shared else None
         if backend == "rknn":                      # the NPU (the draft only proposes: output stays exact)
             runner = StaticRunner(model_dir, spec, opts, backend="rknn", shares=shares)
