@@ -120,8 +120,12 @@ def test_a_weight_the_kernel_does_not_read_is_refused_by_name(tmp_path):
 
 
 def test_the_native_pass_agrees_with_llamacpp_on_the_default_model(default_gguf, fixture_npz):
-    """llama.cpp's logits (../shared/fixtures) for the default model: mean NLL no further from llama.cpp's than the
-    MatMulNBits pass's (+0.12%, docs/models.md), top-1 agreement, and its greedy continuation."""
+    """llama.cpp's logits (../shared/fixtures) for the default model: mean NLL within 0.2% of llama.cpp's, top-1
+    agreement, and its greedy continuation. Within 0.2% on every CPU: the float operations around our kernel are ONNX
+    Runtime's, whose kernels differ by ISA (-0.08% on an AVX-512 Xeon, -0.137% on an AVX2 EPYC; MatMulNBits +0.12%
+    and -0.113%: docs/kernel.md). Planted, an RMSNorm epsilon 30 times too large: +0.294%, top-1 97.81%, refused.
+    The kernel's own rounding (a 32-block's scale in float16, as llama.cpp's) is held exactly by
+    tests/kernels/test_qmatmul.py, not by this mean."""
     from kernels.sampling import SamplingParams
     from tests.pipeline.decode.test_engine_real import llamacpp_agreement
     ids = fixture_npz["token_ids"].astype(np.int64)
@@ -130,7 +134,7 @@ def test_the_native_pass_agrees_with_llamacpp_on_the_default_model(default_gguf,
         engine_of("default", {"model.kernel": "native", "cache.sink": 0, "cache.window": n + 32}), fixture_npz)
     print(f"\nnative pass: top-1 agreement with llama.cpp {top1:.4f}, mean NLL {nll:.5f} vs llama.cpp's {ref:.5f} "
           f"({(nll - ref) / ref:+.3%})")
-    assert top1 >= 0.98 and abs(nll - ref) / ref <= 0.0012, (top1, nll, ref)
+    assert top1 >= 0.98 and abs(nll - ref) / ref <= 0.002, (top1, nll, ref)
     fresh = engine_of("default", {"model.kernel": "native", "cache.sink": 0, "cache.window": n + 32})
     assert fresh.generate(ids, 16, SamplingParams()).token_ids == fixture_npz["greedy_continuation_ids"][:16].tolist()
 
