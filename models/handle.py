@@ -3,9 +3,10 @@
 Owns the one object the launcher, the actors and the engine hold for a model: its name, its GGUF file, its converted
 directory, its card and its tokenizer (the chat template with it), each found on first use and kept. `Model.of(name)`
 gives the same handle for the same name and file in one process; a handle sent to another process (an actor's
-arguments, a Ray node's) travels as its name and is resolved there once, against that machine's own cache. Never
-fetches, converts or reads a file before a property asks (a profile is checked without touching its model), and never
-keeps a handle for a file that has since been replaced (a name whose file changed is resolved again).
+arguments, a Ray node's) travels as its name and is resolved there once, against that machine's own cache. `of`
+resolves the name (a registry model fetched on first use); nothing converts or reads the model before a property
+asks, and a profile is checked without making a handle at all. Never keeps a handle for a file that has since been
+replaced (a name whose file changed is resolved again).
 """
 from __future__ import annotations
 
