@@ -7,6 +7,7 @@ import json
 import pytest
 
 from bench import ingest
+from models import handle
 from pipeline import config
 
 
@@ -23,7 +24,8 @@ def test_every_system_runs_on_every_log_in_rotating_order_and_the_json_names_the
     monkeypatch.setattr(ingest, "serve_rate", lambda log, profile, seconds, workdir, ask_every_s=0.0: (
         fake("serve_questions" if ask_every_s else "serve", 90 if ask_every_s else 130)(log)))
     monkeypatch.setattr(ingest, "llama_rate", fake("llama", 100))
-    monkeypatch.setattr(ingest, "resolve_gguf", lambda name: tmp_path / "model.gguf")
+    monkeypatch.setattr(handle, "_HANDLES", {})                       # a handle of its own, gone after the test
+    monkeypatch.setattr(handle, "resolve_gguf", lambda name: tmp_path / "model.gguf")
     report = ingest.run_ingest_bench(config.parse({}), None, ["a.csv", "b.log"], seconds=1.0, repeats=2)
     out = json.loads(json.dumps(report.as_dict()))
     assert set(out) == {"a.csv", "b.log"}
