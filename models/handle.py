@@ -68,7 +68,13 @@ class Model:
         return Tokenizer.from_gguf(self.path)
 
     def __reduce__(self):
-        return Model.of, (self.name,)            # another process resolves the name for itself
+        return _of, (self.name,)                 # another process resolves the name for itself
+
+
+def _of(name: str) -> Model:
+    """What a handle unpickles through: `Model.of` as a module-level function (cloudpickle, which Ray uses, pickles a
+    bound classmethod by value, with this module's lock)."""
+    return Model.of(name)
 
 
 def _identity(path: Path) -> tuple | None:

@@ -44,6 +44,8 @@ def _card_there(model: Model, out) -> None:
 def test_a_handle_travels_to_another_process_as_its_name_and_is_resolved_there(tiny):
     model = Model.of(str(tiny))
     assert pickle.loads(pickle.dumps(model)) is model              # in this process: the same handle
+    cloudpickle = pytest.importorskip("cloudpickle")               # Ray's actors' arguments go through it
+    assert pickle.loads(cloudpickle.dumps(model)) is model         # (a bound classmethod it took by value, lock too)
     assert b"tokenizer" not in pickle.dumps(model) and len(pickle.dumps(model)) < 200 + len(str(tiny))
     ctx = multiprocessing.get_context("spawn")
     out = ctx.Queue()
