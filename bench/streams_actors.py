@@ -26,6 +26,7 @@ from pathlib import Path
 import numpy as np
 
 from pipeline.config import parse, with_logs
+from pipeline.process import parent_of
 from pipeline.topology import per_stream_file
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -152,14 +153,7 @@ def _name(pid: int) -> str:
 
 
 def _tree(roots: list[int]) -> set[int]:
-    parent = {}
-    for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            try:
-                with open(f"/proc/{entry}/stat") as f:
-                    parent[int(entry)] = int(f.read().rsplit(")", 1)[1].split()[1])
-            except (OSError, IndexError, ValueError):
-                continue
+    parent = {int(entry): parent_of(int(entry)) for entry in os.listdir("/proc") if entry.isdigit()}
     found, todo = set(), list(roots)
     while todo:
         pid = todo.pop()

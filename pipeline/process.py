@@ -23,6 +23,7 @@ from typing import Callable
 
 from pipeline.channel import Channel
 from pipeline.config import cpu_set
+from pipeline.watch import stat_fields
 
 
 def pin(cpus: str) -> None:
@@ -195,11 +196,8 @@ def _release_fork_server() -> None:
 
 def parent_of(pid: int) -> int | None:
     """A process's parent's pid, from /proc/PID/stat; None when it is gone."""
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return int(f.read().rsplit(")", 1)[1].split()[1])
-    except (OSError, IndexError, ValueError):
-        return None
+    st = stat_fields(pid)
+    return None if st is None else int(st[1])
 
 
 def _name_process(name: str) -> None:

@@ -31,7 +31,8 @@ def dies_with_parent() -> None:
     _prctl(_PR_SET_PDEATHSIG, int(signal.SIGTERM))
 
 
-def _stat(pid: int) -> list[str] | None:
+def stat_fields(pid: int) -> list[str] | None:
+    """/proc/PID/stat's fields from 3 (state) on: [1] the parent, [11..14] CPU ticks; None when it is gone."""
     try:
         with open(f"/proc/{pid}/stat", "rb") as f:
             text = f.read().decode(errors="replace")
@@ -44,7 +45,7 @@ def cpu_seconds(pid: int) -> float:
     """CPU time used so far by `pid` and its living descendants (and by their children already reaped)."""
     parents = {}
     for name in os.listdir("/proc"):
-        if name.isdigit() and (st := _stat(int(name))) is not None:
+        if name.isdigit() and (st := stat_fields(int(name))) is not None:
             parents[int(name)] = (int(st[1]), st)
     tree, total = {pid}, 0.0
     grew = True
@@ -60,7 +61,7 @@ def cpu_seconds(pid: int) -> float:
 
 
 def alive(pid: int) -> bool:
-    st = _stat(pid)
+    st = stat_fields(pid)
     return st is not None and st[0] != "Z"
 
 

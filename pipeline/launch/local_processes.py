@@ -25,6 +25,7 @@ from pipeline.launch.deaths import DEATH_GRACE_S, STOP_GRACE_S, ActorDied, cause
 from pipeline.launch.plan import ActorPlan, Group, write_pids
 from pipeline.launch.signals import Signals
 from pipeline.process import BLOCKED_AT_START, Launcher, enter, parent_of
+from pipeline.watch import alive
 
 # What the fork server imports once for every actor it forks (a module missing here is imported by the actor itself).
 PRELOAD = ["pipeline.process", "actors.ingest", "actors.cache_owner", "actors.target", "actors.draft",
@@ -121,18 +122,9 @@ def _cause(name: str, proc: mp.Process) -> str:
     """An actor's death, named; one whose fork server is gone was killed with it (PR_SET_PDEATHSIG), which the fork
     server can no longer report (multiprocessing gives it exit code 255)."""
     server = forkserver._forkserver._forkserver_pid
-    if proc.exitcode == 255 and server is not None and not _running(server):
+    if proc.exitcode == 255 and server is not None and not alive(server):
         return f"actor {name} (pid {proc.pid}) died with the launcher's fork server (pid {server}), which is gone"
     return cause(name, proc.pid, proc.exitcode)
-
-
-def _running(pid: int) -> bool:
-    """The process exists and is not a zombie (read, not waited for: multiprocessing reaps its fork server)."""
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
-    except (OSError, IndexError):
-        return False
 
 
 def _grace(procs: dict) -> float:
