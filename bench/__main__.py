@@ -10,6 +10,7 @@ import sys
 
 from bench import (agreement, answers, chaos, distill, draftscan, fuzz, ingest, npu, operators, opprofile, perplexity,
                    pipeline_vs_serial, projection, quality, recall, soak, speed, streams)
+from models.npu_runner import NPU_DTYPES
 from run import MEASURING, ROOT, add_key, add_model_flags, add_verb, given_keys, main, profile_of
 
 SHARED = ROOT.parent / "shared"
@@ -143,12 +144,17 @@ def parser() -> argparse.ArgumentParser:
     p = add_verb(sub, "export-rknn", npu.run_export, MEASURING["export-rknn"],
                  profile="TOML profile: its draft model, ring and log (configs/rk3588.toml for the board)")
     add_key(p, "--draft-model", "draft.model", "the draft GGUF to convert")
+    add_key(p, "--npu-dtype", "draft.npu_dtype", "float16: a model per row bucket; int8: one model for every pass, "
+            "its linears in int8 (calibrated on --calibration-log), the rest float16", choices=NPU_DTYPES)
+    p.add_argument("--calibration-log", default=str(npu.CALIBRATION_LOG), help="int8: the log whose passes calibrate "
+                   "it, one the figures are not measured on (default %(default)s)")
     p.add_argument("--positions", type=int, default=400, help="teacher-forced positions compared (default "
                    "%(default)s)")
     p.add_argument("--greedy", type=int, default=64, help="tokens of each greedy continuation (default %(default)s)")
     p.add_argument("--lines", type=int, default=30, help="log lines replayed for the acceptance (default %(default)s)")
     p.add_argument("--json", action="store_true", help="print the figures as one JSON object")
-    p.set_defaults(run=lambda a: npu.run_export(profile_of(a, here=False), a.positions, a.greedy, a.lines))
+    p.set_defaults(run=lambda a: npu.run_export(profile_of(a, here=False), a.positions, a.greedy, a.lines,
+                                                a.calibration_log))
 
     p = add_verb(sub, "eval-quality", quality.run_eval_quality, MEASURING["eval-quality"], True)
     p.add_argument("--logs", type=int, default=0, help="TEP deadband logs to use, in numeric order (default: all 60 "

@@ -23,7 +23,8 @@ import numpy as np
 
 from kernels.sampling import SamplingParams
 from models.convert import load_card
-from models.npu_runner import StaticRunner, buckets, ensure_portable, export_rknn, rknn_path
+from models.npu_runner import (FP16_NEG, StaticRunner, buckets, calibration_path, ensure_portable, export_rknn,
+                               rknn_path)
 from models.runner import Runner, RunnerOptions
 from pipeline.config import replay_log
 from pipeline.decode.drafts.model import ModelDraft
@@ -70,33 +71,49 @@ def _toolkit_prints_to_stderr():
         os.close(saved)
 
 
-def run_export(cfg, positions: int = 400, greedy: int = 64, lines: int = 30) -> NpuReport:
+CALIBRATION_LOG = Path(__file__).parent / "data" / "loghub" / "OpenSSH_2k.log"   # no figure is measured on it
+CALIBRATION_PASSES = 16      # recorded passes of the int8 model's calibration set: its first (the prompt's rows), the rest
+                             # one-row, as a draft runs
+
+
+def run_export(cfg, positions: int = 400, greedy: int = 64, lines: int = 30,
+               calibration_log: str | Path = CALIBRATION_LOG) -> NpuReport:
     """Convert the profile's draft model ([draft] model) to .rknn for the RK3588 (float16, one file per row bucket,
     the ring as fixed-size inputs) with rknn-toolkit2, then measure in its simulator: agreement with the ONNX Runtime
     draft on the profile's log (teacher-forced top-1 and mean KL over `positions` tokens; greedy continuations of
     `greedy` tokens) and the acceptance against the target over the first `lines` lines of a serial replay, with the
-    assessments' text compared (exit 1 if they differ). Runs in rknn-toolkit2's venv (bench/build-rknn-env.sh)."""
+    assessments' text compared (exit 1 if they differ). Runs in rknn-toolkit2's venv (bench/build-rknn-env.sh).
+    [draft] npu_dtype = "int8" builds one model for every pass, calibrated on passes over `calibration_log`."""
     with _toolkit_prints_to_stderr():
-        return _export(cfg, positions, greedy, lines)
+        return _export(cfg, positions, greedy, lines, Path(calibration_log))
 
 
-def _export(cfg, positions: int, greedy: int, lines: int) -> NpuReport:
+QUANTIZATION = {
+    "float16": "none: weights and activations in float16 (do_quantization=False); the mask's never is -3e4 there "
+               "(float16's range), the pools float32 on the host, cast in",
+    "int8": "int8 linears (w8a8: weights per output channel, inputs per tensor, calibrated on {passes} recorded passes "
+            "over {log}), every other operation in float16 (the toolkit's hybrid quantization); one model for every "
+            "pass"}
+
+
+def _export(cfg, positions: int, greedy: int, lines: int, calibration_log: Path) -> NpuReport:
     draft = replace_draft(cfg, "onnx")
     model_dir = cfg.draft_model.dir
     card = load_card(model_dir)
     spec = replay_frame(draft).spec
+    dtype = cfg.draft.npu_dtype
     built = []
-    for T in buckets(cfg.model.max_rows):
+    for T in buckets(cfg.model.max_rows, dtype):
         onnx_path = ensure_portable(model_dir, card, T, spec.sink, spec.ring)
-        out = rknn_path(model_dir, T, spec.sink, spec.ring)
+        out = rknn_path(model_dir, T, spec.sink, spec.ring, dtype)
         out.parent.mkdir(exist_ok=True)
         t0 = time.perf_counter()
-        export_rknn(onnx_path, out)
+        dataset = calibrate(cfg, model_dir, spec, T, calibration_log) if dtype == "int8" else None
+        export_rknn(onnx_path, out, dtype, dataset)
         built.append({"bucket": T, "onnx": str(onnx_path), "rknn": str(out), "bytes": out.stat().st_size,
-                      "build_s": time.perf_counter() - t0})
+                      "build_s": time.perf_counter() - t0, "calibration": str(dataset) if dataset else None})
     record = {"toolkit": "rknn-toolkit2 " + _version("rknn-toolkit2"), "target_platform": "rk3588",
-              "quantization": "none: weights and activations in float16 (do_quantization=False); the mask's "
-                              "never is -3e4 there (float16's range), the pools float32 on the host, cast in",
+              "quantization": QUANTIZATION[dtype].format(passes=CALIBRATION_PASSES, log=calibration_log.name),
               "graph": "models/graph.py portable: standard ONNX operators, fused QKV + Split, dequantized weights",
               "ring": {"sink": spec.sink, "ring": spec.ring}, "buckets": [b["bucket"] for b in built]}
     (model_dir / "rknn" / "record.json").write_text(json.dumps(record, indent=1))
@@ -104,6 +121,36 @@ def _export(cfg, positions: int, greedy: int, lines: int) -> NpuReport:
     return NpuReport({"buckets": built, "record": record, "log": log,
                       "agreement": agreement(cfg, model_dir, spec, log, positions, greedy),
                       "acceptance": acceptance(cfg, log, lines)})
+
+
+def calibrate(cfg, model_dir: Path, spec, T: int, log: Path) -> Path:
+    """The int8 model's calibration set: the inputs of CALIBRATION_PASSES passes of bucket T, recorded from the ONNX
+    Runtime's run of the same graph as the draft runs it (teacher-forced over `log`'s text, the NPU's mask values),
+    one .npy an input a pass and `dataset.txt` listing them, a line a pass (the toolkit's format)."""
+    dataset = calibration_path(model_dir, T, spec.sink, spec.ring)
+    dataset.parent.mkdir(parents=True, exist_ok=True)
+    runner = StaticRunner(model_dir, spec, RunnerOptions(threads=cfg.draft.threads, max_rows=T, batch_invariant=False),
+                          backend="ort", dtype="int8")
+    runner.neg = FP16_NEG                     # what the NPU's passes are fed (NEG, -1e30, would set the mask's scale)
+    run, passes = runner.session[T], []
+
+    def recorded(feeds):
+        passes.append([np.array(f) for f in feeds])
+        return run(feeds)
+
+    runner.session[T] = recorded
+    text = "\n".join(r.text for r in read_log(str(log), None)[:200])
+    ids = np.asarray(cfg.target.tokenizer.encode(text), np.int64)[:64 + CALIBRATION_PASSES - 1]
+    _teacher_forced(runner, ids)
+    rows = []
+    for i, feeds in enumerate(passes[:CALIBRATION_PASSES]):
+        names = []
+        for name, array in zip(runner._names, feeds):
+            np.save(dataset.parent / f"{i}_{name}.npy", array)
+            names.append(str(dataset.parent / f"{i}_{name}.npy"))
+        rows.append(" ".join(names))
+    dataset.write_text("\n".join(rows) + "\n")
+    return dataset
 
 
 def replace_draft(cfg, backend: str):
@@ -116,7 +163,8 @@ def agreement(cfg, model_dir: Path, spec, log: str, positions: int, greedy: int)
     text = "\n".join(r.text for r in read_log(log, None)[:400])
     ids = np.asarray(tok.encode(text), np.int64)[: positions + 64]
     opts = RunnerOptions(threads=cfg.draft.threads, max_rows=cfg.model.max_rows, batch_invariant=False)
-    cpu, npu = Runner(model_dir, spec, opts), StaticRunner(model_dir, spec, opts, backend="rknn")
+    cpu = Runner(model_dir, spec, opts)
+    npu = StaticRunner(model_dir, spec, opts, backend="rknn", dtype=cfg.draft.npu_dtype)
     (want, want_rows), (got, got_rows) = (_teacher_forced(r, ids) for r in (cpu, npu))
     logp, logq = (_log_softmax(x.astype(np.float64)) for x in (want_rows, got_rows))
     kl = (np.exp(logp) * (logp - logq)).sum(-1)

@@ -7,6 +7,11 @@ the backend that runs a bucket's graph:
 
   "rknn"  the board's NPU through rknn-toolkit-lite2 (`.rknn` files from `python run.py export-rknn`), or, where that
           package is absent (x86), rknn-toolkit2's simulator, which builds the same graph from its portable ONNX
+
+and the NPU's number format (`NPU_DTYPES`): "float16", one model per bucket; or "int8", one model for every pass (the
+largest bucket, smaller passes padded to it: one copy of the weights), its linears' weights and inputs in int8 (the
+toolkit's w8a8, calibrated on recorded passes) and every other operation in float16 (attention's mask, softmax and
+norms do not survive int8: measured, docs/gateway.md).
   "ort"   ONNX Runtime on the portable ONNX: what the NPU graph computes, in float32 on the CPU (tests, agreement)
 
 Only one process may hold the NPU (models/npu.py): the rknn backend takes the host's NPU lock before it opens it.
@@ -14,6 +19,10 @@ Never decides what is committed or visible: as `Runner`, the caller passes the m
 """
 from __future__ import annotations
 
+import json
+import os
+import re
+import tempfile
 import time
 from pathlib import Path
 
@@ -31,7 +40,14 @@ BUCKETS = (1, 4, 16, 64)      # row counts a pass is padded up to (capped at max
 FP16_NEG = np.float32(-3.0e4)   # the mask's "never" on an NPU computing in float16 (NEG, -1e30, is -inf there)
 
 
-def buckets(max_rows: int) -> tuple[int, ...]:
+NPU_DTYPES = ("float16", "int8")
+
+
+def buckets(max_rows: int, dtype: str = "float16") -> tuple[int, ...]:
+    """The row counts a pass is padded up to: int8's one model serves every pass (each bucket would be another copy
+    of the weights, and its calibration another build)."""
+    if dtype == "int8":
+        return (max_rows,)
     return tuple(sorted({b for b in BUCKETS if b < max_rows} | {max_rows}))
 
 
@@ -39,8 +55,13 @@ def portable_path(model_dir: Path, T: int, sink: int, ring: int) -> Path:
     return Path(model_dir) / "portable" / f"T{T}_S{sink}_R{ring}.onnx"
 
 
-def rknn_path(model_dir: Path, T: int, sink: int, ring: int) -> Path:
-    return Path(model_dir) / "rknn" / f"T{T}_S{sink}_R{ring}.rknn"
+def rknn_path(model_dir: Path, T: int, sink: int, ring: int, dtype: str = "float16") -> Path:
+    return Path(model_dir) / "rknn" / f"T{T}_S{sink}_R{ring}{'' if dtype == 'float16' else '_' + dtype}.rknn"
+
+
+def calibration_path(model_dir: Path, T: int, sink: int, ring: int) -> Path:
+    """The int8 model's calibration set: a list of recorded passes' inputs (`export-rknn` writes it)."""
+    return Path(model_dir) / "rknn" / f"calibration_T{T}_S{sink}_R{ring}" / "dataset.txt"
 
 
 def ensure_portable(model_dir: Path, card: dict, T: int, sink: int, ring: int) -> Path:
@@ -49,18 +70,24 @@ def ensure_portable(model_dir: Path, card: dict, T: int, sink: int, ring: int) -
     if not path.exists():
         path.parent.mkdir(exist_ok=True)
         part = path.with_suffix(f".part{time.monotonic_ns()}")
-        onnx.save(build_graph(card, T, sink, ring, portable_from=Path(model_dir)), part)
+        # The weights beside the graph: a 0.5B's float32 weights pass protobuf's 2 GB, one file's limit.
+        onnx.save(build_graph(card, T, sink, ring, portable_from=Path(model_dir)), part, save_as_external_data=True,
+                  all_tensors_to_one_file=True, location=path.with_suffix(".weights").name)
         part.replace(path)
     return path
 
 
 class StaticRunner(Runner):
     def __init__(self, model_dir, spec: RingSpec, opts: RunnerOptions = RunnerOptions(), backend: str = "ort",
-                 shares: StaticRunner | None = None):
+                 shares: StaticRunner | None = None, dtype: str = "float16"):
         """shares: a runner of the same graphs whose buckets this one runs on (several streams' drafts in one
-        process: the NPU opened once, by the first, which holds the lock), with pools of its own."""
+        process: the NPU opened once, by the first, which holds the lock), with pools of its own. dtype: the NPU's
+        number format (NPU_DTYPES), which also sets the buckets; ONNX Runtime runs the same buckets in float32."""
         if backend not in ("ort", "rknn"):
             raise ValueError(f"backend {backend!r}: expected ort or rknn")
+        if dtype not in NPU_DTYPES:
+            raise ValueError(f"NPU dtype {dtype!r}: expected one of {', '.join(NPU_DTYPES)}")
+        self.dtype = dtype
         if shares is not None and shares.backend != backend:
             raise ValueError(f"a {backend} runner cannot share a {shares.backend} runner's graphs")
         self.backend = backend
@@ -87,7 +114,7 @@ class StaticRunner(Runner):
         self._feeds: dict[int, dict[str, np.ndarray]] = {}
         opener = _ort_bucket if self.backend == "ort" else _rknn_bucket(self)
         sessions = {}
-        for T in buckets(self.opts.max_rows):
+        for T in buckets(self.opts.max_rows, self.dtype):
             path = ensure_portable(self.model_dir, self.card, T, S, R)
             run, names = opener(path, T, S, R)
             self._names = names
@@ -190,7 +217,8 @@ def _rknn_bucket(runner: StaticRunner):
     (the runner holds the host's NPU lock by now)."""
     def open_bucket(path: Path, T: int, S: int, R: int):
         names = [i.name for i in onnx.load(str(path), load_external_data=False).graph.input]
-        rknn = _on_board(rknn_path(runner.model_dir, T, S, R)) or _on_simulator(path)
+        rknn = _on_board(rknn_path(runner.model_dir, T, S, R, runner.dtype)) or \
+            _on_simulator(path, runner.dtype, calibration_path(runner.model_dir, T, S, R))
         return (lambda feeds: rknn.inference(inputs=feeds, data_format="nchw")), names   # no input is 4-D
     return open_bucket
 
@@ -213,22 +241,29 @@ def _on_board(source: Path):
     return rknn
 
 
-def _on_simulator(path: Path):
-    """rknn-toolkit2's simulator (x86), built from the portable ONNX in float16, as `export_rknn` builds it."""
-    rknn = _toolkit(path)
+def _on_simulator(path: Path, dtype: str = "float16", dataset: Path | None = None):
+    """rknn-toolkit2's simulator (x86), built from the portable ONNX as `export_rknn` builds it (the simulator runs
+    what it built, not a .rknn file)."""
+    rknn = toolkit(path, dtype, dataset)
     _check(rknn.init_runtime(), "start the simulator")
     return rknn
 
 
-def export_rknn(path: Path, out: Path) -> None:
-    """The portable ONNX at `path` converted for the RK3588's NPU (float16) and written to `out` (.rknn)."""
-    rknn = _toolkit(path)
+def export_rknn(path: Path, out: Path, dtype: str = "float16", dataset: Path | None = None) -> None:
+    """The portable ONNX at `path` converted for the RK3588's NPU in `dtype` and written to `out` (.rknn)."""
+    rknn = toolkit(path, dtype, dataset)
     _check(rknn.export_rknn(str(out)), f"export {out}")
     rknn.release()
 
 
-def _toolkit(path: Path):
-    """rknn-toolkit2 (x86) with the portable ONNX at `path` built for the RK3588 in float16 (no quantization)."""
+def toolkit(path: Path, dtype: str = "float16", dataset: Path | None = None):
+    """rknn-toolkit2 (x86) with the portable ONNX at `path` built for the RK3588: in float16 (no quantization), or
+    int8 with float16 around it (`dataset`: the calibration set, `calibration_path`).
+
+    int8: the toolkit's RK3588 offers w8a8 only (w8a16 and w4a16 are refused for this platform), and a model all in
+    w8a8 puts attention's mask (-3e4) and scores on one int8 scale, which wipes the scores out. So the toolkit's
+    hybrid quantization: its first step calibrates every tensor, then every tensor but the linears' (its `Conv`
+    nodes: the weights) is listed in `custom_quantize_layers` as float16, and its second step builds that."""
     try:
         from rknn.api import RKNN
     except ImportError:
@@ -237,7 +272,33 @@ def _toolkit(path: Path):
     rknn = RKNN(verbose=False)
     rknn.config(target_platform="rk3588")
     _check(rknn.load_onnx(str(path)), f"load {path}")
-    _check(rknn.build(do_quantization=False), f"build {path} (float16)")
+    if dtype == "float16":
+        _check(rknn.build(do_quantization=False), f"build {path} (float16)")
+        return rknn
+    if dataset is None or not Path(dataset).exists():
+        raise FileNotFoundError(f"the int8 NPU model needs its calibration set {dataset}: `python run.py "
+                                f"export-rknn` (x86) records it")
+    with tempfile.TemporaryDirectory(prefix="ringspec-rknn-") as work:
+        here = os.getcwd()
+        os.chdir(work)                           # the hybrid steps write their files in the working directory
+        try:
+            _check(rknn.hybrid_quantization_step1(dataset=str(dataset), proposal=False), f"calibrate {path} (int8)")
+            stem = Path(path).stem
+            model = onnx.ModelProto()
+            model.ParseFromString(Path(f"{stem}.model").read_bytes())     # the toolkit's graph: ONNX's protobuf
+            cfg = Path(f"{stem}.quantization.cfg")
+            text = cfg.read_text()
+            calibrated = {t.strip("'\"") for t in re.findall(r"^    (\S+):$", text, re.M)}  # quantize_parameters'
+
+            keep = [t for n in model.graph.node if n.op_type != "Conv" for t in n.output if t in calibrated]
+            cfg.write_text(text.replace("custom_quantize_layers: {}", "custom_quantize_layers:\n" + "".join(
+                f"    {json.dumps(t)}: float16\n" for t in keep), 1))
+            rknn.release()
+            rknn = RKNN(verbose=False)
+            _check(rknn.hybrid_quantization_step2(model_input=f"{stem}.model", data_input=f"{stem}.data",
+                                                  model_quantization_cfg=str(cfg)), f"build {path} (int8)")
+        finally:
+            os.chdir(here)
     return rknn
 
 

@@ -21,6 +21,7 @@ from kernels.ring import RingSpec
 from kernels.sampling import SamplingParams
 from models.graph import SOFTMAX_ROWS
 from models.handle import Model
+from models.npu_runner import NPU_DTYPES
 from models.runner import RunnerOptions
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -80,6 +81,8 @@ class DraftSection:
     siblings: int = 0                # token trees: other first tokens verified beside the chain (suffix, hybrid)
     threads: int = 1                 # ONNX Runtime threads of a draft model
     backend: str = "onnx"            # where a draft model runs: onnx (ONNX Runtime, CPU) | rknn (the board's NPU)
+    npu_dtype: str = "float16"       # the NPU draft's numbers: float16 (a model per row bucket) | int8 (one model for
+                                     # every pass, linears in int8, the rest float16: models/npu_runner.py)
     min_confidence: float = 0.0      # a draft model stops its chain when its top probability falls below this
 
     @property
@@ -349,6 +352,7 @@ def ring_spec(cfg: Config, head: int = 0, scratch: int = 0) -> RingSpec:
 
 
 _CHOICES = {("model", "kernel"): ("nbits", "native"), ("draft", "kind"): ("none", "suffix", "model", "hybrid"), ("draft", "backend"): ("onnx", "rknn"),
+            ("draft", "npu_dtype"): NPU_DTYPES,
             ("board", "npu"): ("", "rknpu2"), ("replay", "format"): ("", "plain", "csv", "jsonl"),
             ("replay", "form"): ("free", "constrained", "structured"),
             ("actors", "launcher"): ("local", "ray", "serial"), ("draft", "adaptive_costs"): ("measured", "prior"),

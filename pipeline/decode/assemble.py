@@ -40,7 +40,8 @@ def make_draft(cfg: Config, spec: RingSpec, target_vocab: int | None = None, sha
     d = cfg.draft
     model = cfg.draft_model if d.uses_model and d.model else None
     draft = _chain_draft(d.kind, spec, cfg.sampling.params(), model, cfg.model.max_rows, d.threads, target_vocab,
-                         d.min_confidence, d.backend, [] if shared is None else shared, cfg.model.kernel)
+                         d.min_confidence, d.backend, [] if shared is None else shared, cfg.model.kernel,
+                         d.npu_dtype)
     if not d.siblings:
         return draft
     if d.kind not in ("suffix", "hybrid"):
@@ -50,7 +51,8 @@ def make_draft(cfg: Config, spec: RingSpec, target_vocab: int | None = None, sha
 
 
 def _chain_draft(kind: str, spec: RingSpec, params: SamplingParams, draft: Model | None, max_rows: int, threads: int,
-                 target_vocab: int | None, min_confidence: float, backend: str, shared: list, kernel: str = "nbits"):
+                 target_vocab: int | None, min_confidence: float, backend: str, shared: list, kernel: str = "nbits",
+                 npu_dtype: str = "float16"):
     if kind == "none":
         return NoDraft()
     if kind == "suffix":
@@ -64,7 +66,7 @@ def _chain_draft(kind: str, spec: RingSpec, params: SamplingParams, draft: Model
         model_dir = draft.dir
         shares = shared[0] if shared else None
         if backend == "rknn":                      # the NPU (the draft only proposes: output stays exact)
-            runner = StaticRunner(model_dir, spec, opts, backend="rknn", shares=shares)
+            runner = StaticRunner(model_dir, spec, opts, backend="rknn", shares=shares, dtype=npu_dtype)
         else:
             runner = Runner(model_dir, spec, opts, shares=shares)
             if shares is None:

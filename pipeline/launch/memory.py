@@ -6,8 +6,8 @@ allocates), its pass buffers (the new rows' K/V, the logits and the mask at max_
 once, in the process that creates it, at its full segment size: pipeline/topology.py), the archive's SQLite page
 cache. Measured once and recorded below, with the command that measured them: what a process holds beyond those
 (interpreter, numpy, ONNX Runtime, tokenizer, its objects) and what a model session holds beyond them (its arena).
-A draft on the NPU: its .rknn files (one per row bucket; a float16 estimate until `export-rknn` wrote them) and the
-pools each takes as inputs, in the NPU's IOMMU domain; its runtime's own overhead is not measured (no board here).
+A draft on the NPU: its .rknn files (one per row bucket in float16, one in int8; an estimate until `export-rknn` wrote
+them) and the pools each takes as inputs, in the NPU's IOMMU domain; its runtime's own overhead is not measured (no board here).
 `python run.py plan` prints the plan; the launcher checks it before the first start and refuses a profile that does
 not fit, naming the term to change. Also the board's cores against what /proc/cpuinfo says they are. Never opens a
 session or starts a process.
@@ -192,7 +192,7 @@ def plan(cfg: Config, ram: int | None = None, node: str | None = None) -> Plan:
         draft_dir = cfg.draft_model.dir
         terms += _model_terms(home_of("draft"), "draft", cfg.draft_model.card, draft_dir, spec, cfg.model.max_rows,
                               "draft.model", npu=cfg.draft.backend == "rknn", pools=len(streams),
-                              buffers=len(streams), kernel=cfg.model.kernel)
+                              buffers=len(streams), kernel=cfg.model.kernel, npu_dtype=cfg.draft.npu_dtype)
     for name, scfg in streams:                # a group's actors serve every stream: its channels are theirs
         if not serial:
             for ch_name, ch in channels(scfg, spec, vocab, "plan").items():
@@ -269,7 +269,7 @@ def parse_size(text: str) -> int:
 
 def _model_terms(process: str, role: str, card: dict, model_dir: Path, spec, max_rows: int, knob: str,
                  npu: bool, pools: int = 1, lone_graph: bool = False, buffers: int = 1,
-                 kernel: str = "nbits") -> list[Term]:
+                 kernel: str = "nbits", npu_dtype: str = "float16") -> list[Term]:
     """A model's terms in `process`; `pools`: K/V pools it holds (a target or draft serving several streams: one
     each); `lone_graph`: it also keeps the single-stream graph's session (`model.lone_graph`); `buffers`: runners
     with pass buffers of their own (a draft's streams: one each, on one session); `kernel`: the linears' (the
@@ -289,10 +289,10 @@ def _model_terms(process: str, role: str, card: dict, model_dir: Path, spec, max
     of = "" if process == role else f"{role} "             # serial: both models in the launcher's process
     many = f" x {pools} streams" if pools > 1 else ""
     each = f" x {buffers} streams" if buffers > 1 else ""
-    if npu:       # one float16 model per row bucket, each with the pools as inputs; the pools' host copy in float32
-        sizes = [rknn_path(model_dir, T, spec.sink, spec.ring) for T in buckets(max_rows)]
+    if npu:       # a model per row bucket (int8: one), each with the pools as inputs; the pools' host copy in float32
+        sizes = [rknn_path(model_dir, T, spec.sink, spec.ring, npu_dtype) for T in buckets(max_rows, npu_dtype)]
         models = sum(f.stat().st_size for f in sizes) if all(f.exists() for f in sizes) else \
-            len(sizes) * 2 * _float_parameters(card)
+            len(sizes) * _npu_weight_bytes(card, npu_dtype)
         return [Term(process, f"{of}weights (.rknn)", models, knob, npu),
                 Term(process, f"{of}kv pool inputs", len(sizes) * pool // 2, "cache.window", npu),
                 Term(process, f"{of}kv pool (host){many}", pool * pools, "cache.window"),
@@ -309,6 +309,17 @@ def _model_terms(process: str, role: str, card: dict, model_dir: Path, spec, max
         terms.append(Term(process, f"{of}single-stream graph", session if native else
                           int(LONE_GRAPH_MIB_PER_WEIGHT_MIB * weights), "model.lone_graph"))
     return terms
+
+
+def _npu_weight_bytes(card: dict, dtype: str) -> int:
+    """One .rknn's weights, estimated: the portable graph's in float16, or in int8 the linears at a byte a weight and a
+    quantized embedding table (a Gather, kept in float16) at two (models/npu_runner.py `toolkit`)."""
+    if dtype == "float16":
+        return 2 * _float_parameters(card)
+    n = sum(x["N"] * x["K"] for x in linears(card))
+    if card["embed"]["kind"] != "dense":
+        n += 2 * card["embed"]["table"]["N"] * card["embed"]["table"]["K"]
+    return n
 
 
 def _float_parameters(card: dict) -> int:

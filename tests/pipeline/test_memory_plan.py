@@ -7,6 +7,8 @@ import sys
 
 import pytest
 
+from models.convert import linears
+from models.npu_runner import buckets
 from models.platform import core_kinds
 from models.runner import Runner, RunnerOptions
 from pipeline import config
@@ -135,6 +137,29 @@ def test_one_npu_draft_serves_a_nodes_streams_its_graphs_once_and_a_pool_each(de
     assert shared["kv pool (host) x 3 streams"] == 3 * alone["kv pool (host)"]
     assert shared["pass buffers x 3 streams"] == 3 * alone["pass buffers"]
     assert [p for p in three.as_dict()["processes"] if p.startswith("draft")] == ["draft"]
+
+
+def test_an_int8_npu_draft_holds_one_model_for_every_pass_a_byte_a_linear_weight(default_gguf, monkeypatch, tmp_path):
+    """float16: a .rknn per row bucket, each the portable graph's weights at two bytes; int8: one .rknn (the largest
+    bucket), its linears at a byte a weight and a quantized embedding table at two; the pools go in once a model.
+    Estimates while no .rknn exists; a written one is measured."""
+    board = config.load(ROOT / "configs" / "rk3588.toml", here=False)
+    draft = lambda plan: {t.what: t.bytes for t in plan.terms if t.process == "draft" and t.npu}   # noqa: E731
+    card = board.draft_model.card
+    monkeypatch.setattr(memory, "rknn_path", lambda *a: tmp_path / "absent.rknn")
+    f16 = draft(memory.plan(board))
+    i8 = draft(memory.plan(config.load(ROOT / "configs" / "rk3588.toml", {"draft.npu_dtype": "int8"}, here=False)))
+    linear = sum(x["N"] * x["K"] for x in linears(card))
+    table = card["embed"]["table"]["N"] * card["embed"]["table"]["K"] if card["embed"]["kind"] != "dense" else 0
+    rows = len(buckets(board.model.max_rows))
+    assert f16["weights (.rknn)"] == rows * 2 * (linear + table)
+    assert i8["weights (.rknn)"] == linear + 2 * table
+    assert i8["kv pool inputs"] * rows == f16["kv pool inputs"]
+    written = tmp_path / "written.rknn"
+    written.write_bytes(b"\0" * 12345)
+    monkeypatch.setattr(memory, "rknn_path", lambda *a: written)
+    measured = config.load(ROOT / "configs" / "rk3588.toml", {"draft.npu_dtype": "int8"}, here=False)
+    assert draft(memory.plan(measured))["weights (.rknn)"] == 12345
 
 
 def test_the_boards_big_cores_are_checked_against_what_the_kernel_says_they_are():
