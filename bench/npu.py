@@ -1,6 +1,6 @@
 """`run.py export-rknn`: the draft converted for the RK3588's NPU, and what the NPU's numerics cost.
 
-Owns the conversion driver (rknn-toolkit2: one .rknn per row bucket of models/npu_runner.py, beside the draft's
+Owns the conversion driver (rknn-toolkit2: one .rknn per row bucket of models/npu_runner.py (int8: one), beside the draft's
 converted model, with a record of what was quantized how) and three figures against the ONNX Runtime draft the CPU
 runs, on real log text: teacher-forced top-1 agreement and mean KL, greedy agreement (each draft continuing alone),
 and the acceptance each achieves against the real target in the serial replay (whose assessments must be the same
