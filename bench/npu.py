@@ -1,11 +1,12 @@
 """`run.py export-rknn`: the draft converted for the RK3588's NPU, and what the NPU's numerics cost.
 
-Owns the conversion driver (rknn-toolkit2: one .rknn per row bucket of models/npu_runner.py (int8: one), beside the draft's
-converted model, with a record of what was quantized how) and three figures against the ONNX Runtime draft the CPU
-runs, on real log text: teacher-forced top-1 agreement and mean KL, greedy agreement (each draft continuing alone),
-and the acceptance each achieves against the real target in the serial replay (whose assessments must be the same
-text: the draft only proposes). The toolkit's simulator stands in for the NPU: its figures are the NPU's float16
-numerics, not its speed. Runs in the toolkit's venv (bench/build-rknn-env.sh), which `export-rknn` hands over to.
+Owns the conversion driver (rknn-toolkit2: one .rknn per row bucket of models/npu_runner.py, int8 one, beside the
+draft's converted model, with a record of what was quantized how) and three figures against the ONNX Runtime draft the
+CPU runs, on real log text: teacher-forced top-1 agreement and mean KL, greedy agreement (each draft continuing
+alone), and the acceptance each achieves against the real target in the serial replay (whose assessments must be the
+same text: the draft only proposes). The toolkit's simulator stands in for the NPU: its figures are the NPU's numerics
+(float16 or int8), not its speed. Runs in the toolkit's venv (bench/build-rknn-env.sh), which `export-rknn` hands over
+to.
 """
 from __future__ import annotations
 
@@ -72,8 +73,8 @@ def _toolkit_prints_to_stderr():
 
 
 CALIBRATION_LOG = Path(__file__).parent / "data" / "loghub" / "OpenSSH_2k.log"   # no figure is measured on it
-CALIBRATION_PASSES = 16      # recorded passes of the int8 model's calibration set: its first (the prompt's rows), the rest
-                             # one-row, as a draft runs
+CALIBRATION_PASSES = 16      # recorded passes of the int8 model's calibration set: the first (the prompt's rows),
+                             # then one-row passes, as a draft runs
 
 
 def run_export(cfg, positions: int = 400, greedy: int = 64, lines: int = 30,

@@ -6,8 +6,9 @@ allocates), its pass buffers (the new rows' K/V, the logits and the mask at max_
 once, in the process that creates it, at its full segment size: pipeline/topology.py), the archive's SQLite page
 cache. Measured once and recorded below, with the command that measured them: what a process holds beyond those
 (interpreter, numpy, ONNX Runtime, tokenizer, its objects) and what a model session holds beyond them (its arena).
-A draft on the NPU: its .rknn files (one per row bucket in float16, one in int8; an estimate until `export-rknn` wrote
-them) and the pools each takes as inputs, in the NPU's IOMMU domain; its runtime's own overhead is not measured (no board here).
+A draft on the NPU: its .rknn files (one per row bucket in float16, one in int8; an estimate until `export-rknn`
+wrote them) and the pools each takes as inputs, in the NPU's IOMMU domain; its runtime's own overhead is not
+measured (no board here).
 `python run.py plan` prints the plan; the launcher checks it before the first start and refuses a profile that does
 not fit, naming the term to change. Also the board's cores against what /proc/cpuinfo says they are. Never opens a
 session or starts a process.
