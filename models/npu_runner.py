@@ -7,12 +7,12 @@ the backend that runs a bucket's graph:
 
   "rknn"  the board's NPU through rknn-toolkit-lite2 (`.rknn` files from `python run.py export-rknn`), or, where that
           package is absent (x86), rknn-toolkit2's simulator, which builds the same graph from its portable ONNX
+  "ort"   ONNX Runtime on the portable ONNX: what the NPU graph computes, in float32 on the CPU (tests, agreement)
 
 and the NPU's number format (`NPU_DTYPES`): "float16", one model per bucket; or "int8", one model for every pass (the
 largest bucket, smaller passes padded to it: one copy of the weights), its linears' weights and inputs in int8 (the
 toolkit's w8a8, calibrated on recorded passes) and every other operation in float16 (attention's mask, softmax and
 norms do not survive int8: measured, docs/gateway.md).
-  "ort"   ONNX Runtime on the portable ONNX: what the NPU graph computes, in float32 on the CPU (tests, agreement)
 
 Only one process may hold the NPU (models/npu.py): the rknn backend takes the host's NPU lock before it opens it.
 Never decides what is committed or visible: as `Runner`, the caller passes the mask and says which rows to store.
@@ -244,19 +244,19 @@ def _on_board(source: Path):
 def _on_simulator(path: Path, dtype: str = "float16", dataset: Path | None = None):
     """rknn-toolkit2's simulator (x86), built from the portable ONNX as `export_rknn` builds it (the simulator runs
     what it built, not a .rknn file)."""
-    rknn = toolkit(path, dtype, dataset)
+    rknn = _toolkit(path, dtype, dataset)
     _check(rknn.init_runtime(), "start the simulator")
     return rknn
 
 
 def export_rknn(path: Path, out: Path, dtype: str = "float16", dataset: Path | None = None) -> None:
     """The portable ONNX at `path` converted for the RK3588's NPU in `dtype` and written to `out` (.rknn)."""
-    rknn = toolkit(path, dtype, dataset)
+    rknn = _toolkit(path, dtype, dataset)
     _check(rknn.export_rknn(str(out)), f"export {out}")
     rknn.release()
 
 
-def toolkit(path: Path, dtype: str = "float16", dataset: Path | None = None):
+def _toolkit(path: Path, dtype: str = "float16", dataset: Path | None = None):
     """rknn-toolkit2 (x86) with the portable ONNX at `path` built for the RK3588: in float16 (no quantization), or
     int8 with float16 around it (`dataset`: the calibration set, `calibration_path`).
 

@@ -314,7 +314,7 @@ def _model_terms(process: str, role: str, card: dict, model_dir: Path, spec, max
 
 def _npu_weight_bytes(card: dict, dtype: str) -> int:
     """One .rknn's weights, estimated: the portable graph's in float16, or in int8 the linears at a byte a weight and a
-    quantized embedding table (a Gather, kept in float16) at two (models/npu_runner.py `toolkit`)."""
+    quantized embedding table (a Gather, kept in float16) at two (models/npu_runner.py `_toolkit`)."""
     if dtype == "float16":
         return 2 * _float_parameters(card)
     n = sum(x["N"] * x["K"] for x in linears(card))
