@@ -145,11 +145,10 @@ def calibrate(cfg, model_dir: Path, spec, T: int, log: Path) -> Path:
     _teacher_forced(runner, ids)
     rows = []
     for i, feeds in enumerate(passes[:CALIBRATION_PASSES]):
-        names = []
-        for name, array in zip(runner._names, feeds):
-            np.save(dataset.parent / f"{i}_{name}.npy", array)
-            names.append(str(dataset.parent / f"{i}_{name}.npy"))
-        rows.append(" ".join(names))
+        files = [dataset.parent / f"{i}_{name}.npy" for name in runner._names]
+        for file, array in zip(files, feeds):
+            np.save(file, array)
+        rows.append(" ".join(map(str, files)))
     dataset.write_text("\n".join(rows) + "\n")
     return dataset
 

@@ -313,23 +313,12 @@ def _model_terms(process: str, role: str, card: dict, model_dir: Path, spec, max
 
 
 def _npu_weight_bytes(card: dict, dtype: str) -> int:
-    """One .rknn's weights, estimated: the portable graph's in float16, or in int8 the linears at a byte a weight and a
-    quantized embedding table (a Gather, kept in float16) at two (models/npu_runner.py `_toolkit`)."""
-    if dtype == "float16":
-        return 2 * _float_parameters(card)
-    n = sum(x["N"] * x["K"] for x in linears(card))
-    if card["embed"]["kind"] != "dense":
-        n += 2 * card["embed"]["table"]["N"] * card["embed"]["table"]["K"]
-    return n
-
-
-def _float_parameters(card: dict) -> int:
-    """Weights of the portable graph (models/graph.py): every linear as N x K floats, and a quantized embedding
-    table once more as floats (shared with the head or not)."""
-    n = sum(x["N"] * x["K"] for x in linears(card))
-    if card["embed"]["kind"] != "dense":
-        n += card["embed"]["table"]["N"] * card["embed"]["table"]["K"]
-    return n
+    """One .rknn's weights, estimated from the portable graph's (models/graph.py): every linear as N x K weights, and a
+    quantized embedding table once more (a Gather, shared with the head or not). In float16 two bytes each; in int8
+    the linears one byte a weight and the table, kept in float16, two (models/npu_runner.py `_toolkit`)."""
+    linear = sum(x["N"] * x["K"] for x in linears(card))
+    table = card["embed"]["table"]["N"] * card["embed"]["table"]["K"] if card["embed"]["kind"] != "dense" else 0
+    return (1 if dtype == "int8" else 2) * linear + 2 * table
 
 
 def _channel_knob(name: str) -> str:
