@@ -37,5 +37,5 @@ class OptionalBuild(build_ext):
 
 
 setup(ext_modules=[Extension("kernels._qmm", sources=sorted(str(p) for p in NATIVE.glob("*.c")),
-                             depends=[str(NATIVE / "qmm.h")], extra_compile_args=FLAGS, extra_link_args=["-pthread"])],
+                             depends=[str(p) for p in NATIVE.glob("*.h")], extra_compile_args=FLAGS, extra_link_args=["-pthread"])],
       cmdclass={"build_ext": OptionalBuild})

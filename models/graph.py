@@ -408,46 +408,6 @@ def _attention(b: _Builder, cfg: dict, qkv: str, i: int, streams_at: list, split
     return tuple(b.op("Concat", list(t), axis=1) if split is not None else t[0] for t in zip(*outs))
 
 
-def build_attention_graph(card: dict, sink: int, ring: int, kv_dtype: str = "float32", tree: bool = False,
-                          streams: int = 1) -> onnx.ModelProto:
-    """One layer's attention alone, for a pass whose linears run elsewhere (models/native.py runs it once a layer):
-    the whole-model graph's inputs for one layer (`recent_k`/`recent_v` [KVH, P, D], the pools named as layer 0's),
-    plus `qkv` [1, T, (H + 2 KVH) D], the layer's fused projection with its bias; outputs `o` [1, T, H D] and
-    `new_k`/`new_v` [KVH, T, D]. The same nodes as a layer of `build_graph`: a row gets the same bits from both."""
-    cfg = card["config"]
-    H, KVH, D = cfg["n_heads"], cfg["n_kv_heads"], cfg["head_dim"]
-    G, S, R = H // KVH, sink, ring
-    b = _Builder(card, "")
-    f32, kv = TensorProto.FLOAT, _NP2ONNX[kv_dtype]
-    b.kv = kv
-    inputs = [helper.make_tensor_value_info("qkv", f32, [1, "T", (H + 2 * KVH) * D])]
-    inputs += [helper.make_tensor_value_info(n, f32, ["T", D // 2]) for n in ("cos", "sin", "cos_sink", "sin_sink")]
-    names = [_StreamNames(n if streams > 1 else None) for n in range(streams)]
-    for nm in names:
-        dim = (lambda x: x) if streams == 1 else (lambda x: f"{x}{nm.tag}")
-        inputs.append(helper.make_tensor_value_info(nm.mask, f32, [dim("T"), dim("N")]))
-        if tree:
-            inputs.append(helper.make_tensor_value_info(nm.path, TensorProto.INT64, [dim("T"), dim("W")]))
-        inputs += [helper.make_tensor_value_info(n, kv, [KVH, dim("P"), D]) for n in (nm.recent_k, nm.recent_v)]
-        inputs += [helper.make_tensor_value_info(nm.pool(k, 0), kv, [S if k.startswith("sink") else dim("C"), KVH, D])
-                   for k in (("sink_k", "sink_v") if S else ()) + ("ring_k", "ring_v")]
-    b.inits["position_ids"] = onnx.numpy_helper.from_array(np.zeros(1, np.int64), "position_ids")
-    streams_at = [_StreamAttention(b, nm, 1, KVH, G, D, S, R, None, "N", tree, 1.0 / math.sqrt(D)) for nm in names]
-    split = None
-    if streams > 1:
-        split = b.op("Concat", [b.op("Slice", [b.op("Shape", [nm.mask]), b.const([0]), b.const([1])])
-                                for nm in names], axis=0)
-    o, kn, vn = _attention(b, cfg, "qkv", 0, streams_at, split)
-    for name, value in (("o", o), ("new_k", kn), ("new_v", vn)):
-        b.nodes.append(helper.make_node("Identity", [value], [name]))
-    outputs = [helper.make_tensor_value_info("o", f32, [1, "T", H * D]),
-               helper.make_tensor_value_info("new_k", kv, [KVH, "T", D]),
-               helper.make_tensor_value_info("new_v", kv, [KVH, "T", D])]
-    graph = helper.make_graph(b.nodes, f"ringspec_attention_S{S}_R{R}", inputs, outputs, list(b.inits.values()))
-    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid(MS, 1)],
-                             producer_name="ringspec")
-
-
 def _add(b: _Builder, total: str | None, term: str) -> str:
     return term if total is None else b.op("Add", [total, term])
 

@@ -1,37 +1,35 @@
-"""A pass on ringspec's own quantized matmul: the runner's layer loop, ONNX Runtime for attention only.
+"""A pass on ringspec's own kernels: the runner's layer loop over the native matmul and the native attention.
 
 Owns the native pass (`[model] kernel = "native"`): the GGUF's quantized tensors read as stored (memory-mapped: the
-resident weights are the file's pages, not a packed copy), every linear on `kernels.qmatmul`, the row-wise norms,
-SwiGLU, embedding and surprisal in the same native module, and one ONNX Runtime session of one layer's attention
-(models/graph.py `build_attention_graph`) run once a layer. It speaks the whole-model session's contract: the same
-input and output names bound the same way (`NativeSession.io_binding()`), so models/runner.py and models/streams.py
-drive it unchanged. Never decides what a pass holds: the runner binds, this computes.
+resident weights are the file's pages, not a packed copy), every linear on `kernels.qmatmul`, each stream's attention
+on `kernels.attention` (sinks, ring, recent section, new rows or a token tree's paths, float32 or float16 pools read
+in place), the row-wise norms, SwiGLU, embedding and surprisal in the same native module. It speaks the whole-model
+session's contract: the same input and output names bound the same way (`NativeSession.io_binding()`), so
+models/runner.py and models/streams.py drive it unchanged. Never decides what a pass holds: the runner binds, this
+computes.
 
-Why this split (issue 56's spike, /work figures in docs/models.md): a custom op inside the graph through
+Why a layer loop of our own (issue 56's spike, figures in docs/models.md): a custom op inside the graph through
 onnxruntime-extensions' PyOp cost 186 us a call at 1 row and 749 us at 4 (113 calls a 1.5B pass: 21-85 ms, more
-than the pass), while a session run through IOBinding costs ~6 us: so the runner loops over layers itself.
+than the pass). Attention was one ONNX Runtime session a layer until it cost a fifth of the 1.5B's pass (13.1 ms of
+72.5 and 2.2 ms binding it, on an AVX2 EPYC: docs/kernel.md); it is native now.
 
-Exactness: every linear and row-wise operation computes each row in one fixed order whatever the rows beside it
-(kernels/native/qmm.h); attention is the whole-model graph's own nodes, whose rows are batch invariant from 2 rows
-(the runner's padding rule still gives a 1-row pass its padding row).
+Exactness: every linear, row-wise operation and attention row is computed in one fixed order whatever the rows beside
+it, the threads or the SIMD path (kernels/native/qmm.h, attn.h), so a lone row needs no padding row (the runner gives
+none on this kernel).
 """
 from __future__ import annotations
 
-import os
 import time
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
-import onnx
-import onnxruntime as ort
 
-from kernels import qmatmul
+from kernels import attention, qmatmul
 
 from .convert import LAYER_LINEARS, head_source
-from .filelock import build_once
 from .gguf import GGUFModel
-from .graph import GRAPH_VERSION, build_attention_graph, planted_fault
+from .graph import planted_fault
 
 
 class NativeUnavailable(RuntimeError):
@@ -112,20 +110,11 @@ class NativeWeights:
         return Linear(spec["K"], spec["N"], parts, self.stored(spec["bias"]) if spec.get("bias") else None)
 
 
-def attention_graph_path(model_dir: Path, sink: int, ring: int, kv_dtype: str, tree: bool, streams: int) -> Path:
-    kv = {"float16": "kv16", "float32": "kv32"}[kv_dtype]
-    return model_dir / (f"attention_v{GRAPH_VERSION}_S{sink}_R{ring}_{kv}" + ("_tree" if tree else "") +
-                        (f"_x{streams}" if streams > 1 else "") + ".onnx")
-
-
 class NativeBinding:
-    """The whole-model session's IOBinding, recorded: each name's array, and which were bound since the last pass
-    (the runner rebinds only what moved; the attention bindings follow it)."""
+    """The whole-model session's IOBinding, recorded: each name's array (a view of the address bound)."""
 
     def __init__(self):
         self.arrays: dict[str, np.ndarray] = {}
-        self.fresh: set[str] = set()
-        self.pad = False            # this pass's row 1 is row 0's padding row (set by models/runner.py)
         self._views: dict[tuple, np.ndarray] = {}
 
     def _view(self, dtype, shape, ptr: int) -> np.ndarray:
@@ -141,7 +130,6 @@ class NativeBinding:
 
     def bind_input(self, name: str, device: str, device_id: int, dtype, shape, ptr: int) -> None:
         self.arrays[name] = self._view(dtype, shape, ptr)
-        self.fresh.add(name)
 
     bind_output = bind_input
 
@@ -153,32 +141,21 @@ class NativeSession:
                  tree: bool = False, streams: int = 1):
         self.weights = NativeWeights(Path(model_dir), card)
         self.cfg = cfg = card["config"]
-        self.threads, self.streams = threads, streams
+        self.threads, self.streams, self.sink = threads, streams, sink
+        self.heads = attention.Heads(cfg["n_heads"], cfg["n_kv_heads"], cfg["head_dim"],
+                                     cfg["rope_pairing"] == "interleaved")
         self.tags = [""] if streams == 1 else [f".s{n}" for n in range(streams)]
-        path = attention_graph_path(Path(model_dir), sink, ring, kv_dtype, tree, streams)
-        if not path.exists():
-            build_once(path, lambda part: onnx.save(build_attention_graph(card, sink, ring, kv_dtype, tree, streams),
-                                                    part), guard=Path(model_dir) / "graphs")
-        so = ort.SessionOptions()
-        # One thread: a layer's attention is a few small products (a decode row against the pool), where waking
-        # ONNX Runtime's pool costs more than it splits (the 135M: 253 us a layer at 2 threads without spinning);
-        # the matmul's own threads do the pass's heavy work.
-        so.intra_op_num_threads = 1
-        so.inter_op_num_threads = 1
-        so.add_session_config_entry("session.intra_op.allow_spinning", "0")
-        so.enable_mem_pattern = False
-        self.attention = ort.InferenceSession(str(path), so, providers=["CPUExecutionProvider"])
+        no_sinks = np.zeros((0, cfg["n_kv_heads"], cfg["head_dim"]), kv_dtype)
+        self.no_sinks = (no_sinks, no_sinks)
         self.scratch = qmatmul.Scratch()
+        self.attention_scratch = attention.Scratch()
         self._rows = 0
         self._fault = planted_fault()
         self.timing: dict[str, list] | None = None   # label -> [seconds, calls, bytes read]: bench/opprofile.py
         self._t = 0.0
 
     def io_binding(self) -> NativeBinding:
-        binding = NativeBinding()
-        binding.layers = [self.attention.io_binding() for _ in range(self.cfg["n_layers"])]
-        binding.held = [{} for _ in range(self.cfg["n_layers"])]    # name -> (address, shape, dtype) bound there
-        return binding
+        return NativeBinding()
 
     def _buffers(self, T: int) -> None:
         """Activations for T rows, grown (never per pass) when a larger pass comes."""
@@ -189,8 +166,8 @@ class NativeSession:
         self._rows = T
         self.h, self.x = np.zeros((T, d), np.float32), np.zeros((T, d), np.float32)
         self.delta = np.zeros((T, d), np.float32)
-        self.qkv = np.zeros((1, T, (H + 2 * KVH) * D), np.float32)
-        self.o = np.zeros((1, T, H * D), np.float32)
+        self.qkv = np.zeros((T, (H + 2 * KVH) * D), np.float32)
+        self.o = np.zeros((T, H * D), np.float32)
         self.gate_up, self.act = np.zeros((T, 2 * F), np.float32), np.zeros((T, F), np.float32)
 
     def linear(self, lin: Linear, x: np.ndarray, out: np.ndarray) -> np.ndarray:
@@ -217,37 +194,27 @@ class NativeSession:
             self._t = time.perf_counter()
         ids = a["input_ids"]
         T, eps = len(ids), cfg["rms_eps"]
-        # A 1-row pass's padding row (models/runner.py) is there for attention only: the linears and row-wise
-        # operations give a row the same bits alone, so they run on row 0 and attention gets its copy.
-        pad = io.pad and T == 2
-        R = 1 if pad else T
         self._buffers(T)
-        h, x, delta = self.h[:R], self.x[:R], self.delta[:R]
-        qkv, o = self.qkv[:, :T], self.o[:, :T]
-        gate_up, act = self.gate_up[:R], self.act[:R]
+        h, x, delta = self.h[:T], self.x[:T], self.delta[:T]
+        qkv, o = self.qkv[:T], self.o[:T]
+        gate_up, act = self.gate_up[:T], self.act[:T]
         if w.embed_type:
-            qmatmul.rows(w.embed, w.embed_type, ids[:R], h)
+            qmatmul.rows(w.embed, w.embed_type, ids, h)
         else:
-            h[:] = w.embed[ids[:R]]
+            h[:] = w.embed[ids]
         if self._fault:            # the planted fault of the exactness tests (models/graph.py `planted_fault`)
             h += np.float32(self._fault * T)
         KVH = cfg["n_kv_heads"]
         new_k, new_v = a["new_k"], a["new_v"]
         for i, (attn_norm, ffn_norm, lin) in enumerate(w.layers):
             qmatmul.rmsnorm(h, attn_norm, eps, x)
-            self.linear(lin["qkv"], x, qkv[0, :R])
-            if pad:
-                qkv[0, 1] = qkv[0, 0]
-            att = io.layers[i]
+            self.linear(lin["qkv"], x, qkv)
             if timed:
                 self._tick("norms, residual, embedding")
-            self._bind_layer(io, att, i, qkv, o, new_k[i * KVH:(i + 1) * KVH], new_v[i * KVH:(i + 1) * KVH])
+            self._attend(a, i, qkv, o, new_k[i * KVH:(i + 1) * KVH], new_v[i * KVH:(i + 1) * KVH])
             if timed:
-                self._tick("attention binding")
-            self.attention.run_with_iobinding(att)
-            if timed:
-                self._tick("attention (ONNX Runtime)")
-            self.linear(lin["o"], o[0, :R], delta)
+                self._tick("attention")
+            self.linear(lin["o"], o, delta)
             h += delta
             qmatmul.rmsnorm(h, ffn_norm, eps, x)
             self.linear(lin["gate_up"], x, gate_up)
@@ -256,7 +223,6 @@ class NativeSession:
                 self._tick("norms, residual, embedding")
             self.linear(lin["down"], act, delta)
             h += delta
-        io.fresh.clear()
         rows, logits = a["logit_rows"], a["logits"][0]
         M = len(rows)
         once = M == 2 and rows[0] == rows[1]               # the runner's 1-row head, its row twice: computed once
@@ -271,41 +237,18 @@ class NativeSession:
         if timed:
             self._tick("head rows, surprisal")
 
-    def _bind_layer(self, io: NativeBinding, att, i: int, qkv, o, new_k, new_v) -> None:
-        """Layer i's attention binding: this pass's rows, and whatever the runner bound anew since the last pass;
-        an array already bound there at the same address and shape is left as it is (a decode step's buffers are
-        the last step's): binding costs microseconds a name, comparing nanoseconds."""
-        a, held = io.arrays, io.held[i]
-        if i == 0:                  # the names every layer binds alike, keyed once a pass
-            shared = [(n, a[n]) for n in ("cos", "sin", "cos_sink", "sin_sink")]
-            shared += [(n, a[n]) for tag in self.tags for n in (f"mask{tag}", f"path{tag}") if n in a]
-            io.shared = [(n, t, (t.ctypes.data, t.shape)) for n, t in [("qkv", qkv), *shared]]
-            io.shared_out = [("o", o, (o.ctypes.data, o.shape))]
-        for name, t, key in io.shared:
-            if held.get(name) != key:
-                att.bind_input(name, "cpu", 0, t.dtype, t.shape, key[0])
-                held[name] = key
-        for name, t, key in io.shared_out:
-            if held.get(name) != key:
-                att.bind_output(name, "cpu", 0, t.dtype, t.shape, key[0])
-                held[name] = key
-        KVH = self.cfg["n_kv_heads"]
-        layer = [(f"recent_k{tag}", a[f"recent_k{tag}"]) for tag in self.tags] + \
-                [(f"recent_v{tag}", a[f"recent_v{tag}"]) for tag in self.tags]
-        for name, whole in layer:
-            t = whole[i * KVH:(i + 1) * KVH]
-            key = (whole.ctypes.data + i * KVH * whole.strides[0] if whole.size else 0, t.shape)
-            if held.get(name) != key:
-                att.bind_input(name, "cpu", 0, t.dtype, t.shape, t.ctypes.data)
-                held[name] = key
+    def _attend(self, a: dict, i: int, qkv: np.ndarray, o: np.ndarray, new_k: np.ndarray, new_v: np.ndarray) -> None:
+        """Layer i's attention, stream by stream: each stream's rows (in slot order, its mask's rows) against its own
+        pools, recent section and path, as the runner bound them."""
+        KVH, t0 = self.cfg["n_kv_heads"], 0
+        tables = (a["cos"], a["sin"], a["cos_sink"], a["sin_sink"])
         for tag in self.tags:
-            for kind in ("sink_k", "sink_v", "ring_k", "ring_v"):
-                name = f"{kind}.{i}{tag}"
-                if name in io.fresh:
-                    t = a[name]
-                    att.bind_input(f"{kind}.0{tag}", "cpu", 0, t.dtype, t.shape, t.ctypes.data)
-        for name, t in (("new_k", new_k), ("new_v", new_v)):
-            key = (t.ctypes.data, t.shape)
-            if held.get(name) != key:
-                att.bind_output(name, "cpu", 0, t.dtype, t.shape, key[0])
-                held[name] = key
+            mask = a[f"mask{tag}"]
+            t1 = t0 + len(mask)
+            sinks = (a[f"sink_k.{i}{tag}"], a[f"sink_v.{i}{tag}"]) if self.sink else self.no_sinks
+            attention.attention(self.heads, qkv[t0:t1], tuple(t[t0:t1] for t in tables), mask,
+                                (a[f"recent_k{tag}"][i * KVH:(i + 1) * KVH], a[f"recent_v{tag}"][i * KVH:(i + 1) * KVH]),
+                                sinks, (a[f"ring_k.{i}{tag}"], a[f"ring_v.{i}{tag}"]), new_k, new_v, o[t0:t1],
+                                first=t0, path=a.get(f"path{tag}"), threads=self.threads,
+                                scratch=self.attention_scratch)
+            t0 = t1

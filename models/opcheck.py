@@ -20,7 +20,8 @@ import numpy as np
 import onnxruntime as ort
 from onnx import TensorProto, helper, numpy_helper
 
-from kernels import qmatmul
+from kernels import attention, qmatmul
+from kernels.ring import NEG
 
 from .convert import leaves
 from .convert import linears as card_linears   # `linears` below: their leaves
@@ -231,6 +232,54 @@ def native_families(types: dict[tuple[int, int], set[str]], threads: tuple[int, 
                 worst = max(worst, float(np.abs(a.astype(np.float64) - b).max()))
     out.append(Family("native matmul, every path against the scalar reference",
                       ", ".join(qmatmul.paths()), "paths", tuple(sorted(set(differs))), worst, needed))
+    return out
+
+
+def native_attention_families(cfg: dict, threads: tuple[int, ...] = (1, 2, 4), seed: int = 0,
+                              needed: bool = True) -> list[Family]:
+    """The native attention (kernels/attention.py) at this model's heads, random rows and float32 pools (4 sinks, a
+    ring view of 128 slots with a masked run, 5 recent positions): for each path and thread count, the first m rows of
+    a 64-row chain as a pass of their own (m = 1..64) against the same rows of the 64-row pass, and every path's bits
+    against the scalar reference's."""
+    rng = np.random.default_rng(seed)
+    heads = attention.Heads(cfg["n_heads"], cfg["n_kv_heads"], cfg["head_dim"], cfg["rope_pairing"] == "interleaved")
+    H, KVH, D, S, C, P = heads.H, heads.KVH, heads.D, 4, 128, 5
+    qkv = rng.standard_normal((TOP, (H + 2 * KVH) * D)).astype(np.float32)
+    tables = tuple(f(a).astype(np.float32) for a in rng.uniform(0, 6.3, (2, TOP, D // 2)) for f in (np.cos, np.sin))
+    sinks, ring = (tuple(rng.standard_normal((n, KVH, D)).astype(np.float32) for _ in range(2)) for n in (S, C))
+    recent = tuple(rng.standard_normal((KVH, P, D)).astype(np.float32) for _ in range(2))
+    mask = np.zeros((TOP, S + C + P + TOP), np.float32)
+    mask[:, S + 40:S + 60] = NEG
+    mask[:, S + C + P:][np.arange(TOP)[:, None] < np.arange(TOP)[None, :]] = NEG        # a chain: no later row
+
+    def run(m: int, path: str, t: int) -> np.ndarray:
+        o, new = np.zeros((m, H * D), np.float32), [np.zeros((KVH, m, D), np.float32) for _ in range(2)]
+        attention.attention(heads, qkv[:m], tables, np.ascontiguousarray(mask[:m, :S + C + P + m]), recent, sinks,
+                            ring, *new, o, threads=t, kernel_path=path)
+        return np.concatenate([o.reshape(-1), new[0].reshape(-1), new[1].reshape(-1)]).reshape(1, -1), o
+
+    shapes = f"{H} heads over {KVH} of {D}, {S} sinks, {C} ring slots, {P} recent"
+    out = []
+    for path in qmatmul.paths():
+        for t in threads:
+            ref = run(TOP, path, t)[1]
+            bad, worst = [], 0.0
+            for m in range(1, TOP + 1):
+                got = run(m, path, t)[1]
+                if not np.array_equal(got.view(np.uint32), ref[:m].view(np.uint32)):
+                    bad.append(m)
+                    worst = max(worst, float(np.abs(got.astype(np.float64) - ref[:m]).max()))
+            out.append(Family(f"native attention, {path} path, {t} thread{'s' * (t > 1)}", shapes, "rows from 1",
+                              tuple(bad), worst, needed))
+    differs, worst = [], 0.0
+    ref = run(9, "scalar", 1)[0]
+    for i, path in enumerate(qmatmul.paths()):
+        got = run(9, path, 2)[0]
+        if not np.array_equal(got.view(np.uint32), ref.view(np.uint32)):
+            differs.append(i)
+            worst = max(worst, float(np.abs(got.astype(np.float64) - ref).max()))
+    out.append(Family("native attention, every path against the scalar reference", ", ".join(qmatmul.paths()),
+                      "paths", tuple(differs), worst, needed))
     return out
 
 

@@ -11,7 +11,8 @@ gets a padding row beside it (same token and position, masked both ways: it sees
 rounding grows that to 0.05 logits; every row of a 2..64-row pass is bit-identical to the same row in any other, for
 every operator family of both graphs (`models/opcheck.py`; `python run.py doctor`). With the rule a row's logits and
 K/V do not depend on how many rows share its pass, which greedy identity needs; the engine checks that at start-up
-(`pipeline/decode/exactness.py`).
+(`pipeline/decode/exactness.py`). The native kernel (`kernel = "native"`) computes a lone row as it does among others,
+so on it the rule pads nothing (`Runner.padded`).
 """
 from __future__ import annotations
 
@@ -136,6 +137,8 @@ class Runner:
         self._ring_bound = (-1, -1)                   # the ring view bound to this runner's binding
         if self._io is not None:                      # none: pools only, or a runner that feeds whole pools
             self.bind_sinks(self._io, "")
+        # the padding rule; the native kernel computes a lone row as it does among others (models/native.py)
+        self.padded = opts.batch_invariant and opts.kernel != "native"
         self.forward_calls = 0
         self.forward_rows = 0
         self.forward_s = 0.0          # wall time inside ONNX Runtime (the pipeline's "model" share)
@@ -184,7 +187,7 @@ class Runner:
         """
         st = self.stage(tokens, positions, mask, logit_rows, recent_slots, path, ring_from, targets)
         rows, nexts = st.rows, st.targets
-        if self.opts.batch_invariant and st.M < 2:    # a 1-row head computes its row twice
+        if self.padded and st.M < 2:                  # a 1-row head computes its row twice
             rows, nexts = self._rows[:2], self._targets[:2]
             rows[st.M:], nexts[st.M:] = (rows[0], nexts[0]) if st.M else (0, 0)
         self._bind_in("input_ids", st.ids)
@@ -202,8 +205,6 @@ class Runner:
         new_k, new_v = (buf[: L * KVH * st.T * D].reshape(L, KVH, st.T, D) for buf in self._new_kv)
         self._bind_out("new_k", new_k.reshape(L * KVH, st.T, D))
         self._bind_out("new_v", new_v.reshape(L * KVH, st.T, D))
-        if self.opts.kernel == "native":            # its linears need no padding row: attention only (models/native.py)
-            self._io.pad = st.pad
         t0 = time.perf_counter()
         self.session.run_with_iobinding(self._io)
         self.took(time.perf_counter() - t0, st, new_k, new_v, self._nll[:st.M])
@@ -228,7 +229,7 @@ class Runner:
             raise ValueError(f"path must be [{T}, W <= {T}], got {path.shape}")
         m = 0 if recent_slots is None else len(recent_slots)
         pool_columns = mask.shape[1] - m - T_cols
-        pad = self.opts.batch_invariant and T == 1
+        pad = self.padded and T == 1
         if pad:                   # the padding row: row 0's token and position, seeing only itself, seen by no row
             mask = self._padded(mask, chain=path is None)
             T, T_cols = 2, T_cols + (path is None)

@@ -10,6 +10,7 @@
 #include <pthread.h>
 #include <stdatomic.h>
 #include "qmm.h"
+#include "attn.h"
 #if defined(__aarch64__) && defined(__linux__)
 #include <sys/auxv.h>
 #ifndef HWCAP_ASIMDDP
@@ -21,6 +22,7 @@
 #if defined(__x86_64__)
 #pragma weak qmm_gemm_avx512_vnni
 #pragma weak qmm_gemm_avx2
+#pragma weak attn_unit_avx2
 #endif
 #if defined(__aarch64__)
 #pragma weak qmm_gemm_neon_dotprod
@@ -82,6 +84,8 @@ typedef struct {
     int K, M, ldy, n_weights, units, parts;
     weight_t w[MAX_WEIGHTS];
     float *Y;
+    attn_unit_fn unit;                      /* or an attention's units (then parts = its units) */
+    const attn_t *attn;
 } job_t;
 
 static job_t job;
@@ -94,6 +98,10 @@ static atomic_int parts_done, sleepers;
 static int n_workers;
 
 static void run_part(int p) {          /* the p-th of job.parts runs of 16 columns, over the weights in order */
+    if (job.unit) {
+        job.unit(job.attn, p, job.parts);
+        return;
+    }
     const int u0 = (int)((long)job.units * p / job.parts), u1 = (int)((long)job.units * (p + 1) / job.parts);
     int start = 0;
     for (int i = 0; i < job.n_weights; start += job.w[i].units, i++) {
@@ -177,10 +185,12 @@ static void grow_pool(int threads) {          /* as many workers as it can start
 static void run_job(const job_t *todo, int threads) {
     pthread_mutex_lock(&call_lock);
     job = *todo;
-    job.units = 0;
-    for (int i = 0; i < job.n_weights; i++) job.units += job.w[i].units = (job.w[i].N + 15) / 16;
-    const int units = job.units;
-    job.parts = threads > 1 ? (units < threads * PARTS_PER_THREAD ? units : threads * PARTS_PER_THREAD) : 1;
+    if (!job.unit) {
+        job.units = 0;
+        for (int i = 0; i < job.n_weights; i++) job.units += job.w[i].units = (job.w[i].N + 15) / 16;
+        const int units = job.units;
+        job.parts = threads > 1 ? (units < threads * PARTS_PER_THREAD ? units : threads * PARTS_PER_THREAD) : 1;
+    }
     if (job.parts <= 1) {
         run_part(0);
     } else {
@@ -374,7 +384,89 @@ static PyObject *py_nll(PyObject *self, PyObject *args) {          /* nll(logits
     Py_RETURN_NONE;
 }
 
+/* ---- the native attention (attn.h) ---- */
+
+static PyObject *py_attention_scratch(PyObject *self, PyObject *args) {
+    int R, H, D, N, units;
+    if (!PyArg_ParseTuple(args, "iiiii", &R, &H, &D, &N, &units)) return NULL;
+    return PyLong_FromLong(attn_scratch_floats(R, H, D, N, units));
+}
+
+static attn_unit_fn attn_path_of(int isa) {        /* the attention a matmul path's CPU runs: AVX2's text or the
+                                                      reference's (NEON: the reference compiled for AArch64) */
+#if defined(__x86_64__)
+    if (isa != QMM_SCALAR && path_of(isa) && attn_unit_avx2) return attn_unit_avx2;
+#endif
+    return path_of(isa) ? attn_unit_ref : NULL;
+}
+
+/* attention(qkv, ldq, dims (T, R, H, KVH, D, S, C, P, W, interleaved, f16), scale, (cos, sin, cos_s, sin_s), mask,
+ * path or None, (recent_k, recent_v, sink_k, sink_v, ring_k, ring_v), new_k, new_v, ldn, o, ldo, scratch, threads,
+ * isa) -> the path that ran. Lengths are checked here; kernels/attention.py gives the readable errors first. */
+static PyObject *py_attention(PyObject *self, PyObject *args) {
+    Py_buffer qkv, cs[4], mask, kv[6], nk, nv, o, sc, path = {0};
+    PyObject *path_obj;
+    attn_t a = {0};
+    int threads, isa;
+    if (!PyArg_ParseTuple(args, "y*i(iiiiiiiiiii)f(y*y*y*y*)y*O(y*y*y*y*y*y*)w*w*iw*iw*ii", &qkv, &a.ldq, &a.T, &a.R,
+                          &a.H, &a.KVH, &a.D, &a.S, &a.C, &a.P, &a.W, &a.interleaved, &a.f16, &a.scale, &cs[0],
+                          &cs[1], &cs[2], &cs[3], &mask, &path_obj, &kv[0], &kv[1], &kv[2], &kv[3], &kv[4], &kv[5],
+                          &nk, &nv, &a.ldn, &o, &a.ldo, &sc, &threads, &isa))
+        return NULL;
+    const int has_path = path_obj != Py_None && PyObject_GetBuffer(path_obj, &path, PyBUF_SIMPLE) == 0;
+    const size_t esz = a.f16 ? 2 : 4;
+    const long N = (long)a.S + a.C + a.P + (a.W ? a.W : a.T), HD = (long)a.H * a.D, KD = (long)a.KVH * a.D;
+    if (isa < 0) isa = best_isa();
+    const attn_unit_fn unit = isa < QMM_NISAS ? attn_path_of(isa) : NULL;
+    const int units = a.KVH * a.R < threads ? a.KVH * a.R : threads;
+    int bad = PyErr_Occurred() != NULL;
+    if (!bad && (!unit || a.T < 1 || a.R < 1 || a.R > a.T || a.KVH < 1 || a.H % a.KVH || a.D % 8 || a.S < 0 ||
+                 a.C < 0 || a.P < 0 || a.W < 0 || a.W > a.T || (a.W > 0) != has_path || threads < 1 ||
+                 threads > MAX_THREADS || a.ldq < HD + 2 * KD || a.ldo < HD || a.ldn < a.T)) {
+        PyErr_SetString(PyExc_ValueError, unit ? "attention: inconsistent dimensions" : "that path is not available");
+        bad = 1;
+    }
+    for (int i = 0; !bad && i < 4; i++) bad = too_short(&cs[i], sizeof(float) * (size_t)a.T * a.D / 2, "a table");
+    bad = bad || too_short(&qkv, sizeof(float) * (size_t)((a.T - 1) * (long)a.ldq + HD + 2 * KD), "qkv") ||
+          too_short(&mask, sizeof(float) * (size_t)(a.R * N), "mask") ||
+          (has_path && too_short(&path, sizeof(int64_t) * (size_t)a.T * a.W, "path")) ||
+          too_short(&kv[0], esz * (size_t)(a.P * KD), "recent_k") || too_short(&kv[1], esz * (size_t)(a.P * KD), "recent_v") ||
+          too_short(&kv[2], esz * (size_t)(a.S * KD), "sink_k") || too_short(&kv[3], esz * (size_t)(a.S * KD), "sink_v") ||
+          too_short(&kv[4], esz * (size_t)(a.C * KD), "ring_k") || too_short(&kv[5], esz * (size_t)(a.C * KD), "ring_v") ||
+          too_short(&nk, esz * (size_t)(((a.KVH - 1) * (long)a.ldn + a.T) * a.D), "new_k") ||
+          too_short(&nv, esz * (size_t)(((a.KVH - 1) * (long)a.ldn + a.T) * a.D), "new_v") ||
+          too_short(&o, sizeof(float) * (size_t)((a.R - 1) * (long)a.ldo + HD), "o") ||
+          too_short(&sc, sizeof(float) * (size_t)attn_scratch_floats(a.R, a.H, a.D, (int)N, units), "scratch");
+    for (long i = 0; !bad && has_path && i < (long)a.T * a.W; i++)
+        if (((const int64_t *)path.buf)[i] < 0 || ((const int64_t *)path.buf)[i] >= a.T) {
+            PyErr_SetString(PyExc_ValueError, "a path names a row outside the pass");
+            bad = 1;
+        }
+    if (!bad) {
+        a.qkv = qkv.buf, a.cos = cs[0].buf, a.sin = cs[1].buf, a.cos_s = cs[2].buf, a.sin_s = cs[3].buf;
+        a.mask = mask.buf, a.path = has_path ? path.buf : NULL;
+        a.recent_k = kv[0].buf, a.recent_v = kv[1].buf, a.sink_k = kv[2].buf, a.sink_v = kv[3].buf;
+        a.ring_k = kv[4].buf, a.ring_v = kv[5].buf, a.new_k = nk.buf, a.new_v = nv.buf, a.o = o.buf, a.scratch = sc.buf;
+        job_t todo = {0};
+        todo.unit = unit, todo.attn = &a, todo.parts = units;
+        Py_BEGIN_ALLOW_THREADS
+        attn_prepare(&a);
+        run_job(&todo, threads);
+        Py_END_ALLOW_THREADS
+    }
+    PyBuffer_Release(&qkv); PyBuffer_Release(&mask); PyBuffer_Release(&nk); PyBuffer_Release(&nv);
+    PyBuffer_Release(&o); PyBuffer_Release(&sc);
+    for (int i = 0; i < 4; i++) PyBuffer_Release(&cs[i]);
+    for (int i = 0; i < 6; i++) PyBuffer_Release(&kv[i]);
+    if (has_path) PyBuffer_Release(&path);
+    if (bad) return NULL;
+    return PyUnicode_FromString(unit == attn_unit_ref ? "scalar" : "avx2");
+}
+
 static PyMethodDef methods[] = {
+    {"attention", py_attention, METH_VARARGS, "attention(qkv, ldq, dims, scale, tables, mask, path, pools, new_k, "
+                                              "new_v, ldn, o, ldo, scratch, threads, isa) -> path"},
+    {"attention_scratch", py_attention_scratch, METH_VARARGS, "attention_scratch(R, H, D, N, units) -> floats"},
     {"rmsnorm", py_rmsnorm, METH_VARARGS, "rmsnorm(x, gamma, eps, T, d, y)"},
     {"swiglu", py_swiglu, METH_VARARGS, "swiglu(gate_up, T, F, out)"},
     {"rows", py_rows, METH_VARARGS, "rows(type, W, V, K, ids, T, out)"},

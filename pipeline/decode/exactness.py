@@ -23,7 +23,7 @@ from kernels import qmatmul
 from kernels.ring import RingSpec
 from models.convert import LAYER_LINEARS, head_source
 from models.gguf import GGUFModel
-from models.opcheck import families, native_families, pool_attention
+from models.opcheck import families, native_attention_families, native_families, pool_attention
 from models.platform import facts
 from models.runner import Runner, RunnerOptions
 from pipeline.config import Config, ring_spec
@@ -188,8 +188,9 @@ class DoctorReport(Report):
                   f"{' '.join(pf['avx512']) or 'none'}"),
                  (f"\noperator families alone, at the model's shapes, {rep['threads']} threads: a row among 1..64 rows "
                   f"against the same row among 64, and a row with 0..9 masked columns appended against none; the "
-                  f"native matmul's, a row among 1..64 and 127..129 rows against the same row among 130, at 1, 2 and "
-                  f"4 threads, and each path against the scalar reference:")]
+                  f"native matmul's, a row among 1..64 and 127..129 rows against the same row among 130, and the native "
+                  f"attention's, the first 1..64 rows of a chain alone against the same rows among 64, at 1, 2 and 4 "
+                  f"threads, and each path against the scalar reference:")]
         for op in rep["operators"]:
             bad, what = op["differs_at"], op["varied"]
             verdict = "invariant" if not bad else (f"1 row differs (up to {op['max_abs']:.2g}); 2..64 rows invariant"
@@ -251,6 +252,7 @@ def doctor(cfg: Config) -> DoctorReport:
     found = families(card, threads, accuracy_level, pool=ring_spec(cfg).pool_slots)
     if qmatmul.available():         # the native kernel's families: needed when the model runs on it
         found += native_families(native_types(card), needed=cfg.model.kernel == "native")
+        found += native_attention_families(card["config"], needed=cfg.model.kernel == "native")
     ops = [{"family": f.name, "shapes": f.shapes, "varied": f.varied, "differs_at": list(f.differs_at),
             "max_abs": f.max_abs, "needed": f.needed, "holds": f.holds} for f in found]
     return DoctorReport({"platform": facts(), "model": str(model_dir), "threads": threads,

@@ -18,6 +18,7 @@ import numpy as np
 import pytest
 
 from bench.chaos import free_port
+from kernels import qmatmul
 from kernels.ring import RingSpec
 from models.graph import PLANT_ENV
 from models.runner import Runner, RunnerOptions
@@ -128,6 +129,9 @@ def test_doctor_passes_here_and_names_the_platform_and_every_operator_family(def
             "Softmax", "Attention scores, keys appended", "Softmax, masked columns appended",
             "Attention values, zero-weight terms appended", "Attention products against the whole pool"} <= families
     assert all(op["holds"] for op in rep["operators"])          # what the padding rule and the block layout rely on
+    if qmatmul.available():                                      # the native pass's two kernels, every path
+        assert {"native matmul, every path against the scalar reference",
+                "native attention, every path against the scalar reference"} <= families
     assert [op["needed"] for op in rep["operators"] if op["family"] == "Softmax, masked columns appended"] == [False]
 
 

@@ -1,0 +1,155 @@
+/* The AVX2 path of the native attention: attn_body.h's text compiled for AVX2, float16 pools read with F16C (exact,
+ * as the reference's conversion). Run only on a CPU with AVX2 (qmm_module.c checks; F16C comes with every AVX2 CPU). */
+#if defined(__x86_64__)
+#pragma GCC target("avx2,f16c")
+#include <immintrin.h>
+#include <math.h>
+#include <string.h>
+#include "attn.h"
+
+static inline void f16_row(float *y, const uint16_t *x, int D) {      /* D: a multiple of 8 (kernels/attention.py) */
+    for (int d = 0; d < D; d += 8)
+        _mm256_storeu_ps(y + d, _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(x + d))));
+}
+
+/* the reference's ((l0 + l4) + (l2 + l6)) + ((l1 + l5) + (l3 + l7)) of a vector of eight lanes */
+static inline float lanes(__m256 l) {
+    const __m128 m = _mm_add_ps(_mm256_castps256_ps128(l), _mm256_extractf128_ps(l, 1));   /* l0+l4 .. l3+l7 */
+    const __m128 t = _mm_add_ps(m, _mm_movehl_ps(m, m));                                  /* m0+m2, m1+m3 */
+    return _mm_cvtss_f32(_mm_add_ss(t, _mm_shuffle_ps(t, t, 1)));
+}
+
+/* four query heads at a time against one key (independent sums: the adds' latency overlaps), then one at a time */
+static inline void dots(const float *q, int G, int D, const float *k, float *s, int N, float scale, float m) {
+    int g = 0;
+    for (; g + 4 <= G; g += 4) {
+        __m256 l0 = _mm256_setzero_ps(), l1 = l0, l2 = l0, l3 = l0;
+        const float *q0 = q + (long)g * D;
+        for (int d = 0; d < D; d += 8) {
+            const __m256 kd = _mm256_loadu_ps(k + d);
+            l0 = _mm256_add_ps(l0, _mm256_mul_ps(_mm256_loadu_ps(q0 + d), kd));
+            l1 = _mm256_add_ps(l1, _mm256_mul_ps(_mm256_loadu_ps(q0 + D + d), kd));
+            l2 = _mm256_add_ps(l2, _mm256_mul_ps(_mm256_loadu_ps(q0 + 2 * D + d), kd));
+            l3 = _mm256_add_ps(l3, _mm256_mul_ps(_mm256_loadu_ps(q0 + 3 * D + d), kd));
+        }
+        s[(long)g * N] = lanes(l0) * scale + m;
+        s[(long)(g + 1) * N] = lanes(l1) * scale + m;
+        s[(long)(g + 2) * N] = lanes(l2) * scale + m;
+        s[(long)(g + 3) * N] = lanes(l3) * scale + m;
+    }
+    for (; g + 2 <= G; g += 2) {
+        __m256 l0 = _mm256_setzero_ps(), l1 = l0;
+        const float *q0 = q + (long)g * D;
+        for (int d = 0; d < D; d += 8) {
+            const __m256 kd = _mm256_loadu_ps(k + d);
+            l0 = _mm256_add_ps(l0, _mm256_mul_ps(_mm256_loadu_ps(q0 + d), kd));
+            l1 = _mm256_add_ps(l1, _mm256_mul_ps(_mm256_loadu_ps(q0 + D + d), kd));
+        }
+        s[(long)g * N] = lanes(l0) * scale + m;
+        s[(long)(g + 1) * N] = lanes(l1) * scale + m;
+    }
+    for (; g < G; g++) {
+        __m256 l = _mm256_setzero_ps();
+        for (int d = 0; d < D; d += 8)
+            l = _mm256_add_ps(l, _mm256_mul_ps(_mm256_loadu_ps(q + (long)g * D + d), _mm256_loadu_ps(k + d)));
+        s[(long)g * N] = lanes(l) * scale + m;
+    }
+}
+
+/* 32 output values of two heads in eight registers over the block's columns (a value row loaded once for both:
+ * eight independent sums hide the adds' latency), then the next 32; an odd head, and D past a multiple of 32, alone */
+static inline void values(float *o, int G, int D, const float *e, int N, const float *const *v, int n) {
+    int g = 0;
+    for (; g + 2 <= G && D % 32 == 0; g += 2, o += 2 * D, e += 2 * N) {
+        const float *e1 = e + N;
+        float *o1 = o + D;
+        for (int d = 0; d < D; d += 32) {
+            __m256 a0 = _mm256_loadu_ps(o + d), a1 = _mm256_loadu_ps(o + d + 8);
+            __m256 a2 = _mm256_loadu_ps(o + d + 16), a3 = _mm256_loadu_ps(o + d + 24);
+            __m256 b0 = _mm256_loadu_ps(o1 + d), b1 = _mm256_loadu_ps(o1 + d + 8);
+            __m256 b2 = _mm256_loadu_ps(o1 + d + 16), b3 = _mm256_loadu_ps(o1 + d + 24);
+            for (int j = 0; j < n; j++) {
+                const float *vj = v[j] + d;
+                const __m256 v0 = _mm256_loadu_ps(vj), v1 = _mm256_loadu_ps(vj + 8);
+                const __m256 v2 = _mm256_loadu_ps(vj + 16), v3 = _mm256_loadu_ps(vj + 24);
+                if (e[j] != 0.0f) {
+                    const __m256 w = _mm256_set1_ps(e[j]);
+                    a0 = _mm256_add_ps(a0, _mm256_mul_ps(w, v0));
+                    a1 = _mm256_add_ps(a1, _mm256_mul_ps(w, v1));
+                    a2 = _mm256_add_ps(a2, _mm256_mul_ps(w, v2));
+                    a3 = _mm256_add_ps(a3, _mm256_mul_ps(w, v3));
+                }
+                if (e1[j] != 0.0f) {
+                    const __m256 w = _mm256_set1_ps(e1[j]);
+                    b0 = _mm256_add_ps(b0, _mm256_mul_ps(w, v0));
+                    b1 = _mm256_add_ps(b1, _mm256_mul_ps(w, v1));
+                    b2 = _mm256_add_ps(b2, _mm256_mul_ps(w, v2));
+                    b3 = _mm256_add_ps(b3, _mm256_mul_ps(w, v3));
+                }
+            }
+            _mm256_storeu_ps(o + d, a0); _mm256_storeu_ps(o + d + 8, a1);
+            _mm256_storeu_ps(o + d + 16, a2); _mm256_storeu_ps(o + d + 24, a3);
+            _mm256_storeu_ps(o1 + d, b0); _mm256_storeu_ps(o1 + d + 8, b1);
+            _mm256_storeu_ps(o1 + d + 16, b2); _mm256_storeu_ps(o1 + d + 24, b3);
+        }
+    }
+    for (; g < G; g++, o += D, e += N)
+        for (int d = 0; d < D; d += 8) {
+            __m256 acc = _mm256_loadu_ps(o + d);
+            for (int j = 0; j < n; j++)
+                if (e[j] != 0.0f) acc = _mm256_add_ps(acc, _mm256_mul_ps(_mm256_set1_ps(e[j]), _mm256_loadu_ps(v[j] + d)));
+            _mm256_storeu_ps(o + d, acc);
+        }
+}
+
+/* attn.c's exp_row, eight columns at a time: the same operations on each lane */
+static inline void exp_row(float *s, int n, float mx) {
+    const __m256 m = _mm256_set1_ps(mx), lo = _mm256_set1_ps(ATTN_EXP_MIN), round = _mm256_set1_ps(ATTN_ROUND);
+    int c = 0;
+    for (; c + 8 <= n; c += 8) {
+        const __m256 x = _mm256_sub_ps(_mm256_loadu_ps(s + c), m);
+        const __m256 keep = _mm256_cmp_ps(x, lo, _CMP_GE_OQ);
+        const __m256 n_f = _mm256_sub_ps(_mm256_add_ps(_mm256_mul_ps(x, _mm256_set1_ps(ATTN_LOG2E)), round), round);
+        const __m256 r = _mm256_sub_ps(_mm256_sub_ps(x, _mm256_mul_ps(n_f, _mm256_set1_ps(ATTN_LN2_HI))),
+                                       _mm256_mul_ps(n_f, _mm256_set1_ps(ATTN_LN2_LO)));
+        __m256 p = _mm256_set1_ps(ATTN_P0);
+        p = _mm256_add_ps(_mm256_mul_ps(p, r), _mm256_set1_ps(ATTN_P1));
+        p = _mm256_add_ps(_mm256_mul_ps(p, r), _mm256_set1_ps(ATTN_P2));
+        p = _mm256_add_ps(_mm256_mul_ps(p, r), _mm256_set1_ps(ATTN_P3));
+        p = _mm256_add_ps(_mm256_mul_ps(p, r), _mm256_set1_ps(ATTN_P4));
+        p = _mm256_add_ps(_mm256_mul_ps(p, r), _mm256_set1_ps(ATTN_P5));
+        p = _mm256_add_ps(_mm256_add_ps(_mm256_mul_ps(p, _mm256_mul_ps(r, r)), r), _mm256_set1_ps(1.0f));
+        /* n_f's lanes below -87/ln2 are masked out below; clamp so the exponent arithmetic stays defined */
+        const __m256i e = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(_mm256_max_ps(n_f, _mm256_set1_ps(-126.0f))),
+                                                             _mm256_set1_epi32(127)), 23);
+        _mm256_storeu_ps(s + c, _mm256_and_ps(keep, _mm256_mul_ps(p, _mm256_castsi256_ps(e))));
+    }
+    for (; c < n; c++) {                      /* the tail: attn.c's scalar text */
+        const float x = s[c] - mx;
+        if (!(x >= ATTN_EXP_MIN)) {
+            s[c] = 0.0f;
+            continue;
+        }
+        const float n_f = (x * ATTN_LOG2E + ATTN_ROUND) - ATTN_ROUND;
+        const float r = (x - n_f * ATTN_LN2_HI) - n_f * ATTN_LN2_LO;
+        float p = ATTN_P0;
+        p = p * r + ATTN_P1;
+        p = p * r + ATTN_P2;
+        p = p * r + ATTN_P3;
+        p = p * r + ATTN_P4;
+        p = p * r + ATTN_P5;
+        p = (p * (r * r) + r) + 1.0f;
+        const int32_t bits = ((int32_t)n_f + 127) << 23;
+        float two_n;
+        memcpy(&two_n, &bits, 4);
+        s[c] = p * two_n;
+    }
+}
+
+#define ATTN_UNIT attn_unit_avx2
+#define ATTN_F16_ROW f16_row
+#define ATTN_DOTS dots
+#define ATTN_VALUES values
+#define ATTN_EXP_ROW exp_row
+#include "attn_body.h"
+#endif
