@@ -91,7 +91,7 @@ def attention(heads: Heads, qkv: np.ndarray, tables: tuple, mask: np.ndarray, re
     if kernel_path and kernel_path not in _PATH_IDS:
         raise ValueError(f"no path {kernel_path!r}: {', '.join(_PATH_IDS)}")
     scratch = scratch or Scratch()
-    units = min(KVH * R, threads)
+    units = min(H * R, threads)
     # a C-contiguous array's buffer is refused otherwise by the C side (y*/w*), with the name of the argument
     return qmatmul._qmm.attention(
         qkv, qkv.shape[1], (T, R, H, KVH, D, S, C, P, W, int(heads.interleaved), int(kv == np.float16)),

@@ -68,7 +68,7 @@ static inline long attn_scratch_floats(int R, int H, int D, int N, int units) {
 
 /* Rotate the rows' queries and keys, store the new K/V (attn->new_k/new_v) and the queries (scratch). */
 void attn_prepare(const attn_t *a);
-/* Unit u of n: kv heads and query rows split between units, each (row, head) in one unit; after attn_prepare. */
+/* Unit u of n: the (row, query head) pairs split between units, each pair in one unit; after attn_prepare. */
 typedef void (*attn_unit_fn)(const attn_t *a, int u, int n);
 void attn_unit_ref(const attn_t *a, int u, int n);
 #if defined(__x86_64__)

@@ -19,45 +19,30 @@ static inline float lanes(__m256 l) {
     return _mm_cvtss_f32(_mm_add_ss(t, _mm_shuffle_ps(t, t, 1)));
 }
 
-/* four query heads at a time against one key (independent sums: the adds' latency overlaps), then one at a time */
+/* n (1..4) query heads against one key at once: independent sums, so the adds' latency overlaps */
+static inline __attribute__((always_inline)) void dots_n(const float *q, int n, int D, const float *k, float *s, int N,
+                                                          float scale, float m) {
+    __m256 l[4] = {_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps()};
+    for (int d = 0; d < D; d += 8) {
+        const __m256 kd = _mm256_loadu_ps(k + d);
+        for (int j = 0; j < n; j++) l[j] = _mm256_add_ps(l[j], _mm256_mul_ps(_mm256_loadu_ps(q + (long)j * D + d), kd));
+    }
+    for (int j = 0; j < n; j++) s[(long)j * N] = lanes(l[j]) * scale + m;
+}
+
 static inline void dots(const float *q, int G, int D, const float *k, float *s, int N, float scale, float m) {
     int g = 0;
-    for (; g + 4 <= G; g += 4) {
-        __m256 l0 = _mm256_setzero_ps(), l1 = l0, l2 = l0, l3 = l0;
-        const float *q0 = q + (long)g * D;
-        for (int d = 0; d < D; d += 8) {
-            const __m256 kd = _mm256_loadu_ps(k + d);
-            l0 = _mm256_add_ps(l0, _mm256_mul_ps(_mm256_loadu_ps(q0 + d), kd));
-            l1 = _mm256_add_ps(l1, _mm256_mul_ps(_mm256_loadu_ps(q0 + D + d), kd));
-            l2 = _mm256_add_ps(l2, _mm256_mul_ps(_mm256_loadu_ps(q0 + 2 * D + d), kd));
-            l3 = _mm256_add_ps(l3, _mm256_mul_ps(_mm256_loadu_ps(q0 + 3 * D + d), kd));
-        }
-        s[(long)g * N] = lanes(l0) * scale + m;
-        s[(long)(g + 1) * N] = lanes(l1) * scale + m;
-        s[(long)(g + 2) * N] = lanes(l2) * scale + m;
-        s[(long)(g + 3) * N] = lanes(l3) * scale + m;
-    }
-    for (; g + 2 <= G; g += 2) {
-        __m256 l0 = _mm256_setzero_ps(), l1 = l0;
-        const float *q0 = q + (long)g * D;
-        for (int d = 0; d < D; d += 8) {
-            const __m256 kd = _mm256_loadu_ps(k + d);
-            l0 = _mm256_add_ps(l0, _mm256_mul_ps(_mm256_loadu_ps(q0 + d), kd));
-            l1 = _mm256_add_ps(l1, _mm256_mul_ps(_mm256_loadu_ps(q0 + D + d), kd));
-        }
-        s[(long)g * N] = lanes(l0) * scale + m;
-        s[(long)(g + 1) * N] = lanes(l1) * scale + m;
-    }
-    for (; g < G; g++) {
-        __m256 l = _mm256_setzero_ps();
-        for (int d = 0; d < D; d += 8)
-            l = _mm256_add_ps(l, _mm256_mul_ps(_mm256_loadu_ps(q + (long)g * D + d), _mm256_loadu_ps(k + d)));
-        s[(long)g * N] = lanes(l) * scale + m;
+    for (; g + 4 <= G; g += 4) dots_n(q + (long)g * D, 4, D, k, s + (long)g * N, N, scale, m);
+    switch (G - g) {
+    case 3: dots_n(q + (long)g * D, 3, D, k, s + (long)g * N, N, scale, m); break;
+    case 2: dots_n(q + (long)g * D, 2, D, k, s + (long)g * N, N, scale, m); break;
+    case 1: dots_n(q + (long)g * D, 1, D, k, s + (long)g * N, N, scale, m); break;
     }
 }
 
 /* 32 output values of two heads in eight registers over the block's columns (a value row loaded once for both:
- * eight independent sums hide the adds' latency), then the next 32; an odd head, and D past a multiple of 32, alone */
+ * eight independent sums hide the adds' latency), then the next 32; an odd head in four registers; D past a multiple
+ * of 32, eight at a time */
 static inline void values(float *o, int G, int D, const float *e, int N, const float *const *v, int n) {
     int g = 0;
     for (; g + 2 <= G && D % 32 == 0; g += 2, o += 2 * D, e += 2 * N) {
@@ -93,13 +78,30 @@ static inline void values(float *o, int G, int D, const float *e, int N, const f
             _mm256_storeu_ps(o1 + d + 16, b2); _mm256_storeu_ps(o1 + d + 24, b3);
         }
     }
-    for (; g < G; g++, o += D, e += N)
-        for (int d = 0; d < D; d += 8) {
+    for (; g < G; g++, o += D, e += N) {
+        int d = 0;
+        for (; d + 32 <= D; d += 32) {
+            __m256 a0 = _mm256_loadu_ps(o + d), a1 = _mm256_loadu_ps(o + d + 8);
+            __m256 a2 = _mm256_loadu_ps(o + d + 16), a3 = _mm256_loadu_ps(o + d + 24);
+            for (int j = 0; j < n; j++) {
+                if (e[j] == 0.0f) continue;
+                const __m256 w = _mm256_set1_ps(e[j]);
+                const float *vj = v[j] + d;
+                a0 = _mm256_add_ps(a0, _mm256_mul_ps(w, _mm256_loadu_ps(vj)));
+                a1 = _mm256_add_ps(a1, _mm256_mul_ps(w, _mm256_loadu_ps(vj + 8)));
+                a2 = _mm256_add_ps(a2, _mm256_mul_ps(w, _mm256_loadu_ps(vj + 16)));
+                a3 = _mm256_add_ps(a3, _mm256_mul_ps(w, _mm256_loadu_ps(vj + 24)));
+            }
+            _mm256_storeu_ps(o + d, a0); _mm256_storeu_ps(o + d + 8, a1);
+            _mm256_storeu_ps(o + d + 16, a2); _mm256_storeu_ps(o + d + 24, a3);
+        }
+        for (; d < D; d += 8) {
             __m256 acc = _mm256_loadu_ps(o + d);
             for (int j = 0; j < n; j++)
                 if (e[j] != 0.0f) acc = _mm256_add_ps(acc, _mm256_mul_ps(_mm256_set1_ps(e[j]), _mm256_loadu_ps(v[j] + d)));
             _mm256_storeu_ps(o + d, acc);
         }
+    }
 }
 
 /* attn.c's exp_row, eight columns at a time: the same operations on each lane */

@@ -29,37 +29,44 @@ static inline const float *attn_column(const attn_t *a, int kind, int h, int c, 
     return buf;
 }
 
+/* Unit u of n takes a run of the items (kv head h, query row r, query head g of h's group), in that order: each
+ * (row, query head) is computed whole by one unit, however the items fall. */
 void ATTN_UNIT(const attn_t *a, int u, int n) {
     const int H = a->H, KVH = a->KVH, D = a->D, G = H / KVH, R = a->R;
     const int N = a->S + a->C + a->P + (a->W ? a->W : a->T), shared_end = a->W ? a->S + a->C + a->P : N;
-    const long items = (long)KVH * R, i0 = items * u / n, i1 = items * (u + 1) / n;
+    const long per_head = (long)R * G, items = KVH * per_head, i0 = items * u / n, i1 = items * (u + 1) / n;
     const float *q = a->scratch, *q_sink = a->scratch + (long)R * H * D;
     float *scores = a->scratch + 2L * R * H * D, *sums = scores + (long)R * H * N;
     float *kbuf = sums + (long)R * H + (long)u * (ATTN_BLOCK + 2) * D, *vblock = kbuf + D, *zeros = vblock + ATTN_BLOCK * D;
     const float *vp[ATTN_BLOCK];
     memset(zeros, 0, sizeof(float) * (size_t)D);
     const float neg_half = -5e29f;              /* NEG/2: NEG (kernels/ring.py) = -1e30 */
-    for (long i = i0; i < i1;) {                /* item i: kv head i / R, query row i % R */
-        const int h = (int)(i / R), r0 = (int)(i % R);
-        const int r1 = (int)((i1 - (long)h * R) < R ? (i1 - (long)h * R) : R);
-        i += r1 - r0;
+    for (long i = i0; i < i1;) {
+        const int h = (int)(i / per_head);
+        const long first = i - h * per_head, last = (i1 < (h + 1) * per_head ? i1 : (h + 1) * per_head) - 1 - h * per_head;
+        i += last - first + 1;
+        const int r0 = (int)(first / G), r1 = (int)(last / G) + 1, g_first = (int)(first % G), g_last = (int)(last % G);
+#define G0(r) ((r) == r0 ? g_first : 0)
+#define G1(r) ((r) == r1 - 1 ? g_last + 1 : G)
         /* scores: s = dot * scale + mask, or -inf where masked */
         for (int c = 0; c < N; c++) {
             const float *k = NULL;
             for (int r = r0; r < r1; r++) {
+                const int g0 = G0(r), g1 = G1(r);
                 const float m = a->mask[(long)r * N + c];
                 float *s = scores + ((long)r * H + (long)h * G) * N + c;
                 if (!(m > neg_half)) {
-                    for (int g = 0; g < G; g++) s[(long)g * N] = -INFINITY;
+                    for (int g = g0; g < g1; g++) s[(long)g * N] = -INFINITY;
                     continue;
                 }
                 if (!k || c >= shared_end) k = attn_column(a, 0, h, c, r, kbuf);
-                ATTN_DOTS((c < a->S ? q_sink : q) + (long)r * H * D + (long)h * G * D, G, D, k, s, N, a->scale, m);
+                ATTN_DOTS((c < a->S ? q_sink : q) + (long)r * H * D + (long)(h * G + g0) * D, g1 - g0, D, k,
+                          s + (long)g0 * N, N, a->scale, m);
             }
         }
-        /* softmax weights in place: e = expf(s - max), their sum in column order; the output rows zeroed */
+        /* softmax weights in place: e = attn_exp(s - max), their sum in column order; the output rows zeroed */
         for (int r = r0; r < r1; r++)
-            for (int g = 0; g < G; g++) {
+            for (int g = G0(r); g < G1(r); g++) {
                 float *s = scores + ((long)r * H + (long)h * G + g) * N, mx = -INFINITY, sum = 0.0f;
                 for (int c = 0; c < N; c++) mx = s[c] > mx ? s[c] : mx;
                 if (mx == -INFINITY) {
@@ -80,7 +87,7 @@ void ATTN_UNIT(const attn_t *a, int u, int n) {
                 vp[j] = NULL;
                 if (c >= shared_end) continue;
                 for (int r = r0; r < r1 && !vp[j]; r++)
-                    for (int g = 0; g < G; g++)
+                    for (int g = G0(r); g < G1(r); g++)
                         if (scores[((long)r * H + (long)h * G + g) * N + c] != 0.0f) {
                             vp[j] = attn_column(a, 1, h, c, r, vblock + (long)j * D);
                             break;
@@ -90,16 +97,18 @@ void ATTN_UNIT(const attn_t *a, int u, int n) {
             for (int r = r0; r < r1; r++) {
                 for (int j = 0; j < n_c; j++)
                     if (c0 + j >= shared_end) vp[j] = attn_column(a, 1, h, c0 + j, r, vblock + (long)j * D);
-                ATTN_VALUES(a->o + (long)r * a->ldo + (long)h * G * D, G, D,
-                            scores + ((long)r * H + (long)h * G) * N + c0, N, vp, n_c);
+                ATTN_VALUES(a->o + (long)r * a->ldo + (long)(h * G + G0(r)) * D, G1(r) - G0(r), D,
+                            scores + ((long)r * H + (long)h * G + G0(r)) * N + c0, N, vp, n_c);
             }
         }
         for (int r = r0; r < r1; r++)
-            for (int g = 0; g < G; g++) {
+            for (int g = G0(r); g < G1(r); g++) {
                 const float sum = sums[(long)r * H + h * G + g];
                 float *o = a->o + (long)r * a->ldo + (long)(h * G + g) * D;
                 if (sum > 0.0f)
                     for (int d = 0; d < D; d++) o[d] = o[d] / sum;
             }
+#undef G0
+#undef G1
     }
 }

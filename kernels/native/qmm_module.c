@@ -418,7 +418,7 @@ static PyObject *py_attention(PyObject *self, PyObject *args) {
     const long N = (long)a.S + a.C + a.P + (a.W ? a.W : a.T), HD = (long)a.H * a.D, KD = (long)a.KVH * a.D;
     if (isa < 0) isa = best_isa();
     const attn_unit_fn unit = isa < QMM_NISAS ? attn_path_of(isa) : NULL;
-    const int units = a.KVH * a.R < threads ? a.KVH * a.R : threads;
+    const int units = a.H * a.R < threads ? a.H * a.R : threads;     /* attn_body.h's items: (row, head) */
     int bad = PyErr_Occurred() != NULL;
     if (!bad && (!unit || a.T < 1 || a.R < 1 || a.R > a.T || a.KVH < 1 || a.H % a.KVH || a.D % 8 || a.S < 0 ||
                  a.C < 0 || a.P < 0 || a.W < 0 || a.W > a.T || (a.W > 0) != has_path || threads < 1 ||
