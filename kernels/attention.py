@@ -18,8 +18,6 @@ import numpy as np
 from kernels import qmatmul
 from kernels.ring import NEG
 
-_PATH_IDS = {"scalar": 0, "avx2": 1, "avx512": 2, "avx512_vnni": 3, "neon_dotprod": 4}
-
 
 @dataclass(frozen=True)
 class Heads:
@@ -87,9 +85,10 @@ def attention(heads: Heads, qkv: np.ndarray, tables: tuple, mask: np.ndarray, re
         raise ValueError(f"new_k and new_v must be [{KVH}, >= {first + T}, {D}], got {list(new_k.shape)}, "
                          f"{list(new_v.shape)}")
     if not (new_k.flags.c_contiguous and new_v.flags.c_contiguous):
-        raise ValueError("new_k and new_v must be C-contiguous (the pass's whole rows; `first` says where this one's are)")
-    if kernel_path and kernel_path not in _PATH_IDS:
-        raise ValueError(f"no path {kernel_path!r}: {', '.join(_PATH_IDS)}")
+        raise ValueError("new_k and new_v must be C-contiguous (the pass's whole rows; `first` says where this "
+                         "stream's are)")
+    if kernel_path and kernel_path not in qmatmul._PATH_IDS:
+        raise ValueError(f"no path {kernel_path!r}: {', '.join(qmatmul._PATH_IDS)}")
     scratch = scratch or Scratch()
     units = min(H * R, threads)
     # a C-contiguous array's buffer is refused otherwise by the C side (y*/w*), with the name of the argument
@@ -97,7 +96,7 @@ def attention(heads: Heads, qkv: np.ndarray, tables: tuple, mask: np.ndarray, re
         qkv, qkv.shape[1], (T, R, H, KVH, D, S, C, P, W, int(heads.interleaved), int(kv == np.float16)),
         1.0 / np.sqrt(D), tuple(t[:T] for t in tables), mask, path, (*recent, *sinks, *ring),
         new_k.reshape(-1)[first * D:], new_v.reshape(-1)[first * D:], new_k.shape[1], o, o.shape[1],
-        scratch.get(R, H, D, N, units), threads, _PATH_IDS[kernel_path] if kernel_path else -1)
+        scratch.get(R, H, D, N, units), threads, qmatmul._PATH_IDS[kernel_path] if kernel_path else -1)
 
 
 def reference(heads: Heads, qkv, tables, mask, recent, sinks, ring, path=None, rows=None, new=None) -> tuple:

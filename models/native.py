@@ -241,14 +241,14 @@ class NativeSession:
         """Layer i's attention, stream by stream: each stream's rows (in slot order, its mask's rows) against its own
         pools, recent section and path, as the runner bound them."""
         KVH, t0 = self.cfg["n_kv_heads"], 0
+        heads = slice(i * KVH, (i + 1) * KVH)                      # layer i's kv heads in a recent section
         tables = (a["cos"], a["sin"], a["cos_sink"], a["sin_sink"])
         for tag in self.tags:
             mask = a[f"mask{tag}"]
             t1 = t0 + len(mask)
             sinks = (a[f"sink_k.{i}{tag}"], a[f"sink_v.{i}{tag}"]) if self.sink else self.no_sinks
             attention.attention(self.heads, qkv[t0:t1], tuple(t[t0:t1] for t in tables), mask,
-                                (a[f"recent_k{tag}"][i * KVH:(i + 1) * KVH], a[f"recent_v{tag}"][i * KVH:(i + 1) * KVH]),
-                                sinks, (a[f"ring_k.{i}{tag}"], a[f"ring_v.{i}{tag}"]), new_k, new_v, o[t0:t1],
+                                (a[f"recent_k{tag}"][heads], a[f"recent_v{tag}"][heads]), sinks, (a[f"ring_k.{i}{tag}"], a[f"ring_v.{i}{tag}"]), new_k, new_v, o[t0:t1],
                                 first=t0, path=a.get(f"path{tag}"), threads=self.threads,
                                 scratch=self.attention_scratch)
             t0 = t1

@@ -253,28 +253,29 @@ def native_attention_families(cfg: dict, threads: tuple[int, ...] = (1, 2, 4), s
     mask[:, S + C + P:][np.arange(TOP)[:, None] < np.arange(TOP)[None, :]] = NEG        # a chain: no later row
 
     def run(m: int, path: str, t: int) -> np.ndarray:
+        """The first m rows' pass: o, new K and new V side by side, a row's values in its row [m, H D + 2 KVH D]."""
         o, new = np.zeros((m, H * D), np.float32), [np.zeros((KVH, m, D), np.float32) for _ in range(2)]
         attention.attention(heads, qkv[:m], tables, np.ascontiguousarray(mask[:m, :S + C + P + m]), recent, sinks,
                             ring, *new, o, threads=t, kernel_path=path)
-        return np.concatenate([o.reshape(-1), new[0].reshape(-1), new[1].reshape(-1)]).reshape(1, -1), o
+        return np.concatenate([o] + [a.transpose(1, 0, 2).reshape(m, -1) for a in new], axis=1)
 
     shapes = f"{H} heads over {KVH} of {D}, {S} sinks, {C} ring slots, {P} recent"
     out = []
     for path in qmatmul.paths():
         for t in threads:
-            ref = run(TOP, path, t)[1]
+            ref = run(TOP, path, t)
             bad, worst = [], 0.0
             for m in range(1, TOP + 1):
-                got = run(m, path, t)[1]
+                got = run(m, path, t)
                 if not np.array_equal(got.view(np.uint32), ref[:m].view(np.uint32)):
                     bad.append(m)
                     worst = max(worst, float(np.abs(got.astype(np.float64) - ref[:m]).max()))
             out.append(Family(f"native attention, {path} path, {t} thread{'s' * (t > 1)}", shapes, "rows from 1",
                               tuple(bad), worst, needed))
     differs, worst = [], 0.0
-    ref = run(9, "scalar", 1)[0]
+    ref = run(9, "scalar", 1)
     for i, path in enumerate(qmatmul.paths()):
-        got = run(9, path, 2)[0]
+        got = run(9, path, 2)
         if not np.array_equal(got.view(np.uint32), ref.view(np.uint32)):
             differs.append(i)
             worst = max(worst, float(np.abs(got.astype(np.float64) - ref).max()))

@@ -98,7 +98,8 @@ static inline void values(float *o, int G, int D, const float *e, int N, const f
         for (; d < D; d += 8) {
             __m256 acc = _mm256_loadu_ps(o + d);
             for (int j = 0; j < n; j++)
-                if (e[j] != 0.0f) acc = _mm256_add_ps(acc, _mm256_mul_ps(_mm256_set1_ps(e[j]), _mm256_loadu_ps(v[j] + d)));
+                if (e[j] != 0.0f)
+                    acc = _mm256_add_ps(acc, _mm256_mul_ps(_mm256_set1_ps(e[j]), _mm256_loadu_ps(v[j] + d)));
             _mm256_storeu_ps(o + d, acc);
         }
     }
@@ -122,8 +123,8 @@ static inline void exp_row(float *s, int n, float mx) {
         p = _mm256_add_ps(_mm256_mul_ps(p, r), _mm256_set1_ps(ATTN_P5));
         p = _mm256_add_ps(_mm256_add_ps(_mm256_mul_ps(p, _mm256_mul_ps(r, r)), r), _mm256_set1_ps(1.0f));
         /* n_f's lanes below -87/ln2 are masked out below; clamp so the exponent arithmetic stays defined */
-        const __m256i e = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(_mm256_max_ps(n_f, _mm256_set1_ps(-126.0f))),
-                                                             _mm256_set1_epi32(127)), 23);
+        const __m256i n_i = _mm256_cvtps_epi32(_mm256_max_ps(n_f, _mm256_set1_ps(-126.0f)));
+        const __m256i e = _mm256_slli_epi32(_mm256_add_epi32(n_i, _mm256_set1_epi32(127)), 23);
         _mm256_storeu_ps(s + c, _mm256_and_ps(keep, _mm256_mul_ps(p, _mm256_castsi256_ps(e))));
     }
     for (; c < n; c++) {                      /* the tail: attn.c's scalar text */

@@ -37,13 +37,15 @@ void ATTN_UNIT(const attn_t *a, int u, int n) {
     const long per_head = (long)R * G, items = KVH * per_head, i0 = items * u / n, i1 = items * (u + 1) / n;
     const float *q = a->scratch, *q_sink = a->scratch + (long)R * H * D;
     float *scores = a->scratch + 2L * R * H * D, *sums = scores + (long)R * H * N;
-    float *kbuf = sums + (long)R * H + (long)u * (ATTN_BLOCK + 2) * D, *vblock = kbuf + D, *zeros = vblock + ATTN_BLOCK * D;
+    float *kbuf = sums + (long)R * H + (long)u * (ATTN_BLOCK + 2) * D, *vblock = kbuf + D;
+    float *zeros = vblock + ATTN_BLOCK * D;
     const float *vp[ATTN_BLOCK];
     memset(zeros, 0, sizeof(float) * (size_t)D);
     const float neg_half = -5e29f;              /* NEG/2: NEG (kernels/ring.py) = -1e30 */
     for (long i = i0; i < i1;) {
         const int h = (int)(i / per_head);
-        const long first = i - h * per_head, last = (i1 < (h + 1) * per_head ? i1 : (h + 1) * per_head) - 1 - h * per_head;
+        const long end = i1 < (h + 1) * per_head ? i1 : (h + 1) * per_head;   /* this unit's items of head h */
+        const long first = i - h * per_head, last = end - 1 - h * per_head;
         i += last - first + 1;
         const int r0 = (int)(first / G), r1 = (int)(last / G) + 1, g_first = (int)(first % G), g_last = (int)(last % G);
 #define G0(r) ((r) == r0 ? g_first : 0)

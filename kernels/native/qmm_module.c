@@ -430,7 +430,8 @@ static PyObject *py_attention(PyObject *self, PyObject *args) {
     bad = bad || too_short(&qkv, sizeof(float) * (size_t)((a.T - 1) * (long)a.ldq + HD + 2 * KD), "qkv") ||
           too_short(&mask, sizeof(float) * (size_t)(a.R * N), "mask") ||
           (has_path && too_short(&path, sizeof(int64_t) * (size_t)a.T * a.W, "path")) ||
-          too_short(&kv[0], esz * (size_t)(a.P * KD), "recent_k") || too_short(&kv[1], esz * (size_t)(a.P * KD), "recent_v") ||
+          too_short(&kv[0], esz * (size_t)(a.P * KD), "recent_k") ||
+          too_short(&kv[1], esz * (size_t)(a.P * KD), "recent_v") ||
           too_short(&kv[2], esz * (size_t)(a.S * KD), "sink_k") || too_short(&kv[3], esz * (size_t)(a.S * KD), "sink_v") ||
           too_short(&kv[4], esz * (size_t)(a.C * KD), "ring_k") || too_short(&kv[5], esz * (size_t)(a.C * KD), "ring_v") ||
           too_short(&nk, esz * (size_t)(((a.KVH - 1) * (long)a.ldn + a.T) * a.D), "new_k") ||

@@ -188,8 +188,8 @@ class DoctorReport(Report):
                   f"{' '.join(pf['avx512']) or 'none'}"),
                  (f"\noperator families alone, at the model's shapes, {rep['threads']} threads: a row among 1..64 rows "
                   f"against the same row among 64, and a row with 0..9 masked columns appended against none; the "
-                  f"native matmul's, a row among 1..64 and 127..129 rows against the same row among 130, and the native "
-                  f"attention's, the first 1..64 rows of a chain alone against the same rows among 64, at 1, 2 and 4 "
+                  f"native matmul's, a row among 1..64 and 127..129 rows against the same row among 130, and the "
+                  f"native attention's, the first 1..64 rows of a chain alone against the same rows among 64, at 1, 2 and 4 "
                   f"threads, and each path against the scalar reference:")]
         for op in rep["operators"]:
             bad, what = op["differs_at"], op["varied"]
