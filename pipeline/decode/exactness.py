@@ -201,8 +201,9 @@ class DoctorReport(Report):
             lines.append(f"  {op['family']:70s} {verdict}\n  {'':4s}{op['shapes']}")
         lines.append("\nwhole pass (the model's graph; rows alone vs in blocks of 2-8 rows and a 4-node tree, at "
                      "positions 5 and 2^31 - 27):")
-        for name, label in (("chain", "chain graph, padding rule on (the engine)"),
-                            ("tree", "tree graph, padding rule on (token trees)"),
+        on = "padding rule on" if rep.get("kernel") != "native" else "native, no padding"
+        for name, label in (("chain", f"chain graph, {on} (the engine)"),
+                            ("tree", f"tree graph, {on} (token trees)"),
                             ("chain_unpadded", "chain graph, padding rule off (information)")):
             v = rep["passes"][name]
             lines.append(f"  {label:46s} {'invariant' if v['invariant'] else 'NOT invariant: ' + v['where']}")
@@ -256,6 +257,7 @@ def doctor(cfg: Config) -> DoctorReport:
     ops = [{"family": f.name, "shapes": f.shapes, "varied": f.varied, "differs_at": list(f.differs_at),
             "max_abs": f.max_abs, "needed": f.needed, "holds": f.holds} for f in found]
     return DoctorReport({"platform": facts(), "model": str(model_dir), "threads": threads,
-                         "accuracy_level": accuracy_level, "operators": ops, "passes": passes,
+                         "accuracy_level": accuracy_level, "kernel": cfg.model.kernel, "operators": ops,
+                         "passes": passes,
                          "exact": passes["chain"]["invariant"] and passes["tree"]["invariant"] and
                          all(op["holds"] for op in ops)})
