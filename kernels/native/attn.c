@@ -88,26 +88,7 @@ static inline void values(float *o, int G, int D, const float *e, int N, const f
 }
 
 static inline void exp_row(float *s, int n, float mx) {
-    for (int c = 0; c < n; c++) {
-        const float x = s[c] - mx;
-        if (!(x >= ATTN_EXP_MIN)) {
-            s[c] = 0.0f;
-            continue;
-        }
-        const float n_f = (x * ATTN_LOG2E + ATTN_ROUND) - ATTN_ROUND;
-        const float r = (x - n_f * ATTN_LN2_HI) - n_f * ATTN_LN2_LO;
-        float p = ATTN_P0;
-        p = p * r + ATTN_P1;
-        p = p * r + ATTN_P2;
-        p = p * r + ATTN_P3;
-        p = p * r + ATTN_P4;
-        p = p * r + ATTN_P5;
-        p = (p * (r * r) + r) + 1.0f;
-        const int32_t bits = ((int32_t)n_f + 127) << 23;
-        float two_n;
-        memcpy(&two_n, &bits, 4);
-        s[c] = p * two_n;
-    }
+    for (int c = 0; c < n; c++) s[c] = attn_exp(s[c] - mx);
 }
 
 #define ATTN_UNIT attn_unit_ref

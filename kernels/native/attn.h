@@ -22,6 +22,7 @@
 #define RINGSPEC_ATTN_H
 
 #include <stdint.h>
+#include <string.h>
 
 typedef struct {
     int T, R;                   /* rows in the pass (rotated, stored as new K/V), of which the first R are queried */
@@ -57,6 +58,23 @@ typedef struct {
 #define ATTN_P3 4.1665795894e-2f
 #define ATTN_P4 1.6666665459e-1f
 #define ATTN_P5 5.0000001201e-1f
+
+static inline float attn_exp(float x) {
+    if (!(x >= ATTN_EXP_MIN)) return 0.0f;
+    const float n = (x * ATTN_LOG2E + ATTN_ROUND) - ATTN_ROUND;
+    const float r = (x - n * ATTN_LN2_HI) - n * ATTN_LN2_LO;
+    float p = ATTN_P0;
+    p = p * r + ATTN_P1;
+    p = p * r + ATTN_P2;
+    p = p * r + ATTN_P3;
+    p = p * r + ATTN_P4;
+    p = p * r + ATTN_P5;
+    p = (p * (r * r) + r) + 1.0f;
+    const int32_t bits = ((int32_t)n + 127) << 23;             /* 2^n: n >= -126 wherever x >= -87 */
+    float two_n;
+    memcpy(&two_n, &bits, 4);
+    return p * two_n;
+}
 
 #define ATTN_BLOCK 64           /* columns whose values a unit holds at once (64 x 128 floats: 32 KB, a core's L1) */
 

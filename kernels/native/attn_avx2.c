@@ -40,60 +40,50 @@ static inline void dots(const float *q, int G, int D, const float *k, float *s, 
     }
 }
 
+/* a[i] += w * v[i] for the four registers of 32 values, when w != 0 (the reference skips a zero weight) */
+static inline __attribute__((always_inline)) void add4(__m256 a[4], float w, const __m256 v[4]) {
+    if (w == 0.0f) return;
+    const __m256 wv = _mm256_set1_ps(w);
+    for (int i = 0; i < 4; i++) a[i] = _mm256_add_ps(a[i], _mm256_mul_ps(wv, v[i]));
+}
+
+static inline __attribute__((always_inline)) void load4(__m256 a[4], const float *p) {
+    for (int i = 0; i < 4; i++) a[i] = _mm256_loadu_ps(p + 8 * i);
+}
+
+static inline __attribute__((always_inline)) void store4(float *p, const __m256 a[4]) {
+    for (int i = 0; i < 4; i++) _mm256_storeu_ps(p + 8 * i, a[i]);
+}
+
 /* 32 output values of two heads in eight registers over the block's columns (a value row loaded once for both:
  * eight independent sums hide the adds' latency), then the next 32; an odd head in four registers; D past a multiple
  * of 32, eight at a time */
 static inline void values(float *o, int G, int D, const float *e, int N, const float *const *v, int n) {
     int g = 0;
-    for (; g + 2 <= G && D % 32 == 0; g += 2, o += 2 * D, e += 2 * N) {
-        const float *e1 = e + N;
-        float *o1 = o + D;
+    for (; g + 2 <= G && D % 32 == 0; g += 2, o += 2 * D, e += 2 * N)
         for (int d = 0; d < D; d += 32) {
-            __m256 a0 = _mm256_loadu_ps(o + d), a1 = _mm256_loadu_ps(o + d + 8);
-            __m256 a2 = _mm256_loadu_ps(o + d + 16), a3 = _mm256_loadu_ps(o + d + 24);
-            __m256 b0 = _mm256_loadu_ps(o1 + d), b1 = _mm256_loadu_ps(o1 + d + 8);
-            __m256 b2 = _mm256_loadu_ps(o1 + d + 16), b3 = _mm256_loadu_ps(o1 + d + 24);
+            __m256 a[4], b[4], vj[4];
+            load4(a, o + d);
+            load4(b, o + D + d);
             for (int j = 0; j < n; j++) {
-                const float *vj = v[j] + d;
-                const __m256 v0 = _mm256_loadu_ps(vj), v1 = _mm256_loadu_ps(vj + 8);
-                const __m256 v2 = _mm256_loadu_ps(vj + 16), v3 = _mm256_loadu_ps(vj + 24);
-                if (e[j] != 0.0f) {
-                    const __m256 w = _mm256_set1_ps(e[j]);
-                    a0 = _mm256_add_ps(a0, _mm256_mul_ps(w, v0));
-                    a1 = _mm256_add_ps(a1, _mm256_mul_ps(w, v1));
-                    a2 = _mm256_add_ps(a2, _mm256_mul_ps(w, v2));
-                    a3 = _mm256_add_ps(a3, _mm256_mul_ps(w, v3));
-                }
-                if (e1[j] != 0.0f) {
-                    const __m256 w = _mm256_set1_ps(e1[j]);
-                    b0 = _mm256_add_ps(b0, _mm256_mul_ps(w, v0));
-                    b1 = _mm256_add_ps(b1, _mm256_mul_ps(w, v1));
-                    b2 = _mm256_add_ps(b2, _mm256_mul_ps(w, v2));
-                    b3 = _mm256_add_ps(b3, _mm256_mul_ps(w, v3));
-                }
+                load4(vj, v[j] + d);
+                add4(a, e[j], vj);
+                add4(b, e[N + j], vj);
             }
-            _mm256_storeu_ps(o + d, a0); _mm256_storeu_ps(o + d + 8, a1);
-            _mm256_storeu_ps(o + d + 16, a2); _mm256_storeu_ps(o + d + 24, a3);
-            _mm256_storeu_ps(o1 + d, b0); _mm256_storeu_ps(o1 + d + 8, b1);
-            _mm256_storeu_ps(o1 + d + 16, b2); _mm256_storeu_ps(o1 + d + 24, b3);
+            store4(o + d, a);
+            store4(o + D + d, b);
         }
-    }
     for (; g < G; g++, o += D, e += N) {
         int d = 0;
         for (; d + 32 <= D; d += 32) {
-            __m256 a0 = _mm256_loadu_ps(o + d), a1 = _mm256_loadu_ps(o + d + 8);
-            __m256 a2 = _mm256_loadu_ps(o + d + 16), a3 = _mm256_loadu_ps(o + d + 24);
+            __m256 a[4], vj[4];
+            load4(a, o + d);
             for (int j = 0; j < n; j++) {
                 if (e[j] == 0.0f) continue;
-                const __m256 w = _mm256_set1_ps(e[j]);
-                const float *vj = v[j] + d;
-                a0 = _mm256_add_ps(a0, _mm256_mul_ps(w, _mm256_loadu_ps(vj)));
-                a1 = _mm256_add_ps(a1, _mm256_mul_ps(w, _mm256_loadu_ps(vj + 8)));
-                a2 = _mm256_add_ps(a2, _mm256_mul_ps(w, _mm256_loadu_ps(vj + 16)));
-                a3 = _mm256_add_ps(a3, _mm256_mul_ps(w, _mm256_loadu_ps(vj + 24)));
+                load4(vj, v[j] + d);
+                add4(a, e[j], vj);
             }
-            _mm256_storeu_ps(o + d, a0); _mm256_storeu_ps(o + d + 8, a1);
-            _mm256_storeu_ps(o + d + 16, a2); _mm256_storeu_ps(o + d + 24, a3);
+            store4(o + d, a);
         }
         for (; d < D; d += 8) {
             __m256 acc = _mm256_loadu_ps(o + d);
@@ -105,7 +95,7 @@ static inline void values(float *o, int G, int D, const float *e, int N, const f
     }
 }
 
-/* attn.c's exp_row, eight columns at a time: the same operations on each lane */
+/* attn_exp (attn.h) of eight columns at a time: the same operations on each lane */
 static inline void exp_row(float *s, int n, float mx) {
     const __m256 m = _mm256_set1_ps(mx), lo = _mm256_set1_ps(ATTN_EXP_MIN), round = _mm256_set1_ps(ATTN_ROUND);
     int c = 0;
@@ -127,26 +117,7 @@ static inline void exp_row(float *s, int n, float mx) {
         const __m256i e = _mm256_slli_epi32(_mm256_add_epi32(n_i, _mm256_set1_epi32(127)), 23);
         _mm256_storeu_ps(s + c, _mm256_and_ps(keep, _mm256_mul_ps(p, _mm256_castsi256_ps(e))));
     }
-    for (; c < n; c++) {                      /* the tail: attn.c's scalar text */
-        const float x = s[c] - mx;
-        if (!(x >= ATTN_EXP_MIN)) {
-            s[c] = 0.0f;
-            continue;
-        }
-        const float n_f = (x * ATTN_LOG2E + ATTN_ROUND) - ATTN_ROUND;
-        const float r = (x - n_f * ATTN_LN2_HI) - n_f * ATTN_LN2_LO;
-        float p = ATTN_P0;
-        p = p * r + ATTN_P1;
-        p = p * r + ATTN_P2;
-        p = p * r + ATTN_P3;
-        p = p * r + ATTN_P4;
-        p = p * r + ATTN_P5;
-        p = (p * (r * r) + r) + 1.0f;
-        const int32_t bits = ((int32_t)n_f + 127) << 23;
-        float two_n;
-        memcpy(&two_n, &bits, 4);
-        s[c] = p * two_n;
-    }
+    for (; c < n; c++) s[c] = attn_exp(s[c] - mx);              /* the tail, one at a time */
 }
 
 #define ATTN_UNIT attn_unit_avx2
