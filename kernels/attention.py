@@ -38,8 +38,8 @@ class Scratch:
     def __init__(self):
         self.buf = np.zeros(0, np.float32)
 
-    def get(self, R: int, H: int, D: int, N: int, units: int) -> np.ndarray:
-        need = qmatmul._qmm.attention_scratch(R, H, D, N, units)
+    def get(self, R: int, H: int, D: int, N: int) -> np.ndarray:
+        need = qmatmul._qmm.attention_scratch(R, H, D, N)
         if self.buf.size < need:
             self.buf = np.zeros(need, np.float32)
         return self.buf
@@ -90,13 +90,12 @@ def attention(heads: Heads, qkv: np.ndarray, tables: tuple, mask: np.ndarray, re
     if kernel_path and kernel_path not in qmatmul._PATH_IDS:
         raise ValueError(f"no path {kernel_path!r}: {', '.join(qmatmul._PATH_IDS)}")
     scratch = scratch or Scratch()
-    units = min(H * R, threads)
     # a C-contiguous array's buffer is refused otherwise by the C side (y*/w*), with the name of the argument
     return qmatmul._qmm.attention(
         qkv, qkv.shape[1], (T, R, H, KVH, D, S, C, P, W, int(heads.interleaved), int(kv == np.float16)),
         1.0 / np.sqrt(D), tuple(t[:T] for t in tables), mask, path, (*recent, *sinks, *ring),
         new_k.reshape(-1)[first * D:], new_v.reshape(-1)[first * D:], new_k.shape[1], o, o.shape[1],
-        scratch.get(R, H, D, N, units), threads, qmatmul._PATH_IDS[kernel_path] if kernel_path else -1)
+        scratch.get(R, H, D, N), threads, qmatmul._PATH_IDS[kernel_path] if kernel_path else -1)
 
 
 def reference(heads: Heads, qkv, tables, mask, recent, sinks, ring, path=None, rows=None, new=None) -> tuple:

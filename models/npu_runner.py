@@ -19,6 +19,7 @@ Never decides what is committed or visible: as `Runner`, the caller passes the m
 """
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import re
@@ -96,7 +97,8 @@ class StaticRunner(Runner):
         if self.npu_lock:
             self.npu_lock.acquire(f"draft model {Path(model_dir).name}")
         try:
-            super().__init__(model_dir, spec, opts, shares=shares)
+            # the graphs take the pools as float32 host arrays, whatever the CPU pass's own type would be
+            super().__init__(model_dir, spec, dataclasses.replace(opts, kv_dtype="float32"), shares=shares)
         except BaseException:
             self.close()
             raise

@@ -56,12 +56,25 @@ class RunnerOptions:
     max_recent: int = 64        # largest "recent" section (committed positions passed beside the new rows)
     accuracy_level: int = 4     # MatMulNBits int8 activations: the fast exact-weight path (docs/design.md)
     rope_angles: str = "float64"  # "float32" only for the naive baseline of eval-stream (docs/design.md says: don't)
-    kv_dtype: str = "float32"   # K/V pools; "float16" halves them but is slower on x86 (docs/speed.md)
+    kv_dtype: str = "auto"      # K/V pools: "float16" | "float32" | "auto" = the kernel's own (`pool_dtype`)
     spin: bool = True           # ORT's intra-op threads spin between ops (fast alone; steals cores from neighbours)
     trees: bool = False         # the token-tree graph (models.graph): every pass lays rows out along their root path
     batch_invariant: bool = True  # no operator sees one row (see the module docstring); off only to measure its cost
     profile: str = ""           # a file prefix: ONNX Runtime's profiler records every node (bench/opprofile.py)
     kernel: str = "nbits"       # the linears: "nbits" (ONNX Runtime's MatMulNBits) | "native" (models/native.py)
+
+    def __post_init__(self):
+        if self.kv_dtype not in ("auto", "float16", "float32"):
+            raise ValueError(f"kv_dtype = {self.kv_dtype!r}: expected \"float16\", \"float32\" or \"auto\"")
+
+    @property
+    def pool_dtype(self) -> str:
+        """The K/V pools' type: kv_dtype if named, else the kernel's: float16 on the native pass (its attention reads
+        a float16 pool in place: half the bytes a token, as llama.cpp's default cache; docs/kernel.md), float32 on
+        MatMulNBits (ONNX Runtime casts a float16 pool to float32 every pass: docs/speed.md)."""
+        if self.kv_dtype != "auto":
+            return self.kv_dtype
+        return "float16" if self.kernel == "native" else "float32"
 
 
 def open_session(model_dir: Path, card: dict, spec: RingSpec, opts: RunnerOptions,
@@ -70,9 +83,9 @@ def open_session(model_dir: Path, card: dict, spec: RingSpec, opts: RunnerOption
     models/streams.py), built on first use; with `kernel = "native"`, the native pass speaking its contract."""
     threads = min(opts.threads, len(os.sched_getaffinity(0)))      # no more than the CPUs it may use (either kernel)
     if opts.kernel == "native":
-        return NativeSession(Path(model_dir), card, spec.sink, spec.ring, threads, opts.kv_dtype, opts.trees,
+        return NativeSession(Path(model_dir), card, spec.sink, spec.ring, threads, opts.pool_dtype, opts.trees,
                              streams)
-    graph = ensure_graph(Path(model_dir), card, None, spec.sink, spec.ring, opts.accuracy_level, opts.kv_dtype,
+    graph = ensure_graph(Path(model_dir), card, None, spec.sink, spec.ring, opts.accuracy_level, opts.pool_dtype,
                          tree=opts.trees, streams=streams)
     so = ort.SessionOptions()
     so.intra_op_num_threads = threads
@@ -85,8 +98,8 @@ def open_session(model_dir: Path, card: dict, spec: RingSpec, opts: RunnerOption
     return ort.InferenceSession(str(graph), so, providers=["CPUExecutionProvider"])
 
 
-def kv_bytes_per_slot(cfg: dict, kv_dtype: str = RunnerOptions.kv_dtype) -> int:
-    """Bytes of one pool slot: K and V of one position in every layer."""
+def kv_bytes_per_slot(cfg: dict, kv_dtype: str) -> int:
+    """Bytes of one pool slot: K and V of one position in every layer, in pools of `kv_dtype` (`pool_dtype`)."""
     return 2 * cfg["n_layers"] * cfg["n_kv_heads"] * cfg["head_dim"] * np.dtype(kv_dtype).itemsize
 
 
@@ -109,7 +122,7 @@ class Runner:
             raise ValueError("a runner shares the session of a runner of the same model, pools and options only")
         self.session = self._share(shares) if shares is not None else self._open() if session else None
 
-        kv = np.dtype(opts.kv_dtype)
+        kv = np.dtype(opts.pool_dtype)
         self.sink_k = np.zeros((L, S, KVH, D), kv)       # [layer, slot, kv head, D]: a slot prefix is
         self.sink_v = np.zeros_like(self.sink_k)                  # contiguous, so a pass binds only what it reads
         self.mirror = self._mirror_slots()           # the ring's first slots again after its end: a pass's view of
@@ -322,7 +335,7 @@ class Runner:
         """Room for a pass's recent section: K and V of max_recent positions in every layer (a stream's pass has
         one; models/streams.py holds one per slot of its widest graph, its streams' runners none)."""
         return np.zeros((2, cfg["n_layers"] * cfg["n_kv_heads"] * opts.max_recent * cfg["head_dim"]),
-                        np.dtype(opts.kv_dtype))
+                        np.dtype(opts.pool_dtype))
 
     def _recent_kv(self, slots, into: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """The recent section's K and V [L * KVH, m, D], gathered from the pool slots `slots` into `into`."""

@@ -91,7 +91,7 @@ class Streams:
         self._targets = np.zeros(T, np.int64)
         self._logits = np.zeros((1, T, V), np.float32)
         self._nll = np.zeros(T, np.float32)
-        self._new_kv = np.zeros((2, L * KVH * T * D), np.dtype(opts.kv_dtype))
+        self._new_kv = np.zeros((2, L * KVH * T * D), np.dtype(opts.pool_dtype))
         self._recent = [Runner.recent_buffer(cfg, opts) for _ in range(self.widest)]   # slot j's stream's section
         S = spec.sink                                      # an idle slot: 2 rows, each seeing only its own column
         self._idle_mask = np.full((2, S + 1 + 2), NEG, np.float32)

@@ -39,8 +39,10 @@ class ModelSection:
     max_rows: int = RunnerOptions.max_rows      # largest verify block in one target pass
     prefill_rows: int = 32                      # rows of a prefill pass, and its grid (docs/operators.md, "Ingest")
     accuracy_level: int = RunnerOptions.accuracy_level
-    kernel: str = RunnerOptions.kernel          # the linears: "nbits" (ONNX Runtime's MatMulNBits) | "native" (our own
-    # matmul over the GGUF's blocks as stored, ONNX Runtime for attention: models/native.py)
+    kernel: str = RunnerOptions.kernel          # the pass: "nbits" (ONNX Runtime's MatMulNBits) | "native" (our own
+    # matmul over the GGUF's blocks as stored and our own attention, no ONNX Runtime session: models/native.py)
+    kv_dtype: str = RunnerOptions.kv_dtype      # the K/V pools: "float16" | "float32" | "auto": float16 on the native
+    # pass (read in place: half the bytes a token), float32 on nbits (ONNX Runtime would cast it every pass)
     spin: bool = RunnerOptions.spin             # ONNX Runtime's threads spin-wait between ops
     batch_invariant: bool = RunnerOptions.batch_invariant   # no operator sees one row: exact on every CPU
     lone_graph: bool = True                     # several streams: the target keeps the single-stream graph beside
@@ -57,7 +59,7 @@ class ModelSection:
     def runner_options(self, **extra) -> RunnerOptions:
         """The target runner's options from this section (`extra`: graph choices such as trees or rope_angles)."""
         return RunnerOptions(threads=self.threads, max_rows=max(self.max_rows, self.prefill_rows),
-                             accuracy_level=self.accuracy_level, kernel=self.kernel,
+                             accuracy_level=self.accuracy_level, kernel=self.kernel, kv_dtype=self.kv_dtype,
                              spin=self.spin, batch_invariant=self.batch_invariant, **extra)
 
 
@@ -351,7 +353,8 @@ def ring_spec(cfg: Config, head: int = 0, scratch: int = 0) -> RingSpec:
                     cfg.cache.window + max(cfg.cache.slack, scratch + rows))
 
 
-_CHOICES = {("model", "kernel"): ("nbits", "native"), ("draft", "kind"): ("none", "suffix", "model", "hybrid"), ("draft", "backend"): ("onnx", "rknn"),
+_CHOICES = {("model", "kernel"): ("nbits", "native"), ("model", "kv_dtype"): ("auto", "float16", "float32"),
+            ("draft", "kind"): ("none", "suffix", "model", "hybrid"), ("draft", "backend"): ("onnx", "rknn"),
             ("draft", "npu_dtype"): NPU_DTYPES,
             ("board", "npu"): ("", "rknpu2"), ("replay", "format"): ("", "plain", "csv", "jsonl"),
             ("replay", "form"): ("free", "constrained", "structured"),

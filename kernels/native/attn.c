@@ -67,24 +67,46 @@ static inline void f16_row(float *y, const uint16_t *x, int D) {
     for (int d = 0; d < D; d++) y[d] = qmm_f16(x[d]);
 }
 
-/* ((l0 + l4) + (l2 + l6)) + ((l1 + l5) + (l3 + l7)), lane j summing d = j mod 8 in order of d */
-static inline void dots(const float *q, int G, int D, const float *k, float *s, int N, float scale, float m) {
-    for (int g = 0; g < G; g++, q += D) {
-        float l[8] = {0, 0, 0, 0, 0, 0, 0, 0};
-        for (int d = 0; d < D; d += 8)
-            for (int j = 0; j < 8; j++) l[j] = l[j] + q[d + j] * k[d + j];
-        s[(long)g * N] = (((l[0] + l[4]) + (l[2] + l[6])) + ((l[1] + l[5]) + (l[3] + l[7]))) * scale + m;
+/* ((l0 + l4) + (l2 + l6)) + ((l1 + l5) + (l3 + l7)), lane j summing d = j mod 8 in order of d; a float16 key
+ * converted once for the G heads */
+static inline void dots(const float *q, int G, int D, const void *k, long stride, int n, float *s, int N,
+                        const float *m, float scale, int f16) {
+    float kb[D];
+    for (int j = 0; j < n; j++) {
+        if (!(m[j] > ATTN_NEG_HALF)) {
+            for (int g = 0; g < G; g++) s[(long)g * N + j] = -INFINITY;
+            continue;
+        }
+        const float *key = (const float *)k + (long)j * stride;
+        if (f16) {
+            f16_row(kb, (const uint16_t *)k + (long)j * stride, D);
+            key = kb;
+        }
+        for (int g = 0; g < G; g++) {
+            const float *qg = q + (long)g * D;
+            float l[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+            for (int d = 0; d < D; d += 8)
+                for (int i = 0; i < 8; i++) l[i] = l[i] + qg[d + i] * key[d + i];
+            s[(long)g * N + j] = (((l[0] + l[4]) + (l[2] + l[6])) + ((l[1] + l[5]) + (l[3] + l[7]))) * scale + m[j];
+        }
     }
 }
 
-static inline void values(float *o, int G, int D, const float *e, int N, const float *const *v, int n) {
-    for (int g = 0; g < G; g++, o += D, e += N)
-        for (int d = 0; d < D; d++) {
-            float acc = o[d];
-            for (int j = 0; j < n; j++)
-                if (e[j] != 0.0f) acc = acc + e[j] * v[j][d];
-            o[d] = acc;
+/* o[g][d] + e_j v_j[d] in column order, a value converted once for the G heads */
+static inline void values(float *o, int G, int D, const float *e, int N, const void *v, long stride, int n, int f16) {
+    float vb[D];
+    for (int j = 0; j < n; j++) {
+        const float *vj = (const float *)v + (long)j * stride;
+        if (f16) {
+            f16_row(vb, (const uint16_t *)v + (long)j * stride, D);
+            vj = vb;
         }
+        for (int g = 0; g < G; g++) {
+            const float w = e[(long)g * N + j];
+            if (w == 0.0f) continue;
+            for (int d = 0; d < D; d++) o[(long)g * D + d] = o[(long)g * D + d] + w * vj[d];
+        }
+    }
 }
 
 static inline void exp_row(float *s, int n, float mx) {
@@ -92,7 +114,6 @@ static inline void exp_row(float *s, int n, float mx) {
 }
 
 #define ATTN_UNIT attn_unit_ref
-#define ATTN_F16_ROW f16_row
 #define ATTN_DOTS dots
 #define ATTN_VALUES values
 #define ATTN_EXP_ROW exp_row

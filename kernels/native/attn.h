@@ -76,12 +76,11 @@ static inline float attn_exp(float x) {
     return p * two_n;
 }
 
-#define ATTN_BLOCK 64           /* columns whose values a unit holds at once (64 x 128 floats: 32 KB, a core's L1) */
+#define ATTN_NEG_HALF (-5e29f)  /* NEG/2, NEG = -1e30 (kernels/ring.py): a column is visible when its mask is above */
 
-/* floats of scratch a call needs: the rotated queries (both tables), a score row and a sum per query row and head,
- * and a unit's converted key, block of values and a row of zeros */
-static inline long attn_scratch_floats(int R, int H, int D, int N, int units) {
-    return 2L * R * H * D + (long)R * H * N + (long)R * H + (long)units * (ATTN_BLOCK + 2) * D;
+/* floats of scratch a call needs: the rotated queries (both tables), a score row and a sum per query row and head */
+static inline long attn_scratch_floats(int R, int H, int D, int N) {
+    return 2L * R * H * D + (long)R * H * N + (long)R * H;
 }
 
 /* Rotate the rows' queries and keys, store the new K/V (attn->new_k/new_v) and the queries (scratch). */

@@ -387,9 +387,9 @@ static PyObject *py_nll(PyObject *self, PyObject *args) {          /* nll(logits
 /* ---- the native attention (attn.h) ---- */
 
 static PyObject *py_attention_scratch(PyObject *self, PyObject *args) {
-    int R, H, D, N, units;
-    if (!PyArg_ParseTuple(args, "iiiii", &R, &H, &D, &N, &units)) return NULL;
-    return PyLong_FromLong(attn_scratch_floats(R, H, D, N, units));
+    int R, H, D, N;
+    if (!PyArg_ParseTuple(args, "iiii", &R, &H, &D, &N)) return NULL;
+    return PyLong_FromLong(attn_scratch_floats(R, H, D, N));
 }
 
 static attn_unit_fn attn_path_of(int isa) {        /* the attention a matmul path's CPU runs: AVX2's text or the
@@ -437,7 +437,7 @@ static PyObject *py_attention(PyObject *self, PyObject *args) {
           too_short(&nk, esz * (size_t)(((a.KVH - 1) * (long)a.ldn + a.T) * a.D), "new_k") ||
           too_short(&nv, esz * (size_t)(((a.KVH - 1) * (long)a.ldn + a.T) * a.D), "new_v") ||
           too_short(&o, sizeof(float) * (size_t)((a.R - 1) * (long)a.ldo + HD), "o") ||
-          too_short(&sc, sizeof(float) * (size_t)attn_scratch_floats(a.R, a.H, a.D, (int)N, units), "scratch");
+          too_short(&sc, sizeof(float) * (size_t)attn_scratch_floats(a.R, a.H, a.D, (int)N), "scratch");
     for (long i = 0; !bad && has_path && i < (long)a.T * a.W; i++)
         if (((const int64_t *)path.buf)[i] < 0 || ((const int64_t *)path.buf)[i] >= a.T) {
             PyErr_SetString(PyExc_ValueError, "a path names a row outside the pass");
@@ -467,7 +467,7 @@ static PyObject *py_attention(PyObject *self, PyObject *args) {
 static PyMethodDef methods[] = {
     {"attention", py_attention, METH_VARARGS, "attention(qkv, ldq, dims, scale, tables, mask, path, pools, new_k, "
                                               "new_v, ldn, o, ldo, scratch, threads, isa) -> path"},
-    {"attention_scratch", py_attention_scratch, METH_VARARGS, "attention_scratch(R, H, D, N, units) -> floats"},
+    {"attention_scratch", py_attention_scratch, METH_VARARGS, "attention_scratch(R, H, D, N) -> floats"},
     {"rmsnorm", py_rmsnorm, METH_VARARGS, "rmsnorm(x, gamma, eps, T, d, y)"},
     {"swiglu", py_swiglu, METH_VARARGS, "swiglu(gate_up, T, F, out)"},
     {"rows", py_rows, METH_VARARGS, "rows(type, W, V, K, ids, T, out)"},

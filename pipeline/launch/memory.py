@@ -26,7 +26,7 @@ import numpy as np
 from models.convert import linears
 from models.npu_runner import buckets, rknn_path
 from models.platform import core_kinds
-from models.runner import kv_bytes_per_slot
+from models.runner import RunnerOptions, kv_bytes_per_slot
 from pipeline.config import Config, ConfigError, cpu_set, node_profile, streams_of
 from pipeline.report import Report
 from pipeline.stream.frame import replay_frame
@@ -182,7 +182,8 @@ def plan(cfg: Config, ram: int | None = None, node: str | None = None) -> Plan:
     streams = streams_of(cfg)
     terms += _model_terms(home_of("target"), "target", target, target_dir, spec, cfg.model.max_rows, "model.gguf",
                           npu=False, pools=len(streams),           # one pool per stream in the one target
-                          lone_graph=len(streams) > 1 and cfg.model.lone_graph, kernel=cfg.model.kernel)
+                          lone_graph=len(streams) > 1 and cfg.model.lone_graph, kernel=cfg.model.kernel,
+                          kv_dtype=cfg.model.runner_options().pool_dtype)
     slots = cfg.model.graph_sizes(len(streams))[-1]
     if slots > 1:                             # the several-stream graph's slots beyond the one its session counts
         terms.append(Term(home_of("target"), f"graph slots x {slots - 1} added",
@@ -193,7 +194,8 @@ def plan(cfg: Config, ram: int | None = None, node: str | None = None) -> Plan:
         draft_dir = cfg.draft_model.dir
         terms += _model_terms(home_of("draft"), "draft", cfg.draft_model.card, draft_dir, spec, cfg.model.max_rows,
                               "draft.model", npu=cfg.draft.backend == "rknn", pools=len(streams),
-                              buffers=len(streams), kernel=cfg.model.kernel, npu_dtype=cfg.draft.npu_dtype)
+                              buffers=len(streams), kernel=cfg.model.kernel, npu_dtype=cfg.draft.npu_dtype,
+                              kv_dtype=RunnerOptions(kernel=cfg.model.kernel).pool_dtype)    # assemble's draft
     for name, scfg in streams:                # a group's actors serve every stream: its channels are theirs
         if not serial:
             for ch_name, ch in channels(scfg, spec, vocab, "plan").items():
@@ -270,11 +272,11 @@ def parse_size(text: str) -> int:
 
 def _model_terms(process: str, role: str, card: dict, model_dir: Path, spec, max_rows: int, knob: str,
                  npu: bool, pools: int = 1, lone_graph: bool = False, buffers: int = 1,
-                 kernel: str = "nbits", npu_dtype: str = "float16") -> list[Term]:
+                 kernel: str = "nbits", npu_dtype: str = "float16", kv_dtype: str = "float32") -> list[Term]:
     """A model's terms in `process`; `pools`: K/V pools it holds (a target or draft serving several streams: one
     each); `lone_graph`: it also keeps the single-stream graph's session (`model.lone_graph`); `buffers`: runners
     with pass buffers of their own (a draft's streams: one each, on one session); `kernel`: the linears' (the
-    native pass maps the GGUF instead of holding packed weights)."""
+    native pass maps the GGUF instead of holding packed weights); `kv_dtype`: its pools' type (`pool_dtype`)."""
     c = card["config"]
     native = kernel == "native" and not npu
     if native:
@@ -282,9 +284,10 @@ def _model_terms(process: str, role: str, card: dict, model_dir: Path, spec, max
         weights = os.path.getsize(card["source"]["path"]) + small
     else:
         weights = os.path.getsize(model_dir / "weights.bin")
-    pool = kv_bytes_per_slot(c) * (spec.pool_slots if npu else spec.stored_slots)   # a CPU runner mirrors views
+    kv = "float32" if npu else kv_dtype                     # an NPU graph's pools are float32 host arrays
+    pool = kv_bytes_per_slot(c, kv) * (spec.pool_slots if npu else spec.stored_slots)   # a CPU runner mirrors views
     f32 = np.dtype(np.float32).itemsize
-    pass_bytes = (2 * c["n_layers"] * c["n_kv_heads"] * max_rows * c["head_dim"] * f32     # new rows' K and V
+    pass_bytes = (2 * c["n_layers"] * c["n_kv_heads"] * max_rows * c["head_dim"] * np.dtype(kv).itemsize  # new K, V
                + max_rows * c["vocab_size"] * f32                                       # logits
                + max_rows * (spec.pool_slots + 64 + max_rows) * f32)                    # mask
     of = "" if process == role else f"{role} "             # serial: both models in the launcher's process

@@ -35,7 +35,7 @@ int main(int argc, char **argv) {
     a.ring_k = take(in, e * a.C * KD), a.ring_v = take(in, e * a.C * KD);
     a.new_k = calloc(e * KD * a.T, 1), a.new_v = calloc(e * KD * a.T, 1);
     a.o = calloc(4 * (size_t)a.R * HD, 1);
-    a.scratch = calloc(4 * (size_t)attn_scratch_floats(a.R, a.H, a.D, N, 1), 1);
+    a.scratch = calloc(4 * (size_t)attn_scratch_floats(a.R, a.H, a.D, N), 1);
     attn_prepare(&a);
     attn_unit_ref(&a, 0, 1);
     fwrite(a.o, 4, (size_t)a.R * HD, out);

@@ -119,23 +119,26 @@ def test_a_weight_the_kernel_does_not_read_is_refused_by_name(tmp_path):
         Runner(model_dir, RingSpec(4, 32, 48), NATIVE)
 
 
-def test_the_native_pass_agrees_with_llamacpp_on_the_default_model(default_gguf, fixture_npz):
-    """llama.cpp's logits (../shared/fixtures) for the default model: mean NLL within 0.2% of llama.cpp's, top-1
-    agreement, and its greedy continuation. Within 0.2% on every CPU: the float operations around our kernel are ONNX
-    Runtime's, whose kernels differ by ISA (-0.08% on an AVX-512 Xeon, -0.137% on an AVX2 EPYC; MatMulNBits +0.12%
-    and -0.113%: docs/kernel.md). Planted, an RMSNorm epsilon 30 times too large: +0.294%, top-1 97.81%, refused.
-    The kernel's own rounding (a 32-block's scale in float16, as llama.cpp's) is held exactly by
-    tests/kernels/test_qmatmul.py, not by this mean."""
+@pytest.mark.parametrize("pools, within", [("float32", 0.002), ("float16", 0.005)])
+def test_the_native_pass_agrees_with_llamacpp_on_the_default_model(default_gguf, fixture_npz, pools, within):
+    """llama.cpp's logits (../shared/fixtures) for the default model: mean NLL near llama.cpp's, top-1 agreement,
+    and its greedy continuation. With float32 pools within 0.2% on every CPU (AVX-512 Xeon -0.08%, AVX2 EPYC +0.061%;
+    MatMulNBits +0.12% and -0.113%: docs/kernel.md). Planted, an RMSNorm epsilon 30 times too large: +0.294%, top-1
+    97.81%, refused. float16 pools (the native pass's own, as llama.cpp's cache): every K and V rounded to 11 bits
+    moves each token's NLL a little, and int8 activations carry it on; over the fixture's 638 tokens the mean moved
+    -0.0029 nats from the float32 pools' (standard error 0.0020; MatMulNBits' float16 pools +0.0007, 0.0022), so
+    within 0.5%, about two standard errors of that move (docs/kernel.md). The kernel's own rounding (a 32-block's
+    scale in float16, as llama.cpp's) is held exactly by tests/kernels/test_qmatmul.py, not by this mean."""
     from kernels.sampling import SamplingParams
     from tests.pipeline.decode.test_engine_real import llamacpp_agreement
     ids = fixture_npz["token_ids"].astype(np.int64)
     n = len(ids)
-    _, top1, nll, ref = llamacpp_agreement(
-        engine_of("default", {"model.kernel": "native", "cache.sink": 0, "cache.window": n + 32}), fixture_npz)
-    print(f"\nnative pass: top-1 agreement with llama.cpp {top1:.4f}, mean NLL {nll:.5f} vs llama.cpp's {ref:.5f} "
-          f"({(nll - ref) / ref:+.3%})")
-    assert top1 >= 0.98 and abs(nll - ref) / ref <= 0.002, (top1, nll, ref)
-    fresh = engine_of("default", {"model.kernel": "native", "cache.sink": 0, "cache.window": n + 32})
+    keys = {"model.kernel": "native", "model.kv_dtype": pools, "cache.sink": 0, "cache.window": n + 32}
+    _, top1, nll, ref = llamacpp_agreement(engine_of("default", keys), fixture_npz)
+    print(f"\nnative pass, {pools} pools: top-1 agreement with llama.cpp {top1:.4f}, mean NLL {nll:.5f} vs "
+          f"llama.cpp's {ref:.5f} ({(nll - ref) / ref:+.3%})")
+    assert top1 >= 0.98 and abs(nll - ref) / ref <= within, (top1, nll, ref)
+    fresh = engine_of("default", keys)
     assert fresh.generate(ids, 16, SamplingParams()).token_ids == fixture_npz["greedy_continuation_ids"][:16].tolist()
 
 
