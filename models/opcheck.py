@@ -236,30 +236,31 @@ def native_families(types: dict[tuple[int, int], set[str]], threads: tuple[int, 
 
 
 def native_attention_families(cfg: dict, threads: tuple[int, ...] = (1, 2, 4), seed: int = 0,
-                              needed: bool = True) -> list[Family]:
-    """The native attention (kernels/attention.py) at this model's heads, random rows and float32 pools (4 sinks, a
-    ring view of 128 slots with a masked run, 5 recent positions): for each path and thread count, the first m rows of
-    a 64-row chain as a pass of their own (m = 1..64) against the same rows of the 64-row pass, and every path's bits
-    against the scalar reference's."""
+                              needed: bool = True, pools: str = "float32") -> list[Family]:
+    """The native attention (kernels/attention.py) at this model's heads, random rows and pools of type `pools` (the
+    pass's: 4 sinks, a ring view of 128 slots with a masked run, 5 recent positions): for each path and thread count,
+    the first m rows of a 64-row chain as a pass of their own (m = 1..64) against the same rows of the 64-row pass, and
+    every path's bits against the scalar reference's."""
     rng = np.random.default_rng(seed)
     heads = attention.Heads(cfg["n_heads"], cfg["n_kv_heads"], cfg["head_dim"], cfg["rope_pairing"] == "interleaved")
     H, KVH, D, S, C, P = heads.H, heads.KVH, heads.D, 4, 128, 5
     qkv = rng.standard_normal((TOP, (H + 2 * KVH) * D)).astype(np.float32)
     tables = tuple(f(a).astype(np.float32) for a in rng.uniform(0, 6.3, (2, TOP, D // 2)) for f in (np.cos, np.sin))
-    sinks, ring = (tuple(rng.standard_normal((n, KVH, D)).astype(np.float32) for _ in range(2)) for n in (S, C))
-    recent = tuple(rng.standard_normal((KVH, P, D)).astype(np.float32) for _ in range(2))
+    kv = np.dtype(pools)
+    sinks, ring = (tuple(rng.standard_normal((n, KVH, D)).astype(kv) for _ in range(2)) for n in (S, C))
+    recent = tuple(rng.standard_normal((KVH, P, D)).astype(kv) for _ in range(2))
     mask = np.zeros((TOP, S + C + P + TOP), np.float32)
     mask[:, S + 40:S + 60] = NEG
     mask[:, S + C + P:][np.arange(TOP)[:, None] < np.arange(TOP)[None, :]] = NEG        # a chain: no later row
 
     def run(m: int, path: str, t: int) -> np.ndarray:
         """The first m rows' pass: o, new K and new V side by side, a row's values in its row [m, H D + 2 KVH D]."""
-        o, new = np.zeros((m, H * D), np.float32), [np.zeros((KVH, m, D), np.float32) for _ in range(2)]
+        o, new = np.zeros((m, H * D), np.float32), [np.zeros((KVH, m, D), kv) for _ in range(2)]
         attention.attention(heads, qkv[:m], tables, np.ascontiguousarray(mask[:m, :S + C + P + m]), recent, sinks,
                             ring, *new, o, threads=t, kernel_path=path)
-        return np.concatenate([o] + [a.transpose(1, 0, 2).reshape(m, -1) for a in new], axis=1)
+        return np.concatenate([o] + [a.transpose(1, 0, 2).reshape(m, -1).astype(np.float32) for a in new], axis=1)
 
-    shapes = f"{H} heads over {KVH} of {D}, {S} sinks, {C} ring slots, {P} recent"
+    shapes = f"{H} heads over {KVH} of {D}, {S} sinks, {C} ring slots, {P} recent, {pools} pools"
     out = []
     for path in qmatmul.paths():
         for t in threads:

@@ -246,14 +246,15 @@ def doctor(cfg: Config) -> DoctorReport:
     for name, trees, rule in (("chain", False, True), ("tree", True, True), ("chain_unpadded", False, False)):
         runner = Runner(model_dir, spec, RunnerOptions(threads=threads, max_rows=max_rows, trees=trees,
                                                        accuracy_level=accuracy_level, batch_invariant=rule,
-                                                       kernel=cfg.model.kernel))
+                                                       kernel=cfg.model.kernel, kv_dtype=cfg.model.kv_dtype))
         passes[name] = check(runner, thorough=True).as_dict()
         del runner
     card = cfg.target.card
     found = families(card, threads, accuracy_level, pool=ring_spec(cfg).pool_slots)
     if qmatmul.available():         # the native kernel's families: needed when the model runs on it
         found += native_families(native_types(card), needed=cfg.model.kernel == "native")
-        found += native_attention_families(card["config"], needed=cfg.model.kernel == "native")
+        found += native_attention_families(card["config"], needed=cfg.model.kernel == "native",
+                                           pools=cfg.model.runner_options().pool_dtype)
     ops = [{"family": f.name, "shapes": f.shapes, "varied": f.varied, "differs_at": list(f.differs_at),
             "max_abs": f.max_abs, "needed": f.needed, "holds": f.holds} for f in found]
     return DoctorReport({"platform": facts(), "model": str(model_dir), "threads": threads,
