@@ -191,7 +191,11 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--json", action="store_true", help="print the comparison as one JSON object")
     p.add_argument("--kernel", choices=("nbits", "native"), default="nbits",
                    help="ringspec's linears: MatMulNBits or the native kernel (default %(default)s)")
-    p.set_defaults(run=lambda a: agreement.run_agree(a.model, a.fixture, a.fixture_out, a.threads, a.kernel))
+    p.add_argument("--kv-dtype", choices=("auto", "float16", "float32"), default="auto",
+                   help="ringspec's K/V pools: auto is the kernel's own, float16 on native, float32 on nbits "
+                        "(default %(default)s)")
+    p.set_defaults(run=lambda a: agreement.run_agree(a.model, a.fixture, a.fixture_out, a.threads, a.kernel,
+                                                     a.kv_dtype))
 
     p = add_verb(sub, "profile", opprofile.run_profile, MEASURING["profile"])
     add_model_flags(p)

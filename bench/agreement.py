@@ -128,9 +128,9 @@ class Agreement:
         return ""
 
 
-def compare(fx, model: str, threads: int = 2, kernel: str = "nbits") -> Agreement:
-    """ringspec (the profile's engine: accuracy level 4, full cache; `kernel`: its linears') against a fixture's
-    figures."""
+def compare(fx, model: str, threads: int = 2, kernel: str = "nbits", kv_dtype: str = "auto") -> Agreement:
+    """ringspec (the profile's engine: accuracy level 4, full cache; `kernel`: its linears'; `kv_dtype`: its pools')
+    against a fixture's figures."""
     gguf = Model.of(model).gguf
     tok = Tokenizer.from_gguf(gguf)
     ids = np.asarray(fx["token_ids"], np.int64)
@@ -138,7 +138,7 @@ def compare(fx, model: str, threads: int = 2, kernel: str = "nbits") -> Agreemen
     cont = np.asarray(fx["greedy_continuation_ids"], np.int64)
     cfg = config.override(config.parse({}), {"model.gguf": model, "model.threads": threads, "draft.kind": "none",
                                              "cache.sink": 0, "cache.window": n + len(cont) + 8,
-                                             "model.kernel": kernel})
+                                             "model.kernel": kernel, "model.kv_dtype": kv_dtype})
     engine = make_engine(cfg)
     rows: list[np.ndarray] = []
     engine.feed(np.concatenate([ids, cont]), on_logits=lambda start, logits: rows.append(logits.copy()))
@@ -160,7 +160,7 @@ def compare(fx, model: str, threads: int = 2, kernel: str = "nbits") -> Agreemen
 
 
 def run_agree(model: str, fixture: str | None, fixture_out: str | None, threads: int,
-              kernel: str = "nbits") -> Agreement:
+              kernel: str = "nbits", kv_dtype: str = "auto") -> Agreement:
     """ringspec against llama.cpp on one model: the same text's token ids, top-1 agreement and mean NLL of the
     logits, greedy tokens, and the chat template as llama.cpp renders it.
 
@@ -172,4 +172,4 @@ def run_agree(model: str, fixture: str | None, fixture_out: str | None, threads:
         fx = llama_cpp_fixture(Model.of(model).gguf, fixed_text(), threads)
         if fixture_out:
             np.savez_compressed(fixture_out, **fx)
-    return compare(fx, model, threads, kernel)
+    return compare(fx, model, threads, kernel, kv_dtype)

@@ -25,7 +25,8 @@ static inline __attribute__((always_inline)) __m256 key8(const void *k, long at,
 static inline __attribute__((always_inline)) __m256 lanes8(const __m256 L[8]) {
     __m256 A[4];                                                      /* per half: l0+l4, l1+l5, l2+l6, l3+l7 */
     for (int c = 0; c < 4; c++)
-        A[c] = _mm256_add_ps(_mm256_permute2f128_ps(L[c], L[c + 4], 0x20), _mm256_permute2f128_ps(L[c], L[c + 4], 0x31));
+        A[c] = _mm256_add_ps(_mm256_permute2f128_ps(L[c], L[c + 4], 0x20),
+                             _mm256_permute2f128_ps(L[c], L[c + 4], 0x31));
     const __m256 t01 = _mm256_add_ps(_mm256_unpacklo_ps(A[0], A[1]), _mm256_unpackhi_ps(A[0], A[1]));
     const __m256 t23 = _mm256_add_ps(_mm256_unpacklo_ps(A[2], A[3]), _mm256_unpackhi_ps(A[2], A[3]));
     /* t01 per half: (l0+l4)+(l2+l6) of columns c, c+1, then (l1+l5)+(l3+l7) of both; t23 alike for c+2, c+3 */
