@@ -142,12 +142,15 @@ def test_new_rows_are_rounded_to_a_float16_pool_as_numpy_rounds():
 
 
 def test_a_masked_column_weighs_nothing_whatever_it_holds():
-    """A ring slot no row sees may hold anything (a slot not yet written, a NaN): the output does not change."""
+    """A ring slot no row sees may hold anything (a slot not yet written, a NaN, an infinity in one of a key's values,
+    so that its dot is infinite): the output does not change. The masked run shares its blocks of eight columns with
+    seen ones (ring slots 13..19 of 40)."""
     case = Case(SHAPES["smollm2"], 3, seed=3)
     before = case.run()[0]
     S, C = case.sinks[0].shape[0], case.ring[0].shape[0]
     for pool in case.ring:
-        pool[C // 3:C // 2] = np.nan
+        pool[C // 3 + 2:C // 2] = np.nan
+        pool[C // 3, :, 0], pool[C // 3 + 1, :, 5] = np.inf, -np.inf         # the rest of those two slots finite
     assert np.array_equal(_bits(case.run()[0]), _bits(before))
     assert S + C // 3 < case.mask.shape[1] and (case.mask[:, S + C // 3:S + C // 2] == NEG).all()
 
