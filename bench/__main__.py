@@ -11,6 +11,7 @@ import sys
 from bench import (agreement, answers, chaos, distill, draftscan, fuzz, ingest, npu, operators, opprofile, perplexity,
                    pipeline_vs_serial, projection, quality, recall, soak, speed, streams)
 from models.npu_runner import NPU_DTYPES
+from models.runner import KV_DTYPES
 from run import MEASURING, ROOT, add_key, add_model_flags, add_verb, given_keys, main, profile_of
 
 SHARED = ROOT.parent / "shared"
@@ -191,7 +192,7 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--json", action="store_true", help="print the comparison as one JSON object")
     p.add_argument("--kernel", choices=("nbits", "native"), default="nbits",
                    help="ringspec's linears: MatMulNBits or the native kernel (default %(default)s)")
-    p.add_argument("--kv-dtype", choices=("auto", "float16", "float32"), default="auto",
+    p.add_argument("--kv-dtype", choices=KV_DTYPES, default="auto",
                    help="ringspec's K/V pools: auto is the kernel's own, float16 on native, float32 on nbits "
                         "(default %(default)s)")
     p.set_defaults(run=lambda a: agreement.run_agree(a.model, a.fixture, a.fixture_out, a.threads, a.kernel,

@@ -49,6 +49,9 @@ class Staged:
     ring_width: int
 
 
+KV_DTYPES = ("auto", "float16", "float32")      # RunnerOptions.kv_dtype's choices
+
+
 @dataclass(frozen=True)
 class RunnerOptions:
     threads: int = 2
@@ -64,8 +67,8 @@ class RunnerOptions:
     kernel: str = "nbits"       # the linears: "nbits" (ONNX Runtime's MatMulNBits) | "native" (models/native.py)
 
     def __post_init__(self):
-        if self.kv_dtype not in ("auto", "float16", "float32"):
-            raise ValueError(f"kv_dtype = {self.kv_dtype!r}: expected \"float16\", \"float32\" or \"auto\"")
+        if self.kv_dtype not in KV_DTYPES:
+            raise ValueError(f"kv_dtype = {self.kv_dtype!r}: expected one of {', '.join(KV_DTYPES)}")
 
     @property
     def pool_dtype(self) -> str:

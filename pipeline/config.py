@@ -22,7 +22,7 @@ from kernels.sampling import SamplingParams
 from models.graph import SOFTMAX_ROWS
 from models.handle import Model
 from models.npu_runner import NPU_DTYPES
-from models.runner import RunnerOptions
+from models.runner import KV_DTYPES, RunnerOptions
 
 ROOT = Path(__file__).resolve().parents[1]
 DEFAULT_PROFILE = ROOT / "configs" / "default.toml"
@@ -353,7 +353,7 @@ def ring_spec(cfg: Config, head: int = 0, scratch: int = 0) -> RingSpec:
                     cfg.cache.window + max(cfg.cache.slack, scratch + rows))
 
 
-_CHOICES = {("model", "kernel"): ("nbits", "native"), ("model", "kv_dtype"): ("auto", "float16", "float32"),
+_CHOICES = {("model", "kernel"): ("nbits", "native"), ("model", "kv_dtype"): KV_DTYPES,
             ("draft", "kind"): ("none", "suffix", "model", "hybrid"), ("draft", "backend"): ("onnx", "rknn"),
             ("draft", "npu_dtype"): NPU_DTYPES,
             ("board", "npu"): ("", "rknpu2"), ("replay", "format"): ("", "plain", "csv", "jsonl"),
