@@ -30,6 +30,7 @@ def test_default_profile_loads_and_sizes_the_ring_for_the_largest_block():
     ("[model]\npass_streams = 0\n", ["model.pass_streams", ">= 1"]),
     ("[model]\npass_streams = 33\n", ["model.pass_streams", "<= 32"]),
     ("[draft]\nbackend = \"cuda\"\n", ["draft.backend", "'cuda'", "rknn"]),
+    ("[model]\nkv_dtype = \"bfloat16\"\n", ["model.kv_dtype", "'bfloat16'", "float16"]),
     ("[draft]\nkind = \"suffix\"\nbackend = \"rknn\"\n", ["draft.backend", "needs kind"]),
     ("[draft]\nkind = \"model\"\nbackend = \"rknn\"\n", ["needs a board with an NPU", "[board] npu"]),
     ("[board]\nnpu = \"hailo\"\n", ["board.npu", "'hailo'"]),
