@@ -16,7 +16,8 @@ from kernels.ring import NEG
 pytestmark = pytest.mark.skipif(not qmatmul.available(), reason=qmatmul.MISSING)
 
 SHAPES = {"smollm2": Heads(9, 3, 64, True), "qwen-1.5b": Heads(12, 2, 128, False), "qwen-0.5b": Heads(14, 2, 64,
-                                                                                                        False)}
+                                                                                                        False),
+          "odd": Heads(5, 1, 24, True)}      # no model's: five heads a group (4 + 1), a head size of 16 + 8
 
 
 class Case:
