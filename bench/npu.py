@@ -25,7 +25,7 @@ import numpy as np
 from kernels.sampling import SamplingParams
 from models.convert import load_card
 from models.npu_runner import (FP16_NEG, StaticRunner, buckets, calibration_path, ensure_portable, export_rknn,
-                               rknn_path)
+                               rknn_path, toolkit_builds)
 from models.runner import Runner, RunnerOptions
 from pipeline.config import replay_log
 from pipeline.decode.drafts.model import ModelDraft
@@ -43,6 +43,7 @@ class NpuReport(Report):
         d = self.data
         a, acc = d["agreement"], d["acceptance"]
         lines = [f"{b['rknn']} ({b['bytes'] / 2**20:.1f} MiB, built in {b['build_s']:.1f} s)" for b in d["buckets"]]
+        lines += [f"the toolkit built {d['toolkit_builds']} model(s): the simulator's figures run those builds"]
         lines += [f"quantization: {d['record']['quantization']}",
                   f"agreement with the ONNX Runtime draft over {a['positions']} positions of {d['log']}: top-1 "
                   f"{a['top1']:.4f}, mean KL {a['mean_kl']:.2e} nats; greedy, {a['greedy_tokens']} tokens from "
@@ -119,9 +120,10 @@ def _export(cfg, positions: int, greedy: int, lines: int, calibration_log: Path)
               "ring": {"sink": spec.sink, "ring": spec.ring}, "buckets": [b["bucket"] for b in built]}
     (model_dir / "rknn" / "record.json").write_text(json.dumps(record, indent=1))
     log = replay_log(cfg)
-    return NpuReport({"buckets": built, "record": record, "log": log,
-                      "agreement": agreement(cfg, model_dir, spec, log, positions, greedy),
-                      "acceptance": acceptance(cfg, log, lines)})
+    report = {"buckets": built, "record": record, "log": log,
+              "agreement": agreement(cfg, model_dir, spec, log, positions, greedy),
+              "acceptance": acceptance(cfg, log, lines)}
+    return NpuReport({**report, "toolkit_builds": toolkit_builds()})   # one a bucket: the simulator reuses them
 
 
 def calibrate(cfg, model_dir: Path, spec, T: int, log: Path) -> Path:

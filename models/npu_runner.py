@@ -243,19 +243,46 @@ def _on_board(source: Path):
     return rknn
 
 
+# The toolkit's builds this process holds, by (portable graph, dtype, calibration set): the simulator runs only what
+# its own process built, not a .rknn file, so `export-rknn`'s export, agreement and acceptance runners share one build
+# a bucket (each built its own before: three builds, hours for the 0.5B). Value: [the toolkit, its simulator started].
+_BUILT: dict[tuple[str, str, str], list] = {}
+_builds = 0                                        # the toolkit's builds in this process (export-rknn reports it)
+
+
+def toolkit_builds() -> int:
+    return _builds
+
+
+def _build_key(path: Path, dtype: str, dataset: Path | None) -> tuple[str, str, str]:
+    calibrated = dtype == "int8" and dataset                 # float16 builds read no calibration set
+    return str(Path(path).resolve()), dtype, str(Path(dataset).resolve()) if calibrated else ""
+
+
 def _on_simulator(path: Path, dtype: str = "float16", dataset: Path | None = None):
-    """rknn-toolkit2's simulator (x86), built from the portable ONNX as `export_rknn` builds it (the simulator runs
-    what it built, not a .rknn file)."""
-    rknn = _toolkit(path, dtype, dataset)
-    _check(rknn.init_runtime(), "start the simulator")
-    return rknn
+    """rknn-toolkit2's simulator (x86) running the portable ONNX as `export_rknn` built it in this process, or as it
+    builds it (the simulator runs what it built, not a .rknn file); started once a build."""
+    key = _build_key(path, dtype, dataset)
+    built = _BUILT.get(key)
+    if built is None:
+        built = _BUILT[key] = [_toolkit(path, dtype, dataset), False]
+    if not built[1]:
+        _check(built[0].init_runtime(), "start the simulator")
+        built[1] = True
+    return built[0]
 
 
 def export_rknn(path: Path, out: Path, dtype: str = "float16", dataset: Path | None = None) -> None:
-    """The portable ONNX at `path` converted for the RK3588's NPU in `dtype` and written to `out` (.rknn)."""
+    """The portable ONNX at `path` converted for the RK3588's NPU in `dtype` and written to `out` (.rknn); the build
+    is kept for this process's simulator (`_on_simulator`): always a new one, as the graph or calibration set may have
+    changed on disk since an earlier build."""
+    key = _build_key(path, dtype, dataset)
+    old = _BUILT.pop(key, None)
+    if old is not None:
+        old[0].release()
     rknn = _toolkit(path, dtype, dataset)
     _check(rknn.export_rknn(str(out)), f"export {out}")
-    rknn.release()
+    _BUILT[key] = [rknn, False]
 
 
 def _toolkit(path: Path, dtype: str = "float16", dataset: Path | None = None):
@@ -271,6 +298,8 @@ def _toolkit(path: Path, dtype: str = "float16", dataset: Path | None = None):
     except ImportError:
         raise RuntimeError("the rknn backend needs rknn-toolkit-lite2 (on the board) or rknn-toolkit2 (x86: its "
                            "simulator and converter; bench/build-rknn-env.sh builds its venv)") from None
+    global _builds
+    _builds += 1
     rknn = RKNN(verbose=False)
     rknn.config(target_platform="rk3588")
     _check(rknn.load_onnx(str(path)), f"load {path}")

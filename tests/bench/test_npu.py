@@ -56,6 +56,7 @@ def test_export_rknn_builds_every_bucket_and_reports_agreement_and_acceptance(de
     assert proc.returncode == 0, proc.stderr[-3000:]
     out = json.loads(proc.stdout)
     assert [b["bucket"] for b in out["buckets"]] == [1, 4, 16, 32]
+    assert out["toolkit_builds"] == 4            # one a bucket: the agreement's and acceptance's simulator reuse them
     assert all(os.path.getsize(b["rknn"]) > 1 << 20 for b in out["buckets"])
     assert "float16" in out["record"]["quantization"]
     assert out["agreement"]["positions"] == 100 and out["agreement"]["top1"] > 0.9
@@ -73,6 +74,7 @@ def test_an_int8_export_is_one_model_calibrated_apart_and_its_draft_changes_no_a
     assert proc.returncode == 0, proc.stderr[-3000:]
     out = json.loads(proc.stdout)
     assert [b["bucket"] for b in out["buckets"]] == [32] and out["buckets"][0]["rknn"].endswith("_int8.rknn")
+    assert out["toolkit_builds"] == 1
     assert out["record"]["quantization"].startswith("int8") and "OpenSSH_2k.log" in out["record"]["quantization"]
     passes = open(out["buckets"][0]["calibration"]).read().splitlines()
     assert len(passes) == 16 and all(os.path.exists(p) for p in passes[0].split())
