@@ -48,18 +48,38 @@ class Scratch:
 def attention(heads: Heads, qkv: np.ndarray, tables: tuple, mask: np.ndarray, recent: tuple, sinks: tuple,
               ring: tuple, new_k: np.ndarray, new_v: np.ndarray, o: np.ndarray, rows: int | None = None,
               first: int = 0, path: np.ndarray | None = None, threads: int = 1, scratch: Scratch | None = None,
-              kernel_path: str = "") -> str:
+              kernel_path: str = "", checked: bool = False) -> str:
     """o[r] = the attention of row r < rows (default: every row) of qkv [T, >= (H + 2 KVH) D] (Q | K | V, bias added),
     rotated by tables (cos, sin, cos_sink, sin_sink: float32 [T, D/2] each), against the columns of mask [rows, N]:
     sinks (k, v) [S, KVH, D], ring (k, v) [C, KVH, D], recent (k, v) [KVH, P, D], then the pass's new rows in order
     (a chain: N = S + C + P + T) or row r's path[r] (a tree, path int64 [T, W]: N = S + C + P + W). Writes every row's
     rotated K and V into new_k, new_v [KVH, >= first + T, D] at rows first.. (the pools' type, float32 or float16;
-    C-contiguous, as every array here). Returns the path that ran."""
+    C-contiguous, as every array here). Returns the path that ran. checked: this pass already checked a call of the
+    same shapes and types (a pass's layers share them: models/native.py checks its first layer's); the C side still
+    refuses a buffer shorter than its shapes need."""
+    H, KVH, D = heads.H, heads.KVH, heads.D
+    T = qkv.shape[0]
+    R = T if rows is None else rows
+    S, C, P = sinks[0].shape[0], ring[0].shape[0], recent[0].shape[1]
+    W = 0 if path is None else path.shape[1]
+    if not checked:
+        _check(heads, qkv, mask, recent, sinks, ring, new_k, new_v, o, R, first, path, kernel_path)
+    scratch = scratch or Scratch()
+    # a C-contiguous array's buffer is refused otherwise by the C side (y*/w*), with the name of the argument
+    return qmatmul._qmm.attention(
+        qkv, qkv.shape[1], (T, R, H, KVH, D, S, C, P, W, int(heads.interleaved), int(new_k.dtype == np.float16)),
+        1.0 / np.sqrt(D), tuple(t[:T] for t in tables), mask, path, (*recent, *sinks, *ring),
+        new_k.reshape(-1)[first * D:], new_v.reshape(-1)[first * D:], new_k.shape[1], o, o.shape[1],
+        scratch.get(R, H, D, S + C + P + (W or T)), threads, qmatmul._PATH_IDS[kernel_path] if kernel_path else -1)
+
+
+def _check(heads: Heads, qkv, mask, recent, sinks, ring, new_k, new_v, o, R: int, first: int, path,
+           kernel_path: str) -> None:
+    """`attention`'s arguments, with a readable error for the first that does not fit."""
     if not qmatmul.available():
         raise RuntimeError(qmatmul.MISSING)
     H, KVH, D = heads.H, heads.KVH, heads.D
     T = qkv.shape[0]
-    R = T if rows is None else rows
     kv = new_k.dtype
     if kv not in (np.float16, np.float32):
         raise ValueError(f"the pools must be float16 or float32, not {kv}")
@@ -89,13 +109,6 @@ def attention(heads: Heads, qkv: np.ndarray, tables: tuple, mask: np.ndarray, re
                          "stream's are)")
     if kernel_path and kernel_path not in qmatmul._PATH_IDS:
         raise ValueError(f"no path {kernel_path!r}: {', '.join(qmatmul._PATH_IDS)}")
-    scratch = scratch or Scratch()
-    # a C-contiguous array's buffer is refused otherwise by the C side (y*/w*), with the name of the argument
-    return qmatmul._qmm.attention(
-        qkv, qkv.shape[1], (T, R, H, KVH, D, S, C, P, W, int(heads.interleaved), int(kv == np.float16)),
-        1.0 / np.sqrt(D), tuple(t[:T] for t in tables), mask, path, (*recent, *sinks, *ring),
-        new_k.reshape(-1)[first * D:], new_v.reshape(-1)[first * D:], new_k.shape[1], o, o.shape[1],
-        scratch.get(R, H, D, N), threads, qmatmul._PATH_IDS[kernel_path] if kernel_path else -1)
 
 
 def reference(heads: Heads, qkv, tables, mask, recent, sinks, ring, path=None, rows=None, new=None) -> tuple:

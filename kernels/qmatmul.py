@@ -12,6 +12,8 @@ and Q8_K (the 32-blocks' scale rounded to float16 as theirs): |x - d*q| <= amax/
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 
 try:
@@ -69,16 +71,26 @@ def matmul_parts(parts: list[tuple[np.ndarray, str, int]], x: np.ndarray, out: n
                  path: str = "", scratch: Scratch | None = None) -> str:
     """`matmul` of up to four weights (w, qtype, col) over one input, in one call: x quantized once a family, the
     weights' columns shared out to the threads together (a fused projection's parts, side by side in `out`)."""
+    if x.ndim != 2:
+        raise ValueError(f"x must be a float32 matrix, got {x.dtype}{list(x.shape)}")
+    return run(weights(parts, x.shape[1]), x, out, threads, path, scratch)
+
+
+@dataclass(frozen=True)
+class Weights:
+    """Up to four GGUF tensors read over one input of K columns, checked once (`weights`): a pass's linear."""
+    K: int
+    N: int                      # out's columns they write: the last part's col + rows
+    operands: tuple             # ((type index, w, rows, col), ...): the C side's form
+
+
+def weights(parts: list[tuple[np.ndarray, str, int]], K: int) -> Weights:
+    """(w, qtype, col) parts checked against an input of K columns, for `run`."""
     if _qmm is None:
         raise RuntimeError(MISSING)
-    if x.dtype != np.float32 or out.dtype != np.float32 or x.ndim != 2 or out.ndim != 2:
-        raise ValueError(f"x and out must be float32 matrices, got {x.dtype}{list(x.shape)}, {out.dtype}{list(out.shape)}")
-    M, K = x.shape
-    if not x.flags.c_contiguous or not out.flags.c_contiguous or out.shape[0] != M:
-        raise ValueError(f"x and out must be C-contiguous with {M} rows")
-    if path and path not in _PATH_IDS:
-        raise ValueError(f"no path {path!r}: {', '.join(_PATH_IDS)}")
-    weights = []
+    if not 1 <= len(parts) <= 4:
+        raise ValueError(f"one to four weights a call, got {len(parts)}")
+    operands = []
     for w, qtype, col in parts:
         if qtype not in BLOCK_BYTES:
             raise ValueError(f"{qtype} is not a type the native kernel reads ({', '.join(TYPES)})")
@@ -87,11 +99,29 @@ def matmul_parts(parts: list[tuple[np.ndarray, str, int]], x: np.ndarray, out: n
         row = K // BLOCK_WEIGHTS[qtype] * BLOCK_BYTES[qtype]
         if w.dtype != np.uint8 or w.ndim != 2 or w.shape[1] != row:
             raise ValueError(f"w must be uint8 [N, {row}] ({qtype} rows of K = {K}), got {w.dtype}{list(w.shape)}")
-        if out.shape[1] < col + w.shape[0]:
-            raise ValueError(f"out must hold [{M}, {col + w.shape[0]}] float32")
-        weights.append((TYPES.index(qtype), w, w.shape[0], col))
+        if col < 0:
+            raise ValueError(f"col must be >= 0, got {col}")
+        operands.append((TYPES.index(qtype), w, w.shape[0], col))
+    return Weights(K, max(col + n for _, _, n, col in operands), tuple(operands))
+
+
+def run(w: Weights, x: np.ndarray, out: np.ndarray, threads: int = 1, path: str = "",
+        scratch: Scratch | None = None) -> str:
+    """`matmul_parts` of weights checked once: out[m, col + n] for each part; x float32 [M, K] and out float32
+    [M, >= N], both C-contiguous (checked at every call: cheap beside the weights')."""
+    if x.dtype != np.float32 or out.dtype != np.float32 or x.ndim != 2 or out.ndim != 2:
+        raise ValueError(f"x and out must be float32 matrices, got {x.dtype}{list(x.shape)}, {out.dtype}{list(out.shape)}")
+    M, K = x.shape
+    if not x.flags.c_contiguous or not out.flags.c_contiguous or out.shape[0] != M:
+        raise ValueError(f"x and out must be C-contiguous with {M} rows")
+    if K != w.K:
+        raise ValueError(f"x must be [M, {w.K}], got {list(x.shape)}")
+    if out.shape[1] < w.N:
+        raise ValueError(f"out must hold [{M}, {w.N}] float32, got {list(out.shape)}")
+    if path and path not in _PATH_IDS:
+        raise ValueError(f"no path {path!r}: {', '.join(_PATH_IDS)}")
     scratch = scratch or Scratch()
-    return _qmm.matmul(tuple(weights), x, M, K, out, out.shape[1], threads, _PATH_IDS[path] if path else -1,
+    return _qmm.matmul(w.operands, x, M, K, out, out.shape[1], threads, _PATH_IDS[path] if path else -1,
                        scratch.get(M, K))
 
 

@@ -51,8 +51,8 @@ class Linear:
     bias: np.ndarray | None   # float32 [N]
 
     def __post_init__(self):
-        self.operands = [(p.w, p.qtype, p.col) for p in self.parts]     # one call: the input quantized once
-        self.nbytes = sum(p.w.nbytes for p in self.parts)
+        self.weights = qmatmul.weights([(p.w, p.qtype, p.col) for p in self.parts], self.K)   # checked once; one
+        self.nbytes = sum(p.w.nbytes for p in self.parts)                                    # call: x quantized once
 
 
 def _quantized(model: GGUFModel, name: str) -> tuple[str, np.ndarray]:
@@ -145,6 +145,8 @@ class NativeSession:
         self.heads = attention.Heads(cfg["n_heads"], cfg["n_kv_heads"], cfg["head_dim"],
                                      cfg["rope_pairing"] == "interleaved")
         self.tags = [""] if streams == 1 else [f".s{n}" for n in range(streams)]
+        self.pools = [[tuple(f"{pool}.{i}{tag}" for pool in ("sink_k", "sink_v", "ring_k", "ring_v"))
+                       for tag in self.tags] for i in range(cfg["n_layers"])]      # layer -> stream -> pools' names
         no_sinks = np.zeros((0, cfg["n_kv_heads"], cfg["head_dim"]), kv_dtype)
         self.no_sinks = (no_sinks, no_sinks)
         self.scratch = qmatmul.Scratch()
@@ -171,7 +173,7 @@ class NativeSession:
         self.gate_up, self.act = np.zeros((T, 2 * F), np.float32), np.zeros((T, F), np.float32)
 
     def linear(self, lin: Linear, x: np.ndarray, out: np.ndarray) -> np.ndarray:
-        qmatmul.matmul_parts(lin.operands, x, out, threads=self.threads, scratch=self.scratch)
+        qmatmul.run(lin.weights, x, out, threads=self.threads, scratch=self.scratch)
         if self.timing is not None:
             self._tick(f"matmul {'+'.join(p.qtype for p in lin.parts)} K{lin.K} N{lin.N}", lin.nbytes)
         if lin.bias is not None:
@@ -206,12 +208,13 @@ class NativeSession:
             h += np.float32(self._fault * T)
         KVH = cfg["n_kv_heads"]
         new_k, new_v = a["new_k"], a["new_v"]
+        streams = self._streams(a, T)
         for i, (attn_norm, ffn_norm, lin) in enumerate(w.layers):
             qmatmul.rmsnorm(h, attn_norm, eps, x)
             self.linear(lin["qkv"], x, qkv)
             if timed:
                 self._tick("norms, residual, embedding")
-            self._attend(a, i, qkv, o, new_k[i * KVH:(i + 1) * KVH], new_v[i * KVH:(i + 1) * KVH])
+            self._attend(a, i, streams, qkv, o, new_k[i * KVH:(i + 1) * KVH], new_v[i * KVH:(i + 1) * KVH])
             if timed:
                 self._tick("attention")
             self.linear(lin["o"], o, delta)
@@ -237,18 +240,28 @@ class NativeSession:
         if timed:
             self._tick("head rows, surprisal")
 
-    def _attend(self, a: dict, i: int, qkv: np.ndarray, o: np.ndarray, new_k: np.ndarray, new_v: np.ndarray) -> None:
-        """Layer i's attention, stream by stream: each stream's rows (in slot order, its mask's rows) against its own
-        pools, recent section and path, as the runner bound them."""
-        KVH, t0 = self.cfg["n_kv_heads"], 0
-        heads = slice(i * KVH, (i + 1) * KVH)                      # layer i's kv heads in a recent section
-        tables = (a["cos"], a["sin"], a["cos_sink"], a["sin_sink"])
+    def _streams(self, a: dict, T: int) -> list[tuple]:
+        """What each stream's attention reads in every layer of this pass: (its first row, rows, tables, mask,
+        recent pools, path), each stream's rows in slot order (its mask's rows), as the runner bound them."""
+        tables, t0, out = (a["cos"], a["sin"], a["cos_sink"], a["sin_sink"]), 0, []
         for tag in self.tags:
             mask = a[f"mask{tag}"]
             t1 = t0 + len(mask)
-            sinks = (a[f"sink_k.{i}{tag}"], a[f"sink_v.{i}{tag}"]) if self.sink else self.no_sinks
-            attention.attention(self.heads, qkv[t0:t1], tuple(t[t0:t1] for t in tables), mask,
-                                (a[f"recent_k{tag}"][heads], a[f"recent_v{tag}"][heads]), sinks, (a[f"ring_k.{i}{tag}"], a[f"ring_v.{i}{tag}"]), new_k, new_v, o[t0:t1],
-                                first=t0, path=a.get(f"path{tag}"), threads=self.threads,
-                                scratch=self.attention_scratch)
+            out.append((t0, t1, tuple(t[t0:t1] for t in tables), mask, a[f"recent_k{tag}"], a[f"recent_v{tag}"],
+                        a.get(f"path{tag}")))
             t0 = t1
+        if t0 != T:
+            raise ValueError(f"the streams' masks hold {t0} rows, the pass {T}")
+        return out
+
+    def _attend(self, a: dict, i: int, streams: list[tuple], qkv: np.ndarray, o: np.ndarray, new_k: np.ndarray,
+                new_v: np.ndarray) -> None:
+        """Layer i's attention, stream by stream, against its own pools, recent section and path. The first
+        layer's calls are checked with readable errors; the later layers' have the same shapes and types."""
+        KVH = self.cfg["n_kv_heads"]
+        heads = slice(i * KVH, (i + 1) * KVH)                      # layer i's kv heads in a recent section
+        for (t0, t1, tables, mask, recent_k, recent_v, path), names in zip(streams, self.pools[i]):
+            sinks = (a[names[0]], a[names[1]]) if self.sink else self.no_sinks
+            attention.attention(self.heads, qkv[t0:t1], tables, mask, (recent_k[heads], recent_v[heads]), sinks,
+                                (a[names[2]], a[names[3]]), new_k, new_v, o[t0:t1], first=t0, path=path,
+                                threads=self.threads, scratch=self.attention_scratch, checked=i > 0)
