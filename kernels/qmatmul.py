@@ -131,9 +131,19 @@ def rmsnorm(x: np.ndarray, gamma: np.ndarray, eps: float, out: np.ndarray) -> np
     return out
 
 
-def swiglu(gate_up: np.ndarray, out: np.ndarray) -> np.ndarray:
-    """gate_up [T, 2F] (gate | up) -> out [T, F] = gate / (1 + exp(-gate)) * up."""
-    _qmm.swiglu(gate_up, gate_up.shape[0], gate_up.shape[1] // 2, out)
+def swiglu(gate_up: np.ndarray, out: np.ndarray, path: str = "") -> np.ndarray:
+    """gate_up [T, 2F] (gate | up) -> out [T, F] = gate / (1 + exp(-gate)) * up, exp by one formula on every path
+    (kernels/native/qmm_ops.c `qmm_expf`: within 2 ulp of exp; `expf`). path: "" for the CPU's best."""
+    if path and path not in _PATH_IDS:
+        raise ValueError(f"no path {path!r}: {', '.join(_PATH_IDS)}")
+    _qmm.swiglu(gate_up, gate_up.shape[0], gate_up.shape[1] // 2, out, _PATH_IDS[path] if path else -1)
+    return out
+
+
+def expf(x: np.ndarray) -> np.ndarray:
+    """SwiGLU's exp of float32 x (C-contiguous), as the reference computes it (tests hold it to exp)."""
+    out = np.empty_like(x)
+    _qmm.expf(x, out, x.size)
     return out
 
 

@@ -76,6 +76,24 @@ void qmm_gemm_neon_dotprod(int type, const uint8_t *W, int K, const qmm_act *x, 
                            int n1);
 #endif
 
+/* SwiGLU's exp, one formula (qmm_ops.c `qmm_expf`; qmm_avx2.c `exp8`: the same operations on these constants) */
+#define QMM_EXP_HI 88.0f                   /* above: +inf (n <= 127 below it) */
+#define QMM_EXP_LO -87.0f                  /* below: 0 (n >= -126 above it) */
+#define QMM_LOG2E 1.44269504088896341f
+#define QMM_EXP_C1 0.693359375f            /* ln 2 = C1 - C2, C1 with 9 significant bits */
+#define QMM_EXP_C2 -2.12194440e-4f
+#define QMM_EXP_P0 1.9875691500e-4f        /* Cephes expf.c's polynomial for exp(r), |r| <= ln2 / 2 */
+#define QMM_EXP_P1 1.3981999507e-3f
+#define QMM_EXP_P2 8.3334519073e-3f
+#define QMM_EXP_P3 4.1665795894e-2f
+#define QMM_EXP_P4 1.6666665459e-1f
+#define QMM_EXP_P5 5.0000001201e-1f
+float qmm_expf(float x);
+void qmm_swiglu(const float *gu, int T, int F, float *out);
+#if defined(__x86_64__)
+void qmm_swiglu_avx2(const float *gu, int T, int F, float *out);
+#endif
+
 /* float16 bits -> float32, exactly (every float16 is a float32), without F16C */
 static inline float qmm_f16(uint16_t h) {
     uint32_t sign = (uint32_t)(h & 0x8000) << 16, exp = (h >> 10) & 0x1f, man = h & 0x3ff, bits;

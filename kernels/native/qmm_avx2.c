@@ -366,4 +366,39 @@ void qmm_gemm_avx2(int type, const uint8_t *W, int K, const qmm_act *x, int M, f
     }
     if (n8 < n1) qmm_gemm_ref(type, W, K, x, M, Y, ldy, n8, n1);      /* the columns that do not fill a tile */
 }
+
+/* qmm_ops.c's qmm_expf on eight lanes: the same operations in the same order (no fused multiply-add), so each lane's
+ * bits are the reference's; lanes out of range or NaN take the reference's special values at the end. */
+ALWAYS __m256 exp8(__m256 x) {
+    const __m256 n = _mm256_round_ps(_mm256_mul_ps(x, _mm256_set1_ps(QMM_LOG2E)),
+                                     _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    const __m256 r = _mm256_sub_ps(_mm256_sub_ps(x, _mm256_mul_ps(n, _mm256_set1_ps(QMM_EXP_C1))),
+                                   _mm256_mul_ps(n, _mm256_set1_ps(QMM_EXP_C2)));
+    __m256 p = _mm256_add_ps(_mm256_mul_ps(_mm256_set1_ps(QMM_EXP_P0), r), _mm256_set1_ps(QMM_EXP_P1));
+    p = _mm256_add_ps(_mm256_mul_ps(p, r), _mm256_set1_ps(QMM_EXP_P2));
+    p = _mm256_add_ps(_mm256_mul_ps(p, r), _mm256_set1_ps(QMM_EXP_P3));
+    p = _mm256_add_ps(_mm256_mul_ps(p, r), _mm256_set1_ps(QMM_EXP_P4));
+    p = _mm256_add_ps(_mm256_mul_ps(p, r), _mm256_set1_ps(QMM_EXP_P5));
+    const __m256 y = _mm256_add_ps(_mm256_add_ps(_mm256_mul_ps(p, _mm256_mul_ps(r, r)), r), _mm256_set1_ps(1.0f));
+    const __m256 nn = _mm256_max_ps(_mm256_min_ps(n, _mm256_set1_ps(127.0f)), _mm256_set1_ps(-126.0f));
+    const __m256i bits = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(nn), _mm256_set1_epi32(127)), 23);
+    __m256 e = _mm256_mul_ps(y, _mm256_castsi256_ps(bits));
+    e = _mm256_blendv_ps(e, _mm256_set1_ps(__builtin_inff()), _mm256_cmp_ps(x, _mm256_set1_ps(QMM_EXP_HI), _CMP_GT_OQ));
+    e = _mm256_blendv_ps(e, _mm256_setzero_ps(), _mm256_cmp_ps(x, _mm256_set1_ps(QMM_EXP_LO), _CMP_LT_OQ));
+    return _mm256_blendv_ps(e, x, _mm256_cmp_ps(x, x, _CMP_UNORD_Q));
+}
+
+/* qmm_swiglu's bits, eight values at a time (the last F % 8 by the reference's formula) */
+void qmm_swiglu_avx2(const float *gu, int T, int F, float *out) {
+    const __m256 one = _mm256_set1_ps(1.0f), sign = _mm256_set1_ps(-0.0f);
+    for (int t = 0; t < T; t++, gu += 2 * F, out += F) {
+        int i = 0;
+        for (; i + 8 <= F; i += 8) {
+            const __m256 g = _mm256_loadu_ps(gu + i);
+            const __m256 e = exp8(_mm256_xor_ps(g, sign));                     /* -g, as the reference's negation */
+            _mm256_storeu_ps(out + i, _mm256_mul_ps(_mm256_div_ps(g, _mm256_add_ps(one, e)), _mm256_loadu_ps(gu + F + i)));
+        }
+        for (; i < F; i++) out[i] = (gu[i] / (1.0f + qmm_expf(-gu[i]))) * gu[F + i];
+    }
+}
 #endif

@@ -23,6 +23,7 @@
 #pragma weak qmm_gemm_avx512_vnni
 #pragma weak qmm_gemm_avx2
 #pragma weak attn_unit_avx2
+#pragma weak qmm_swiglu_avx2
 #endif
 #if defined(__aarch64__)
 #pragma weak qmm_gemm_neon_dotprod
@@ -309,7 +310,6 @@ static PyObject *py_paths(PyObject *self, PyObject *noargs) {     /* the paths t
 /* ---- the pass's row-wise operations (qmm_ops.c) ---- */
 
 void qmm_rmsnorm(const float *x, const float *gamma, float eps, int T, int d, float *y);
-void qmm_swiglu(const float *gu, int T, int F, float *out);
 void qmm_rows(int type, const uint8_t *W, int K, const int64_t *ids, int T, float *out);
 void qmm_nll(const float *logits, int M, int V, int ld, const int64_t *targets, float *nll);
 
@@ -332,14 +332,41 @@ static PyObject *py_rmsnorm(PyObject *self, PyObject *args) {      /* rmsnorm(x,
     Py_RETURN_NONE;
 }
 
-static PyObject *py_swiglu(PyObject *self, PyObject *args) {       /* swiglu(gate_up, T, F, out) */
+typedef void (*swiglu_fn)(const float *gu, int T, int F, float *out);
+
+static swiglu_fn swiglu_path_of(int isa) {        /* a matmul path's CPU runs AVX2's text, or the reference's */
+#if defined(__x86_64__)
+    if (isa != QMM_SCALAR && path_of(isa) && qmm_swiglu_avx2) return qmm_swiglu_avx2;
+#endif
+    return path_of(isa) ? qmm_swiglu : NULL;
+}
+
+/* swiglu(gate_up, T, F, out, isa) -> the path that ran */
+static PyObject *py_swiglu(PyObject *self, PyObject *args) {
     Py_buffer gu, out;
-    int T, F;
-    if (!PyArg_ParseTuple(args, "y*iiw*", &gu, &T, &F, &out)) return NULL;
+    int T, F, isa;
+    if (!PyArg_ParseTuple(args, "y*iiw*i", &gu, &T, &F, &out, &isa)) return NULL;
+    if (isa < 0) isa = best_isa();
+    const swiglu_fn fn = isa < QMM_NISAS ? swiglu_path_of(isa) : NULL;
     int bad = too_short(&gu, sizeof(float) * 2 * (size_t)T * F, "gate_up") ||
               too_short(&out, sizeof(float) * (size_t)T * F, "out");
-    if (!bad) { Py_BEGIN_ALLOW_THREADS qmm_swiglu(gu.buf, T, F, out.buf); Py_END_ALLOW_THREADS }
+    if (!bad && !fn) {
+        PyErr_SetString(PyExc_ValueError, "that path is not available");
+        bad = 1;
+    }
+    if (!bad) { Py_BEGIN_ALLOW_THREADS fn(gu.buf, T, F, out.buf); Py_END_ALLOW_THREADS }
     PyBuffer_Release(&gu); PyBuffer_Release(&out);
+    if (bad) return NULL;
+    return PyUnicode_FromString(fn == qmm_swiglu ? "scalar" : "avx2");
+}
+
+static PyObject *py_expf(PyObject *self, PyObject *args) {     /* expf(x, out, n): SwiGLU's exp, the reference's */
+    Py_buffer x, out;
+    int n;
+    if (!PyArg_ParseTuple(args, "y*w*i", &x, &out, &n)) return NULL;
+    int bad = too_short(&x, sizeof(float) * (size_t)n, "x") || too_short(&out, sizeof(float) * (size_t)n, "out");
+    for (int i = 0; !bad && i < n; i++) ((float *)out.buf)[i] = qmm_expf(((const float *)x.buf)[i]);
+    PyBuffer_Release(&x); PyBuffer_Release(&out);
     if (bad) return NULL;
     Py_RETURN_NONE;
 }
@@ -469,7 +496,8 @@ static PyMethodDef methods[] = {
                                               "new_v, ldn, o, ldo, scratch, threads, isa) -> path"},
     {"attention_scratch", py_attention_scratch, METH_VARARGS, "attention_scratch(R, H, D, N) -> floats"},
     {"rmsnorm", py_rmsnorm, METH_VARARGS, "rmsnorm(x, gamma, eps, T, d, y)"},
-    {"swiglu", py_swiglu, METH_VARARGS, "swiglu(gate_up, T, F, out)"},
+    {"swiglu", py_swiglu, METH_VARARGS, "swiglu(gate_up, T, F, out, isa) -> path"},
+    {"expf", py_expf, METH_VARARGS, "expf(x, out, n): SwiGLU's exp, the reference's (tests)"},
     {"rows", py_rows, METH_VARARGS, "rows(type, W, V, K, ids, T, out)"},
     {"nll", py_nll, METH_VARARGS, "nll(logits, M, V, ld, targets, out)"},
     {"matmul", py_matmul, METH_VARARGS, "matmul(((type, W, N, col), ...), x, M, K, Y, ldy, threads, isa, scratch) -> path"},

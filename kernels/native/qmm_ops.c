@@ -14,12 +14,32 @@ void qmm_rmsnorm(const float *x, const float *gamma, float eps, int T, int d, fl
     }
 }
 
-/* gate_up [T, 2F] (gate, then up) -> out [T, F] = silu(gate) * up */
+/* exp(x) by one formula every path spells the same way (qmm_avx2.c's `exp8`; qmm.h's constants): x = n ln2 + r
+ * (Cody-Waite: n * QMM_EXP_C1 exact), exp(r) by Cephes' degree-5 polynomial (S. Moshier, expf.c), times 2^n through
+ * the exponent's bits. 0 below QMM_EXP_LO (exp < 2^-125: 1 + exp(-g) is 1 there anyway), +inf above QMM_EXP_HI, a NaN
+ * kept; within 2 ulp of exp between (tests/kernels/test_rowwise.py). As ggml's SIMD silu, not libm's expf: a few
+ * multiplies and adds, the same in a vector as alone. */
+float qmm_expf(float x) {
+    if (x != x) return x;
+    if (x > QMM_EXP_HI) return INFINITY;
+    if (x < QMM_EXP_LO) return 0.0f;
+    const float n = rintf(x * QMM_LOG2E);
+    const float r = (x - n * QMM_EXP_C1) - n * QMM_EXP_C2;
+    const float p = (((((QMM_EXP_P0 * r + QMM_EXP_P1) * r + QMM_EXP_P2) * r + QMM_EXP_P3) * r + QMM_EXP_P4) * r +
+                     QMM_EXP_P5);
+    const float y = (p * (r * r) + r) + 1.0f;
+    const uint32_t bits = (uint32_t)((int)n + 127) << 23;
+    float scale;
+    memcpy(&scale, &bits, sizeof scale);
+    return y * scale;
+}
+
+/* gate_up [T, 2F] (gate, then up) -> out [T, F] = silu(gate) * up, silu(g) = g / (1 + exp(-g)) */
 void qmm_swiglu(const float *gu, int T, int F, float *out) {
     for (int t = 0; t < T; t++, gu += 2 * F, out += F)
         for (int i = 0; i < F; i++) {
             const float g = gu[i];
-            out[i] = (g / (1.0f + expf(-g))) * gu[F + i];
+            out[i] = (g / (1.0f + qmm_expf(-g))) * gu[F + i];
         }
 }
 
