@@ -1,11 +1,15 @@
 """The native pass's row-wise SwiGLU (kernels/native/qmm_ops.c, qmm_avx2.c): its exp is held to float64's exp, every
-path's bits to the reference's, and the whole to silu(gate) * up in float64."""
+path's bits to the reference's (and the reference's on AArch64, under qemu, to x86's), and the whole to silu(gate) *
+up in float64."""
 from __future__ import annotations
+
+import subprocess
 
 import numpy as np
 import pytest
 
 from kernels import qmatmul
+from tests.kernels.test_qmatmul_neon import CC, NATIVE, QEMU, ROOT
 
 pytestmark = pytest.mark.skipif(not qmatmul.available(), reason="the native kernel is not built")
 
@@ -53,3 +57,23 @@ def test_swiglu_is_silu_of_the_gate_times_up():
     g, up = gu[:, :896].astype(np.float64), gu[:, 896:].astype(np.float64)
     want = g / (1 + np.exp(-g)) * up
     assert np.abs(got - want).max() <= 4e-7 * np.abs(want).max()
+
+
+@pytest.mark.skipif(not (CC and QEMU), reason="needs aarch64-linux-gnu-gcc and qemu-aarch64 on PATH "
+                                              "(apt-get install gcc-aarch64-linux-gnu qemu-user)")
+def test_the_swiglu_reference_gives_x86s_bits_on_aarch64(tmp_path):
+    """kernels/native/qmm_ops.c cross-compiled statically (tests/kernels/swiglu_check.c) and run under qemu-aarch64
+    as the RK3588's big core: multiplies, adds, a division and rintf, no fused multiply-add, so the ISA does not
+    enter (libm's expf, before, was each platform's own)."""
+    exe = tmp_path / "swiglu_check"
+    subprocess.run([CC, "-O3", "-std=gnu11", "-ffp-contract=off", "-fno-fast-math", "-static", f"-I{NATIVE}",
+                    str(ROOT / "tests" / "kernels" / "swiglu_check.c"), str(NATIVE / "qmm_ops.c"),
+                    str(NATIVE / "qmm_ref.c"), "-lm", "-o", str(exe)], check=True, capture_output=True, timeout=300)
+    gu = _gates(np.random.default_rng(5), 3, 1000)
+    (tmp_path / "in").write_bytes(np.int32([3, 1000]).tobytes() + gu.tobytes())
+    run = subprocess.run([QEMU, "-cpu", "cortex-a76", str(exe), str(tmp_path / "in"), str(tmp_path / "out")],
+                         capture_output=True, text=True, timeout=300)
+    assert run.returncode == 0, run.stdout + run.stderr
+    arm = np.frombuffer((tmp_path / "out").read_bytes(), np.float32).reshape(3, 1000)
+    x86 = qmatmul.swiglu(gu, np.empty((3, 1000), np.float32), path="scalar")
+    assert np.array_equal(arm.view(np.uint32), x86.view(np.uint32))
