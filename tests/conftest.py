@@ -58,8 +58,7 @@ def pytest_collection_modifyitems(config, items):
     for item in items:
         if {"default_gguf", "rknn_python"} & set(getattr(item, "fixturenames", ())):
             item.add_marker(pytest.mark.slow)
-        if group := _machine_wide(item):
-            item.add_marker(pytest.mark.xdist_group(group))
+        item.add_marker(pytest.mark.xdist_group(_worker_group(item)))
     # The pair tier runs only when asked for by name (-m pair): the default suite never fetches its 1.6 GB.
     if "pair" not in (config.option.markexpr or ""):
         skip = pytest.mark.skip(reason="the Qwen2.5 pair tier: python -m pytest -m pair")
@@ -68,14 +67,12 @@ def pytest_collection_modifyitems(config, items):
                 item.add_marker(skip)
 
 
-def _machine_wide(item) -> str:
-    """The README runs the suite on two workers (`-n 2 --dist loadgroup`, pytest-xdist); tests that share something
-    machine-wide run on one worker, one at a time: every Ray cluster (`ray start` and `ray.init` share /tmp/ray and
-    Ray's fixed ports; any test whose name or parameters say ray), and the fuzz tests, which check that /dev/shm
-    holds no `ringspec_fuzz_*` segment it did not hold before. Everything else isolates itself already (tmp_path,
-    free ports, shared-memory names that carry the pid, process checks by a per-worker mark)."""
+def _worker_group(item) -> str:
+    """The README runs the suite on two workers (`-n 2 --dist loadgroup`, pytest-xdist), a file's tests on one worker
+    in their order, as a plain run has them (a module's fixtures, such as test_serve.py's server, start once), and
+    every test that starts a Ray cluster on one worker, one at a time (`ray start` and `ray.init` share /tmp/ray and
+    Ray's fixed ports: any test whose name or parameters say ray). Everything else isolates itself already
+    (tmp_path, free ports, shared-memory names that carry the pid, process checks by a per-worker mark)."""
     if "ray" in re.split(r"[^a-z0-9]+", item.name.lower()):
         return "ray"
-    if item.path.name == "test_fuzz.py":
-        return "fuzz"
-    return ""
+    return item.path.relative_to(ROOT).as_posix()

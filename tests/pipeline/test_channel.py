@@ -10,6 +10,7 @@ import sys
 import textwrap
 import time
 import uuid
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -450,23 +451,26 @@ def test_a_planted_header_endpoint_outside_the_ipc_directory_is_never_unlinked(t
     assert victim.read_text() == "keep me"
 
 
-def test_a_header_endpoint_through_a_symlinked_directory_is_not_followed(tmp_path):
+def test_a_header_endpoint_through_a_symlinked_directory_is_not_followed():
     """A socket file with our prefix, reached through a link in the temp directory to a directory elsewhere: the
-    name and prefix are right, the resolved directory is not ours."""
+    name and prefix are right, the resolved directory is not ours. (The directory is a short one of its own: a
+    socket's path has room for 107 bytes, which pytest's tmp_path under a worker of pytest-xdist can pass.)"""
+    import shutil
     import tempfile
-    elsewhere = tmp_path / "elsewhere"
-    elsewhere.mkdir()
+    elsewhere = Path(tempfile.mkdtemp(prefix="rs-else-"))
     name = _spec("linkdir").segment_name
     target = elsewhere / f"{name}.ipc"
-    _socket_file(str(target))
     link = os.path.join(tempfile.gettempdir(), f"ringspec_link_{uuid.uuid4().hex[:8]}")
-    os.symlink(elsewhere, link)
     try:
+        _socket_file(str(target))
+        os.symlink(elsewhere, link)
         _plant(name, endpoint=f"ipc://{link}/{name}.ipc")
         assert name in cleanup_stale(PREFIX + "test_")
         assert target.exists()
     finally:
-        os.unlink(link)
+        if os.path.islink(link):
+            os.unlink(link)
+        shutil.rmtree(elsewhere)
 
 
 def test_a_symlink_in_dev_shm_is_neither_followed_nor_unlinked(tmp_path):
