@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import os
-import re
 import sys
 from pathlib import Path
 
@@ -58,21 +57,9 @@ def pytest_collection_modifyitems(config, items):
     for item in items:
         if {"default_gguf", "rknn_python"} & set(getattr(item, "fixturenames", ())):
             item.add_marker(pytest.mark.slow)
-        item.add_marker(pytest.mark.xdist_group(_worker_group(item)))
     # The pair tier runs only when asked for by name (-m pair): the default suite never fetches its 1.6 GB.
     if "pair" not in (config.option.markexpr or ""):
         skip = pytest.mark.skip(reason="the Qwen2.5 pair tier: python -m pytest -m pair")
         for item in items:
             if "pair" in item.keywords:
                 item.add_marker(skip)
-
-
-def _worker_group(item) -> str:
-    """The README runs the suite on two workers (`-n 2 --dist loadgroup`, pytest-xdist), a file's tests on one worker
-    in their order, as a plain run has them (a module's fixtures, such as test_serve.py's server, start once), and
-    every test that starts a Ray cluster on one worker, one at a time (`ray start` and `ray.init` share /tmp/ray and
-    Ray's fixed ports: any test whose name or parameters say ray). Everything else isolates itself already
-    (tmp_path, free ports, shared-memory names that carry the pid, process checks by a per-worker mark)."""
-    if "ray" in re.split(r"[^a-z0-9]+", item.name.lower()):
-        return "ray"
-    return item.path.relative_to(ROOT).as_posix()
