@@ -454,7 +454,7 @@ def test_a_planted_header_endpoint_outside_the_ipc_directory_is_never_unlinked(t
 def test_a_header_endpoint_through_a_symlinked_directory_is_not_followed():
     """A socket file with our prefix, reached through a link in the temp directory to a directory elsewhere: the
     name and prefix are right, the resolved directory is not ours. (The directory is a short one of its own: a
-    socket's path has room for 107 bytes, which pytest's tmp_path under a worker of pytest-xdist can pass.)"""
+    socket's path has room for 107 bytes, which pytest's tmp_path can pass, e.g. under pytest-xdist's workers.)"""
     import shutil
     import tempfile
     elsewhere = Path(tempfile.mkdtemp(prefix="rs-else-"))

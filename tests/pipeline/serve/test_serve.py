@@ -386,7 +386,7 @@ def test_every_line_reaches_the_ring_while_questions_are_served(server):
 def test_ctrl_c_to_the_servers_process_group_drains_it(server):
     """Ends the module's server as a terminal's Ctrl-C would: SIGINT to every process of its group. The actors ignore
     it, the launcher drains them: exit 0, no traceback, the journal's final record written (after the whole stream,
-    which this test waits for itself: under pytest-xdist it may be the first of the module's tests to run)."""
+    which this test waits for itself: run alone, with -k or by a parallel runner, it is the module's first test)."""
     server.wait_for(lambda: server.health()["stream_ended"], "the stream ending")
     os.killpg(server.proc.pid, signal.SIGINT)
     wait_for(lambda: server.proc.poll() is not None, "the server draining", pids=[server.proc.pid], hang_s=300)
