@@ -13,20 +13,14 @@ import pytest
 
 from kernels import qmatmul
 from tests.kernels.test_attention import SHAPES, Case, _bits
-from tests.kernels.test_qmatmul_neon import CC, NATIVE, QEMU, ROOT
+from tests.kernels.test_qmatmul_neon import QEMU, cross_compile, needs
 
-pytestmark = [pytest.mark.skipif(not (CC and QEMU), reason="needs aarch64-linux-gnu-gcc and qemu-aarch64 on PATH "
-                                                           "(apt-get install gcc-aarch64-linux-gnu qemu-user)"),
-              pytest.mark.skipif(not qmatmul.available(), reason=qmatmul.MISSING)]
+pytestmark = [needs, pytest.mark.skipif(not qmatmul.available(), reason=qmatmul.MISSING)]
 
 
 @pytest.fixture(scope="module")
 def attn_check(tmp_path_factory):
-    exe = tmp_path_factory.mktemp("arm") / "attn_check"
-    subprocess.run([CC, "-O3", "-std=gnu11", "-ffp-contract=off", "-fno-fast-math", "-static", f"-I{NATIVE}",
-                    str(ROOT / "tests" / "kernels" / "attn_check.c"), str(NATIVE / "attn.c"), "-lm", "-o", str(exe)],
-                   check=True, capture_output=True, timeout=300)
-    return exe
+    return cross_compile(tmp_path_factory.mktemp("arm") / "attn_check", "attn_check.c", "attn.c")
 
 
 def _write(case: Case, path) -> None:

@@ -22,14 +22,19 @@ needs = pytest.mark.skipif(not (CC and QEMU), reason="needs aarch64-linux-gnu-gc
                                                      "(apt-get install gcc-aarch64-linux-gnu qemu-user)")
 
 
+def cross_compile(exe: Path, harness: str, *sources: str) -> Path:
+    """tests/kernels/`harness` with kernels/native's `sources`, built for AArch64 statically, with the flags setup.py
+    gives the module (no fused multiply-add, no fast math); the tests run it under qemu-aarch64."""
+    subprocess.run([CC, "-O3", "-std=gnu11", "-ffp-contract=off", "-fno-fast-math", "-static", f"-I{NATIVE}",
+                    str(ROOT / "tests" / "kernels" / harness), *(str(NATIVE / s) for s in sources), "-lm", "-o",
+                    str(exe)], check=True, capture_output=True, timeout=300)
+    return exe
+
+
 @pytest.fixture(scope="module")
 def qmm_check(tmp_path_factory) -> Path:
-    """The check, built once for both CPUs: statically, with the flags setup.py gives the module."""
-    exe = tmp_path_factory.mktemp("neon") / "qmm_check"
-    subprocess.run([CC, "-O3", "-std=gnu11", "-ffp-contract=off", "-fno-fast-math", "-static", f"-I{NATIVE}",
-                    str(ROOT / "tests" / "kernels" / "qmm_check.c"), str(NATIVE / "qmm_ref.c"),
-                    str(NATIVE / "qmm_neon.c"), "-lm", "-o", str(exe)], check=True, capture_output=True, timeout=300)
-    return exe
+    """The check, built once for both CPUs."""
+    return cross_compile(tmp_path_factory.mktemp("neon") / "qmm_check", "qmm_check.c", "qmm_ref.c", "qmm_neon.c")
 
 
 @needs

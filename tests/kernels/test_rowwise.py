@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from kernels import qmatmul
-from tests.kernels.test_qmatmul_neon import CC, NATIVE, QEMU, ROOT
+from tests.kernels.test_qmatmul_neon import QEMU, cross_compile, needs
 
 pytestmark = pytest.mark.skipif(not qmatmul.available(), reason="the native kernel is not built")
 
@@ -59,16 +59,12 @@ def test_swiglu_is_silu_of_the_gate_times_up():
     assert np.abs(got - want).max() <= 4e-7 * np.abs(want).max()
 
 
-@pytest.mark.skipif(not (CC and QEMU), reason="needs aarch64-linux-gnu-gcc and qemu-aarch64 on PATH "
-                                              "(apt-get install gcc-aarch64-linux-gnu qemu-user)")
+@needs
 def test_the_swiglu_reference_gives_x86s_bits_on_aarch64(tmp_path):
     """kernels/native/qmm_ops.c cross-compiled statically (tests/kernels/swiglu_check.c) and run under qemu-aarch64
     as the RK3588's big core: multiplies, adds, a division and rintf, no fused multiply-add, so the ISA does not
     enter (libm's expf, before, was each platform's own)."""
-    exe = tmp_path / "swiglu_check"
-    subprocess.run([CC, "-O3", "-std=gnu11", "-ffp-contract=off", "-fno-fast-math", "-static", f"-I{NATIVE}",
-                    str(ROOT / "tests" / "kernels" / "swiglu_check.c"), str(NATIVE / "qmm_ops.c"),
-                    str(NATIVE / "qmm_ref.c"), "-lm", "-o", str(exe)], check=True, capture_output=True, timeout=300)
+    exe = cross_compile(tmp_path / "swiglu_check", "swiglu_check.c", "qmm_ops.c", "qmm_ref.c")
     gu = _gates(np.random.default_rng(5), 3, 1000)
     (tmp_path / "in").write_bytes(np.int32([3, 1000]).tobytes() + gu.tobytes())
     run = subprocess.run([QEMU, "-cpu", "cortex-a76", str(exe), str(tmp_path / "in"), str(tmp_path / "out")],

@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import multiprocessing as mp
 import os
+import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import textwrap
 import time
 import uuid
@@ -455,8 +457,6 @@ def test_a_header_endpoint_through_a_symlinked_directory_is_not_followed():
     """A socket file with our prefix, reached through a link in the temp directory to a directory elsewhere: the
     name and prefix are right, the resolved directory is not ours. (The directory is a short one of its own: a
     socket's path has room for 107 bytes, which pytest's tmp_path can pass, e.g. under pytest-xdist's workers.)"""
-    import shutil
-    import tempfile
     elsewhere = Path(tempfile.mkdtemp(prefix="rs-else-"))
     name = _spec("linkdir").segment_name
     target = elsewhere / f"{name}.ipc"
