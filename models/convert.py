@@ -192,7 +192,7 @@ def convert(gguf_path: str | os.PathLike, out_dir: str | os.PathLike, progress: 
     bar.update(1)
     bar.close()
 
-    tok = Tokenizer.from_gguf(model.reader)
+    tok = Tokenizer.from_gguf(model.path)
     os.replace(tmp_weights, out / WEIGHTS)
     card = {
         "format": FORMAT,
@@ -234,8 +234,8 @@ def _target_ids(model: GGUFModel) -> list[int] | None:
 
 def _type_counts(model: GGUFModel) -> dict[str, int]:
     counts: dict[str, int] = {}
-    for t in model.reader.tensors:
-        counts[t.tensor_type.name] = counts.get(t.tensor_type.name, 0) + 1
+    for t in model.tensors.values():
+        counts[t.type] = counts.get(t.type, 0) + 1
     return counts
 
 

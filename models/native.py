@@ -76,8 +76,7 @@ class NativeWeights:
         if not source.exists():
             raise NativeUnavailable(f"the native pass reads the GGUF {model_dir.name} was converted from, {source}, "
                                     "which is gone: convert the model again, or use [model] kernel = \"nbits\"")
-        self.gguf = GGUFModel(source)   # dropped after: its parsed metadata (the tokenizer's) is ~150 MB for a
-        # 49k vocabulary, the tensors' views hold only the mapped file
+        self.gguf = GGUFModel(source)   # dropped after: the tensors' views hold the mapped file
         self._stored = np.memmap(model_dir / "weights.bin", np.uint8, mode="r")
         self.card = card
         cfg = card["config"]
