@@ -20,6 +20,7 @@ from pathlib import Path
 
 from models.convert import run_convert
 from models.registry import rknn_python
+from models.runner import KERNELS
 from pipeline import config
 from pipeline.launch.memory import parse_size, plan
 from pipeline.decode.exactness import doctor
@@ -109,8 +110,9 @@ def add_model_flags(p) -> None:
             "\"default\" (= smollm2-135m, SmolLM2-135M-Instruct Q4_1), qwen2.5-coder-0.5b, qwen2.5-coder-1.5b "
             "(Qwen2.5-Coder-Instruct Q4_K_M, 491 MB / 1.1 GB)")
     add_key(p, "--threads", "model.threads", "ONNX Runtime intra-op threads", type=int)
-    add_key(p, "--kernel", "model.kernel", "the linears' kernel: nbits (ONNX Runtime's MatMulNBits) or native (ours, "
-            "over the GGUF's blocks as stored; docs/kernel.md)", choices=("nbits", "native"))
+    add_key(p, "--kernel", "model.kernel", "the pass's kernel: native (ours, over the GGUF's blocks as stored; "
+            "docs/kernel.md), nbits (ONNX Runtime's MatMulNBits) or auto (native where it reads the model)",
+            choices=KERNELS)
 
 
 def _decoding(p) -> None:

@@ -11,7 +11,7 @@ import sys
 from bench import (agreement, answers, chaos, distill, draftscan, fuzz, ingest, npu, operators, opprofile, perplexity,
                    pipeline_vs_serial, projection, quality, recall, soak, speed, streams)
 from models.npu_runner import NPU_DTYPES
-from models.runner import KV_DTYPES
+from models.runner import KERNELS, KV_DTYPES
 from run import MEASURING, ROOT, add_key, add_model_flags, add_verb, given_keys, main, profile_of
 
 SHARED = ROOT.parent / "shared"
@@ -74,8 +74,8 @@ def parser() -> argparse.ArgumentParser:
     add_key(p, "--model", "model.gguf", "the target of every system: a GGUF or a model name (run.py generate "
             "--help lists them)")
     add_key(p, "--threads", "model.threads", "ONNX Runtime threads of every system", type=int)
-    add_key(p, "--kernel", "model.kernel", "the linears' kernel of every ringspec system: nbits (MatMulNBits) or "
-            "native (docs/kernel.md)", choices=("nbits", "native"))
+    add_key(p, "--kernel", "model.kernel", "the pass's kernel of every ringspec system: native (docs/kernel.md), "
+            "nbits (MatMulNBits) or auto (native where it reads the model)", choices=KERNELS)
     add_key(p, "--draft-model", "draft.model",
             "the neural draft of the draft and hybrid systems (none: leave them out)")
     p.add_argument("--no-llama-cpp", action="store_true", help="leave llama.cpp out even when installed")

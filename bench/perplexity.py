@@ -134,13 +134,14 @@ def evaluate_stream(log: str, fmt: str | None = None, modes=MODES, sink: int = 4
     if "recompute" in modes and not 1 <= stride <= window / 8:
         raise ValueError(f"recompute stride {stride} must be in 1..W/8 = {window / 8:g} (W >= 8)")
     path = Model.of(gguf).gguf
-    cfg = load_card(converted_dir(path))["config"]
+    card = load_card(converted_dir(path))
+    cfg = card["config"]
     ids = stream_ids(log, fmt, gguf, max_tokens) if ids is None else np.asarray(ids, np.int64)
     n = len(ids)
     if n < 2:
         raise ValueError(f"the stream has {n} token(s); scoring needs at least 2")
     wrap = sink + window
-    kv_bytes = kv_bytes_per_slot(cfg, config.parse({}).model.runner_options().pool_dtype)   # _engine's
+    kv_bytes = kv_bytes_per_slot(cfg, config.parse({}).model.runner_options().resolved(card).pool_dtype)   # _engine's
     meta = {"log": str(log), "n_tokens": n, "sink": sink, "window": window, "chunk": chunk, "threads": threads,
             "wrap_position": wrap, "n_scored_post_wrap": max(0, n - wrap),
             "post_wrap_target": 10 * wrap, "post_wrap_target_met": n - wrap >= 10 * wrap,

@@ -130,6 +130,12 @@ def head_source(tied: bool) -> str:
     return "token_embd.weight" if tied else "output.weight"
 
 
+def linear_sources(n_layers: int, tied: bool) -> list[str]:
+    """Every GGUF tensor a linear is made of: the layers' and the head's."""
+    return [f"blk.{i}.{s}.weight" for i in range(n_layers) for srcs in LAYER_LINEARS.values() for s in srcs] + \
+        [head_source(tied)]
+
+
 def linears(card: dict) -> list[dict]:
     """Every linear of a converted model: the card's own (the head), then each layer's QKV, output, gate/up, down."""
     return list(card["linears"].values()) + [layer[k] for layer in card["layers"]

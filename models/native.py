@@ -19,6 +19,7 @@ none on this kernel).
 """
 from __future__ import annotations
 
+import functools
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -27,13 +28,39 @@ import numpy as np
 
 from kernels import attention, qmatmul
 
-from .convert import LAYER_LINEARS, head_source
+from .convert import LAYER_LINEARS, head_source, linear_sources
 from .gguf import GGUFModel
 from .graph import planted_fault
 
 
 class NativeUnavailable(RuntimeError):
     """The native pass cannot run this model here (the kernel not built, a weight type it does not read)."""
+
+
+def unreadable(card: dict) -> str:
+    """Why the native pass cannot run this converted model here ("" when it can): the kernel not built, the GGUF it
+    was converted from gone, or a linear of a type the kernel does not read (a float32 or float16 weight). `[model]
+    kernel = "auto"` runs MatMulNBits then (models/runner.py `RunnerOptions.resolved`)."""
+    if not qmatmul.available():
+        return qmatmul.MISSING
+    source = Path(card["source"]["path"])
+    if not source.exists():
+        return (f"the native pass reads the GGUF the model was converted from, {source}, which is gone: convert the "
+                f"model again, or use [model] kernel = \"nbits\"")
+    stat = source.stat()
+    return _unread_types(str(source), stat.st_size, stat.st_mtime_ns, card["config"]["n_layers"],
+                         card["config"]["tied_embeddings"])
+
+
+@functools.lru_cache(maxsize=16)
+def _unread_types(source: str, size: int, mtime_ns: int, n_layers: int, tied: bool) -> str:
+    """The first linear of `source` the kernel does not read, said ("" if none); keyed by the file's size and time."""
+    model = GGUFModel(source)
+    for name in linear_sources(n_layers, tied):
+        if model.tensor_type(name) not in qmatmul.BLOCK_BYTES:
+            return (f"{Path(source).name}: {name} is {model.tensor_type(name)}, a type the native kernel does not read "
+                    f"({', '.join(qmatmul.TYPES)}); use [model] kernel = \"nbits\"")
+    return ""
 
 
 @dataclass
@@ -57,9 +84,6 @@ class Linear:
 
 def _quantized(model: GGUFModel, name: str) -> tuple[str, np.ndarray]:
     qtype = model.tensor_type(name)
-    if qtype not in qmatmul.BLOCK_BYTES:
-        raise NativeUnavailable(f"{model.path.name}: {name} is {qtype}, a type the native kernel does not read "
-                                f"({', '.join(qmatmul.TYPES)}); use [model] kernel = \"nbits\"")
     rows, k = model.tensor_shape(name)
     raw = np.asarray(model.tensor(name))
     return qtype, raw.reshape(rows, k // qmatmul.BLOCK_WEIGHTS[qtype] * qmatmul.BLOCK_BYTES[qtype])
@@ -70,13 +94,9 @@ class NativeWeights:
     converted weights (float32, small)."""
 
     def __init__(self, model_dir: Path, card: dict):
-        if not qmatmul.available():
-            raise NativeUnavailable(qmatmul.MISSING)
-        source = Path(card["source"]["path"])
-        if not source.exists():
-            raise NativeUnavailable(f"the native pass reads the GGUF {model_dir.name} was converted from, {source}, "
-                                    "which is gone: convert the model again, or use [model] kernel = \"nbits\"")
-        self.gguf = GGUFModel(source)   # dropped after: the tensors' views hold the mapped file
+        if reason := unreadable(card):
+            raise NativeUnavailable(reason)
+        self.gguf = GGUFModel(card["source"]["path"])   # dropped after: the tensors' views hold the mapped file
         self._stored = np.memmap(model_dir / "weights.bin", np.uint8, mode="r")
         self.card = card
         cfg = card["config"]

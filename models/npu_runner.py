@@ -97,8 +97,10 @@ class StaticRunner(Runner):
         if self.npu_lock:
             self.npu_lock.acquire(f"draft model {Path(model_dir).name}")
         try:
-            # the graphs take the pools as float32 host arrays, whatever the CPU pass's own type would be
-            super().__init__(model_dir, spec, dataclasses.replace(opts, kv_dtype="float32"), shares=shares)
+            # the graphs take the pools as float32 host arrays, whatever the CPU pass's own type would be; its passes
+            # are graphs (ONNX Runtime's or the NPU's), never the native pass
+            super().__init__(model_dir, spec, dataclasses.replace(opts, kv_dtype="float32", kernel="nbits"),
+                             shares=shares)
         except BaseException:
             self.close()
             raise

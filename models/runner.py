@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import os
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import numpy as np
@@ -28,7 +28,7 @@ from kernels.ring import NEG, RingSpec
 from kernels.rope import rope_inv_freq, rope_tables, rope_tables_float32, sink_query_positions
 from models.convert import load_card
 from models.graph import SOFTMAX_ROWS, ensure_graph
-from models.native import NativeSession
+from models.native import NativeSession, unreadable
 
 
 @dataclass
@@ -50,6 +50,7 @@ class Staged:
 
 
 KV_DTYPES = ("auto", "float16", "float32")      # RunnerOptions.kv_dtype's choices
+KERNELS = ("auto", "native", "nbits")           # RunnerOptions.kernel's choices
 
 
 @dataclass(frozen=True)
@@ -64,11 +65,21 @@ class RunnerOptions:
     trees: bool = False         # the token-tree graph (models.graph): every pass lays rows out along their root path
     batch_invariant: bool = True  # no operator sees one row (see the module docstring); off only to measure its cost
     profile: str = ""           # a file prefix: ONNX Runtime's profiler records every node (bench/opprofile.py)
-    kernel: str = "nbits"       # the linears: "nbits" (ONNX Runtime's MatMulNBits) | "native" (models/native.py)
+    kernel: str = "auto"        # the pass: "native" (models/native.py) | "nbits" (ONNX Runtime's MatMulNBits) |
+    # "auto": native where it reads the model here (`resolved`), else nbits
 
     def __post_init__(self):
         if self.kv_dtype not in KV_DTYPES:
             raise ValueError(f"kv_dtype = {self.kv_dtype!r}: expected one of {', '.join(KV_DTYPES)}")
+        if self.kernel not in KERNELS:
+            raise ValueError(f"kernel = {self.kernel!r}: expected one of {', '.join(KERNELS)}")
+
+    def resolved(self, card: dict) -> RunnerOptions:
+        """These options for the model of `card`, the kernel named: "auto" is the native pass unless
+        `models.native.unreadable` says why not (no compiler at install, a float32 or float16 linear)."""
+        if self.kernel != "auto":
+            return self
+        return replace(self, kernel="nbits" if unreadable(card) else "native")
 
     @property
     def pool_dtype(self) -> str:
@@ -77,6 +88,9 @@ class RunnerOptions:
         MatMulNBits (ONNX Runtime casts a float16 pool to float32 every pass: docs/speed.md)."""
         if self.kv_dtype != "auto":
             return self.kv_dtype
+        if self.kernel == "auto":
+            raise ValueError("the pools' type follows the kernel: resolve \"auto\" with the model's card first "
+                             "(RunnerOptions.resolved)")
         return "float16" if self.kernel == "native" else "float32"
 
 
@@ -84,6 +98,7 @@ def open_session(model_dir: Path, card: dict, spec: RingSpec, opts: RunnerOption
                  streams: int = 1) -> ort.InferenceSession:
     """The session of the dynamic graph for these pools and options (`streams`: a pass over that many streams' rows,
     models/streams.py), built on first use; with `kernel = "native"`, the native pass speaking its contract."""
+    opts = opts.resolved(card)
     threads = min(opts.threads, len(os.sched_getaffinity(0)))      # no more than the CPUs it may use (either kernel)
     if opts.kernel == "native":
         return NativeSession(Path(model_dir), card, spec.sink, spec.ring, threads, opts.pool_dtype, opts.trees,
@@ -113,8 +128,9 @@ class Runner:
         (models/streams.py); `forward` then cannot be called. shares: a runner of the same model, pools and options
         whose session this one runs its passes on (several streams' drafts in one process: the weights loaded once),
         with pools, buffers and a binding of its own."""
-        self.model_dir, self.spec, self.opts = Path(model_dir), spec, opts
         self.card = load_card(model_dir)
+        opts = opts.resolved(self.card)
+        self.model_dir, self.spec, self.opts = Path(model_dir), spec, opts
         cfg = self.cfg = self.card["config"]
         L, KVH, D = cfg["n_layers"], cfg["n_kv_heads"], cfg["head_dim"]
         S, R, T = spec.sink, spec.ring, opts.max_rows

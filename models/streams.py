@@ -78,9 +78,10 @@ class Streams:
         if 2 * sizes[-1] > SOFTMAX_ROWS:
             raise ValueError(f"a graph of {sizes[-1]} streams' slots: a pass carries at most {SOFTMAX_ROWS} rows, 2 "
                              f"per slot")
-        self.spec, self.opts, self.n, self.widest = spec, opts, streams, sizes[-1]
         self.runners = [Runner(model_dir, spec, opts, session=False) for _ in range(streams)]
         first = self.runners[0]
+        opts = first.opts                                  # the kernel named ("auto" resolved for this model)
+        self.spec, self.opts, self.n, self.widest = spec, opts, streams, sizes[-1]
         cfg = first.cfg
         L, KVH, D, V = cfg["n_layers"], cfg["n_kv_heads"], cfg["head_dim"], cfg["vocab_size"]
         self.graphs = [_Graph(open_session(Path(model_dir), first.card, spec, opts, c), c) for c in sizes]

@@ -22,7 +22,7 @@ from kernels.sampling import SamplingParams
 from models.graph import SOFTMAX_ROWS
 from models.handle import Model
 from models.npu_runner import NPU_DTYPES
-from models.runner import KV_DTYPES, RunnerOptions
+from models.runner import KERNELS, KV_DTYPES, RunnerOptions
 
 ROOT = Path(__file__).resolve().parents[1]
 DEFAULT_PROFILE = ROOT / "configs" / "default.toml"
@@ -39,8 +39,9 @@ class ModelSection:
     max_rows: int = RunnerOptions.max_rows      # largest verify block in one target pass
     prefill_rows: int = 32                      # rows of a prefill pass, and its grid (docs/operators.md, "Ingest")
     accuracy_level: int = RunnerOptions.accuracy_level
-    kernel: str = RunnerOptions.kernel          # the pass: "nbits" (ONNX Runtime's MatMulNBits) | "native" (our own
-    # matmul over the GGUF's blocks as stored and our own attention, no ONNX Runtime session: models/native.py)
+    kernel: str = RunnerOptions.kernel          # the pass: "native" (our own matmul over the GGUF's blocks as stored
+    # and our own attention, no ONNX Runtime session: models/native.py) | "nbits" (ONNX Runtime's MatMulNBits) |
+    # "auto": native where it reads the model here, else nbits (RunnerOptions.resolved)
     kv_dtype: str = RunnerOptions.kv_dtype      # the K/V pools: "float16" | "float32" | "auto": float16 on the native
     # pass (read in place: half the bytes a token), float32 on nbits (ONNX Runtime would cast it every pass)
     spin: bool = RunnerOptions.spin             # ONNX Runtime's threads spin-wait between ops
@@ -353,7 +354,7 @@ def ring_spec(cfg: Config, head: int = 0, scratch: int = 0) -> RingSpec:
                     cfg.cache.window + max(cfg.cache.slack, scratch + rows))
 
 
-_CHOICES = {("model", "kernel"): ("nbits", "native"), ("model", "kv_dtype"): KV_DTYPES,
+_CHOICES = {("model", "kernel"): KERNELS, ("model", "kv_dtype"): KV_DTYPES,
             ("draft", "kind"): ("none", "suffix", "model", "hybrid"), ("draft", "backend"): ("onnx", "rknn"),
             ("draft", "npu_dtype"): NPU_DTYPES,
             ("board", "npu"): ("", "rknpu2"), ("replay", "format"): ("", "plain", "csv", "jsonl"),

@@ -51,7 +51,7 @@ def make_draft(cfg: Config, spec: RingSpec, target_vocab: int | None = None, sha
 
 
 def _chain_draft(kind: str, spec: RingSpec, params: SamplingParams, draft: Model | None, max_rows: int, threads: int,
-                 target_vocab: int | None, min_confidence: float, backend: str, shared: list, kernel: str = "nbits",
+                 target_vocab: int | None, min_confidence: float, backend: str, shared: list, kernel: str,
                  npu_dtype: str = "float16"):
     if kind == "none":
         return NoDraft()

@@ -21,7 +21,7 @@ import numpy as np
 
 from kernels import qmatmul
 from kernels.ring import RingSpec
-from models.convert import LAYER_LINEARS, head_source
+from models.convert import linear_sources
 from models.gguf import GGUFModel
 from models.opcheck import families, native_attention_families, native_families, pool_attention
 from models.platform import facts
@@ -215,10 +215,8 @@ class DoctorReport(Report):
 def native_types(card: dict) -> dict[tuple[int, int], set[str]]:
     """(K, N) -> the GGUF types of the model's linears of that shape, read from the source GGUF's metadata."""
     gguf = GGUFModel(card["source"]["path"])
-    names = [f"blk.{i}.{s}.weight" for i in range(card["config"]["n_layers"]) for srcs in LAYER_LINEARS.values()
-             for s in srcs] + [head_source(card["config"]["tied_embeddings"])]
     out: dict[tuple[int, int], set[str]] = {}
-    for name in names:
+    for name in linear_sources(card["config"]["n_layers"], card["config"]["tied_embeddings"]):
         n, k = gguf.tensor_shape(name)
         if gguf.tensor_type(name) in qmatmul.BLOCK_BYTES:
             out.setdefault((k, n), set()).add(gguf.tensor_type(name))
@@ -251,14 +249,14 @@ def doctor(cfg: Config) -> DoctorReport:
         del runner
     card = cfg.target.card
     found = families(card, threads, accuracy_level, pool=ring_spec(cfg).pool_slots)
+    opts = cfg.model.runner_options().resolved(card)
     if qmatmul.available():         # the native kernel's families: needed when the model runs on it
-        found += native_families(native_types(card), needed=cfg.model.kernel == "native")
-        found += native_attention_families(card["config"], needed=cfg.model.kernel == "native",
-                                           pools=cfg.model.runner_options().pool_dtype)
+        found += native_families(native_types(card), needed=opts.kernel == "native")
+        found += native_attention_families(card["config"], needed=opts.kernel == "native", pools=opts.pool_dtype)
     ops = [{"family": f.name, "shapes": f.shapes, "varied": f.varied, "differs_at": list(f.differs_at),
             "max_abs": f.max_abs, "needed": f.needed, "holds": f.holds} for f in found]
     return DoctorReport({"platform": facts(), "model": str(model_dir), "threads": threads,
-                         "accuracy_level": accuracy_level, "kernel": cfg.model.kernel, "operators": ops,
+                         "accuracy_level": accuracy_level, "kernel": opts.kernel, "operators": ops,
                          "passes": passes,
                          "exact": passes["chain"]["invariant"] and passes["tree"]["invariant"] and
                          all(op["holds"] for op in ops)})

@@ -180,10 +180,11 @@ def plan(cfg: Config, ram: int | None = None, node: str | None = None) -> Plan:
     terms: list[Term] = []
     target_dir, target = cfg.target.dir, cfg.target.card
     streams = streams_of(cfg)
+    opts = cfg.model.runner_options().resolved(target)
     terms += _model_terms(home_of("target"), "target", target, target_dir, spec, cfg.model.max_rows, "model.gguf",
                           npu=False, pools=len(streams),           # one pool per stream in the one target
-                          lone_graph=len(streams) > 1 and cfg.model.lone_graph, kernel=cfg.model.kernel,
-                          kv_dtype=cfg.model.runner_options().pool_dtype)
+                          lone_graph=len(streams) > 1 and cfg.model.lone_graph, kernel=opts.kernel,
+                          kv_dtype=opts.pool_dtype)
     slots = cfg.model.graph_sizes(len(streams))[-1]
     if slots > 1:                             # the several-stream graph's slots beyond the one its session counts
         terms.append(Term(home_of("target"), f"graph slots x {slots - 1} added",
@@ -191,11 +192,12 @@ def plan(cfg: Config, ram: int | None = None, node: str | None = None) -> Plan:
                           "model.pass_streams"))
     vocab = target["config"]["vocab_size"]
     if cfg.draft.uses_model:                  # one draft actor for the node's streams: the model once, a pool each
-        draft_dir = cfg.draft_model.dir
-        terms += _model_terms(home_of("draft"), "draft", cfg.draft_model.card, draft_dir, spec, cfg.model.max_rows,
+        draft_dir, draft = cfg.draft_model.dir, cfg.draft_model.card
+        opts = RunnerOptions(kernel=cfg.model.kernel).resolved(draft)      # assemble's draft
+        terms += _model_terms(home_of("draft"), "draft", draft, draft_dir, spec, cfg.model.max_rows,
                               "draft.model", npu=cfg.draft.backend == "rknn", pools=len(streams),
-                              buffers=len(streams), kernel=cfg.model.kernel, npu_dtype=cfg.draft.npu_dtype,
-                              kv_dtype=RunnerOptions(kernel=cfg.model.kernel).pool_dtype)    # assemble's draft
+                              buffers=len(streams), kernel=opts.kernel, npu_dtype=cfg.draft.npu_dtype,
+                              kv_dtype=opts.pool_dtype)
     for name, scfg in streams:                # a group's actors serve every stream: its channels are theirs
         if not serial:
             for ch_name, ch in channels(scfg, spec, vocab, "plan").items():

@@ -15,7 +15,7 @@ import pytest
 from kernels import qmatmul
 from kernels.ring import RingSpec
 from models.graph import PLANT_ENV
-from models.native import NativeUnavailable
+from models.native import NativeUnavailable, unreadable
 from models.runner import Runner, RunnerOptions
 from models.streams import Streams
 from pipeline import config
@@ -117,6 +117,27 @@ def test_a_weight_the_kernel_does_not_read_is_refused_by_name(tmp_path):
     model_dir = converted_tiny(tmp_path, weight_type="F32")
     with pytest.raises(NativeUnavailable, match=r"blk\.0\.attn_q\.weight is F32.*kernel = \"nbits\""):
         Runner(model_dir, RingSpec(4, 32, 48), NATIVE)
+
+
+def test_auto_runs_the_native_pass_where_it_reads_the_model_and_matmulnbits_where_not(tiny, tmp_path, monkeypatch):
+    """`kernel = "auto"` (the default): native on a quantized model; MatMulNBits, with the reason kept, on a float32
+    linear and on a machine whose kernel was not built, where "native" named outright is refused."""
+    auto, spec = RunnerOptions(threads=2, max_rows=16), RingSpec(4, 32, 48)
+    assert auto.kernel == "auto" and config.parse({}).model.kernel == "auto"
+    with pytest.raises(ValueError, match="resolve"):
+        auto.pool_dtype
+    quantized = Runner(tiny, spec, auto)
+    assert (quantized.opts.kernel, quantized.opts.pool_dtype, quantized.padded) == ("native", "float16", False)
+    assert type(quantized.session).__name__ == "NativeSession"
+    floats = Runner(converted_tiny(tmp_path, weight_type="F32"), spec, auto)
+    assert (floats.opts.kernel, floats.opts.pool_dtype, floats.padded) == ("nbits", "float32", True)
+    assert "is F32" in unreadable(floats.card)
+    monkeypatch.setattr(qmatmul, "_qmm", None)                  # a machine without a compiler at install
+    monkeypatch.setattr(qmatmul, "MISSING", "the native kernel is not built (no compiler)")
+    assert unreadable(quantized.card) == qmatmul.MISSING
+    assert Runner(tiny, spec, auto).opts.kernel == "nbits"
+    with pytest.raises(NativeUnavailable, match="not built"):
+        Runner(tiny, spec, NATIVE)
 
 
 @pytest.mark.parametrize("pools, within", [("float32", 0.002), ("float16", 0.005)])
