@@ -20,6 +20,14 @@ def default_gguf() -> Path:
 
 
 @pytest.fixture(scope="session")
+def default_pool_bytes() -> int:
+    """Bytes of one K or V element in the default profile's pools: its kernel is "auto", and the default model's
+    linears are Q4_1, which the native kernel reads where it is built (float16 pools), else MatMulNBits (float32)."""
+    from kernels import qmatmul
+    return 2 if qmatmul.available() else 4
+
+
+@pytest.fixture(scope="session")
 def fixture_npz():
     import numpy as np
     path = SHARED / "fixtures" / "llamacpp_smollm2_tep.npz"

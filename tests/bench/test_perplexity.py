@@ -67,9 +67,9 @@ def test_recompute_scores_a_chunk_from_a_fresh_pass_over_its_context(result, def
     assert abs(nll(result, "recompute")[t - 1] - want) < 1e-3
 
 
-def test_dense_stops_with_a_reported_count_under_a_tiny_budget(default_gguf):
+def test_dense_stops_with_a_reported_count_under_a_tiny_budget(default_pool_bytes):
     from bench.perplexity import evaluate_stream
-    kv_mb = 2 * 30 * 3 * 64 * 4 / 2**20                        # K and V (float32) of one position, default model
+    kv_mb = 2 * 30 * 3 * 64 * default_pool_bytes / 2**20       # K and V of one position, default model and pools
     out = evaluate_stream(str(LOG), sink=S, window=W, max_tokens=N, modes=("dense",), progress=False,
                           dense_budget_mb=100.5 * kv_mb)
     row = out["modes"]["dense"]

@@ -14,7 +14,7 @@ from tests import procs
 from tests.paths import ROOT
 
 
-def test_a_short_soak_samples_every_actor_and_reports_the_figures(default_gguf, tmp_path):
+def test_a_short_soak_samples_every_actor_and_reports_the_figures(default_gguf, default_pool_bytes, tmp_path):
     log = tmp_path / "loop.log"
     log.write_text("".join(f"12:{i // 60:02d}:{i % 60:02d} PIC{i % 7:03d} H PRESSURE HIGH ALM\n" for i in range(60)))
     profile = tmp_path / "small.toml"
@@ -27,7 +27,7 @@ def test_a_short_soak_samples_every_actor_and_reports_the_figures(default_gguf, 
     assert set(out["actors"]) == {"fork_server", "ingest", "cache_owner", "target", "draft", "output"}
     assert out["segments_growth"] == 0
     header = GGUFModel(default_gguf).config                  # the formula from the file, not from the pool's shape
-    per_slot = 2 * header.n_layers * header.n_kv_heads * (header.d_model // header.n_heads) * 4      # K, V float32
+    per_slot = 2 * header.n_layers * header.n_kv_heads * (header.d_model // header.n_heads) * default_pool_bytes
     mirror = min(out["ring"], out["window"] + 32)         # ring slots stored twice: a pass's view is one slice
     assert out["kv_pool_bytes"] == per_slot * (out["sink"] + out["ring"] + mirror)
     assert out["goals"]["kv_pool_matches_formula"]
@@ -109,8 +109,8 @@ def test_the_archive_figures_start_when_it_first_filled():
     assert report(rows, {}, 100_000, 0, 0, archive_lines=400)["goals"]["archive_disk_bounded"]
 
 
-def test_a_short_serving_soak_samples_the_server_and_its_actors_with_questions_and_vanishing_clients(default_gguf,
-                                                                                                     tmp_path):
+def test_a_short_serving_soak_samples_the_server_and_its_actors_with_questions_and_vanishing_clients(
+        default_gguf, default_pool_bytes, tmp_path):
     log = tmp_path / "loop.log"
     log.write_text("".join(f"12:{i // 60:02d}:{i % 60:02d} PIC{i % 7:03d} H PRESSURE HIGH ALM\n" for i in range(60)))
     profile = tmp_path / "small.toml"
@@ -126,7 +126,7 @@ def test_a_short_serving_soak_samples_the_server_and_its_actors_with_questions_a
     assert out["server_client_disconnects"] >= 1 and out["segments_growth"] == 0
     assert out["archive_turnovers"] >= 5 and out["archive_samples_after_filling"] >= 2
     header = GGUFModel(default_gguf).config
-    per_slot = 2 * header.n_layers * header.n_kv_heads * (header.d_model // header.n_heads) * 4
+    per_slot = 2 * header.n_layers * header.n_kv_heads * (header.d_model // header.n_heads) * default_pool_bytes
     assert out["kv_pool_bytes"] == per_slot * (out["sink"] + out["ring"] + min(out["ring"], out["window"] + 32))
     plan = out["memory_plan"]                # the plan's recorded overheads, checked against a real run's PSS
     assert 0.75 < plan["plan_over_measured"] < 1.33, plan

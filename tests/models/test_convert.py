@@ -68,7 +68,9 @@ def full_cache(max_rows: int) -> RingSpec:
 
 
 def make_runner(model_dir: Path, accuracy_level: int, max_rows: int = 16, kv_dtype: str = "float32") -> Runner:
-    return Runner(model_dir, full_cache(max_rows), RunnerOptions(threads=1, max_rows=max_rows,
+    """The converted graph on ONNX Runtime (`kernel = "nbits"`: what this module tests; the native pass has its own
+    tests, tests/models/test_native.py)."""
+    return Runner(model_dir, full_cache(max_rows), RunnerOptions(threads=1, max_rows=max_rows, kernel="nbits",
                                                                  accuracy_level=accuracy_level, kv_dtype=kv_dtype))
 
 

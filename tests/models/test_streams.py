@@ -107,7 +107,7 @@ def texts(n: int, length: int) -> list[np.ndarray]:
 
 @pytest.mark.parametrize("trees", [False, True])
 def test_each_of_three_streams_gets_its_alone_bits_in_shared_passes(tiny, trees):
-    opts = RunnerOptions(threads=2, max_rows=16, trees=trees)
+    opts = RunnerOptions(threads=2, max_rows=16, kernel="nbits", trees=trees)
     recorded = [decode_alone(tiny, opts, text, np.array([5, 6, 7]), 24, score=n == 1)
                 for n, text in enumerate(texts(3, 90))]
     streams = Streams(tiny, SPEC, 3, opts, sizes=(1, 2, 3))
@@ -122,7 +122,7 @@ def test_each_of_three_streams_gets_its_alone_bits_in_shared_passes(tiny, trees)
 def test_four_streams_taking_turns_in_a_two_slot_graph_get_their_alone_bits(tiny):
     """More streams than the widest graph has slots (`model.pass_streams`): a slot carries one stream's rows, then
     another's (its pools bound in their place), and each stream still gets its alone bits."""
-    opts = RunnerOptions(threads=2, max_rows=16)
+    opts = RunnerOptions(threads=2, max_rows=16, kernel="nbits")
     recorded = [decode_alone(tiny, opts, text, np.array([5, 6, 7]), 16, score=False) for text in texts(4, 70)]
     streams = Streams(tiny, SPEC, 4, opts, sizes=(1, 2))
     assert streams.widest == 2
@@ -132,7 +132,7 @@ def test_four_streams_taking_turns_in_a_two_slot_graph_get_their_alone_bits(tiny
 
 
 def test_a_pass_never_carries_more_rows_than_the_batch_invariant_range(tiny):
-    streams = Streams(tiny, SPEC, 3, RunnerOptions(threads=1, max_rows=32))
+    streams = Streams(tiny, SPEC, 3, RunnerOptions(threads=1, max_rows=32, kernel="nbits"))
     full = np.zeros((32, SPEC.sink + 1 + 32), np.float32)
     rows = Rows(np.arange(32), np.arange(32), full)
     with pytest.raises(ValueError, match="at most 64"):
@@ -140,7 +140,7 @@ def test_a_pass_never_carries_more_rows_than_the_batch_invariant_range(tiny):
     with pytest.raises(ValueError, match="3 streams"):
         streams.forward([rows, None])
     two = Rows(np.arange(2), np.arange(2), full[:2, :SPEC.sink + 1 + 2])
-    narrow = Streams(tiny, SPEC, 3, RunnerOptions(threads=1, max_rows=32), sizes=(2,))
+    narrow = Streams(tiny, SPEC, 3, RunnerOptions(threads=1, max_rows=32, kernel="nbits"), sizes=(2,))
     with pytest.raises(ValueError, match="widest graph has 2 slots"):
         narrow.forward([two, two, two])                  # more streams than slots
 
@@ -208,7 +208,7 @@ def test_three_streams_verifiers_judge_and_pick_in_shared_passes_as_alone(tiny):
     """What the target actor does with several streams: each stream's verifier (its own sampler) runs its prefill
     and verify passes as coroutines, several streams' in one pass (`Streams.run`); the verdicts, picks and
     surprisal are the ones each stream got alone, sampling included."""
-    opts = RunnerOptions(threads=2, max_rows=16)
+    opts = RunnerOptions(threads=2, max_rows=16, kernel="nbits")
     params = SamplingParams(temperature=0.9, top_k=40, seed=4)
     recorded = []
     for n, text in enumerate(texts(3, 70)):

@@ -215,8 +215,8 @@ class Lab:
             # logits) stays under level 4's bound but would hide a leaked slot from level 0's.
             kv = "float32" if level == 0 else "float16"
             self._runners[level] = Runner(self.model_dir, RingSpec(S, W, R),
-                                          RunnerOptions(threads=2, max_rows=MAX_ROWS, accuracy_level=level,
-                                                        kv_dtype=kv, trees=True))
+                                          RunnerOptions(threads=2, max_rows=MAX_ROWS, kernel="nbits",
+                                                        accuracy_level=level, kv_dtype=kv, trees=True))
         return self._runners[level]
 
     def scenario(self, where: str) -> Scenario:
@@ -378,7 +378,7 @@ def test_rows_past_the_sinks_see_them_at_the_window_edge_when_the_window_is_smal
     the sinks are in their pass's section. Fed in passes of up to 8 rows, then a block verified at 20..25 (aligned
     block 0), every row must equal the reference, whose rows score the sinks at min(u, S+W-1)."""
     runner = Runner(lab.model_dir, RingSpec(S, SMALL_W, SMALL_W + MAX_ROWS),
-                    RunnerOptions(threads=2, max_rows=MAX_ROWS, accuracy_level=0))
+                    RunnerOptions(threads=2, max_rows=MAX_ROWS, kernel="nbits", accuracy_level=0))
     engine = Engine(runner, lab.tok, draft=Scripted(), draft_len=MAX_ROWS - 1)
     ids, fed = lab.ids[:26], []
     engine.feed(ids[:20], on_logits=lambda start, logits: fed.append(logits.copy()))
