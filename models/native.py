@@ -129,26 +129,29 @@ class NativeWeights:
         return Linear(spec["K"], spec["N"], parts, self.stored(spec["bias"]) if spec.get("bias") else None)
 
 
+class _Address:
+    """Memory at an address, as numpy reads it (the array interface, protocol 3): writable, C order."""
+
+    def __init__(self, typestr: str, shape: tuple, ptr: int):
+        self.__array_interface__ = {"version": 3, "typestr": typestr, "shape": shape, "data": (ptr, False)}
+
+
 class NativeBinding:
-    """The whole-model session's IOBinding, recorded: each name's array (a view of the address bound)."""
+    """The whole-model session's IOBinding, recorded: each name's array, a view of the address bound. A name bound
+    again at the same address, type and shape keeps its view (the pools, the outputs: most names every pass); a
+    moved one (a ring view, a mask of another width) gets a new view in place of the old, so the binding holds one
+    view a name however long it runs."""
 
     def __init__(self):
         self.arrays: dict[str, np.ndarray] = {}
-        self._views: dict[tuple, np.ndarray] = {}
-
-    def _view(self, dtype, shape, ptr: int) -> np.ndarray:
-        key = (np.dtype(dtype).str, tuple(shape), ptr)
-        view = self._views.get(key)
-        if view is None:
-            if len(self._views) > 4096:              # bounded: a long run binds many ring views
-                self._views.clear()
-            count = int(np.prod(shape)) if len(shape) else 1
-            buf = (np.ctypeslib.ctypes.c_char * (count * np.dtype(dtype).itemsize)).from_address(ptr)
-            view = self._views[key] = np.frombuffer(buf, dtype).reshape(shape)
-        return view
+        self._bound: dict[str, tuple] = {}          # name -> (typestr, shape, address) of its view
 
     def bind_input(self, name: str, device: str, device_id: int, dtype, shape, ptr: int) -> None:
-        self.arrays[name] = self._view(dtype, shape, ptr)
+        key = (np.dtype(dtype).str, tuple(shape), ptr)
+        if self._bound.get(name) != key:
+            # through the array interface: a ctypes array of the size would add a type to ctypes' own cache, never
+            # emptied, for every new size (masks and ring views come in thousands)
+            self.arrays[name], self._bound[name] = np.asarray(_Address(*key)), key
 
     bind_output = bind_input
 

@@ -600,14 +600,14 @@ def test_runner_threads_come_from_the_options(default_gguf):
         return int(next(line.split()[1] for line in Path("/proc/self/status").read_text().splitlines()
                         if line.startswith("Threads:")))
 
-    cpus = len(os.sched_getaffinity(0))
+    cpus = len(os.sched_getaffinity(0))        # ONNX Runtime's thread pools (the native pass's: test_native.py)
     base = threads()
-    one = Runner(converted_dir(default_gguf), RingSpec(4, 64, 96), RunnerOptions(threads=1))
+    one = Runner(converted_dir(default_gguf), RingSpec(4, 64, 96), RunnerOptions(threads=1, kernel="nbits"))
     with_one = threads()
-    two = Runner(converted_dir(default_gguf), RingSpec(4, 64, 96), RunnerOptions(threads=min(2, cpus)))
+    two = Runner(converted_dir(default_gguf), RingSpec(4, 64, 96), RunnerOptions(threads=min(2, cpus), kernel="nbits"))
     with_two = threads()
     assert with_two - with_one == (with_one - base) + min(2, cpus) - 1   # a pool of n threads: the caller + n - 1
-    many = Runner(converted_dir(default_gguf), RingSpec(4, 64, 96), RunnerOptions(threads=cpus + 3))
+    many = Runner(converted_dir(default_gguf), RingSpec(4, 64, 96), RunnerOptions(threads=cpus + 3, kernel="nbits"))
     assert threads() - with_two == (with_one - base) + cpus - 1     # never more than the CPUs it may run on
     del one, two, many
 
