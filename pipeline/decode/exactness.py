@@ -50,7 +50,7 @@ class Invariance:
     max_abs_logit: float         # largest |difference| of a compared logit (0.0 when invariant)
     where: str                   # the first mismatch, in words ("" when invariant)
     seconds: float
-    batch_invariant_rule: bool   # the runner's padding rule was on
+    batch_invariant_rule: bool   # the runner's padding rule was on (the native pass has none: it needs none)
     trees: bool                  # the tree graph was probed too
 
     def as_dict(self) -> dict:
@@ -166,7 +166,7 @@ def check(runner, thorough: bool = False) -> Invariance:
                      f"{[m for m in wide.differs_at if m > 1]} rows is not that row alone")
             worst = wide.max_abs
     return Invariance(where == "", probe.passes, probe.compared, worst, where, time.perf_counter() - t0,
-                   opts.batch_invariant, tree)
+                   runner.padded, tree)
 
 
 @dataclass
