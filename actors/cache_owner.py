@@ -105,7 +105,7 @@ class Owner:
         self.eof: Eof | None = None                   # the stream ended (serving goes on answering)
         self.first_line, self.last_line, self.last_checkpoint = None, time.monotonic(), time.monotonic()
         self.last_status, self.analysing = 0.0, False
-        self.kv_pool_bytes = kv_bytes_per_slot(card, cfg.model.runner_options().resolved(cfg.target.card).pool_dtype) * spec.stored_slots
+        self.kv_pool_bytes = kv_bytes_per_slot(card, cfg.model.resolved(cfg.target.card).pool_dtype) * spec.stored_slots
 
     @property
     def serving(self) -> bool:

@@ -79,7 +79,7 @@ def run_profile(cfg: Config, tokens: int = 48) -> Profile:
     The prompt is the profile's log, 512 tokens of it; the engine is target-only with the profile's threads, max
     rows and accuracy level, greedy. Node times are wall times of each node (its threads' work overlaps)."""
     cfg = config.override(cfg, {"draft.kind": "none", "cache.sink": 0, "cache.window": 512 + tokens + 8})
-    if cfg.model.runner_options().resolved(cfg.target.card).kernel == "native":
+    if cfg.model.resolved(cfg.target.card).kernel == "native":
         return _native_profile(cfg, tokens)
     prefix = str(Path(tempfile.mkdtemp(prefix="ringspec-profile-")) / "ort")
     engine = make_engine(cfg, profile=prefix)

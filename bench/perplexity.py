@@ -141,7 +141,7 @@ def evaluate_stream(log: str, fmt: str | None = None, modes=MODES, sink: int = 4
     if n < 2:
         raise ValueError(f"the stream has {n} token(s); scoring needs at least 2")
     wrap = sink + window
-    kv_bytes = kv_bytes_per_slot(cfg, config.parse({}).model.runner_options().resolved(card).pool_dtype)   # _engine's
+    kv_bytes = kv_bytes_per_slot(cfg, config.parse({}).model.resolved(card).pool_dtype)   # _engine's
     meta = {"log": str(log), "n_tokens": n, "sink": sink, "window": window, "chunk": chunk, "threads": threads,
             "wrap_position": wrap, "n_scored_post_wrap": max(0, n - wrap),
             "post_wrap_target": 10 * wrap, "post_wrap_target_met": n - wrap >= 10 * wrap,

@@ -240,7 +240,7 @@ def soak(cfg, log: str, tokens: int, every_tokens: int = 5000, progress=None) ->
                               actors=dataclasses.replace(cfg.actors, launcher="local"))
     card = cfg.target.config
     spec = replay_frame(cfg).spec
-    kv_formula = kv_bytes_per_slot(card, cfg.model.runner_options().resolved(cfg.target.card).pool_dtype) * spec.stored_slots
+    kv_formula = kv_bytes_per_slot(card, cfg.model.resolved(cfg.target.card).pool_dtype) * spec.stored_slots
     with tempfile.TemporaryDirectory(prefix="ringspec_soak_") as tmp:
         endpoint = f"ipc://{tmp}/events"
         listener = _Listener(endpoint, every_tokens, progress)
@@ -343,7 +343,7 @@ def soak_serve(cfg, config_path: str | None, log: str, tokens: int, every_tokens
     served = dataclasses.replace(cfg, serve=dataclasses.replace(cfg.serve, enabled=True))
     card = cfg.target.config
     spec = replay_frame(served).spec
-    kv_formula = kv_bytes_per_slot(card, cfg.model.runner_options().resolved(cfg.target.card).pool_dtype) * spec.stored_slots
+    kv_formula = kv_bytes_per_slot(card, cfg.model.resolved(cfg.target.card).pool_dtype) * spec.stored_slots
     with tempfile.TemporaryDirectory(prefix="ringspec_soak_") as tmp:
         tmp = Path(tmp)
         profile = profile_with(config_path, {"replay.score_stream": True, "serve.archive_max_lines": archive_lines},

@@ -332,7 +332,7 @@ def run_streams_bench(cfg, counts: str, prompt_tokens: int, new_tokens: int, rep
     spec = replay_frame(cfg).spec                 # the actors' pools: replay's ring (its scratch span included)
     card = cfg.target.config
     for row in actors.values():
-        row["kv_pool_bytes_per_stream"] = (kv_bytes_per_slot(card, cfg.model.runner_options().resolved(cfg.target.card).pool_dtype)
+        row["kv_pool_bytes_per_stream"] = (kv_bytes_per_slot(card, cfg.model.resolved(cfg.target.card).pool_dtype)
                                            * spec.stored_slots)
     return StreamsReport({n: {"aggregate_tokens_per_s": actors[n]["shared"]["aggregate_tokens_per_s"],
                               "vs_one_stream": actors[n]["shared"]["aggregate_tokens_per_s"] / one if one else None,

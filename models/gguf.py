@@ -148,9 +148,9 @@ class _Walk:
             except (ValueError, KeyError):
                 raise GGUFError(f"{self.path}: tensor {name!r} has type {type_id}, not a GGML type this reader knows")
             n = int(np.prod(dims, dtype=object))
-            if dims and dims[0] % block:
-                raise GGUFError(f"{self.path}: corrupt GGUF: tensor {name!r} rows of {dims[0]} are not whole {kind.name}"
-                                f" blocks of {block}")
+            if dims[0] % block:                              # dims: 1 to 4 of them (tensor_info)
+                raise GGUFError(f"{self.path}: corrupt GGUF: tensor {name!r} rows of {dims[0]} are not whole "
+                                f"{kind.name} blocks of {block}")
             tensors[name] = TensorInfo(name, kind.name, tuple(reversed(dims)), start + offset, n // block * block_bytes)
         return Header(version, meta, tensors)
 

@@ -63,6 +63,10 @@ class ModelSection:
                              accuracy_level=self.accuracy_level, kernel=self.kernel, kv_dtype=self.kv_dtype,
                              spin=self.spin, batch_invariant=self.batch_invariant, **extra)
 
+    def resolved(self, card: dict, **extra) -> RunnerOptions:
+        """`runner_options` for the model of `card`, its kernel named ("auto" resolved: RunnerOptions.resolved)."""
+        return self.runner_options(**extra).resolved(card)
+
 
 @dataclass(frozen=True)
 class CacheSection:

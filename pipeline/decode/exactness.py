@@ -249,7 +249,7 @@ def doctor(cfg: Config) -> DoctorReport:
         del runner
     card = cfg.target.card
     found = families(card, threads, accuracy_level, pool=ring_spec(cfg).pool_slots)
-    opts = cfg.model.runner_options().resolved(card)
+    opts = cfg.model.resolved(card)
     if qmatmul.available():         # the native kernel's families: needed when the model runs on it
         found += native_families(native_types(card), needed=opts.kernel == "native")
         found += native_attention_families(card["config"], needed=opts.kernel == "native", pools=opts.pool_dtype)

@@ -180,7 +180,7 @@ def plan(cfg: Config, ram: int | None = None, node: str | None = None) -> Plan:
     terms: list[Term] = []
     target_dir, target = cfg.target.dir, cfg.target.card
     streams = streams_of(cfg)
-    opts = cfg.model.runner_options().resolved(target)
+    opts = cfg.model.resolved(target)
     terms += _model_terms(home_of("target"), "target", target, target_dir, spec, cfg.model.max_rows, "model.gguf",
                           npu=False, pools=len(streams),           # one pool per stream in the one target
                           lone_graph=len(streams) > 1 and cfg.model.lone_graph, kernel=opts.kernel,
